@@ -1,0 +1,129 @@
+"""Which headers cross the proxy, in each direction, and the ones the proxy adds.
+
+- Hop-by-hop fields (RFC 9110 §7.6.1), and any field a Connection header names, describe one
+  connection and are removed both ways.
+- Forwarding fields (Forwarded, X-Forwarded-*, X-Real-IP, X-Original-URL, ...) are removed from
+  clients: the proxy sets the X-Forwarded-* trio itself, from what it saw, so an origin never
+  takes a client's claim about its address, scheme or host as truth, and a client cannot
+  steer an origin that trusts them (cache poisoning through unkeyed headers).
+- Method-override fields are removed from cacheable requests, so a GET cannot be turned into
+  something else behind the cache's back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from proxy.core.entry import Headers
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+CLIENT_FORWARDING = frozenset(
+    {
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-forwarded-port",
+        "x-forwarded-server",
+        "x-forwarded-scheme",
+        "x-forwarded-ssl",
+        "x-real-ip",
+        "x-client-ip",
+        "x-host",
+        "x-original-url",
+        "x-original-host",
+        "x-rewrite-url",
+        "true-client-ip",
+        "cdn-loop",
+    }
+)
+
+METHOD_OVERRIDE = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
+
+# Conditional and range fields the cache answers itself on a fill (it fetches the whole
+# representation, stores it, then answers the client's condition from it).
+CLIENT_CONDITIONALS = frozenset(
+    {"if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range", "range"}
+)
+
+
+def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Field names listed in Connection: also hop-by-hop for this message."""
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def to_origin(
+    headers: Iterable[tuple[str, str]],
+    *,
+    domain: str,
+    client_address: str,
+    scheme: str,
+    via: str,
+    cacheable: bool,
+) -> list[tuple[str, str]]:
+    """The request headers sent to the origin."""
+    items = list(headers)
+    drop = HOP_BY_HOP | CLIENT_FORWARDING | connection_tokens(items) | {"host"}
+    if cacheable:
+        drop = drop | METHOD_OVERRIDE | CLIENT_CONDITIONALS
+    out = [(name, value) for name, value in items if name.lower() not in drop]
+    previous_via = [value for name, value in out if name.lower() == "via"]
+    out = [(name, value) for name, value in out if name.lower() != "via"]
+    out.append(("Host", domain))
+    out.append(("Via", ", ".join([*previous_via, f"1.1 {via}"])))
+    out.append(("X-Forwarded-For", client_address))
+    out.append(("X-Forwarded-Proto", scheme))
+    out.append(("X-Forwarded-Host", domain))
+    return out
+
+
+def from_origin(headers: Iterable[tuple[str, str]]) -> Headers:
+    """The origin's response headers minus hop-by-hop fields, and minus Content-Length,
+    which the proxy sets from the body it actually sends."""
+    items = list(headers)
+    drop = HOP_BY_HOP | connection_tokens(items) | {"content-length", "cache-status"}
+    return tuple((name, value) for name, value in items if name.lower() not in drop)
+
+
+def cache_status(
+    name: str,
+    *,
+    hit: bool = False,
+    fwd: str | None = None,
+    stored: bool = False,
+    collapsed: bool = False,
+    ttl: int | None = None,
+    detail: str | None = None,
+) -> str:
+    """An RFC 9211 Cache-Status member for this cache."""
+    parts = [name]
+    if hit:
+        parts.append("hit")
+    if fwd is not None:
+        parts.append(f"fwd={fwd}")
+    if stored:
+        parts.append("stored")
+    if collapsed:
+        parts.append("collapsed")
+    if ttl is not None:
+        parts.append(f"ttl={ttl}")
+    if detail is not None:
+        parts.append(f'detail="{detail}"')
+    return "; ".join(parts)

@@ -1,0 +1,463 @@
+"""The RFC 9111 rules of a shared cache, as pure functions returning decisions.
+
+Theory of operation. A request flows through three decisions:
+
+1. ``decide_lookup`` (RFC 9111 §4): given the variants stored under the request's key, pick
+   the one whose Vary'd request headers match (§4.1) and say ``Serve`` (fresh, §4.2),
+   ``Revalidate`` (stale, or no-cache, §4.3) or ``Forward`` (nothing usable).
+2. ``assess_response`` (§3): when the origin answers, decide from the status and headers
+   alone, before the body is read, whether the response may be stored. The RFC's own
+   conditions (method, final status, no-store, private, Authorization §3.5, explicit
+   freshness or heuristically cacheable status) are checked by hishel's shared-cache state
+   machine; this module adds the edge's own stricter rules (no Set-Cookie, no Vary: *, no
+   storing without explicit freshness unless the domain allows heuristics) and reduces
+   freshness to a deadline once (§4.2.1, §4.2.3), so a hit never parses Cache-Control again.
+3. ``refresh`` (§4.3.4, §3.2): a 304 to a revalidation updates the stored headers.
+
+Plus ``invalidation_targets`` (§4.4) for unsafe methods, and ``not_modified`` (RFC 9110
+§13.2.2) to answer clients' own conditional requests from a fresh entry.
+
+Nothing here reads the clock: every time is passed in as ``now``, ``request_time`` or
+``response_time`` (wall-clock seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+from urllib.parse import urljoin, urlsplit
+
+import hishel
+
+from proxy.core.domains import host_from_header
+from proxy.core.entry import Headers, StoredResponse
+from proxy.core.httpdate import (
+    Directives,
+    delta_seconds,
+    field_names,
+    parse_cache_control,
+    parse_http_date,
+)
+
+HEURISTIC_FRACTION = 0.1  # §4.2.2: "a typical setting of this fraction might be 10%"
+HEURISTIC_MAX = 86_400.0
+HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
+# Stored per entry besides body, headers and key: the entry object, its list, the LRU node
+# and the bucket-set slot. Measured with tracemalloc in tests/store/test_memory_bound.py.
+ENTRY_OVERHEAD = 400
+
+_HISHEL_OPTIONS = hishel.CacheOptions(shared=True, supported_methods=["GET"], allow_stale=False)
+
+
+class RequestHeaders(Protocol):
+    """The part of a (case-insensitive) header mapping the rules read; CIMultiDict fits."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+    def getall(self, key: str, default: list[str], /) -> list[str]: ...
+
+
+# -- decisions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Serve:
+    response: StoredResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Revalidate:
+    response: StoredResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    reason: str  # RFC 9211 fwd= value: uri-miss, vary-miss, request
+
+
+@dataclass(frozen=True, slots=True)
+class Storable:
+    """A response that may be stored, once its body has been read."""
+
+    status: int
+    reason: str
+    headers: Headers
+    response_time: float
+    corrected_initial_age: float
+    freshness_lifetime: float
+    revalidate_always: bool
+    etag: str | None
+    last_modified: str | None
+    vary: tuple[str, ...]
+    vary_values: tuple[str | None, ...]
+
+    def with_body(self, body: bytes, target: str) -> StoredResponse:
+        size = (
+            len(body)
+            + sum(len(name) + len(value) for name, value in self.headers)
+            + 2 * len(target)
+            + ENTRY_OVERHEAD
+        )
+        return StoredResponse(
+            status=self.status,
+            reason=self.reason,
+            headers=self.headers,
+            body=body,
+            response_time=self.response_time,
+            corrected_initial_age=self.corrected_initial_age,
+            freshness_lifetime=self.freshness_lifetime,
+            expires_at=self.response_time - self.corrected_initial_age + self.freshness_lifetime,
+            revalidate_always=self.revalidate_always,
+            etag=self.etag,
+            last_modified=self.last_modified,
+            vary=self.vary,
+            vary_values=self.vary_values,
+            size=size,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DontStore:
+    reason: str  # short, shown in Cache-Status detail
+
+
+# -- 1. lookup (§4) ---------------------------------------------------------------------------
+
+
+def decide_lookup(
+    variants: Sequence[StoredResponse], request: RequestHeaders, now: float
+) -> Serve | Revalidate | Forward:
+    if not variants:
+        return Forward("uri-miss")
+    chosen = select_variant(variants, request)
+    if chosen is None:
+        return Forward("vary-miss")
+    if request.get("cache-control") is None and request.get("pragma") is None:
+        # The common case: no request directives to weigh.
+        return Serve(chosen) if chosen.is_fresh(now) else Revalidate(chosen)
+    directives = request_directives(request)
+    if "no-cache" in directives:  # §5.2.1.4
+        return Revalidate(chosen)
+    if not chosen.is_fresh(now):
+        return Revalidate(chosen)
+    age = chosen.age(now)
+    max_age = delta_seconds(directives, "max-age")  # §5.2.1.1
+    if max_age is not None and age > max_age:
+        return Revalidate(chosen)
+    min_fresh = delta_seconds(directives, "min-fresh")  # §5.2.1.3
+    if min_fresh is not None and chosen.freshness_lifetime - age < min_fresh:
+        return Revalidate(chosen)
+    return Serve(chosen)
+
+
+def request_directives(request: RequestHeaders) -> Directives:
+    """Request Cache-Control; a bare ``Pragma: no-cache`` counts as no-cache (§5.4)."""
+    cache_control = request.getall("cache-control", [])
+    if cache_control:
+        return parse_cache_control(", ".join(cache_control))
+    pragma = request.get("pragma")
+    if pragma and "no-cache" in parse_cache_control(pragma):
+        return {"no-cache": None}
+    return {}
+
+
+def only_if_cached(request: RequestHeaders) -> bool:
+    """§5.2.1.7: the client wants a stored response or a 504, never the origin."""
+    return request.get("cache-control") is not None and "only-if-cached" in request_directives(
+        request
+    )
+
+
+def select_variant(
+    variants: Sequence[StoredResponse], request: RequestHeaders
+) -> StoredResponse | None:
+    """The most recent variant whose Vary'd headers match the request's (§4.1)."""
+    for variant in variants:
+        if not variant.vary or variant.vary_values == vary_values(variant.vary, request):
+            return variant
+    return None
+
+
+def vary_values(names: tuple[str, ...], request: RequestHeaders) -> tuple[str | None, ...]:
+    """The request's values for the Vary'd fields, normalised as §4.1 allows: values of
+    repeated fields combined, white space around commas removed."""
+    values: list[str | None] = []
+    for name in names:
+        found = request.getall(name, [])
+        if not found:
+            values.append(None)
+        else:
+            values.append(",".join(p.strip() for v in found for p in v.split(",")))
+    return tuple(values)
+
+
+# -- 2. storing (§3) ---------------------------------------------------------------------------
+
+
+def assess_response(
+    *,
+    method: str,
+    target: str,
+    request: RequestHeaders,
+    status: int,
+    reason: str,
+    headers: Headers,
+    request_time: float,
+    response_time: float,
+    heuristic: bool,
+) -> Storable | DontStore:
+    """Decide from status and headers whether the response may be stored, and precompute
+    everything a hit will need."""
+    if method != "GET":
+        return DontStore("method")
+    request_cc = request.get("cache-control")
+    if request_cc is not None and "no-store" in request_directives(request):
+        return DontStore("request-no-store")  # §5.2.1.5
+    lowered = [(name.lower(), value) for name, value in headers]
+    if any(name == "set-cookie" for name, _ in lowered):
+        return DontStore("set-cookie")  # never shared: it belongs to one user
+    vary = tuple(
+        dict.fromkeys(n for _, v in lowered if _ == "vary" for n in field_names(v) if n).keys()
+    )
+    if "*" in vary:
+        return DontStore("vary-star")  # §4.1: Vary: * always fails to match
+
+    verdict = _hishel_verdict(method, target, request, status, lowered)
+    if isinstance(verdict, DontStore):
+        return verdict
+    kept_names = verdict
+    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
+    etag = _last(lowered, "etag")
+    last_modified = _last(lowered, "last-modified")
+    has_validator = etag is not None or last_modified is not None
+
+    lifetime = explicit_lifetime(cc, lowered, response_time)
+    no_cache = "no-cache" in cc and not field_names(cc["no-cache"])
+    if lifetime is None:
+        lifetime = heuristic_lifetime(status, lowered, response_time) if heuristic else None
+        if lifetime is None and not no_cache:
+            return DontStore("no-explicit-freshness")
+    if no_cache and not has_validator:
+        return DontStore("no-cache-without-validator")
+    if (lifetime or 0) <= 0 and not has_validator:
+        return DontStore("stale-without-validator")
+
+    stored_headers = tuple(
+        (name, value)
+        for name, value in headers
+        if name.lower() in kept_names and name.lower() not in _NOT_STORED
+    )
+    return Storable(
+        status=status,
+        reason=reason,
+        headers=stored_headers,
+        response_time=response_time,
+        corrected_initial_age=corrected_initial_age(lowered, request_time, response_time),
+        freshness_lifetime=float(lifetime or 0),
+        revalidate_always=no_cache,
+        etag=etag,
+        last_modified=last_modified,
+        vary=vary,
+        vary_values=vary_values(vary, request),
+    )
+
+
+def explicit_lifetime(
+    cc: Directives, lowered: Sequence[tuple[str, str]], response_time: float
+) -> float | None:
+    """§4.2.1: s-maxage, then max-age, then Expires minus Date. Invalid means stale (0)."""
+    for name in ("s-maxage", "max-age"):
+        seconds = delta_seconds(cc, name)
+        if seconds is not None:
+            return float(max(seconds, 0))
+    expires_values = [v for n, v in lowered if n == "expires"]
+    if not expires_values:
+        return None
+    expires = parse_http_date(expires_values[0]) if len(expires_values) == 1 else None
+    if expires is None:
+        return 0.0  # §5.3: an invalid Expires means "already expired"
+    date = parse_http_date(_last(lowered, "date"))
+    return max(0.0, expires - (date if date is not None else response_time))
+
+
+def heuristic_lifetime(
+    status: int, lowered: Sequence[tuple[str, str]], response_time: float
+) -> float | None:
+    """§4.2.2: a fraction of the time since Last-Modified, for heuristically cacheable
+    statuses only; never for error statuses outside that list."""
+    if status not in HEURISTICALLY_CACHEABLE:
+        return None
+    last_modified = parse_http_date(_last(lowered, "last-modified"))
+    if last_modified is None:
+        return None
+    date = parse_http_date(_last(lowered, "date"))
+    since = (date if date is not None else response_time) - last_modified
+    if since <= 0:
+        return None
+    return min(since * HEURISTIC_FRACTION, HEURISTIC_MAX)
+
+
+def corrected_initial_age(
+    lowered: Sequence[tuple[str, str]], request_time: float, response_time: float
+) -> float:
+    """§4.2.3."""
+    age_text = _last(lowered, "age")
+    age_value = float(int(age_text)) if age_text and age_text.isdigit() else 0.0
+    date = parse_http_date(_last(lowered, "date"))
+    apparent_age = max(0.0, response_time - date) if date is not None else 0.0
+    response_delay = max(0.0, response_time - request_time)
+    return max(apparent_age, age_value + response_delay)
+
+
+def _hishel_verdict(
+    method: str,
+    target: str,
+    request: RequestHeaders,
+    status: int,
+    lowered: Sequence[tuple[str, str]],
+) -> set[str] | DontStore:
+    """Run hishel's shared-cache storage rules (§3, §3.5). Returns the header names that may
+    be stored (qualified private= and no-cache= fields removed), or why not to store."""
+    request_headers: dict[str, str | list[str]] = {}
+    if request.get("authorization") is not None:
+        request_headers["authorization"] = request.getall("authorization", [])
+    response_headers: dict[str, list[str]] = {}
+    for name, value in lowered:
+        response_headers.setdefault(name, []).append(value)
+    state = hishel.CacheMiss(
+        request=hishel.Request(method=method, url=target, headers=hishel.Headers(request_headers)),
+        options=_HISHEL_OPTIONS,
+    ).next(hishel.Response(status_code=status, headers=hishel.Headers(response_headers)))
+    if isinstance(state, hishel.StoreAndUse):
+        return set(state.response.headers)
+    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
+    if "no-store" in cc:
+        return DontStore("no-store")
+    if "private" in cc and not field_names(cc["private"]):
+        return DontStore("private")
+    if request.get("authorization") is not None:
+        return DontStore("authorization")
+    return DontStore("status" if status // 100 == 1 or status in (206, 304) else "not-storable")
+
+
+def _last(lowered: Sequence[tuple[str, str]], name: str) -> str | None:
+    found = None
+    for key, value in lowered:
+        if key == name:
+            found = value
+    return found
+
+
+# Never stored, whatever the origin says: they describe one connection or one exchange.
+_NOT_STORED = frozenset(
+    {
+        "age",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authentication-info",
+        "set-cookie",
+        "cache-status",
+    }
+)
+
+
+# -- 3. revalidation (§4.3) -------------------------------------------------------------------
+
+
+def conditional_headers(stored: StoredResponse) -> list[tuple[str, str]]:
+    """Validators to send to the origin when revalidating (§4.3.1)."""
+    headers: list[tuple[str, str]] = []
+    if stored.etag is not None:
+        headers.append(("If-None-Match", stored.etag))
+    if stored.last_modified is not None:
+        headers.append(("If-Modified-Since", stored.last_modified))
+    return headers
+
+
+def merge_not_modified(stored: StoredResponse, not_modified: Headers) -> Headers:
+    """§3.2, §4.3.4: the 304's fields replace the stored ones, except Content-Length (which
+    describes the stored body) and fields never stored."""
+    replaced = {
+        name.lower()
+        for name, _ in not_modified
+        if name.lower() not in _NOT_STORED and name.lower() != "content-length"
+    }
+    kept = [(n, v) for n, v in stored.headers if n.lower() not in replaced]
+    added = [(n, v) for n, v in not_modified if n.lower() in replaced]
+    return tuple(kept + added)
+
+
+# -- clients' own conditional requests (RFC 9110 §13.2.2) --------------------------------------
+
+
+def not_modified(stored: StoredResponse, request: RequestHeaders) -> bool:
+    """True when a 304 answers the client's conditional GET/HEAD from this response."""
+    if_none_match = request.getall("if-none-match", [])
+    if if_none_match:
+        if stored.etag is None:
+            return False
+        wanted = {_opaque(tag) for value in if_none_match for tag in value.split(",")}
+        return "*" in wanted or _opaque(stored.etag) in wanted  # weak comparison
+    since = parse_http_date(request.get("if-modified-since"))
+    modified = parse_http_date(stored.last_modified)
+    return since is not None and modified is not None and modified <= since
+
+
+def _opaque(tag: str) -> str:
+    tag = tag.strip()
+    return tag[2:] if tag.startswith("W/") else tag
+
+
+NOT_MODIFIED_FIELDS = frozenset(
+    {"cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"}
+)
+
+
+# -- invalidation (§4.4) ----------------------------------------------------------------------
+
+
+def invalidation_targets(
+    *, domain: str, target: str, status: int, response_headers: Headers
+) -> list[str]:
+    """Targets to invalidate after an unsafe method: its own URI, and Location and
+    Content-Location when they point at the same host. Only for non-error responses."""
+    if not 200 <= status < 400:
+        return []
+    targets = [target]
+    for name, value in response_headers:
+        if name.lower() in ("location", "content-location"):
+            other = same_host_target(domain, target, value)
+            if other is not None and other not in targets:
+                targets.append(other)
+    return targets
+
+
+def same_host_target(domain: str, base_target: str, reference: str) -> str | None:
+    """The request-target a Location-style reference names on this domain, or None."""
+    parts = urlsplit(reference)
+    if parts.scheme or parts.netloc:
+        if parts.scheme not in ("http", "https") or host_from_header(parts.netloc) != domain:
+            return None
+        path = parts.path or "/"
+    else:
+        resolved = urlsplit(urljoin(base_target, reference))
+        path = resolved.path or "/"
+        parts = resolved
+    return path + (f"?{parts.query}" if parts.query else "")
+
+
+def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:
+    """The stored body under the refreshed metadata (after a 304)."""
+    rebuilt = fresh.with_body(stored.body, "")
+    return replace(rebuilt, size=stored.size - _header_bytes(stored) + _header_bytes(rebuilt))
+
+
+def _header_bytes(response: StoredResponse) -> int:
+    return sum(len(name) + len(value) for name, value in response.headers)

@@ -1,0 +1,311 @@
+"""The edge request handler: edge → core → store → (origin) → core → store → edge.
+
+``Edge.handle`` routes by Host, then takes one of two paths:
+
+- cacheable (GET or HEAD without a body or Range): look up, then serve a fresh entry, or fill
+  it from the origin under request collapsing (``fill``), revalidating a stale one;
+- forwarded (every other method, and requests the cache must not answer): sent to the origin
+  as they are, streamed back, and for unsafe methods the URL's entries invalidated
+  (RFC 9111 §4.4).
+
+A response body is read into memory only up to cache.max_object_bytes. One that ends within
+that is sent whole (so a framing error found while reading it still becomes a clean 502);
+a larger one is streamed through, never stored, and a framing error in it aborts the client
+connection instead of sending a truncated body that looks complete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import aiohttp
+from aiohttp import web
+
+from proxy.config import Config, DomainConfig
+from proxy.core.domains import host_from_header
+from proxy.core.entry import CacheKey, StoredResponse
+from proxy.core.headers import cache_status, from_origin, to_origin
+from proxy.core.keys import request_target
+from proxy.core.policy import (
+    DontStore,
+    Revalidate,
+    Serve,
+    assess_response,
+    conditional_headers,
+    decide_lookup,
+    invalidation_targets,
+    merge_not_modified,
+    only_if_cached,
+    refreshed,
+    select_variant,
+)
+from proxy.edge import respond
+from proxy.edge.flights import Flight, FlightResult, Flights
+from proxy.edge.origin import OriginResponse, origin_request
+from proxy.errors import OriginError
+from proxy.store.base import Store
+
+CACHEABLE_METHODS = frozenset({"GET", "HEAD"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+class Edge:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        store: Store,
+        session: aiohttp.ClientSession,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._domains: Mapping[str, DomainConfig] = config.by_name
+        self._name = config.cache.name
+        self._via = config.edge.via
+        self._max_object = config.cache.max_object_bytes
+        self._store = store
+        self._session = session
+        self._clock = clock
+        self.flights = Flights()
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        host = request.headers.get("Host")
+        domain = host_from_header(host) if host else None
+        config = self._domains.get(domain) if domain else None
+        if config is None:
+            return respond.text(421, "421 Misdirected Request: this edge does not serve that host")
+        target = request_target(request.raw_path, config.name)
+        if target is None:
+            return respond.text(400, "400 Bad Request: the request-target does not name this host")
+        if (
+            request.method in CACHEABLE_METHODS
+            and not request.body_exists
+            and "Range" not in request.headers
+        ):
+            return await self._cacheable(request, config, target)
+        fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
+        return await self._forward(request, config, target, fwd)
+
+    # -- the cacheable path ----------------------------------------------------------------------
+
+    async def _cacheable(
+        self, request: web.BaseRequest, config: DomainConfig, target: str
+    ) -> web.StreamResponse:
+        now = self._clock()
+        key: CacheKey = (config.name, await self._store.generation(config.name), target)
+        decision = decide_lookup(await self._store.get(key), request.headers, now)
+        if isinstance(decision, Serve):
+            ttl = int(decision.response.expires_at - now)
+            status = cache_status(self._name, hit=True, ttl=ttl)
+            return self._from_stored(request, decision.response, now, status)
+        if only_if_cached(request.headers):
+            status = cache_status(self._name, fwd="miss", detail="only-if-cached")
+            return respond.text(504, "504 Gateway Timeout: not in cache", cache_status=status)
+        if isinstance(decision, Revalidate):
+            stale: StoredResponse | None = decision.response
+            fwd = "stale"
+        else:
+            stale, fwd = None, decision.reason
+        if request.method == "HEAD" and stale is None:
+            return await self._forward(request, config, target, fwd)
+        flight, leading = self.flights.join(key)
+        if leading:
+            return await self._fill(request, config, key, stale, fwd, flight)
+        result = await flight.wait(config.connect_timeout + config.read_timeout)
+        if isinstance(result, OriginError):
+            return respond.origin_failed(result, cache_status=cache_status(self._name, fwd=fwd))
+        if isinstance(result, StoredResponse) and select_variant([result], request.headers):
+            status = cache_status(self._name, fwd=fwd, collapsed=True)
+            return self._from_stored(request, result, self._clock(), status)
+        # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
+        return await self._fill(request, config, key, stale, fwd, None)
+
+    async def _fill(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        key: CacheKey,
+        stale: StoredResponse | None,
+        fwd: str,
+        flight: Flight | None,
+    ) -> web.StreamResponse:
+        """Fetch from the origin, store what may be stored, and finish the flight."""
+        result: FlightResult = None
+        target = key[2]
+        headers = self._origin_headers(request, config, cacheable=True)
+        if stale is not None:
+            headers += conditional_headers(stale)
+        try:
+            request_time = self._clock()
+            async with origin_request(self._session, config, "GET", target, headers) as origin:
+                response_time = self._clock()
+                if stale is not None and origin.status == 304:
+                    entry, stored = await self._refresh(
+                        request, config, key, stale, origin, request_time, response_time
+                    )
+                    result = entry
+                    status = cache_status(self._name, fwd=fwd, stored=stored)
+                    return self._from_stored(request, entry, response_time, status)
+                verdict = assess_response(
+                    method="GET",
+                    target=target,
+                    request=request.headers,
+                    status=origin.status,
+                    reason=origin.reason,
+                    headers=from_origin(origin.headers),
+                    request_time=request_time,
+                    response_time=response_time,
+                    heuristic=config.heuristic_freshness,
+                )
+                if isinstance(verdict, DontStore):
+                    self._land(key, flight, None)
+                    status = cache_status(self._name, fwd=fwd, detail=verdict.reason)
+                    return await self._relay(request, origin, status)
+                length = origin.content_length
+                if length is not None and length > self._max_object:
+                    self._land(key, flight, None)
+                    status = cache_status(self._name, fwd=fwd, detail="too-large")
+                    return await self._relay(request, origin, status)
+                body, complete = await origin.read_up_to(self._max_object)
+                if not complete:
+                    self._land(key, flight, None)
+                    status = cache_status(self._name, fwd=fwd, detail="too-large")
+                    return await self._relay(request, origin, status, prefix=body)
+                entry = verdict.with_body(body, target)
+                stored = await self._store.put(key, entry)
+                result = entry
+                status = cache_status(self._name, fwd=fwd, stored=stored)
+                return self._from_stored(request, entry, response_time, status)
+        except OriginError as exc:
+            result = exc
+            return respond.origin_failed(exc, cache_status=cache_status(self._name, fwd=fwd))
+        finally:
+            self._land(key, flight, result)
+
+    async def _refresh(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        key: CacheKey,
+        stale: StoredResponse,
+        origin: OriginResponse,
+        request_time: float,
+        response_time: float,
+    ) -> tuple[StoredResponse, bool]:
+        """A 304 answered the revalidation: update the stored headers (RFC 9111 §4.3.4)."""
+        merged = merge_not_modified(stale, from_origin(origin.headers))
+        verdict = assess_response(
+            method="GET",
+            target=key[2],
+            request=request.headers,
+            status=stale.status,
+            reason=stale.reason,
+            headers=merged,
+            request_time=request_time,
+            response_time=response_time,
+            heuristic=config.heuristic_freshness,
+        )
+        if isinstance(verdict, DontStore):
+            # The origin now forbids storing it: serve this once, keep nothing.
+            await self._store.invalidate(config.name, key[2])
+            fresh = assess_response(
+                method="GET",
+                target=key[2],
+                request=request.headers,
+                status=stale.status,
+                reason=stale.reason,
+                headers=(*merged, ("Cache-Control", "max-age=0, must-revalidate")),
+                request_time=request_time,
+                response_time=response_time,
+                heuristic=False,
+            )
+            if isinstance(fresh, DontStore):
+                return stale, False
+            return refreshed(stale, fresh), False
+        entry = refreshed(stale, verdict)
+        return entry, await self._store.put(key, entry)
+
+    def _land(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
+        if flight is not None:
+            self.flights.land(key, flight, result)
+
+    # -- the forwarded path ------------------------------------------------------------------------
+
+    async def _forward(
+        self, request: web.BaseRequest, config: DomainConfig, target: str, fwd: str
+    ) -> web.StreamResponse:
+        headers = self._origin_headers(request, config, cacheable=False)
+        data = request.content if request.body_exists else None
+        status = cache_status(self._name, fwd=fwd)
+        try:
+            async with origin_request(
+                self._session, config, request.method, target, headers, data
+            ) as origin:
+                if request.method not in SAFE_METHODS:
+                    for stale_target in invalidation_targets(
+                        domain=config.name,
+                        target=target,
+                        status=origin.status,
+                        response_headers=origin.headers,
+                    ):
+                        await self._store.invalidate(config.name, stale_target)
+                return await self._relay(request, origin, status)
+        except OriginError as exc:
+            return respond.origin_failed(exc, cache_status=status)
+
+    async def _relay(
+        self,
+        request: web.BaseRequest,
+        origin: OriginResponse,
+        status: str,
+        prefix: bytes | None = None,
+    ) -> web.StreamResponse:
+        """Send the origin's response on. Raises OriginError only before anything was sent."""
+        headers = respond.relayed_headers(from_origin(origin.headers), via=self._via, status=status)
+        if request.method == "HEAD" or origin.status in (204, 304):
+            origin.close()
+            response = web.Response(status=origin.status, reason=origin.reason, headers=headers)
+            if request.method == "HEAD" and origin.content_length is not None:
+                response.headers["Content-Length"] = str(origin.content_length)
+            return response
+        if prefix is None:
+            prefix, complete = await origin.read_up_to(self._max_object)
+            if complete:
+                return web.Response(
+                    status=origin.status, reason=origin.reason, headers=headers, body=prefix
+                )
+        stream = web.StreamResponse(status=origin.status, reason=origin.reason, headers=headers)
+        if origin.content_length is not None:
+            stream.content_length = origin.content_length
+        await stream.prepare(request)
+        try:
+            await stream.write(prefix)
+            while chunk := await origin.read_chunk():
+                await stream.write(chunk)
+        except OriginError as exc:
+            respond.log.warning("%s (after the response started; connection aborted)", exc)
+            origin.close()
+            if request.transport is not None:
+                request.transport.abort()
+            return stream
+        await stream.write_eof()
+        return stream
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _origin_headers(
+        self, request: web.BaseRequest, config: DomainConfig, *, cacheable: bool
+    ) -> list[tuple[str, str]]:
+        return to_origin(
+            request.headers.items(),
+            domain=config.name,
+            client_address=request.remote or "",
+            scheme=request.scheme,
+            via=self._via,
+            cacheable=cacheable,
+        )
+
+    def _from_stored(
+        self, request: web.BaseRequest, entry: StoredResponse, now: float, status: str
+    ) -> web.Response:
+        return respond.from_stored(request, entry, now=now, via=self._via, status=status)

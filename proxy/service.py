@@ -1,0 +1,148 @@
+"""One process, two listeners: the lifecycle of everything that runs.
+
+``running(config)`` creates, in one place and in order, everything the process owns: the
+store, the state database, the origin session, the reclaim task, the edge listener and the
+API listener; and closes them in reverse order however it is left. Nothing is half-started:
+if any step fails (a port in use, an unreadable state database) the steps already taken are
+undone before the error leaves.
+
+``serve(config)`` runs it until SIGTERM or SIGINT, then drains: the listeners stop accepting,
+in-flight requests get up to edge.shutdown_timeout seconds to finish, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from proxy.api.app import create_api_app
+from proxy.config import Config, Listen
+from proxy.edge.handler import Edge
+from proxy.edge.origin import new_session
+from proxy.errors import ProxyError
+from proxy.state.sqlite import AsyncState
+from proxy.store.base import LocalPurger
+from proxy.store.memory import MemoryStore
+
+log = logging.getLogger("proxy")
+
+RECLAIM_SLICE = 2000  # keys deleted per slice; small enough to keep a slice well under 1 ms
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    config: Config
+    store: MemoryStore
+    state: AsyncState
+    edge: Edge
+    edge_url: str
+    api_url: str
+
+
+class StartError(ProxyError):
+    """A listener or resource could not be started."""
+
+
+@asynccontextmanager
+async def running(config: Config) -> AsyncIterator[Service]:
+    async with AsyncExitStack() as stack:
+        wake = asyncio.Event()
+        store = MemoryStore(max_bytes=config.cache.max_bytes, on_clear=wake.set)
+        state = await AsyncState.open(config.state.path, audit_max_rows=config.state.audit_max_rows)
+        stack.push_async_callback(state.close)
+        session = new_session()
+        stack.push_async_callback(session.close)
+        reclaimer = asyncio.create_task(_reclaim(store, wake), name="reclaim")
+        stack.push_async_callback(_cancel, reclaimer)
+
+        edge = Edge(config=config, store=store, session=session)
+        edge_server = web.Server(edge.handle, access_log=None, handler_cancellation=False)
+        edge_runner = web.ServerRunner(
+            edge_server, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False
+        )
+        await edge_runner.setup()
+        stack.push_async_callback(edge_runner.cleanup)
+        api_app = create_api_app(config=config, state=state, purger=LocalPurger(store))
+        api_runner = web.AppRunner(
+            api_app, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False
+        )
+        await api_runner.setup()
+        stack.push_async_callback(api_runner.cleanup)
+
+        edge_url = await _listen(edge_runner, config.edge.listen, "edge.listen")
+        api_url = await _listen(api_runner, config.api.listen, "api.listen")
+        yield Service(
+            config=config,
+            store=store,
+            state=state,
+            edge=edge,
+            edge_url=edge_url,
+            api_url=api_url,
+        )
+
+
+async def _listen(runner: web.BaseRunner, where: Listen, key: str) -> str:
+    site = web.TCPSite(runner, where.host, where.port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise StartError(f"{key}: cannot listen on {where} ({exc.strerror or exc})") from None
+    # The bound address tells the real port when the config says 0.
+    host, port = runner.addresses[-1][:2]
+    return f"http://{host}:{port}"
+
+
+async def _reclaim(store: MemoryStore, wake: asyncio.Event) -> None:
+    """Delete cleared generations in small slices, yielding to requests between slices."""
+    while True:
+        await wake.wait()
+        wake.clear()
+        while store.reclaim(RECLAIM_SLICE):
+            await asyncio.sleep(0)  # noqa: ASYNC110 - yields to requests between slices
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def serve(config: Config) -> int:
+    """Run until SIGTERM/SIGINT; return the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        try:
+            return runner.run(_serve(config))
+        except ProxyError as exc:
+            print(f"cdn-proxy: {exc}", file=sys.stderr)
+            return 1
+
+
+async def _serve(config: Config) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with running(config) as service:
+        log.info("edge listening on %s, api on %s", service.edge_url, service.api_url)
+        # Machine-readable lines for scripts and tests that start us on port 0.
+        print(f"edge {service.edge_url}", flush=True)
+        print(f"api {service.api_url}", flush=True)
+        await stop.wait()
+        log.info("stopping: draining in-flight requests")
+    log.info("stopped")
+    return 0

@@ -1,0 +1,1 @@
+"""Where cached responses live, behind the small interface in ``base``."""

@@ -1,0 +1,175 @@
+"""The in-memory store: bounded, least-recently-used, cleared by generation.
+
+Layout:
+- ``_lru`` maps each key to its variants (one per Vary combination), least recently used first.
+  Every key belongs to one bucket, the (domain, generation) it was stored under.
+- A clear moves the domain to a new generation and queues the old bucket for reclaim. Nothing
+  is touched per entry, so the clear costs the same with 10 or 1,000,000 entries. The old
+  keys can never be built again (keys carry the generation), so they are never served.
+- ``reclaim(budget)`` deletes at most ``budget`` keys of cleared buckets; the edge runs it in
+  small slices between requests. Until then the old entries still count against max_bytes and
+  are evicted like any other, so the memory bound holds throughout.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from proxy.core.entry import CacheKey, StoredResponse
+from proxy.store.base import ClearResult, DomainStats, StoreStats
+
+MAX_VARIANTS_PER_KEY = 16
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """The keys of one (domain, generation)."""
+
+    keys: set[CacheKey] = field(default_factory=set)
+    entries: int = 0
+    bytes: int = 0
+
+
+class MemoryStore:
+    def __init__(
+        self,
+        *,
+        max_bytes: int,
+        on_clear: Callable[[], None] | None = None,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self._on_clear = on_clear
+        self._lru: OrderedDict[CacheKey, list[StoredResponse]] = OrderedDict()
+        self._generations: dict[str, int] = {}
+        self._buckets: dict[tuple[str, int], _Bucket] = {}
+        self._doomed: deque[tuple[str, int]] = deque()
+        self._bytes = 0
+        self._entries = 0
+        self._evictions = 0
+        self._pending = 0
+
+    # -- the Store protocol ------------------------------------------------------------------
+
+    async def generation(self, domain: str) -> int:
+        return self._generations.get(domain, 0)
+
+    async def get(self, key: CacheKey) -> Sequence[StoredResponse]:
+        return self.get_now(key)
+
+    def get_now(self, key: CacheKey) -> Sequence[StoredResponse]:
+        """Synchronous lookup, for callers that know the store is local."""
+        variants = self._lru.get(key)
+        if variants is None:
+            return ()
+        self._lru.move_to_end(key)
+        return variants
+
+    async def put(self, key: CacheKey, response: StoredResponse) -> bool:
+        domain, generation, _ = key
+        if generation != self._generations.get(domain, 0) or response.size > self.max_bytes:
+            return False
+        bucket = self._buckets.get((domain, generation))
+        if bucket is None:
+            bucket = self._buckets[(domain, generation)] = _Bucket()
+        old = self._lru.pop(key, None)
+        variants: list[StoredResponse] = [response]
+        if old is not None:
+            for variant in old:
+                same_variant = (
+                    variant.vary == response.vary and variant.vary_values == response.vary_values
+                )
+                if same_variant or len(variants) >= MAX_VARIANTS_PER_KEY:
+                    self._account(bucket, -1, -variant.size)
+                else:
+                    variants.append(variant)
+        self._lru[key] = variants
+        bucket.keys.add(key)
+        self._account(bucket, 1, response.size)
+        self._evict()
+        return True
+
+    async def invalidate(self, domain: str, target: str) -> int:
+        key = (domain, self._generations.get(domain, 0), target)
+        return self._drop(key)
+
+    async def clear_domain(self, domain: str) -> ClearResult:
+        generation = self._generations.get(domain, 0)
+        self._generations[domain] = generation + 1
+        bucket = self._buckets.get((domain, generation))
+        dropped = 0
+        if bucket is not None:
+            dropped = bucket.entries
+            if bucket.keys:
+                self._doomed.append((domain, generation))
+                self._pending += len(bucket.keys)
+            else:
+                del self._buckets[(domain, generation)]
+            if self._on_clear is not None:
+                self._on_clear()
+        return ClearResult(domain=domain, entries_dropped=dropped, generation=generation + 1)
+
+    async def domain_stats(self, domain: str) -> DomainStats:
+        bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
+        if bucket is None:
+            return DomainStats(entries=0, bytes=0)
+        return DomainStats(entries=bucket.entries, bytes=bucket.bytes)
+
+    async def stats(self) -> StoreStats:
+        return StoreStats(
+            entries=self._entries,
+            bytes=self._bytes,
+            max_bytes=self.max_bytes,
+            evictions=self._evictions,
+            pending_reclaim=self._pending,
+        )
+
+    # -- reclaiming cleared generations -------------------------------------------------------
+
+    @property
+    def pending_reclaim(self) -> int:
+        return self._pending
+
+    def reclaim(self, budget: int) -> int:
+        """Delete at most ``budget`` keys of cleared generations; return how many were deleted."""
+        done = 0
+        while done < budget and self._doomed:
+            name = self._doomed[0]
+            bucket = self._buckets[name]
+            while done < budget and bucket.keys:
+                key = bucket.keys.pop()
+                self._pending -= 1
+                variants = self._lru.pop(key, None)
+                if variants is not None:
+                    self._account(bucket, -len(variants), -sum(v.size for v in variants))
+                done += 1
+            if not bucket.keys:
+                self._doomed.popleft()
+                del self._buckets[name]
+        return done
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _account(self, bucket: _Bucket, entries: int, size: int) -> None:
+        bucket.entries += entries
+        bucket.bytes += size
+        self._entries += entries
+        self._bytes += size
+
+    def _drop(self, key: CacheKey) -> int:
+        variants = self._lru.pop(key, None)
+        if variants is None:
+            return 0
+        domain, generation, _ = key
+        bucket = self._buckets[(domain, generation)]
+        bucket.keys.discard(key)
+        if generation != self._generations.get(domain, 0):
+            self._pending -= 1
+        self._account(bucket, -len(variants), -sum(v.size for v in variants))
+        return len(variants)
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and self._lru:
+            key = next(iter(self._lru))
+            self._evictions += self._drop(key)

@@ -1,0 +1,167 @@
+"""Fixtures shared by every test: a real origin server, configs, and a running edge."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import RawTestServer, TestServer
+from yarl import URL
+
+from proxy.config import Config, parse_config
+from proxy.edge.handler import Edge
+from proxy.edge.origin import new_session
+from proxy.store.memory import MemoryStore
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Seen:
+    method: str
+    target: str
+    headers: dict[str, str]
+    header_items: list[tuple[str, str]]
+    body: bytes
+
+
+@dataclass
+class Origin:
+    """A real origin server whose answers each test sets, and which records every request."""
+
+    url: str = ""
+    seen: list[Seen] = field(default_factory=list)
+    routes: dict[str, Handler] = field(default_factory=dict)
+
+    def route(self, target: str, handler: Handler) -> None:
+        self.routes[target] = handler
+
+    def reply(
+        self,
+        target: str,
+        body: bytes = b"hello",
+        *,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Answer ``target`` with a fixed response."""
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return web.Response(status=status, body=body, headers=headers or {})
+
+        self.routes[target] = handler
+
+    def count(self, target: str, method: str | None = None) -> int:
+        return sum(
+            1 for s in self.seen if s.target == target and (method is None or s.method == method)
+        )
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(
+            Seen(
+                method=request.method,
+                target=request.raw_path,
+                headers=dict(request.headers),
+                header_items=list(request.headers.items()),
+                body=await request.read(),
+            )
+        )
+        handler = self.routes.get(request.raw_path)
+        if handler is None:
+            return web.Response(status=404, text="no such route in the test origin")
+        return await handler(request)
+
+
+@pytest.fixture
+async def origin(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> Origin:
+    state = Origin()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", state.handle)
+    server = await aiohttp_server(app)
+    state.url = str(server.make_url("")).rstrip("/")
+    return state
+
+
+def make_config(tmp_path: Path, origin_url: str, **overrides: Any) -> Config:
+    """A config for tests: example.com and other.test on the given origin, ports chosen by the
+    OS. ``overrides`` replace whole tables (edge=..., cache=..., domains=...)."""
+    data: dict[str, Any] = {
+        "edge": {"listen": "127.0.0.1:0", "shutdown_timeout": 5},
+        "api": {"listen": "127.0.0.1:0"},
+        "cache": {"max_bytes": "16MiB", "max_object_bytes": "1MiB"},
+        "state": {"path": str(tmp_path / "state.db")},
+        "domains": [
+            {"name": "example.com", "origin": origin_url, "read_timeout": 5},
+            {"name": "other.test", "origin": origin_url, "read_timeout": 5},
+        ],
+    }
+    data.update(overrides)
+    return parse_config(data, base_dir=tmp_path)
+
+
+@dataclass
+class EdgeUnderTest:
+    """The edge handler on a real listener, with its store, and a client to talk to it."""
+
+    edge: Edge
+    store: MemoryStore
+    url: str
+    client: aiohttp.ClientSession
+
+    async def get(
+        self,
+        path: str,
+        *,
+        host: str = "example.com",
+        method: str = "GET",
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        all_headers = {"Host": host, **(headers or {})}
+        async with self.client.request(
+            method,
+            URL(self.url + path, encoded=True),
+            headers=all_headers,
+            data=data,
+            allow_redirects=False,
+        ) as response:
+            body = await response.read()
+            return response, body
+
+
+EdgeFactory = Callable[..., Awaitable[EdgeUnderTest]]
+
+
+@pytest.fixture
+async def make_edge(
+    tmp_path: Path,
+    origin: Origin,
+    aiohttp_raw_server: Callable[..., Awaitable[RawTestServer]],
+) -> AsyncIterator[EdgeFactory]:
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def factory(**overrides: Any) -> EdgeUnderTest:
+        config = make_config(tmp_path, origin.url, **overrides)
+        store = MemoryStore(max_bytes=config.cache.max_bytes)
+        origin_session = new_session()
+        client = aiohttp.ClientSession(auto_decompress=False)
+        sessions.extend([origin_session, client])
+        edge = Edge(config=config, store=store, session=origin_session)
+        server = await aiohttp_raw_server(edge.handle)
+        return EdgeUnderTest(
+            edge=edge, store=store, url=str(server.make_url("")).rstrip("/"), client=client
+        )
+
+    yield factory
+    for session in sessions:
+        await session.close()
+
+
+@pytest.fixture
+async def edge(make_edge: EdgeFactory) -> EdgeUnderTest:
+    return await make_edge()
