@@ -105,8 +105,9 @@ async def _reclaim(store: MemoryStore, wake: asyncio.Event) -> None:
     while True:
         await wake.wait()
         wake.clear()
-        while store.reclaim(RECLAIM_SLICE):
-            await asyncio.sleep(0)  # noqa: ASYNC110 - yields to requests between slices
+        # Yield to requests between slices (sleep(0) is a yield, not a wait).
+        while store.reclaim(RECLAIM_SLICE):  # noqa: ASYNC110
+            await asyncio.sleep(0)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +106,32 @@ def make_config(tmp_path: Path, origin_url: str, **overrides: Any) -> Config:
     return parse_config(data, base_dir=tmp_path)
 
 
+class FakeClock:
+    """Wall-clock time that tests move forward by hand: starts at the real time, so origin
+    Date headers stay consistent with it."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+async def until(condition: Callable[[], bool], *, turns: int = 10_000) -> None:
+    """Let the event loop run until ``condition`` holds; fail if it never does.
+
+    Not a timed sleep: each turn yields once to the loop, so this waits exactly as long as
+    the other tasks need to reach the state the test is about."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
+
+
 @dataclass
 class EdgeUnderTest:
     """The edge handler on a real listener, with its store, and a client to talk to it."""
@@ -112,6 +140,7 @@ class EdgeUnderTest:
     store: MemoryStore
     url: str
     client: aiohttp.ClientSession
+    clock: FakeClock
 
     async def get(
         self,
@@ -146,15 +175,20 @@ async def make_edge(
     sessions: list[aiohttp.ClientSession] = []
 
     async def factory(**overrides: Any) -> EdgeUnderTest:
+        clock = FakeClock()
         config = make_config(tmp_path, origin.url, **overrides)
         store = MemoryStore(max_bytes=config.cache.max_bytes)
         origin_session = new_session()
         client = aiohttp.ClientSession(auto_decompress=False)
         sessions.extend([origin_session, client])
-        edge = Edge(config=config, store=store, session=origin_session)
+        edge = Edge(config=config, store=store, session=origin_session, clock=clock)
         server = await aiohttp_raw_server(edge.handle)
         return EdgeUnderTest(
-            edge=edge, store=store, url=str(server.make_url("")).rstrip("/"), client=client
+            edge=edge,
+            store=store,
+            url=str(server.make_url("")).rstrip("/"),
+            client=client,
+            clock=clock,
         )
 
     yield factory

@@ -20,10 +20,11 @@ FlightResult = StoredResponse | OriginError | None
 
 
 class Flight:
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "waiters")
 
     def __init__(self) -> None:
         self._future: asyncio.Future[FlightResult] = asyncio.get_running_loop().create_future()
+        self.waiters = 0  # requests waiting on the leader; for metrics and tests
 
     def finish(self, result: FlightResult) -> None:
         if not self._future.done():
@@ -31,11 +32,14 @@ class Flight:
 
     async def wait(self, patience: float) -> FlightResult:
         """The leader's result, or None if it takes longer than ``patience`` seconds."""
+        self.waiters += 1
         try:
             async with asyncio.timeout(patience):
                 return await asyncio.shield(self._future)
         except TimeoutError:
             return None
+        finally:
+            self.waiters -= 1
 
 
 class Flights:
@@ -44,6 +48,9 @@ class Flights:
 
     def __len__(self) -> int:
         return len(self._flights)
+
+    def get(self, key: CacheKey) -> Flight | None:
+        return self._flights.get(key)
 
     def join(self, key: CacheKey) -> tuple[Flight, bool]:
         """The flight for the key and whether the caller leads it."""
