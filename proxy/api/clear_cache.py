@@ -1,0 +1,292 @@
+"""POST /api/v1/cdn/clear-cache: authenticate, check the body, clear one domain, audit.
+
+The checks run in a fixed order, cheapest and least revealing first, and the body is not read
+until the caller is known:
+
+1. Authorization: missing → 401, malformed → 400 (RFC 6750 §3.1). Both count as failures.
+2. Too many recent failures from this address → 429 with Retry-After.
+3. Unknown, regenerated or revoked token → 401 invalid_token (a failure too).
+4. Content-Type not application/json, or a compressed body → 415.
+5. Body over ``api.max_body_bytes`` (Content-Length, then counted while reading) → 413.
+6. Body not a UTF-8 JSON object with exactly one field, ``domain``, a host name → 400.
+7. Token scope does not cover the domain → 403 insufficient_scope. This comes before 8 so a
+   scoped token cannot probe which domains exist.
+8. Domain not configured → 404.
+9. Clear, and answer 200 ``Cache cleared`` only once the purger says the clear is in effect.
+
+Every attempt writes exactly one audit record, whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from proxy.api.problems import problem
+from proxy.config import Config
+from proxy.core.domains import normalise_domain
+from proxy.core.ratelimit import FailureLimiter
+from proxy.core.tokens import (
+    BearerToken,
+    MalformedCredentials,
+    NoCredentials,
+    parse_authorization,
+)
+from proxy.errors import StateError
+from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
+from proxy.store.base import Purger
+
+CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
+CONFIRMATION = "Cache cleared"
+CHALLENGE = 'Bearer realm="cdn-proxy"'
+
+log = logging.getLogger("proxy.api")
+
+
+@dataclass(frozen=True, slots=True)
+class ClearCacheContext:
+    """Everything the handler needs, kept in the app under CLEAR_CACHE_CONTEXT."""
+
+    config: Config
+    state: AsyncState
+    purger: Purger
+    limiter: FailureLimiter
+    clock: Callable[[], float]
+
+
+CLEAR_CACHE_CONTEXT = web.AppKey("clear_cache_context", ClearCacheContext)
+
+
+class _Rejected(Exception):
+    """The attempt ends here with this response; ``outcome`` goes to the audit log."""
+
+    def __init__(self, outcome: str, response: web.Response) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+        self.response = response
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """What is known so far about an attempt, for its audit record."""
+
+    actor: str | None = None
+    domain: str | None = None
+    entries_dropped: int = 0
+
+
+def _reject(
+    outcome: str, status: int, detail: str, headers: dict[str, str] | None = None
+) -> NoReturn:
+    raise _Rejected(outcome, problem(status, detail, headers=headers))
+
+
+async def clear_cache(request: web.Request) -> web.Response:
+    ctx = request.app[CLEAR_CACHE_CONTEXT]
+    started = time.perf_counter()  # duration from a monotonic clock, not the wall clock
+    now = ctx.clock()
+    attempt = _Attempt()
+    try:
+        response = await _clear(request, ctx, attempt, now)
+        outcome = "cleared"
+    except _Rejected as rejected:
+        response, outcome = rejected.response, rejected.outcome
+    record = AuditRecord(
+        at=now,
+        actor=attempt.actor,
+        client=request.remote,
+        domain=attempt.domain,
+        outcome=outcome,
+        status=response.status,
+        entries_dropped=attempt.entries_dropped,
+        duration_ms=(time.perf_counter() - started) * 1000.0,
+    )
+    try:
+        await ctx.state.record_audit(record)
+    except StateError as exc:
+        # The answer stands: after a clear the cache *is* cleared, and saying otherwise
+        # would make a deploy hook retry for nothing. The operator sees this in the log.
+        log.error("audit record not written (%s): %r", exc, record)
+    return response
+
+
+async def _clear(
+    request: web.Request, ctx: ClearCacheContext, attempt: _Attempt, now: float
+) -> web.Response:
+    client = request.remote or "unknown"
+    token = _bearer_token(request, ctx.limiter, client, now)
+
+    wait = ctx.limiter.retry_after(client, now)
+    if wait is not None:
+        _reject(
+            "rate_limited",
+            429,
+            f"too many failed authentications from this address; retry in {wait} s",
+            {"Retry-After": str(wait)},
+        )
+
+    record = await _authenticate(ctx, token, client, now)
+    attempt.actor = record.name
+
+    _check_media_type(request)
+    body = await _read_body(request, ctx.config.api.max_body_bytes)
+    domain = _domain_from_body(body, attempt)
+
+    if not record.scope.allows(domain):
+        _reject(
+            "forbidden",
+            403,
+            f"this token may not clear {domain!r}",
+            {"WWW-Authenticate": f'{CHALLENGE}, error="insufficient_scope"'},
+        )
+    if domain not in ctx.config.by_name:
+        _reject("not_found", 404, f"{domain!r} is not a domain of this CDN")
+
+    try:
+        result = await ctx.purger.clear_domain(domain)
+    except Exception:
+        # A fleet purger can fail (network, Valkey). Nothing was confirmed, so say so
+        # plainly and let the caller retry; the audit log records the failure.
+        log.exception("clearing %s failed", domain)
+        _reject("error", 503, f"the cache of {domain!r} could not be cleared; try again")
+    attempt.entries_dropped = result.entries_dropped
+    response = web.Response(text=CONFIRMATION, content_type="text/plain", charset="utf-8")
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _bearer_token(request: web.Request, limiter: FailureLimiter, client: str, now: float) -> str:
+    values = request.headers.getall("Authorization", [])
+    credentials = (
+        MalformedCredentials("more than one Authorization header")
+        if len(values) > 1
+        else parse_authorization(values[0] if values else None)
+    )
+    match credentials:
+        case BearerToken(token=token):
+            return token
+        case NoCredentials():
+            limiter.record_failure(client, now)
+            _reject(
+                "unauthorized",
+                401,
+                "an Authorization header with a Bearer token is required",
+                {"WWW-Authenticate": CHALLENGE},
+            )
+        case MalformedCredentials(reason=reason):
+            limiter.record_failure(client, now)
+            _reject(
+                "bad_request",
+                400,
+                reason,
+                {"WWW-Authenticate": f'{CHALLENGE}, error="invalid_request"'},
+            )
+
+
+async def _authenticate(ctx: ClearCacheContext, token: str, client: str, now: float) -> TokenRecord:
+    try:
+        record = await ctx.state.authenticate(token, now)
+    except StateError as exc:
+        log.error("token lookup failed: %s", exc)
+        _reject("error", 503, "the token database is unavailable; try again")
+    if record is None:
+        ctx.limiter.record_failure(client, now)
+        _reject(
+            "unauthorized",
+            401,
+            "the token is not valid (it may have been regenerated or revoked)",
+            {"WWW-Authenticate": f'{CHALLENGE}, error="invalid_token"'},
+        )
+    return record
+
+
+def _check_media_type(request: web.Request) -> None:
+    types = request.headers.getall("Content-Type", [])
+    media_type = types[0].split(";", 1)[0].strip().lower() if len(types) == 1 else ""
+    if media_type != "application/json":
+        _reject(
+            "unsupported_media_type",
+            415,
+            "the body must be sent as Content-Type: application/json",
+            {"Accept-Post": "application/json"},
+        )
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding != "identity":
+        # A compressed body could expand past max_body_bytes before it is counted.
+        _reject("unsupported_media_type", 415, "the body must not be compressed")
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    too_large = f"the body must be at most {limit} bytes"
+    if request.content_length is not None and request.content_length > limit:
+        _reject("too_large", 413, too_large)
+    body = bytearray()
+    try:
+        # Counted as it arrives: a chunked body has no Content-Length to check up front.
+        while chunk := await request.content.read(limit + 1 - len(body)):
+            body += chunk
+            if len(body) > limit:
+                _reject("too_large", 413, too_large)
+    except (HttpProcessingError, ConnectionError):
+        _reject("bad_request", 400, "the body could not be read")
+    return bytes(body)
+
+
+class _DuplicateField(ValueError):
+    pass
+
+
+def _unique_fields(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # Two "domain" fields would be read differently by different parsers; refuse both.
+    fields: dict[str, object] = {}
+    for name, value in pairs:
+        if name in fields:
+            raise _DuplicateField(name)
+        fields[name] = value
+    return fields
+
+
+def _no_constants(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity are Python's, not RFC 8259's
+
+
+def _domain_from_body(body: bytes, attempt: _Attempt) -> str:
+    """The normalised domain named by the body; the one value used from here on."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        _reject("bad_request", 400, "the body is not UTF-8")
+    if not text.strip():
+        _reject("bad_request", 400, 'the body is empty; send {"domain": "<cdn domain>"}')
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_fields, parse_constant=_no_constants)
+    except _DuplicateField as exc:
+        _reject("bad_request", 400, f"the body has the field {exc.args[0]!r} more than once")
+    except (ValueError, RecursionError):
+        _reject("bad_request", 400, "the body is not valid JSON")
+    if not isinstance(data, dict):
+        _reject("bad_request", 400, 'the body must be a JSON object: {"domain": "<cdn domain>"}')
+    if "domain" not in data:
+        _reject("bad_request", 400, "the field 'domain' is required")
+    extra = sorted(name for name in data if name != "domain")
+    if extra:
+        _reject("bad_request", 400, f"unknown fields: {', '.join(map(repr, extra))}")
+    raw = data["domain"]
+    if not isinstance(raw, str):
+        _reject("bad_request", 400, "the field 'domain' must be a string")
+    attempt.domain = raw
+    if not raw:
+        _reject("bad_request", 400, "the field 'domain' must not be empty")
+    try:
+        domain = normalise_domain(raw)
+    except ValueError as exc:  # InvalidDomain, and anything idna lets through
+        _reject("bad_request", 400, f"the field 'domain' is not a host name: {exc}")
+    attempt.domain = domain
+    return domain

@@ -1,0 +1,261 @@
+"""The ``cdn-proxy`` command: run the server, manage API tokens, and purge from a deploy hook.
+
+Errors are one line on stderr and a non-zero exit, never a traceback: 2 for a usage or
+configuration mistake, 1 for anything else that failed.
+
+``purge`` is the deploy-hook client. It uses urllib (stdlib, no event loop) and never
+follows redirects: urllib would resend the Authorization header to wherever one points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from proxy import __version__
+from proxy.config import Config, client_settings, load_config
+from proxy.core.domains import InvalidDomain, normalise_domain
+from proxy.core.tokens import Scope, is_valid_token_name
+from proxy.errors import ConfigError, ProxyError
+from proxy.state.sqlite import StateDB, TokenRecord
+
+CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
+PURGE_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
+MAX_BODY_SHOWN = 2000  # bytes of an answer worth showing
+
+
+class _Fail(Exception):
+    """End the command with this message on stderr and this exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed usage (or help) already
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        code: int = args.run(args)
+    except _Fail as exc:
+        print(f"cdn-proxy: {exc}", file=sys.stderr)
+        return exc.code
+    except ConfigError as exc:
+        print(f"cdn-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    except ProxyError as exc:
+        print(f"cdn-proxy: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdn-proxy", description="A caching reverse proxy with a clear-cache API."
+    )
+    parser.add_argument("--version", action="version", version=f"cdn-proxy {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    with_config = argparse.ArgumentParser(add_help=False)
+    with_config.add_argument("--config", required=True, type=Path, help="the TOML config file")
+
+    serve = commands.add_parser("serve", parents=[with_config], help="run the proxy and the API")
+    serve.set_defaults(run=_serve)
+
+    token = commands.add_parser("token", help="manage clear-cache API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    create = token_commands.add_parser(
+        "create", parents=[with_config], help="create a token and print it (shown once)"
+    )
+    create.add_argument("name", help="1-64 of A-Z a-z 0-9 . _ -")
+    scope = create.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--domain",
+        action="append",
+        dest="domains",
+        metavar="DOMAIN",
+        help="a configured domain the token may clear (repeat for more)",
+    )
+    scope.add_argument(
+        "--all-domains", action="store_true", help="the token may clear every domain"
+    )
+    create.set_defaults(run=_token_create)
+    listing = token_commands.add_parser("list", parents=[with_config], help="list tokens")
+    listing.set_defaults(run=_token_list)
+    regenerate = token_commands.add_parser(
+        "regenerate", parents=[with_config], help="replace a token's value and print the new one"
+    )
+    regenerate.add_argument("name")
+    regenerate.set_defaults(run=_token_regenerate)
+    revoke = token_commands.add_parser("revoke", parents=[with_config], help="delete a token")
+    revoke.add_argument("name")
+    revoke.set_defaults(run=_token_revoke)
+
+    purge = commands.add_parser("purge", help="clear a domain's cache through the API")
+    purge.add_argument("domain", help="the CDN domain to clear")
+    purge.add_argument("--url", help="the API base URL (default: $CDN_PROXY_URL)")
+    purge.add_argument(
+        "--token",
+        help="the API token (default: $CDN_PROXY_TOKEN, preferred: flags show in `ps`)",
+    )
+    purge.set_defaults(run=_purge)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    from proxy import service  # the server stack is only imported by the command that runs it
+
+    return service.serve(config)
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def _open_state(config: Config) -> StateDB:
+    return StateDB(config.state.path, audit_max_rows=config.state.audit_max_rows)
+
+
+def _check_name(name: str) -> None:
+    if not is_valid_token_name(name):
+        raise _Fail(f"bad token name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -", code=2)
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    _check_name(args.name)
+    if args.all_domains:
+        scope = Scope.everything()
+    else:
+        domains = set()
+        for given in args.domains:
+            try:
+                domain = normalise_domain(given)
+            except InvalidDomain as exc:
+                raise _Fail(f"--domain {given!r} is not a host name: {exc}", code=2) from None
+            if domain not in config.by_name:
+                raise _Fail(f"--domain {given!r} is not a configured domain", code=2)
+            domains.add(domain)
+        scope = Scope.only(domains)
+    with _open_state(config) as db:
+        token = db.create_token(args.name, scope, time.time())
+    print(token)
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    with _open_state(config) as db:
+        records = db.list_tokens()
+    print(_table(records))
+    return 0
+
+
+def _table(records: Sequence[TokenRecord]) -> str:
+    rows = [("NAME", "SCOPE", "CREATED", "LAST USED")]
+    rows += [
+        (r.name, r.scope.describe(), _when(r.created_at), _when(r.last_used_at)) for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]])
+        for row in rows
+    )
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "never"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _token_regenerate(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    with _open_state(config) as db:
+        token = db.regenerate_token(args.name, time.time())
+    print(token)
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    with _open_state(config) as db:
+        db.revoke_token(args.name)
+    print(f"revoked token {args.name!r}")
+    return 0
+
+
+# -- purge -------------------------------------------------------------------------------------
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: object,
+        code: int,
+        msg: str,
+        headers: object,
+        newurl: str,
+    ) -> None:
+        return None  # the 3xx then surfaces as an HTTPError, reported like any failure
+
+
+def _purge(args: argparse.Namespace) -> int:
+    settings = client_settings(args.url, args.token)
+    if not settings.url:
+        raise _Fail("no API URL: pass --url or set CDN_PROXY_URL", code=2)
+    if not settings.token:
+        raise _Fail("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
+    if not settings.url.startswith(("http://", "https://")):
+        raise _Fail(f"the API URL must start with http:// or https://: {settings.url}", code=2)
+    url = settings.url.rstrip("/") + CLEAR_CACHE_PATH
+    # The scheme was checked above: only http(s), never file:// or others (S310).
+    request = urllib.request.Request(  # noqa: S310
+        url,
+        data=json.dumps({"domain": args.domain}).encode("utf-8"),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {settings.token}",
+            "Content-Type": "application/json",
+            "Accept": "text/plain, application/problem+json",
+            "User-Agent": f"cdn-proxy/{__version__}",
+        },
+    )
+    opener = urllib.request.build_opener(_NoRedirects)
+    try:
+        with opener.open(request, timeout=PURGE_TIMEOUT) as response:
+            body = response.read(MAX_BODY_SHOWN).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        with exc:
+            detail = _problem_detail(exc.read(MAX_BODY_SHOWN))
+        raise _Fail(f"purge failed: {exc.code} {exc.reason}: {detail}") from None
+    except urllib.error.URLError as exc:
+        raise _Fail(f"cannot reach {url}: {exc.reason}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, junk
+        raise _Fail(f"cannot reach {url}: {exc}") from None
+    print(body)
+    return 0
+
+
+def _problem_detail(body: bytes) -> str:
+    """The ``detail`` of a problem+json body, or the body itself if it is not one."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text or "(no body)"
+    if isinstance(data, dict) and isinstance(data.get("detail"), str):
+        return str(data["detail"])
+    return text

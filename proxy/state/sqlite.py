@@ -1,0 +1,393 @@
+"""What survives a restart: API tokens (SHA-256 hashes only) and the purge audit log.
+
+``StateDB`` is synchronous and owns one sqlite3 connection; the CLI uses it directly.
+``AsyncState`` runs a StateDB on one dedicated worker thread, so the event loop that also
+serves proxied traffic never waits on sqlite, and the connection is only ever touched by the
+thread that created it.
+
+There is no token cache: the server reads the database on every API request, so a token
+regenerated or revoked by the CLI (another process, another connection) stops working at
+once. WAL mode lets that CLI write while the server reads.
+
+sqlite3 errors are translated into StateError / NotFoundError here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import ParamSpec, Self, TypeVar
+
+from proxy.core.tokens import (
+    TOKEN_PREFIX,
+    Scope,
+    digests_equal,
+    hash_token,
+    is_valid_token_name,
+)
+from proxy.errors import NotFoundError, StateError
+
+SCHEMA_VERSION = 1
+MAX_AUDIT_TEXT = 255  # a host name is at most 253; anything longer was junk from a client
+BUSY_TIMEOUT = 5.0  # seconds to wait for the CLI's write lock before giving up
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    scope TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    last_used_at REAL
+);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    actor TEXT,
+    client TEXT,
+    domain TEXT,
+    outcome TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    entries_dropped INTEGER NOT NULL DEFAULT 0,
+    duration_ms REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_domain ON audit (domain, id);
+CREATE INDEX IF NOT EXISTS audit_by_outcome ON audit (outcome, id);
+"""
+
+# One fixed statement per filter combination: no SQL is ever assembled from pieces, and each
+# variant can use its own index (domain, id) or (outcome, id).
+_AUDIT_QUERIES = {
+    (False, False): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
+    " duration_ms, id FROM audit ORDER BY id DESC LIMIT ? OFFSET ?",
+    (True, False): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
+    " duration_ms, id FROM audit WHERE domain = ? ORDER BY id DESC LIMIT ? OFFSET ?",
+    (False, True): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
+    " duration_ms, id FROM audit WHERE outcome = ? ORDER BY id DESC LIMIT ? OFFSET ?",
+    (True, True): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
+    " duration_ms, id FROM audit WHERE domain = ? AND outcome = ?"
+    " ORDER BY id DESC LIMIT ? OFFSET ?",
+}
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A token as the database knows it. Never holds the token or its hash."""
+
+    name: str
+    scope: Scope
+    created_at: float  # when the current value was issued (created or regenerated)
+    last_used_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One clear-cache attempt. ``id`` is set on records read back from the database."""
+
+    at: float
+    actor: str | None  # token name, never the token
+    client: str | None
+    domain: str | None
+    outcome: str
+    status: int
+    entries_dropped: int
+    duration_ms: float
+    id: int | None = None
+
+
+def new_token() -> str:
+    """A fresh token: 256 random bits, URL-safe, with a recognisable prefix."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def _audit_text(value: str | None) -> str | None:
+    """Bounded, encodable text for the audit log (a JSON body can carry lone surrogates)."""
+    if value is None:
+        return None
+    return value[:MAX_AUDIT_TEXT].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class StateDB:
+    """The state database. Opening creates the directory, the file and the schema."""
+
+    def __init__(self, path: Path, *, audit_max_rows: int = 100_000) -> None:
+        if audit_max_rows < 1:
+            raise ValueError("audit_max_rows must be at least 1")
+        self.path = path
+        self.audit_max_rows = audit_max_rows
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600, exist_ok=True)  # hashes only, but still nobody else's
+        except OSError as exc:
+            raise StateError(f"cannot create the state database {path}: {exc}") from None
+        try:
+            # Autocommit; multi-statement changes open their own transaction below.
+            self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot open the state database {path}: {exc}") from None
+        try:
+            with self._errors("set up"):
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")  # durable enough under WAL
+                version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise StateError(
+                        f"the state database {path} has schema {version}, newer than this "
+                        f"program's {SCHEMA_VERSION}"
+                    )
+                self._conn.executescript(_SCHEMA)
+                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StateError(f"state database {self.path}: cannot {action}: {exc}") from None
+
+    @contextlib.contextmanager
+    def _transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+        with self._errors(action):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def create_token(self, name: str, scope: Scope, now: float) -> str:
+        """Create a token and return it; only its hash is kept. StateError if the name exists."""
+        _check_name(name)
+        token = new_token()
+        try:
+            with self._errors("create a token"):
+                self._conn.execute(
+                    "INSERT INTO tokens (name, token_sha256, scope, created_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (name, hash_token(token), scope.to_stored(), now),
+                )
+        except StateError:
+            if self._token_exists(name):
+                raise StateError(f"a token named {name!r} already exists") from None
+            raise
+        return token
+
+    def regenerate_token(self, name: str, now: float) -> str:
+        """Give the token a new value; the old one stops working at once.
+
+        ``created_at`` and ``last_used_at`` describe the current value, so they restart: the
+        token list then shows how old each secret is, which is what rotation needs.
+        """
+        token = new_token()
+        with self._errors("regenerate a token"):
+            cursor = self._conn.execute(
+                "UPDATE tokens SET token_sha256 = ?, created_at = ?, last_used_at = NULL"
+                " WHERE name = ?",
+                (hash_token(token), now, name),
+            )
+        if cursor.rowcount == 0:
+            raise NotFoundError(f"no token named {name!r}")
+        return token
+
+    def revoke_token(self, name: str) -> None:
+        with self._errors("revoke a token"):
+            cursor = self._conn.execute("DELETE FROM tokens WHERE name = ?", (name,))
+        if cursor.rowcount == 0:
+            raise NotFoundError(f"no token named {name!r}")
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._errors("list tokens"):
+            rows = self._conn.execute(
+                "SELECT name, scope, created_at, last_used_at FROM tokens ORDER BY name"
+            ).fetchall()
+        return [_token_record(*row) for row in rows]
+
+    def authenticate(self, token: str, now: float) -> TokenRecord | None:
+        """The record of a known token (and its last use set to ``now``), or None."""
+        digest = hash_token(token)
+        with self._errors("look up a token"):
+            row = self._conn.execute(
+                "SELECT name, token_sha256, scope, created_at FROM tokens WHERE token_sha256 = ?",
+                (digest,),
+            ).fetchone()
+            # The index lookup already matched; compare again in constant time so no code
+            # path ever decides on a token with a short-circuiting comparison.
+            if row is None or not digests_equal(row[1], digest):
+                return None
+            self._conn.execute("UPDATE tokens SET last_used_at = ? WHERE name = ?", (now, row[0]))
+        return _token_record(row[0], row[2], row[3], now)
+
+    def _token_exists(self, name: str) -> bool:
+        with self._errors("look up a token"):
+            row = self._conn.execute("SELECT 1 FROM tokens WHERE name = ?", (name,)).fetchone()
+        return row is not None
+
+    # -- audit log ---------------------------------------------------------------------------
+
+    def record_audit(self, record: AuditRecord) -> None:
+        """Append a record, dropping the oldest beyond ``audit_max_rows``.
+
+        Ids are AUTOINCREMENT (never reused) and the log is only ever pruned from the old end,
+        so "rows older than newest_id - max" is one range delete on the primary key: no count.
+        """
+        with self._transaction("write the audit log") as conn:
+            cursor = conn.execute(
+                "INSERT INTO audit (at, actor, client, domain, outcome, status,"
+                " entries_dropped, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.at,
+                    _audit_text(record.actor),
+                    _audit_text(record.client),
+                    _audit_text(record.domain),
+                    record.outcome,
+                    record.status,
+                    record.entries_dropped,
+                    record.duration_ms,
+                ),
+            )
+            newest = cursor.lastrowid
+            if newest is not None and newest > self.audit_max_rows:
+                conn.execute("DELETE FROM audit WHERE id <= ?", (newest - self.audit_max_rows,))
+
+    def list_audit(
+        self,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        domain: str | None = None,
+        outcome: str | None = None,
+    ) -> list[AuditRecord]:
+        """Audit records, newest first, optionally only those of one domain and/or outcome."""
+        if limit < 0 or offset < 0:
+            raise ValueError("limit and offset must not be negative")
+        params = [value for value in (domain, outcome) if value is not None]
+        sql = _AUDIT_QUERIES[(domain is not None, outcome is not None)]
+        with self._errors("read the audit log"):
+            rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
+        return [AuditRecord(*row) for row in rows]
+
+
+def _check_name(name: str) -> None:
+    if not is_valid_token_name(name):
+        raise ValueError("a token name is 1-64 letters, digits, '.', '_' or '-'")
+
+
+def _token_record(
+    name: str, scope: str, created_at: float, last_used_at: float | None
+) -> TokenRecord:
+    try:
+        parsed = Scope.from_stored(scope)
+    except ValueError as exc:
+        raise StateError(f"token {name!r} has a damaged scope {scope!r}: {exc}") from None
+    return TokenRecord(name=name, scope=parsed, created_at=created_at, last_used_at=last_used_at)
+
+
+class AsyncState:
+    """A StateDB driven from the event loop: every call runs on one worker thread.
+
+    Open with ``await AsyncState.open(path, audit_max_rows=...)``; ``await close()`` (or
+    ``async with``) closes the connection on its thread and stops the thread.
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor, db: StateDB) -> None:
+        self._executor = executor
+        self._db = db
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path, *, audit_max_rows: int = 100_000) -> AsyncState:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdn-proxy-state")
+        loop = asyncio.get_running_loop()
+        try:
+            db = await loop.run_in_executor(
+                executor, functools.partial(StateDB, path, audit_max_rows=audit_max_rows)
+            )
+        except BaseException:
+            executor.shutdown(wait=True)
+            raise
+        return cls(executor, db)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
+        finally:
+            self._executor.shutdown(wait=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if self._closed:
+            raise StateError("the state database is closed")
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def authenticate(self, token: str, now: float) -> TokenRecord | None:
+        return await self._run(self._db.authenticate, token, now)
+
+    async def record_audit(self, record: AuditRecord) -> None:
+        await self._run(self._db.record_audit, record)
+
+    async def list_audit(
+        self,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        domain: str | None = None,
+        outcome: str | None = None,
+    ) -> list[AuditRecord]:
+        return await self._run(self._db.list_audit, limit, offset, domain=domain, outcome=outcome)
+
+    async def create_token(self, name: str, scope: Scope, now: float) -> str:
+        return await self._run(self._db.create_token, name, scope, now)
+
+    async def regenerate_token(self, name: str, now: float) -> str:
+        return await self._run(self._db.regenerate_token, name, now)
+
+    async def revoke_token(self, name: str) -> None:
+        await self._run(self._db.revoke_token, name)
+
+    async def list_tokens(self) -> list[TokenRecord]:
+        return await self._run(self._db.list_tokens)

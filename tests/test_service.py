@@ -1,0 +1,302 @@
+"""The whole process: both listeners, start-up failures, SIGTERM, and the CLI as a black box."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from proxy.core.tokens import Scope
+from proxy.service import Service, StartError, running
+from tests.conftest import Origin, make_config
+
+CACHEABLE = {"Cache-Control": "max-age=60"}
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+async def service(tmp_path: Path, origin: Origin) -> AsyncIterator[Service]:
+    async with running(make_config(tmp_path, origin.url)) as running_service:
+        yield running_service
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def test_both_listeners_serve_and_a_clear_empties_the_domain(
+    service: Service, origin: Origin, client: aiohttp.ClientSession
+) -> None:
+    secret = await service.state.create_token("deploy", Scope(True, frozenset()), 0.0)
+    origin.reply("/page", b"v1", headers=CACHEABLE)
+    host = {"Host": "example.com"}
+    async with client.get(service.edge_url + "/page", headers=host) as r:
+        assert "stored" in r.headers["Cache-Status"]
+    async with client.get(service.edge_url + "/page", headers=host) as r:
+        assert "hit" in r.headers["Cache-Status"]
+
+    async with client.get(service.api_url + "/healthz") as r:
+        assert r.status == 200
+        assert await r.text() == "ok"
+
+    async with client.post(
+        service.api_url + "/api/v1/cdn/clear-cache",
+        json={"domain": "example.com"},
+        headers={"Authorization": f"Bearer {secret}"},
+    ) as r:
+        assert r.status == 200
+        assert await r.text() == "Cache cleared"
+    async with client.get(service.edge_url + "/page", headers=host) as r:
+        assert r.headers["Cache-Status"] == "cdn-proxy; fwd=uri-miss; stored"
+    assert origin.count("/page") == 2
+
+
+async def test_the_api_is_not_reachable_through_the_edge(
+    service: Service, origin: Origin, client: aiohttp.ClientSession
+) -> None:
+    secret = await service.state.create_token("deploy", Scope(True, frozenset()), 0.0)
+    origin.reply("/page", b"v1", headers=CACHEABLE)
+    await client.get(service.edge_url + "/page", headers={"Host": "example.com"})
+    api_host = service.api_url.removeprefix("http://")
+    attempts: list[dict[str, str]] = [
+        {"Host": "example.com"},
+        {"Host": api_host},
+        {"Host": "localhost"},
+        {"Host": "127.0.0.1"},
+    ]
+    for path in ("/api/v1/cdn/clear-cache", "//api/v1/cdn/clear-cache", "/API/v1/cdn/clear-cache"):
+        for headers in attempts:
+            async with client.post(
+                service.edge_url + path,
+                json={"domain": "example.com"},
+                headers={**headers, "Authorization": f"Bearer {secret}"},
+            ) as r:
+                assert await r.text() != "Cache cleared"
+                if headers["Host"] != "example.com":
+                    assert r.status == 421
+    # What reached the origin was the domain's own traffic, and nothing was cleared.
+    assert {s.target for s in origin.seen if s.method == "POST"} <= {
+        "/api/v1/cdn/clear-cache",
+        "//api/v1/cdn/clear-cache",
+        "/API/v1/cdn/clear-cache",
+    }
+    assert await service.store.generation("example.com") == 0
+    async with client.get(service.edge_url + "/page", headers={"Host": "example.com"}) as r:
+        assert "hit" in r.headers["Cache-Status"]
+    async with client.get(service.edge_url + "/healthz", headers={"Host": api_host}) as r:
+        assert r.status == 421
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_a_port_in_use_stops_start_up_and_leaves_nothing_listening(
+    tmp_path: Path, origin: Origin
+) -> None:
+    edge_port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        api_port = taken.getsockname()[1]
+        config = make_config(
+            tmp_path,
+            origin.url,
+            edge={"listen": f"127.0.0.1:{edge_port}"},
+            api={"listen": f"127.0.0.1:{api_port}"},
+        )
+        with pytest.raises(StartError, match=r"api.listen: cannot listen on 127.0.0.1:\d+"):
+            async with running(config):
+                pytest.fail("must not start")
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", edge_port))  # the edge listener was closed again
+
+
+# -- the command line, as an operator runs it --------------------------------------------------
+
+
+def write_config(tmp_path: Path, origin_url: str, **extra: Any) -> Path:
+    path = tmp_path / "proxy.toml"
+    path.write_text(
+        f"""
+[edge]
+listen = "127.0.0.1:0"
+shutdown_timeout = 10
+[api]
+listen = "127.0.0.1:0"
+[cache]
+max_bytes = "8MiB"
+[state]
+path = "state.db"
+[[domains]]
+name = "example.com"
+origin = "{origin_url}"
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "CDN_PROXY_URL": "", "CDN_PROXY_TOKEN": ""},
+    )
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[edge]\nlisten=8080\n[api]\nlisten="127.0.0.1:0"\n[cache]\nmax_bytes="1MiB"\n'
+            '[state]\npath="s.db"\n[[domains]]\nname="example.com"\norigin="http://127.0.0.1:1"\n',
+            "edge.listen: is required and must be a string",
+        ),
+        ("[edge\n", "is not valid TOML"),
+        (
+            '[edge]\nlisten="127.0.0.1:0"\n[api]\nlisten="127.0.0.1:0"\n[cache]\nmax_bytes="1MiB"\n'
+            '[state]\npath="s.db"\n[[domains]]\nname="example.com"\norigin="ftp://x"\n',
+            "domains[0].origin: 'ftp://x' must start with http:// or https://",
+        ),
+        (
+            '[edge]\nlisten="127.0.0.1:0"\n[api]\nlisten="127.0.0.1:0"\n[cache]\nmax_bytes="lots"\n'
+            '[state]\npath="s.db"\n[[domains]]\nname="example.com"\norigin="http://127.0.0.1:1"\n',
+            "cache.max_bytes: 'lots' is not a size",
+        ),
+    ],
+)
+async def test_a_broken_config_stops_start_up_with_one_message(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    status, out, err = await cli("serve", "--config", str(path))
+    assert status == 2
+    assert out == ""
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+class Server:
+    """``cdn-proxy serve`` in a child process, with the addresses it printed."""
+
+    def __init__(self, process: asyncio.subprocess.Process, edge: str, api: str) -> None:
+        self.process = process
+        self.edge = edge
+        self.api = api
+
+
+@pytest.fixture
+async def server(tmp_path: Path, origin: Origin) -> AsyncIterator[Server]:
+    config = write_config(tmp_path, origin.url)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    addresses: dict[str, str] = {}
+    async with asyncio.timeout(30):
+        while len(addresses) < 2:
+            line = (await process.stdout.readline()).decode()
+            assert line, "the server exited before it was listening"
+            name, _, url = line.strip().partition(" ")
+            addresses[name] = url
+    yield Server(process, addresses["edge"], addresses["api"])
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
+async def test_sigterm_drains_in_flight_requests_and_exits_cleanly(
+    server: Server, origin: Origin, client: aiohttp.ClientSession
+) -> None:
+    arrived = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        arrived.set()
+        await release.wait()
+        return web.Response(text="finished", headers=CACHEABLE)
+
+    origin.route("/slow", slow)
+    in_flight = asyncio.create_task(
+        client.get(server.edge + "/slow", headers={"Host": "example.com"})
+    )
+    await arrived.wait()
+    server.process.send_signal(signal.SIGTERM)
+    release.set()
+    response = await in_flight
+    assert response.status == 200
+    assert await response.text() == "finished"
+    response.release()
+    async with asyncio.timeout(20):
+        assert await server.process.wait() == 0
+
+
+async def test_tokens_from_the_cli_work_at_once_in_a_running_server(
+    server: Server, tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
+) -> None:
+    config = str(tmp_path / "proxy.toml")
+    status, token, err = await cli("token", "create", "deploy", "--all-domains", "--config", config)
+    assert status == 0, err
+    token = token.strip()
+    assert len(token.splitlines()) == 1
+
+    async def clear(secret: str) -> tuple[int, str]:
+        async with client.post(
+            server.api + "/api/v1/cdn/clear-cache",
+            json={"domain": "example.com"},
+            headers={"Authorization": f"Bearer {secret}"},
+        ) as r:
+            return r.status, await r.text()
+
+    assert await clear(token) == (200, "Cache cleared")
+
+    status, new_token, _ = await cli("token", "regenerate", "deploy", "--config", config)
+    assert status == 0
+    new_token = new_token.strip()
+    assert new_token != token
+    old_status, _ = await clear(token)
+    assert old_status == 401
+    assert await clear(new_token) == (200, "Cache cleared")
+
+    status, out, err = await cli("purge", "example.com", "--url", server.api, "--token", new_token)
+    assert (status, out.strip()) == (0, "Cache cleared"), err
+
+    status, _, _ = await cli("token", "revoke", "deploy", "--config", config)
+    assert status == 0
+    revoked_status, _ = await clear(new_token)
+    assert revoked_status == 401
+    status, out, err = await cli("purge", "example.com", "--url", server.api, "--token", new_token)
+    assert status == 1
+    assert out == ""
+    assert err.strip()
