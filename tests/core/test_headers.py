@@ -1,0 +1,174 @@
+"""Which header fields cross the proxy (RFC 9110 §7.6), and Cache-Status (RFC 9211)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.headers import cache_status, connection_tokens, from_origin, to_origin
+
+CLIENT_HEADERS = [
+    ("Host", "Example.COM:8080"),
+    ("Accept", "*/*"),
+    ("Connection", "keep-alive, X-Secret"),
+    ("Keep-Alive", "timeout=5"),
+    ("X-Secret", "connection-only"),
+    ("TE", "trailers"),
+    ("Transfer-Encoding", "chunked"),
+    ("Upgrade", "h2c"),
+    ("Proxy-Connection", "keep-alive"),
+    ("Proxy-Authorization", "Basic eDp5"),
+    ("Forwarded", "for=192.0.2.1;proto=http"),
+    ("X-Forwarded-For", "192.0.2.1"),
+    ("X-Forwarded-Host", "evil.example"),
+    ("X-Forwarded-Proto", "http"),
+    ("X-Real-IP", "192.0.2.1"),
+    ("X-Original-URL", "/admin"),
+    ("CDN-Loop", "other"),
+    ("Via", "1.1 upstream"),
+    ("Cookie", "a=b"),
+    ("X-HTTP-Method-Override", "DELETE"),
+    ("If-None-Match", '"v1"'),
+    ("If-Modified-Since", "Sun, 06 Nov 1994 08:49:37 GMT"),
+    ("Range", "bytes=0-1"),
+    ("Accept-Encoding", "gzip"),
+]
+
+PROXY_SET = [
+    ("Host", "example.com"),
+    ("Via", "1.1 upstream, 1.1 cdn-proxy"),
+    ("X-Forwarded-For", "203.0.113.7"),
+    ("X-Forwarded-Proto", "https"),
+    ("X-Forwarded-Host", "example.com"),
+]
+
+
+def _to_origin(headers: list[tuple[str, str]], *, cacheable: bool) -> list[tuple[str, str]]:
+    return to_origin(
+        headers,
+        domain="example.com",
+        client_address="203.0.113.7",
+        scheme="https",
+        via="cdn-proxy",
+        cacheable=cacheable,
+    )
+
+
+def test_to_origin_for_a_cacheable_request() -> None:
+    """RFC 9110 §7.6.1: hop-by-hop and Connection-listed fields go; the client's forwarding
+    claims go and the proxy's own X-Forwarded-* are set; Via is appended (§7.6.3); on a
+    cacheable fill the method override and the client's conditions and ranges go too."""
+    assert _to_origin(CLIENT_HEADERS, cacheable=True) == [
+        ("Accept", "*/*"),
+        ("Cookie", "a=b"),
+        ("Accept-Encoding", "gzip"),
+        *PROXY_SET,
+    ]
+
+
+def test_to_origin_for_an_uncacheable_request_keeps_conditions_and_overrides() -> None:
+    """A pass-through request is the client's own: its conditions and range go as sent."""
+    assert _to_origin(CLIENT_HEADERS, cacheable=False) == [
+        ("Accept", "*/*"),
+        ("Cookie", "a=b"),
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("If-None-Match", '"v1"'),
+        ("If-Modified-Since", "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ("Range", "bytes=0-1"),
+        ("Accept-Encoding", "gzip"),
+        *PROXY_SET,
+    ]
+
+
+def test_to_origin_without_via_or_host_from_the_client() -> None:
+    """The proxy's fields are there even when the client sent none; names match any case."""
+    headers = [("accept", "text/html"), ("x-forwarded-for", "10.0.0.1"), ("HOST", "x")]
+    assert _to_origin(headers, cacheable=True) == [
+        ("accept", "text/html"),
+        ("Host", "example.com"),
+        ("Via", "1.1 cdn-proxy"),
+        ("X-Forwarded-For", "203.0.113.7"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Host", "example.com"),
+    ]
+
+
+def test_to_origin_joins_several_via_fields_in_order() -> None:
+    """RFC 9110 §7.6.3: each proxy appends its own entry to the list."""
+    headers = [("Via", "1.0 a"), ("Accept", "*/*"), ("via", "1.1 b, 1.1 c")]
+    out = dict(_to_origin(headers, cacheable=True))
+    assert out["Via"] == "1.0 a, 1.1 b, 1.1 c, 1.1 cdn-proxy"
+
+
+def test_from_origin() -> None:
+    """RFC 9110 §7.6.1: hop-by-hop and Connection-listed fields are not forwarded; the proxy
+    sets Content-Length from the body it sends and writes its own Cache-Status."""
+    headers = [
+        ("Connection", "close, X-Hop"),
+        ("X-Hop", "1"),
+        ("Keep-Alive", "timeout=5"),
+        ("Transfer-Encoding", "chunked"),
+        ("Content-Length", "5"),
+        ("Cache-Status", "origin-cache; hit"),
+        ("Content-Type", "text/plain"),
+        ("Set-Cookie", "a=b"),
+        ("ETag", '"v1"'),
+        ("Upgrade", "h2c"),
+        ("Trailer", "X-Sum"),
+    ]
+    assert from_origin(headers) == (
+        ("Content-Type", "text/plain"),
+        ("Set-Cookie", "a=b"),
+        ("ETag", '"v1"'),
+    )
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([], set()),
+        ([("Connection", "close")], {"close"}),
+        ([("connection", " X-A ,x-b,, "), ("CONNECTION", "X-C")], {"x-a", "x-b", "x-c"}),
+        ([("X-Connection", "x-a")], set()),
+    ],
+)
+def test_connection_tokens(headers: list[tuple[str, str]], expected: set[str]) -> None:
+    """RFC 9110 §7.6.1: Connection options are case-insensitive field names."""
+    assert connection_tokens(headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("hit", "fwd", "stored", "collapsed", "ttl", "detail", "expected"),
+    [
+        (True, None, False, False, 5, None, "cdn-proxy; hit; ttl=5"),
+        (False, "uri-miss", True, False, None, None, "cdn-proxy; fwd=uri-miss; stored"),
+        (False, "vary-miss", False, False, None, None, "cdn-proxy; fwd=vary-miss"),
+        (False, "stale", True, False, 60, None, "cdn-proxy; fwd=stale; stored; ttl=60"),
+        (True, None, False, False, -3, None, "cdn-proxy; hit; ttl=-3"),
+        (False, "uri-miss", False, True, None, None, "cdn-proxy; fwd=uri-miss; collapsed"),
+        (
+            False,
+            "request",
+            False,
+            False,
+            None,
+            "no-store",
+            'cdn-proxy; fwd=request; detail="no-store"',
+        ),
+        (False, None, False, False, None, None, "cdn-proxy"),
+    ],
+)
+def test_cache_status(
+    hit: bool,
+    fwd: str | None,
+    stored: bool,
+    collapsed: bool,
+    ttl: int | None,
+    detail: str | None,
+    expected: str,
+) -> None:
+    """RFC 9211 §2: a list member, the cache's name then its parameters, as in §2's
+    examples ("ExampleCache; hit; ttl=...", "ExampleCache; fwd=uri-miss; stored")."""
+    status = cache_status(
+        "cdn-proxy", hit=hit, fwd=fwd, stored=stored, collapsed=collapsed, ttl=ttl, detail=detail
+    )
+    assert status == expected

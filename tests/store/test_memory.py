@@ -1,0 +1,472 @@
+"""The in-memory store: bounded LRU, variants per key, clear by generation, reclaim in slices."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+
+from proxy.core.entry import CacheKey, StoredResponse
+from proxy.core.policy import ENTRY_OVERHEAD, Storable
+from proxy.store.base import ClearResult, DomainStats, LocalPurger, StoreStats
+from proxy.store.memory import MAX_VARIANTS_PER_KEY, MemoryStore
+
+NOW = 1_700_000_000.0
+DOMAIN = "example.com"
+OTHER = "other.test"
+KiB = 1024
+MiB = 1024 * KiB
+
+
+def response(
+    size: int = 100,
+    *,
+    body: bytes = b"body",
+    vary: tuple[str, ...] = (),
+    vary_values: tuple[str | None, ...] = (),
+) -> StoredResponse:
+    """A stored response whose accounted size is exactly ``size``."""
+    return StoredResponse(
+        status=200,
+        reason="OK",
+        headers=(("Cache-Control", "max-age=60"),),
+        body=body,
+        response_time=NOW,
+        corrected_initial_age=0.0,
+        freshness_lifetime=60.0,
+        expires_at=NOW + 60,
+        revalidate_always=False,
+        etag=None,
+        last_modified=None,
+        vary=vary,
+        vary_values=vary_values,
+        size=size,
+    )
+
+
+def encoded(value: str, size: int = 100) -> StoredResponse:
+    """A variant for Vary: Accept-Encoding with the given request value."""
+    return response(size, body=value.encode(), vary=("accept-encoding",), vary_values=(value,))
+
+
+def key(target: str, domain: str = DOMAIN, generation: int = 0) -> CacheKey:
+    return (domain, generation, target)
+
+
+def live_keys(store: MemoryStore) -> list[CacheKey]:
+    """The stored keys, least recently used first (read-only peek at the LRU order)."""
+    return list(store._lru)
+
+
+# -- put, get, stats ---------------------------------------------------------------------------
+
+
+async def test_put_then_get() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    stored = response(body=b"hello")
+    assert await store.put(key("/a"), stored) is True
+    assert list(await store.get(key("/a"))) == [stored]
+    assert list(store.get_now(key("/a"))) == [stored]
+    assert list(await store.get(key("/b"))) == []
+    assert list(await store.get(key("/a", domain=OTHER))) == []
+    assert list(await store.get(key("/a", generation=1))) == []
+
+
+async def test_stats_count_entries_and_bytes() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), response(100))
+    await store.put(key("/b"), response(250))
+    await store.put(key("/c", domain=OTHER), response(7))
+    assert await store.stats() == StoreStats(
+        entries=3, bytes=357, max_bytes=MiB, evictions=0, pending_reclaim=0
+    )
+    assert await store.domain_stats(DOMAIN) == DomainStats(entries=2, bytes=350)
+    assert await store.domain_stats(OTHER) == DomainStats(entries=1, bytes=7)
+    assert await store.domain_stats("unknown.test") == DomainStats(entries=0, bytes=0)
+    assert await store.generation(DOMAIN) == 0
+
+
+async def test_least_recently_used_is_evicted_first() -> None:
+    """A get refreshes recency; so does storing again."""
+    store = MemoryStore(max_bytes=300)
+    for target in ("/a", "/b", "/c"):
+        await store.put(key(target), response(100))
+    await store.get(key("/a"))
+    await store.put(key("/d"), response(100))
+    assert live_keys(store) == [key("/c"), key("/a"), key("/d")]
+    await store.put(key("/c"), response(100))  # replaced: now the most recent
+    await store.put(key("/e"), response(100))
+    assert live_keys(store) == [key("/d"), key("/c"), key("/e")]
+    assert list(await store.get(key("/b"))) == []
+    stats = await store.stats()
+    assert (stats.entries, stats.bytes, stats.evictions) == (3, 300, 2)
+
+
+async def test_one_big_entry_evicts_as_many_as_it_needs() -> None:
+    store = MemoryStore(max_bytes=1000)
+    for target in ("/a", "/b", "/c", "/d"):
+        await store.put(key(target), response(250))
+    assert await store.put(key("/big"), response(700)) is True
+    assert live_keys(store) == [key("/d"), key("/big")]
+    assert (await store.stats()).bytes == 950
+
+
+@pytest.mark.parametrize("size", [1001, 10**9])
+async def test_a_response_larger_than_the_store_is_refused(size: int) -> None:
+    store = MemoryStore(max_bytes=1000)
+    await store.put(key("/a"), response(100))
+    assert await store.put(key("/big"), response(size)) is False
+    assert list(await store.get(key("/big"))) == []
+    assert live_keys(store) == [key("/a")]  # nothing was evicted for it
+    assert await store.put(key("/exact"), response(1000)) is True
+
+
+async def test_put_for_a_cleared_generation_is_refused() -> None:
+    """A fill that started before a clear must not land after it (base.Store.put)."""
+    store = MemoryStore(max_bytes=MiB)
+    await store.clear_domain(DOMAIN)
+    assert await store.put(key("/a", generation=0), response()) is False
+    assert await store.put(key("/a", generation=2), response()) is False  # not yet current
+    assert (await store.stats()).entries == 0
+    assert await store.put(key("/a", generation=1), response()) is True
+
+
+# -- variants ----------------------------------------------------------------------------------
+
+
+async def test_variants_with_the_same_vary_values_replace_each_other() -> None:
+    """RFC 9111 §4.1: one stored response per secondary key; the newest first."""
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), encoded("gzip", 100))
+    await store.put(key("/a"), encoded("br", 100))
+    newer_gzip = encoded("gzip", 150)
+    await store.put(key("/a"), newer_gzip)
+    assert [v.body for v in await store.get(key("/a"))] == [b"gzip", b"br"]
+    assert (await store.get(key("/a")))[0] is newer_gzip
+    assert await store.domain_stats(DOMAIN) == DomainStats(entries=2, bytes=250)
+
+
+async def test_same_values_under_different_vary_names_are_different_variants() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), response(vary=("accept",), vary_values=("x",)))
+    await store.put(key("/a"), response(vary=("accept-language",), vary_values=("x",)))
+    await store.put(key("/a"), response())  # no Vary at all: a variant of its own
+    assert len(await store.get(key("/a"))) == 3
+
+
+async def test_variants_per_key_are_capped() -> None:
+    """A Vary on a high-cardinality field cannot grow one key without bound."""
+    store = MemoryStore(max_bytes=MiB)
+    for n in range(MAX_VARIANTS_PER_KEY + 5):
+        await store.put(key("/a"), encoded(f"v{n}", 10))
+    kept = [v.body for v in await store.get(key("/a"))]
+    newest = MAX_VARIANTS_PER_KEY + 4
+    assert kept == [f"v{n}".encode() for n in range(newest, newest - MAX_VARIANTS_PER_KEY, -1)]
+    stats = await store.stats()
+    assert (stats.entries, stats.bytes) == (MAX_VARIANTS_PER_KEY, 10 * MAX_VARIANTS_PER_KEY)
+
+
+# -- invalidate (RFC 9111 §4.4) ----------------------------------------------------------------
+
+
+async def test_invalidate_drops_every_variant_of_one_url() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), encoded("gzip", 100))
+    await store.put(key("/a"), encoded("br", 100))
+    await store.put(key("/b"), response(100))
+    await store.put(key("/a", domain=OTHER), response(100))
+    assert await store.invalidate(DOMAIN, "/a") == 2
+    assert list(await store.get(key("/a"))) == []
+    assert len(await store.get(key("/b"))) == 1
+    assert len(await store.get(key("/a", domain=OTHER))) == 1
+    assert await store.invalidate(DOMAIN, "/a") == 0
+    assert await store.invalidate(DOMAIN, "/never") == 0
+    stats = await store.stats()
+    assert (stats.entries, stats.bytes, stats.evictions) == (2, 200, 0)
+
+
+async def test_invalidate_after_a_clear_touches_only_the_current_generation() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), response())
+    await store.clear_domain(DOMAIN)
+    await store.put(key("/a", generation=1), response())
+    assert await store.invalidate(DOMAIN, "/a") == 1
+    assert list(await store.get(key("/a", generation=1))) == []
+    assert store.pending_reclaim == 1  # the old generation's key is still reclaimed later
+
+
+# -- clear_domain and reclaim ------------------------------------------------------------------
+
+
+async def test_clear_domain() -> None:
+    """Everything stored for the domain is unservable at once; nothing is deleted yet."""
+    calls: list[None] = []
+    store = MemoryStore(max_bytes=MiB, on_clear=lambda: calls.append(None))
+    await store.put(key("/a"), encoded("gzip", 10))
+    await store.put(key("/a"), encoded("br", 10))
+    await store.put(key("/b"), response(10))
+    await store.put(key("/c"), response(10))
+    await store.put(key("/a", domain=OTHER), response(5))
+    await store.put(key("/b", domain=OTHER), response(5))
+
+    result = await store.clear_domain(DOMAIN)
+
+    assert result == ClearResult(domain=DOMAIN, entries_dropped=4, generation=1)
+    assert calls == [None]
+    assert await store.generation(DOMAIN) == 1
+    assert await store.generation(OTHER) == 0
+    for target in ("/a", "/b", "/c"):
+        assert list(await store.get(key(target, generation=1))) == []
+    assert await store.domain_stats(DOMAIN) == DomainStats(entries=0, bytes=0)
+    assert await store.domain_stats(OTHER) == DomainStats(entries=2, bytes=10)
+    assert len(await store.get(key("/a", domain=OTHER))) == 1
+    assert await store.stats() == StoreStats(
+        entries=6, bytes=50, max_bytes=MiB, evictions=0, pending_reclaim=3
+    )
+
+    assert await store.put(key("/a", generation=1), response(10)) is True
+    assert await store.domain_stats(DOMAIN) == DomainStats(entries=1, bytes=10)
+
+    assert store.reclaim(2) == 2
+    assert store.pending_reclaim == 1
+    assert store.reclaim(100) == 1
+    assert store.reclaim(100) == 0
+    assert await store.stats() == StoreStats(
+        entries=3, bytes=20, max_bytes=MiB, evictions=0, pending_reclaim=0
+    )
+    assert len(await store.get(key("/a", generation=1))) == 1
+
+
+async def test_clearing_twice_counts_each_generation_once() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), response())
+    await store.put(key("/b"), response())
+    assert (await store.clear_domain(DOMAIN)).entries_dropped == 2
+    await store.put(key("/a", generation=1), response())
+    second = await store.clear_domain(DOMAIN)
+    assert second == ClearResult(domain=DOMAIN, entries_dropped=1, generation=2)
+    assert store.pending_reclaim == 3
+    assert store.reclaim(10) == 3
+    assert (await store.stats()).entries == 0
+
+
+async def test_clearing_an_empty_domain() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    assert await store.clear_domain(DOMAIN) == ClearResult(
+        domain=DOMAIN, entries_dropped=0, generation=1
+    )
+    assert store.pending_reclaim == 0
+    assert store.reclaim(10) == 0
+
+
+async def test_reclaim_with_no_budget_deletes_nothing() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), response())
+    await store.clear_domain(DOMAIN)
+    assert store.reclaim(0) == 0
+    assert store.pending_reclaim == 1
+
+
+async def test_cleared_entries_still_count_and_are_evicted_first() -> None:
+    """Until reclaimed, old entries count against max_bytes, so the bound holds throughout."""
+    store = MemoryStore(max_bytes=1500)
+    for n in range(10):
+        await store.put(key(f"/{n}"), response(100))
+    await store.clear_domain(DOMAIN)
+    for n in range(10):
+        await store.put(key(f"/{n}", domain=OTHER), response(100))
+    stats = await store.stats()
+    assert (stats.entries, stats.bytes, stats.evictions, stats.pending_reclaim) == (15, 1500, 5, 5)
+    assert store.reclaim(100) == 5
+    assert await store.stats() == StoreStats(
+        entries=10, bytes=1000, max_bytes=1500, evictions=5, pending_reclaim=0
+    )
+
+
+async def test_clear_of_100_000_entries_deletes_nothing_and_reclaim_works_in_slices() -> None:
+    """The clear does no per-entry work: right after it, all 100,000 entries are still in
+    place (just unreachable), which is why its cost does not depend on how many there were.
+    reclaim(budget) then deletes at most ``budget`` keys per call."""
+    count = 100_000
+    store = MemoryStore(max_bytes=1 << 40)
+    shared = response(50)
+    for n in range(count):
+        await store.put(key(f"/{n}"), shared)
+    for n in range(10):
+        await store.put(key(f"/{n}", domain=OTHER), response(7))
+
+    result = await store.clear_domain(DOMAIN)
+
+    assert result == ClearResult(domain=DOMAIN, entries_dropped=count, generation=1)
+    stats = await store.stats()
+    assert (stats.entries, stats.bytes) == (count + 10, count * 50 + 70)
+    assert stats.pending_reclaim == count
+    assert list(await store.get(key("/0", generation=1))) == []
+
+    budget = 7_000
+    calls = 0
+    while store.pending_reclaim:
+        pending = store.pending_reclaim
+        done = store.reclaim(budget)
+        assert 0 < done <= budget
+        assert store.pending_reclaim == pending - done
+        calls += 1
+    assert calls == -(-count // budget)
+    assert store.reclaim(budget) == 0
+    assert await store.stats() == StoreStats(
+        entries=10, bytes=70, max_bytes=1 << 40, evictions=0, pending_reclaim=0
+    )
+    assert await store.domain_stats(OTHER) == DomainStats(entries=10, bytes=70)
+
+
+async def test_local_purger_clears_through_the_store() -> None:
+    store = MemoryStore(max_bytes=MiB)
+    await store.put(key("/a"), response())
+    result = await LocalPurger(store).clear_domain(DOMAIN)
+    assert result == ClearResult(domain=DOMAIN, entries_dropped=1, generation=1)
+    assert await store.generation(DOMAIN) == 1
+
+
+# -- the bound, under any sequence of operations ---------------------------------------------
+
+
+async def check_invariants(store: MemoryStore) -> None:
+    stats = await store.stats()
+    assert stats.bytes <= store.max_bytes
+    variants = [v for vs in store._lru.values() for v in vs]
+    assert stats.entries == len(variants)
+    assert stats.bytes == sum(v.size for v in variants)
+    current = {domain: await store.generation(domain) for domain in (DOMAIN, OTHER, "c.test")}
+    old_keys = [k for k in store._lru if k[1] != current[k[0]]]
+    assert stats.pending_reclaim == len(old_keys)
+    for domain in current:
+        domain_stats = await store.domain_stats(domain)
+        mine = [v for k, vs in store._lru.items() if k[:2] == (domain, current[domain]) for v in vs]
+        assert domain_stats == DomainStats(entries=len(mine), bytes=sum(v.size for v in mine))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_bytes_never_exceed_max_bytes(seed: int) -> None:
+    """Any mix of put, get, invalidate, clear and reclaim keeps bytes <= max_bytes and the
+    counters equal to what is really stored."""
+    rng = random.Random(seed)
+    max_bytes = 5_000
+    store = MemoryStore(max_bytes=max_bytes)
+    domains = (DOMAIN, OTHER, "c.test")
+    for _ in range(1_500):
+        domain = rng.choice(domains)
+        target = f"/{rng.randrange(40)}"
+        generation = await store.generation(domain)
+        operation = rng.random()
+        if operation < 0.6:
+            size = rng.choice([1, 50, 300, 1_000, max_bytes, max_bytes + 1])
+            vary_value = rng.choice(["gzip", "br", "zstd"])
+            stale = rng.random() < 0.05
+            stored = await store.put(
+                key(target, domain, generation - 1 if stale else generation),
+                encoded(vary_value, size),
+            )
+            assert stored is (size <= max_bytes and not stale)
+        elif operation < 0.8:
+            await store.get(key(target, domain, generation))
+        elif operation < 0.9:
+            await store.invalidate(domain, target)
+        elif operation < 0.95:
+            await store.clear_domain(domain)
+        else:
+            store.reclaim(rng.randrange(5))
+        await check_invariants(store)
+
+
+# -- real memory (tracemalloc) -----------------------------------------------------------------
+
+# Header names are shared objects in practice (aiohttp's parser maps known names to its
+# constants); values are new strings for every response.
+TYPICAL_HEADERS = ("Date", "Content-Type", "Cache-Control", "ETag", "Last-Modified")
+
+
+def realistic_entry(n: int, *, body_size: int, headers: int) -> tuple[CacheKey, StoredResponse]:
+    """A key and entry made as the edge makes them: every body and value a new object."""
+    target = f"/assets/{n:08d}.css"
+    values = (f"v{n:08d}-{i}-" + "x" * (12 + 4 * i) for i in range(headers))
+    storable = Storable(
+        status=200,
+        reason="OK",
+        headers=tuple(zip(TYPICAL_HEADERS[:headers], values, strict=True)),
+        response_time=NOW + n,
+        corrected_initial_age=0.0,
+        freshness_lifetime=60.0,
+        revalidate_always=False,
+        etag=None,
+        last_modified=None,
+        vary=(),
+        vary_values=(),
+    )
+    body = n.to_bytes(4, "big") * (body_size // 4)
+    return key(target), storable.with_body(body, target)
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    gc.collect()
+    tracemalloc.start()
+    yield
+    tracemalloc.stop()
+
+
+def traced_now() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+@pytest.mark.usefixtures("traced")
+@pytest.mark.parametrize(("body_size", "count"), [(KiB, 4_000), (64, 8_000)])
+async def test_memory_stays_within_max_bytes(body_size: int, count: int) -> None:
+    """Filling a 2 MiB store with about three times that in entries leaves it holding about
+    2 MiB, not more: the counted size of an entry must cover what it really costs."""
+    max_bytes = 2 * MiB
+    store = MemoryStore(max_bytes=max_bytes)
+    before = traced_now()
+    for n in range(count):
+        entry_key, entry = realistic_entry(n, body_size=body_size, headers=5)
+        await store.put(entry_key, entry)
+    del entry_key, entry
+    held = traced_now() - before
+    stats = await store.stats()
+    assert stats.evictions > stats.entries
+    assert held <= max_bytes + 256 * KiB, f"{held / MiB:.2f} MiB held for a 2 MiB store"
+
+
+async def measure_per_entry(count: int, *, headers: int) -> tuple[float, float]:
+    """(real bytes per entry, counted size per entry) for ``count`` entries in a big store."""
+    store = MemoryStore(max_bytes=1 << 40)
+    counted = 0
+    before = traced_now()
+    for n in range(count):
+        entry_key, entry = realistic_entry(n, body_size=KiB, headers=headers)
+        counted += entry.size
+        await store.put(entry_key, entry)
+    del entry_key, entry
+    real = traced_now() - before
+    assert (await store.stats()).entries == count
+    return real / count, counted / count
+
+
+@pytest.mark.usefixtures("traced")
+async def test_entry_overhead_covers_the_structures_of_an_entry() -> None:
+    """ENTRY_OVERHEAD must cover what an entry costs beyond its body, header and key
+    characters: the entry object, the bytes and str object headers, its list, the LRU node,
+    the key tuple and the bucket-set slot. Measured here with no header fields at all."""
+    real, counted = await measure_per_entry(10_000, headers=0)
+    measured_overhead = real - (counted - ENTRY_OVERHEAD)
+    assert measured_overhead <= ENTRY_OVERHEAD, f"measured {measured_overhead:.0f} bytes"
+
+
+@pytest.mark.usefixtures("traced")
+async def test_counted_size_covers_an_entry_with_typical_headers() -> None:
+    """Each header field costs a tuple and a value string besides its characters."""
+    real, counted = await measure_per_entry(5_000, headers=5)
+    assert real <= counted, f"real {real:.0f} bytes per entry, counted {counted:.0f}"
