@@ -1,6 +1,6 @@
 """What the cache keeps for one response, with everything the hit path needs precomputed.
 
-A ``StoredResponse`` is built once, on a miss, by ``policy.decide_storage``; a hit only reads it.
+A ``StoredResponse`` is built once, on a miss, by ``policy.assess_response``; a hit only reads it.
 Freshness is reduced at store time to two numbers (``response_time`` and ``expires_at``) so
 the hit path does one comparison instead of re-parsing Cache-Control (RFC 9111 §4.2).
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 Directives = dict[str, str | None]
@@ -16,15 +17,17 @@ def parse_http_date(value: str | None) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     if parsed.tzinfo is None:
-        return None  # HTTP-dates are always GMT; a zone-less date is not one.
+        # asctime-date has no zone and is GMT by definition; RFC 9110 §5.6.7 requires
+        # recipients to accept it.
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
 
 
 def parse_cache_control(value: str | None) -> Directives:
     """Directive names (lowercased) to their argument, unquoted, or None.
 
-    A directive given twice keeps its first value; ``duplicates`` callers that care can
-    detect them with ``has_conflict``.
+    A directive given twice with different arguments is marked as a conflict:
+    ``delta_seconds`` then reports it invalid and ``unqualified`` treats it as unqualified.
     """
     directives: Directives = {}
     if not value:
@@ -60,9 +63,19 @@ def delta_seconds(directives: Directives, name: str) -> int | None:
     if name not in directives:
         return None
     arg = directives[name]
-    if arg is None or not arg.isdigit() or not arg.isascii():
+    if arg is None or not arg.isascii() or not arg.isdigit():
         return -1
+    if len(arg.lstrip("0")) > 10:
+        return 2**31  # §1.2.2; also keeps int() clear of its 4300-digit limit
     return min(int(arg), 2**31)
+
+
+def unqualified(directives: Directives, name: str) -> bool:
+    """The directive is present without a field-name list, or given both ways (conflict)."""
+    if name not in directives:
+        return False
+    arg = directives[name]
+    return arg == _CONFLICT or not field_names(arg)
 
 
 def field_names(argument: str | None) -> list[str]:

@@ -38,14 +38,18 @@ from proxy.core.httpdate import (
     field_names,
     parse_cache_control,
     parse_http_date,
+    unqualified,
 )
 
 HEURISTIC_FRACTION = 0.1  # §4.2.2: "a typical setting of this fraction might be 10%"
 HEURISTIC_MAX = 86_400.0
 HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
 # Stored per entry besides body, headers and key: the entry object, its list, the LRU node
-# and the bucket-set slot. Measured with tracemalloc in tests/store/test_memory_bound.py.
-ENTRY_OVERHEAD = 400
+# and the bucket-set slot. Measured with tracemalloc in tests/store/test_memory.py.
+ENTRY_OVERHEAD = 640
+# Per stored header field besides its characters: its (name, value) tuple, the value
+# string's object header and its slot in the headers tuple (names are aiohttp's shared constants).
+HEADER_OVERHEAD = 128
 
 _HISHEL_OPTIONS = hishel.CacheOptions(shared=True, supported_methods=["GET"], allow_stale=False)
 
@@ -98,6 +102,7 @@ class Storable:
             + sum(len(name) + len(value) for name, value in self.headers)
             + 2 * len(target)
             + ENTRY_OVERHEAD
+            + HEADER_OVERHEAD * len(self.headers)
         )
         return StoredResponse(
             status=self.status,
@@ -233,7 +238,7 @@ def assess_response(
     has_validator = etag is not None or last_modified is not None
 
     lifetime = explicit_lifetime(cc, lowered, response_time)
-    no_cache = "no-cache" in cc and not field_names(cc["no-cache"])
+    no_cache = unqualified(cc, "no-cache")
     if lifetime is None:
         lifetime = heuristic_lifetime(status, lowered, response_time) if heuristic else None
         if lifetime is None and not no_cache:
@@ -303,7 +308,8 @@ def corrected_initial_age(
 ) -> float:
     """§4.2.3."""
     age_text = _last(lowered, "age")
-    age_value = float(int(age_text)) if age_text and age_text.isdigit() else 0.0
+    age = delta_seconds({"age": age_text}, "age") if age_text is not None else None
+    age_value = float(age) if age is not None and age >= 0 else 0.0
     date = parse_http_date(_last(lowered, "date"))
     apparent_age = max(0.0, response_time - date) if date is not None else 0.0
     response_delay = max(0.0, response_time - request_time)
@@ -319,6 +325,11 @@ def _hishel_verdict(
 ) -> set[str] | DontStore:
     """Run hishel's shared-cache storage rules (§3, §3.5). Returns the header names that may
     be stored (qualified private= and no-cache= fields removed), or why not to store."""
+    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
+    if "no-store" in cc:
+        return DontStore("no-store")
+    if unqualified(cc, "private"):
+        return DontStore("private")
     request_headers: dict[str, str | list[str]] = {}
     if request.get("authorization") is not None:
         request_headers["authorization"] = request.getall("authorization", [])
@@ -331,11 +342,6 @@ def _hishel_verdict(
     ).next(hishel.Response(status_code=status, headers=hishel.Headers(response_headers)))
     if isinstance(state, hishel.StoreAndUse):
         return set(state.response.headers)
-    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
-    if "no-store" in cc:
-        return DontStore("no-store")
-    if "private" in cc and not field_names(cc["private"]):
-        return DontStore("private")
     if request.get("authorization") is not None:
         return DontStore("authorization")
     return DontStore("status" if status // 100 == 1 or status in (206, 304) else "not-storable")
@@ -401,10 +407,10 @@ def not_modified(stored: StoredResponse, request: RequestHeaders) -> bool:
     """True when a 304 answers the client's conditional GET/HEAD from this response."""
     if_none_match = request.getall("if-none-match", [])
     if if_none_match:
-        if stored.etag is None:
-            return False
         wanted = {_opaque(tag) for value in if_none_match for tag in value.split(",")}
-        return "*" in wanted or _opaque(stored.etag) in wanted  # weak comparison
+        if "*" in wanted:
+            return True  # RFC 9110 §13.1.2: "*" matches any current representation
+        return stored.etag is not None and _opaque(stored.etag) in wanted  # weak comparison
     since = parse_http_date(request.get("if-modified-since"))
     modified = parse_http_date(stored.last_modified)
     return since is not None and modified is not None and modified <= since
