@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -206,22 +207,9 @@ class Edge:
             heuristic=config.heuristic_freshness,
         )
         if isinstance(verdict, DontStore):
-            # The origin now forbids storing it: serve this once, keep nothing.
+            # The origin now forbids storing it: serve the refreshed response once, keep nothing.
             await self._store.invalidate(config.name, key[2])
-            fresh = assess_response(
-                method="GET",
-                target=key[2],
-                request=request.headers,
-                status=stale.status,
-                reason=stale.reason,
-                headers=(*merged, ("Cache-Control", "max-age=0, must-revalidate")),
-                request_time=request_time,
-                response_time=response_time,
-                heuristic=False,
-            )
-            if isinstance(fresh, DontStore):
-                return stale, False
-            return refreshed(stale, fresh), False
+            return replace(stale, headers=merged), False
         entry = refreshed(stale, verdict)
         return entry, await self._store.put(key, entry)
 

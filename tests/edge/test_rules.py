@@ -350,3 +350,26 @@ async def test_get_with_a_body_bypasses_the_cache(edge: EdgeUnderTest, origin: O
     assert response.headers["Cache-Status"] == "cdn-proxy; fwd=bypass"
     response, _ = await edge.get("/fat")
     assert "fwd=uri-miss; stored" in response.headers["Cache-Status"]
+
+
+async def test_304_that_forbids_storing_is_served_once_and_dropped(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """§4.3.4: the 304's fields replace the stored ones; with no-store among them the entry
+    is served this once with them and then no longer kept."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"k"':
+            return web.Response(status=304, headers={"ETag": '"k"', "Cache-Control": "no-store"})
+        return web.Response(
+            body=b"kept body", headers={"ETag": '"k"', "Cache-Control": "max-age=5"}
+        )
+
+    origin.route("/k", handler)
+    await edge.get("/k")
+    edge.clock.advance(6)
+    response, body = await edge.get("/k")
+    assert body == b"kept body"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["Cache-Status"] == "cdn-proxy; fwd=stale"
+    assert await edge.store.get(("example.com", 0, "/k")) == ()
