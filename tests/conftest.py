@@ -13,12 +13,18 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import RawTestServer, TestServer
+from hypothesis import settings
 from yarl import URL
 
 from proxy.config import Config, parse_config
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.store.memory import MemoryStore
+
+# Property tests judge behaviour, not speed: a per-example deadline only makes them flaky on
+# a loaded 2-core machine. Speed is measured in benchmarks/.
+settings.register_profile("cdn-proxy", deadline=None)
+settings.load_profile("cdn-proxy")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
