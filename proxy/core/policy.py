@@ -228,11 +228,11 @@ def assess_response(
     if "*" in vary:
         return DontStore("vary-star")  # §4.1: Vary: * always fails to match
 
-    verdict = _hishel_verdict(method, target, request, status, lowered)
+    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
+    verdict = _hishel_verdict(method, target, request, status, lowered, cc)
     if isinstance(verdict, DontStore):
         return verdict
     kept_names = verdict
-    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
     etag = _last(lowered, "etag")
     last_modified = _last(lowered, "last-modified")
     has_validator = etag is not None or last_modified is not None
@@ -322,10 +322,10 @@ def _hishel_verdict(
     request: RequestHeaders,
     status: int,
     lowered: Sequence[tuple[str, str]],
+    cc: Directives,
 ) -> set[str] | DontStore:
     """Run hishel's shared-cache storage rules (§3, §3.5). Returns the header names that may
     be stored (qualified private= and no-cache= fields removed), or why not to store."""
-    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
     if "no-store" in cc:
         return DontStore("no-store")
     if unqualified(cc, "private"):
