@@ -29,18 +29,26 @@ class Gate:
         return web.Response(body=self._body(number), headers=self._headers)
 
 
+async def collapse(
+    edge: EdgeUnderTest, gate: Gate, target: str, count: int
+) -> list[tuple[aiohttp.ClientResponse, bytes]]:
+    """Send ``count`` requests for ``target`` at once, wait until one is at the origin and the
+    rest wait on its flight, then let the origin answer; return what every client got."""
+    requests = [asyncio.create_task(edge.get(target)) for _ in range(count)]
+    await until(lambda: gate.arrived == 1)
+    flight = edge.edge.flights.get(("example.com", 0, target))
+    assert flight is not None
+    await until(lambda: flight.waiters == count - 1)
+    gate.open.set()
+    return await asyncio.gather(*requests)
+
+
 async def test_concurrent_misses_make_one_origin_request(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:
     gate = Gate(lambda n: f"version {n}".encode(), {"Cache-Control": "max-age=60"})
     origin.route("/hot", gate)
-    requests = [asyncio.create_task(edge.get("/hot")) for _ in range(100)]
-    await until(lambda: gate.arrived == 1)
-    flight = edge.edge.flights.get(("example.com", 0, "/hot"))
-    assert flight is not None
-    await until(lambda: flight.waiters == 99)
-    gate.open.set()
-    results = await asyncio.gather(*requests)
+    results = await collapse(edge, gate, "/hot", 100)
     assert origin.count("/hot") == 1
     assert {body for _, body in results} == {b"version 1"}
     statuses = sorted(response.headers["Cache-Status"] for response, _ in results)
@@ -54,13 +62,7 @@ async def test_waiters_go_to_origin_when_the_answer_is_not_storable(
 ) -> None:
     gate = Gate(lambda n: f"for client {n}".encode(), {"Cache-Control": "private"})
     origin.route("/me", gate)
-    requests = [asyncio.create_task(edge.get("/me")) for _ in range(10)]
-    await until(lambda: gate.arrived == 1)
-    flight = edge.edge.flights.get(("example.com", 0, "/me"))
-    assert flight is not None
-    await until(lambda: flight.waiters == 9)
-    gate.open.set()
-    results = await asyncio.gather(*requests)
+    results = await collapse(edge, gate, "/me", 10)
     assert origin.count("/me") == 10
     assert len({body for _, body in results}) == 10  # each client got its own answer
 
