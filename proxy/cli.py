@@ -1,4 +1,5 @@
-"""The ``cdn-proxy`` command: run the server, manage API tokens, and purge from a deploy hook.
+"""The ``cdn-proxy`` command: run the server, manage API tokens and dashboard admins, and purge
+from a deploy hook.
 
 Errors are one line on stderr and a non-zero exit, never a traceback: 2 for a usage or
 configuration mistake, 1 for anything else that failed.
@@ -10,6 +11,7 @@ follows redirects: urllib would resend the Authorization header to wherever one 
 from __future__ import annotations
 
 import argparse
+import getpass
 import http.client
 import json
 import sys
@@ -25,6 +27,13 @@ from proxy.config import Config, client_settings, load_config
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.core.tokens import Scope, is_valid_token_name
 from proxy.errors import ConfigError, ProxyError
+from proxy.state.admins import (
+    AdminRecord,
+    check_password,
+    hash_password,
+    is_valid_admin_name,
+    password_hasher,
+)
 from proxy.state.sqlite import StateDB, TokenRecord
 
 CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
@@ -102,6 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("name")
     revoke.set_defaults(run=_token_revoke)
 
+    _admin_parser(commands, with_config)
+
     purge = commands.add_parser("purge", help="clear a domain's cache through the API")
     purge.add_argument("domain", help="the CDN domain to clear")
     purge.add_argument("--url", help="the API base URL (default: $CDN_PROXY_URL)")
@@ -111,6 +122,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     purge.set_defaults(run=_purge)
     return parser
+
+
+def _admin_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    with_config: argparse.ArgumentParser,
+) -> None:
+    admin = commands.add_parser("admin", help="manage dashboard admins")
+    actions = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
+    password = argparse.ArgumentParser(add_help=False)
+    password.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from stdin (one line); without it, prompt on a terminal",
+    )
+    create = actions.add_parser(
+        "create", parents=[with_config, password], help="add an admin who can sign in"
+    )
+    create.add_argument("name", help="1-64 of A-Z a-z 0-9 . _ -")
+    create.set_defaults(run=_admin_create)
+    listing = actions.add_parser("list", parents=[with_config], help="list admins")
+    listing.set_defaults(run=_admin_list)
+    remove = actions.add_parser(
+        "remove", parents=[with_config], help="delete an admin and end their sessions"
+    )
+    remove.add_argument("name")
+    remove.set_defaults(run=_admin_remove)
+    set_password = actions.add_parser(
+        "set-password",
+        parents=[with_config, password],
+        help="change an admin's password and end their sessions",
+    )
+    set_password.add_argument("name")
+    set_password.set_defaults(run=_admin_set_password)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -167,9 +211,14 @@ def _table(records: Sequence[TokenRecord]) -> str:
     rows += [
         (r.name, r.scope.describe(), _when(r.created_at), _when(r.last_used_at)) for r in records
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return _columns(rows)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
+    """Rows as left-aligned columns; the last column is not padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]])
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
         for row in rows
     )
 
@@ -193,6 +242,79 @@ def _token_revoke(args: argparse.Namespace) -> int:
     with _open_state(config) as db:
         db.revoke_token(args.name)
     print(f"revoked token {args.name!r}")
+    return 0
+
+
+# -- admins ------------------------------------------------------------------------------------
+
+
+def _check_admin_name(name: str) -> None:
+    if not is_valid_admin_name(name):
+        raise _Fail(f"bad admin name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -", code=2)
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    """The new password: one line of stdin with --password-stdin, else typed twice."""
+    if args.password_stdin:
+        text = sys.stdin.read()
+        password = text[:-1] if text.endswith("\n") else text
+        password = password[:-1] if password.endswith("\r") else password
+        if "\n" in password or "\r" in password:
+            raise _Fail("the password must be one line", code=2)
+    elif sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            raise _Fail("the passwords differ", code=2)
+    else:
+        raise _Fail("stdin is not a terminal: pass --password-stdin to read it", code=2)
+    try:
+        check_password(password)
+    except ValueError as exc:
+        raise _Fail(str(exc), code=2) from None
+    return password
+
+
+def _admin_create(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    _check_admin_name(args.name)
+    password_hash = hash_password(password_hasher(), _read_password(args))
+    with _open_state(config) as db:
+        db.admins.create(args.name, password_hash, time.time())
+    print(f"created admin {args.name!r}")
+    return 0
+
+
+def _admin_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    with _open_state(config) as db:
+        records = db.admins.list_admins()
+    print(_admin_table(records))
+    return 0
+
+
+def _admin_table(records: Sequence[AdminRecord]) -> str:
+    rows = [("NAME", "CREATED", "PASSWORD SET", "LAST SIGN-IN")]
+    rows += [
+        (r.name, _when(r.created_at), _when(r.password_changed_at), _when(r.last_sign_in_at))
+        for r in records
+    ]
+    return _columns(rows)
+
+
+def _admin_remove(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    with _open_state(config) as db:
+        db.admins.remove(args.name)
+    print(f"removed admin {args.name!r}; their sessions have ended")
+    return 0
+
+
+def _admin_set_password(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    password_hash = hash_password(password_hasher(), _read_password(args))
+    with _open_state(config) as db:
+        db.admins.set_password(args.name, password_hash, time.time())
+    print(f"changed the password of admin {args.name!r}; their sessions have ended")
     return 0
 
 

@@ -82,6 +82,19 @@ class StateConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DashboardConfig:
+    """The dashboard on the API listener: sessions and sign-in throttling."""
+
+    session_idle_timeout: float = 3600.0  # seconds without a request that end a session
+    session_lifetime: float = 28_800.0  # seconds after sign-in that end it regardless
+    signin_failures_allowed: int = 5  # per user name and per address, before delays start
+    signin_max_delay: float = 900.0  # the cap of the doubling delay, in seconds
+    # The listener speaks plain HTTP; true marks the session cookie Secure, for when the
+    # dashboard is reached over HTTPS through a TLS-terminating proxy.
+    secure_cookie: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     edge: EdgeConfig
     api: ApiConfig
@@ -89,6 +102,7 @@ class Config:
     state: StateConfig
     domains: tuple[DomainConfig, ...]
     by_name: Mapping[str, DomainConfig] = field(repr=False, compare=False)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
 
     def domain(self, name: str) -> DomainConfig | None:
         return self.by_name.get(name)
@@ -110,7 +124,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
     """Build a Config from already-parsed TOML data."""
-    _only_keys("", data, {"edge", "api", "cache", "state", "domains"})
+    _only_keys("", data, {"edge", "api", "cache", "state", "dashboard", "domains"})
     edge = _table(data, "edge")
     api = _table(data, "api")
     cache = _table(data, "cache")
@@ -188,7 +202,53 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         state=state_cfg,
         domains=tuple(domains),
         by_name=by_name,
+        dashboard=_dashboard(data),
     )
+
+
+def _dashboard(data: Mapping[str, Any]) -> DashboardConfig:
+    raw = data.get("dashboard", {})  # the whole table is optional
+    if not isinstance(raw, dict):
+        raise ConfigError("dashboard", "must be a table")
+    defaults = DashboardConfig()
+    _only_keys(
+        "dashboard",
+        raw,
+        {
+            "session_idle_timeout",
+            "session_lifetime",
+            "signin_failures_allowed",
+            "signin_max_delay",
+            "secure_cookie",
+        },
+    )
+    secure = raw.get("secure_cookie", defaults.secure_cookie)
+    if not isinstance(secure, bool):
+        raise ConfigError("dashboard.secure_cookie", "must be true or false")
+    config = DashboardConfig(
+        session_idle_timeout=_number(
+            "dashboard.session_idle_timeout",
+            raw.get("session_idle_timeout", defaults.session_idle_timeout),
+        ),
+        session_lifetime=_number(
+            "dashboard.session_lifetime", raw.get("session_lifetime", defaults.session_lifetime)
+        ),
+        signin_failures_allowed=_count(
+            "dashboard.signin_failures_allowed",
+            raw.get("signin_failures_allowed", defaults.signin_failures_allowed),
+        ),
+        signin_max_delay=_number(
+            "dashboard.signin_max_delay", raw.get("signin_max_delay", defaults.signin_max_delay)
+        ),
+        secure_cookie=secure,
+    )
+    if config.session_idle_timeout > config.session_lifetime:
+        raise ConfigError(
+            "dashboard.session_idle_timeout", "must not be longer than dashboard.session_lifetime"
+        )
+    if config.signin_max_delay < 1:
+        raise ConfigError("dashboard.signin_max_delay", "must be at least 1 second")
+    return config
 
 
 def _domain(where: str, raw: Mapping[str, Any]) -> DomainConfig:

@@ -17,7 +17,8 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from proxy.errors import ProxyError
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import LocalPurger
 from proxy.store.memory import MemoryStore
+from proxy.telemetry import Telemetry
 
 log = logging.getLogger("proxy")
 
@@ -43,6 +45,7 @@ class Service:
     store: MemoryStore
     state: AsyncState
     edge: Edge
+    telemetry: Telemetry
     edge_url: str
     api_url: str
 
@@ -52,7 +55,11 @@ class StartError(ProxyError):
 
 
 @asynccontextmanager
-async def running(config: Config) -> AsyncIterator[Service]:
+async def running(
+    config: Config, *, clock: Callable[[], float] = time.time
+) -> AsyncIterator[Service]:
+    """``clock`` is the service's wall clock, one for all: cache freshness, the traffic
+    timeline, audit times, rate limits and dashboard sessions (tests move it by hand)."""
     async with AsyncExitStack() as stack:
         wake = asyncio.Event()
         store = MemoryStore(max_bytes=config.cache.max_bytes, on_clear=wake.set)
@@ -63,14 +70,22 @@ async def running(config: Config) -> AsyncIterator[Service]:
         reclaimer = asyncio.create_task(_reclaim(store, wake), name="reclaim")
         stack.push_async_callback(_cancel, reclaimer)
 
-        edge = Edge(config=config, store=store, session=session)
+        telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
+        edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
         edge_server = web.Server(edge.handle, access_log=None, handler_cancellation=False)
         edge_runner = web.ServerRunner(
             edge_server, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False
         )
         await edge_runner.setup()
         stack.push_async_callback(edge_runner.cleanup)
-        api_app = create_api_app(config=config, state=state, purger=LocalPurger(store))
+        api_app = create_api_app(
+            config=config,
+            state=state,
+            purger=LocalPurger(store),
+            telemetry=telemetry,
+            store=store,
+            clock=clock,
+        )
         api_runner = web.AppRunner(
             api_app, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False
         )
@@ -84,6 +99,7 @@ async def running(config: Config) -> AsyncIterator[Service]:
             store=store,
             state=state,
             edge=edge,
+            telemetry=telemetry,
             edge_url=edge_url,
             api_url=api_url,
         )

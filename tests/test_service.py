@@ -98,6 +98,23 @@ async def test_the_api_is_not_reachable_through_the_edge(
         assert r.status == 421
 
 
+async def test_the_dashboard_is_on_the_api_listener_only(
+    service: Service, origin: Origin, client: aiohttp.ClientSession
+) -> None:
+    async with client.get(service.api_url + "/dashboard", allow_redirects=False) as r:
+        assert r.status == 303
+        assert r.headers["Location"] == "/dashboard/sign-in?next=/dashboard"
+    async with client.get(service.api_url + "/dashboard/sign-in") as r:
+        assert r.status == 200
+        assert "Content-Security-Policy" in r.headers
+    origin.reply("/dashboard", b"the origin's own page")
+    async with client.get(service.edge_url + "/dashboard", headers={"Host": "example.com"}) as r:
+        assert await r.read() == b"the origin's own page"  # proxied, like any other path
+    api_host = service.api_url.removeprefix("http://")
+    async with client.get(service.edge_url + "/dashboard", headers={"Host": api_host}) as r:
+        assert r.status == 421
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -1,8 +1,9 @@
-"""The control-plane application: the clear-cache API and a health check.
+"""The control-plane application: the clear-cache API, a health check, and the dashboard.
 
 It listens on its own address (``api.listen``), never behind a proxied Host, and holds no
 globals: everything it uses is passed to ``create_api_app`` and kept in ``web.AppKey``s. The
-caller owns the lifecycles of ``state`` and ``purger`` (open before, close after).
+caller owns the lifecycles of ``state``, ``purger`` and ``store`` (open before, close after).
+The dashboard (``proxy.api.dashboard``) is a sub-application under /dashboard.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
+from argon2 import PasswordHasher
 
 from proxy.api import problems
 from proxy.api.clear_cache import (
@@ -19,10 +21,13 @@ from proxy.api.clear_cache import (
     ClearCacheContext,
     clear_cache,
 )
+from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
+from proxy.api.dashboard import create_dashboard
 from proxy.config import Config
 from proxy.core.ratelimit import FailureLimiter
 from proxy.state.sqlite import AsyncState
-from proxy.store.base import Purger
+from proxy.store.base import Purger, Store
+from proxy.telemetry import METRICS_PATH, TELEMETRY, Telemetry, metrics
 
 HEALTHZ_PATH = "/healthz"
 
@@ -39,19 +44,34 @@ def create_api_app(
     state: AsyncState,
     purger: Purger,
     clock: Callable[[], float] = time.time,
+    telemetry: Telemetry | None = None,
+    store: Store | None = None,
+    password_hasher: PasswordHasher | None = None,
 ) -> web.Application:
-    """Build the control-plane app. ``clock`` gives wall-clock seconds (audit, rate limit)."""
+    """Build the control-plane app. ``clock`` gives wall-clock seconds (audit, rate limit,
+    sessions). ``store`` gives the dashboard its per-domain entries and bytes;
+    ``password_hasher`` is the argon2 hasher of dashboard passwords (tests pass a cheap one)."""
     app = web.Application()
     problems.install(app)
-    app[CLEAR_CACHE_CONTEXT] = ClearCacheContext(
+    telemetry = telemetry if telemetry is not None else Telemetry()
+    clear = app[CLEAR_CACHE_CONTEXT] = ClearCacheContext(
         config=config,
         state=state,
         purger=purger,
         limiter=FailureLimiter(config.api.auth_failures_allowed, config.api.auth_failure_window),
         clock=clock,
+        telemetry=telemetry,
     )
     # Only POST is routed, so the router answers every other method with 405 and Allow: POST,
     # which the problem middleware turns into a problem.
     app.router.add_post(CLEAR_CACHE_PATH, clear_cache)
     app.router.add_get(HEALTHZ_PATH, healthz)
+    app[TELEMETRY] = telemetry
+    app.router.add_get(METRICS_PATH, metrics)
+    app.add_subapp(
+        DASHBOARD_PREFIX,
+        create_dashboard(
+            clear=clear, store=store, telemetry=telemetry, clock=clock, hasher=password_hasher
+        ),
+    )
     return app

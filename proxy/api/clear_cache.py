@@ -14,7 +14,12 @@ until the caller is known:
 8. Domain not configured → 404.
 9. Clear, and answer 200 ``Cache cleared`` only once the purger says the clear is in effect.
 
-Every attempt writes exactly one audit record, whatever its outcome.
+Steps 1-6 say who asks and for which domain; they are the API's own. Steps 6 (the host-name
+check) to 9, and the audit record, are ``audited_clear``, which the dashboard's "Clear cache"
+button calls too, with an admin as the caller: one path, one set of rules, one audit log.
+
+Every attempt writes exactly one audit record, whatever its outcome. The actor is the token's
+name for the API and ``admin:<name>`` for the dashboard (neither kind of name has a colon).
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from aiohttp import web
@@ -37,15 +42,30 @@ from proxy.core.tokens import (
     BearerToken,
     MalformedCredentials,
     NoCredentials,
+    Scope,
     parse_authorization,
 )
 from proxy.errors import StateError
 from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
+from proxy.telemetry import Telemetry
 
 CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
 CONFIRMATION = "Cache cleared"
 CHALLENGE = 'Bearer realm="cdn-proxy"'
+ADMIN_ACTOR = "admin:"  # + the admin's name: who cleared from the dashboard, in the audit log
+# Every outcome an audit record can have, for the dashboard's History filter.
+OUTCOMES = (
+    "cleared",
+    "bad_request",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "too_large",
+    "unsupported_media_type",
+    "rate_limited",
+    "error",
+)
 
 log = logging.getLogger("proxy.api")
 
@@ -59,22 +79,27 @@ class ClearCacheContext:
     purger: Purger
     limiter: FailureLimiter
     clock: Callable[[], float]
+    telemetry: Telemetry | None = None  # counts and times every attempt, by outcome
 
 
 CLEAR_CACHE_CONTEXT = web.AppKey("clear_cache_context", ClearCacheContext)
 
 
 class _Rejected(Exception):
-    """The attempt ends here with this response; ``outcome`` goes to the audit log."""
+    """The attempt ends here with this status; ``outcome`` goes to the audit log."""
 
-    def __init__(self, outcome: str, response: web.Response) -> None:
+    def __init__(
+        self, outcome: str, status: int, detail: str, headers: Mapping[str, str] | None
+    ) -> None:
         super().__init__(outcome)
         self.outcome = outcome
-        self.response = response
+        self.status = status
+        self.detail = detail
+        self.headers: Mapping[str, str] = headers or {}
 
 
 @dataclass(slots=True)
-class _Attempt:
+class Attempt:
     """What is known so far about an attempt, for its audit record."""
 
     actor: str | None = None
@@ -82,44 +107,108 @@ class _Attempt:
     entries_dropped: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Who may clear what, and which domain they named (as given, not yet checked)."""
+
+    scope: Scope
+    domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClearAnswer:
+    """How an attempt ended: 200 with the confirmation, or the status and what to fix."""
+
+    outcome: str
+    status: int
+    detail: str
+    domain: str | None
+    entries_dropped: int = 0
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cleared(self) -> bool:
+        return self.outcome == "cleared"
+
+
+# Says who asks and for what (steps 1-6) at ``now``, raising _Rejected when it cannot.
+Authorise = Callable[[Attempt, float], Awaitable[Grant]]
+
+
 def _reject(
     outcome: str, status: int, detail: str, headers: dict[str, str] | None = None
 ) -> NoReturn:
-    raise _Rejected(outcome, problem(status, detail, headers=headers))
+    raise _Rejected(outcome, status, detail, headers)
 
 
-async def clear_cache(request: web.Request) -> web.Response:
-    ctx = request.app[CLEAR_CACHE_CONTEXT]
+async def audited_clear(
+    ctx: ClearCacheContext, *, client: str | None, authorise: Authorise
+) -> ClearAnswer:
+    """The one path every clear takes: authorise, check the domain, clear, audit."""
     started = time.perf_counter()  # duration from a monotonic clock, not the wall clock
     now = ctx.clock()
-    attempt = _Attempt()
+    attempt = Attempt()
     try:
-        response = await _clear(request, ctx, attempt, now)
-        outcome = "cleared"
+        grant = await authorise(attempt, now)
+        entries = await _clear(ctx, attempt, grant)
+        answer = ClearAnswer("cleared", 200, CONFIRMATION, attempt.domain, entries)
     except _Rejected as rejected:
-        response, outcome = rejected.response, rejected.outcome
+        answer = ClearAnswer(
+            rejected.outcome,
+            rejected.status,
+            rejected.detail,
+            attempt.domain,
+            headers=rejected.headers,
+        )
     record = AuditRecord(
         at=now,
         actor=attempt.actor,
-        client=request.remote,
+        client=client,
         domain=attempt.domain,
-        outcome=outcome,
-        status=response.status,
-        entries_dropped=attempt.entries_dropped,
+        outcome=answer.outcome,
+        status=answer.status,
+        entries_dropped=answer.entries_dropped,
         duration_ms=(time.perf_counter() - started) * 1000.0,
     )
+    if ctx.telemetry is not None:
+        ctx.telemetry.clear(attempt.domain, answer.outcome, record.duration_ms / 1000.0)
     try:
         await ctx.state.record_audit(record)
     except StateError as exc:
         # The answer stands: after a clear the cache *is* cleared, and saying otherwise
         # would make a deploy hook retry for nothing. The operator sees this in the log.
         log.error("audit record not written (%s): %r", exc, record)
+    return answer
+
+
+def as_admin(name: str, domain: str) -> Authorise:
+    """The dashboard's caller: a signed-in admin, who may clear every configured domain."""
+
+    async def authorise(attempt: Attempt, now: float) -> Grant:
+        attempt.actor = ADMIN_ACTOR + name
+        attempt.domain = domain
+        return Grant(Scope.everything(), domain)
+
+    return authorise
+
+
+async def clear_cache(request: web.Request) -> web.Response:
+    ctx = request.app[CLEAR_CACHE_CONTEXT]
+
+    async def authorise(attempt: Attempt, now: float) -> Grant:
+        return await _authorise_bearer(request, ctx, attempt, now)
+
+    answer = await audited_clear(ctx, client=request.remote, authorise=authorise)
+    if not answer.cleared:
+        return problem(answer.status, answer.detail, headers=answer.headers)
+    response = web.Response(text=CONFIRMATION, content_type="text/plain", charset="utf-8")
+    response.headers["Cache-Control"] = "no-store"
     return response
 
 
-async def _clear(
-    request: web.Request, ctx: ClearCacheContext, attempt: _Attempt, now: float
-) -> web.Response:
+async def _authorise_bearer(
+    request: web.Request, ctx: ClearCacheContext, attempt: Attempt, now: float
+) -> Grant:
     client = request.remote or "unknown"
     token = _bearer_token(request, ctx.limiter, client, now)
 
@@ -137,9 +226,21 @@ async def _clear(
 
     _check_media_type(request)
     body = await _read_body(request, ctx.config.api.max_body_bytes)
-    domain = _domain_from_body(body, attempt)
+    return Grant(record.scope, _domain_from_body(body))
 
-    if not record.scope.allows(domain):
+
+async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
+    """Steps 6-9 for a caller already known: the domain, the scope, the clear."""
+    attempt.domain = grant.domain
+    if not grant.domain:
+        _reject("bad_request", 400, "the field 'domain' must not be empty")
+    try:
+        domain = normalise_domain(grant.domain)
+    except ValueError as exc:  # InvalidDomain, and anything idna lets through
+        _reject("bad_request", 400, f"the field 'domain' is not a host name: {exc}")
+    attempt.domain = domain
+
+    if not grant.scope.allows(domain):
         _reject(
             "forbidden",
             403,
@@ -157,9 +258,7 @@ async def _clear(
         log.exception("clearing %s failed", domain)
         _reject("error", 503, f"the cache of {domain!r} could not be cleared; try again")
     attempt.entries_dropped = result.entries_dropped
-    response = web.Response(text=CONFIRMATION, content_type="text/plain", charset="utf-8")
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return result.entries_dropped
 
 
 def _bearer_token(request: web.Request, limiter: FailureLimiter, client: str, now: float) -> str:
@@ -257,8 +356,8 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity are Python's, not RFC 8259's
 
 
-def _domain_from_body(body: bytes, attempt: _Attempt) -> str:
-    """The normalised domain named by the body; the one value used from here on."""
+def _domain_from_body(body: bytes) -> str:
+    """The domain string the body names, as given."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -281,12 +380,4 @@ def _domain_from_body(body: bytes, attempt: _Attempt) -> str:
     raw = data["domain"]
     if not isinstance(raw, str):
         _reject("bad_request", 400, "the field 'domain' must be a string")
-    attempt.domain = raw
-    if not raw:
-        _reject("bad_request", 400, "the field 'domain' must not be empty")
-    try:
-        domain = normalise_domain(raw)
-    except ValueError as exc:  # InvalidDomain, and anything idna lets through
-        _reject("bad_request", 400, f"the field 'domain' is not a host name: {exc}")
-    attempt.domain = domain
-    return domain
+    return raw  # checked as a host name by _clear, on the path the dashboard shares

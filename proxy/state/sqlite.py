@@ -1,4 +1,5 @@
-"""What survives a restart: API tokens (SHA-256 hashes only) and the purge audit log.
+"""What survives a restart: API tokens (SHA-256 hashes only), the purge audit log, and the
+dashboard's admins and sessions (``admins.py``).
 
 ``StateDB`` is synchronous and owns one sqlite3 connection; the CLI uses it directly.
 ``AsyncState`` runs a StateDB on one dedicated worker thread, so the event loop that also
@@ -34,8 +35,9 @@ from proxy.core.tokens import (
     is_valid_token_name,
 )
 from proxy.errors import NotFoundError, StateError
+from proxy.state.admins import ADMIN_SCHEMA, Admins, AsyncAdmins
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added admins and sessions; a version-1 file gains them on open
 MAX_AUDIT_TEXT = 255  # a host name is at most 253; anything longer was junk from a client
 BUSY_TIMEOUT = 5.0  # seconds to wait for the CLI's write lock before giving up
 
@@ -146,11 +148,16 @@ class StateDB:
                         f"the state database {path} has schema {version}, newer than this "
                         f"program's {SCHEMA_VERSION}"
                     )
-                self._conn.executescript(_SCHEMA)
+                self._conn.executescript(_SCHEMA + ADMIN_SCHEMA)
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             self._conn.close()
             raise
+        self.admins = Admins(self)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
 
     def close(self) -> None:
         self._conn.close()
@@ -324,6 +331,7 @@ class AsyncState:
         self._executor = executor
         self._db = db
         self._closed = False
+        self.admins = AsyncAdmins(self._run, db.admins)
 
     @classmethod
     async def open(cls, path: Path, *, audit_max_rows: int = 100_000) -> AsyncState:

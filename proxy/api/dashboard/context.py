@@ -1,0 +1,69 @@
+"""What every dashboard handler shares: the context in the app, and the signed-in session."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from argon2 import PasswordHasher
+
+from proxy.api.clear_cache import ClearCacheContext
+from proxy.config import Config
+from proxy.core.backoff import FailureBackoff
+from proxy.core.sessions import SessionPolicy
+from proxy.state.sqlite import AsyncState
+from proxy.store.base import Store
+from proxy.telemetry import Telemetry
+
+PREFIX = "/dashboard"
+SESSION_COOKIE = "cdnp_session"
+SIGNIN_COOKIE = "cdnp_signin"  # the sign-in form's own CSRF secret, before any session exists
+
+
+class DummyHash:
+    """A hash of a random password, with the hasher's parameters, made on first use (off the
+    event loop: ``get`` runs where the verification runs). Two threads racing to make it
+    make two equally good ones."""
+
+    def __init__(self, hasher: PasswordHasher) -> None:
+        self._hasher = hasher
+        self._value: str | None = None
+
+    def get(self) -> str:
+        if self._value is None:
+            self._value = self._hasher.hash(secrets.token_urlsafe(16))
+        return self._value
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardContext:
+    """Everything the dashboard uses, kept in its app under DASHBOARD."""
+
+    config: Config
+    state: AsyncState
+    store: Store | None  # None: the Domains page shows no entries or bytes
+    telemetry: Telemetry | None  # None: no chart and no hit ratios
+    clear: ClearCacheContext  # the API's own clear path, shared
+    clock: Callable[[], float]
+    policy: SessionPolicy
+    hasher: PasswordHasher
+    dummy_hash: DummyHash  # verified against when the user name is unknown, to take as long
+    failed_names: FailureBackoff
+    failed_addresses: FailureBackoff
+    hashing: asyncio.Semaphore  # argon2 takes 64 MiB a verification: a few at a time
+
+
+DASHBOARD = web.AppKey("dashboard", DashboardContext)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A signed-in admin. ``id`` is the cookie's secret; ``csrf`` goes in every form."""
+
+    id: str
+    digest: str
+    admin: str
+    csrf: str

@@ -1,0 +1,157 @@
+"""The Overview (chart), Domains (with "Clear cache") and History pages.
+
+"Clear cache" calls ``proxy.api.clear_cache.audited_clear``, the API's own path, with the
+admin as the caller: the same domain checks, the same purger, the same one audit record per
+attempt (actor ``admin:<name>``), the same clear counter in /metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+from multidict import MultiDict
+from yarl import URL
+
+from proxy.api.clear_cache import OUTCOMES, as_admin, audited_clear
+from proxy.api.dashboard.auth import action, see_other, signed_in
+from proxy.api.dashboard.chart import build_chart
+from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
+from proxy.api.dashboard.pages import PageError, render
+from proxy.core.domains import normalise_domain
+from proxy.state.sqlite import MAX_AUDIT_TEXT
+
+log = logging.getLogger("proxy.dashboard")
+
+DOMAINS = PREFIX + "/domains"
+HISTORY = PREFIX + "/history"
+PAGE_SIZE = 50
+MAX_PAGE = 10_000  # the audit log keeps state.audit_max_rows; no page lies beyond
+
+
+@signed_in
+async def overview(request: web.Request, session: Session) -> web.StreamResponse:
+    ctx = request.app[DASHBOARD]
+    chart = None
+    if ctx.telemetry is not None:
+        chart = build_chart(ctx.telemetry.timeline(ctx.clock(), 60))
+    return render(
+        request,
+        "overview.html",
+        {"title": "Overview", "active": "overview", "chart": chart},
+        session=session,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRow:
+    name: str
+    origin: str
+    entries: int | None
+    bytes: int | None
+    hits: int | None
+    misses: int | None
+    hit_ratio: float | None
+
+
+@signed_in
+async def domains_page(request: web.Request, session: Session) -> web.StreamResponse:
+    ctx = request.app[DASHBOARD]
+    rows = []
+    for domain in ctx.config.domains:
+        stats = await ctx.store.domain_stats(domain.name) if ctx.store is not None else None
+        counts = ctx.telemetry.domain_counts(domain.name) if ctx.telemetry is not None else None
+        rows.append(
+            DomainRow(
+                name=domain.name,
+                origin=domain.origin,
+                entries=stats.entries if stats else None,
+                bytes=stats.bytes if stats else None,
+                hits=counts.hits if counts else None,
+                misses=counts.misses if counts else None,
+                hit_ratio=counts.hit_ratio if counts else None,
+            )
+        )
+    cleared = request.query.get("cleared")
+    # Only a configured domain is echoed back, so the notice cannot be made to say anything.
+    notice = f"Cache cleared for {cleared}." if cleared in ctx.config.by_name else None
+    return render(
+        request,
+        "domains.html",
+        {"title": "Domains", "active": "domains", "rows": rows, "notice": notice},
+        session=session,
+    )
+
+
+@action
+async def clear_domain(
+    request: web.Request, session: Session, form: MultiDict[str]
+) -> web.StreamResponse:
+    ctx = request.app[DASHBOARD]
+    domain = form.get("domain", "")
+    answer = await audited_clear(
+        ctx.clear, client=request.remote, authorise=as_admin(session.admin, domain)
+    )
+    if not answer.cleared:
+        raise PageError(answer.status, f"The cache was not cleared: {answer.detail}.")
+    log.info(
+        "dashboard: %s cleared %s (%d entries)",
+        session.admin,
+        answer.domain,
+        answer.entries_dropped,
+    )
+    return see_other(str(URL(DOMAINS).with_query({"cleared": answer.domain or ""})))
+
+
+@signed_in
+async def history_page(request: web.Request, session: Session) -> web.StreamResponse:
+    ctx = request.app[DASHBOARD]
+    domain = request.query.get("domain", "").strip()
+    outcome = request.query.get("outcome", "")
+    page_text = request.query.get("page", "1")
+    if len(domain) > MAX_AUDIT_TEXT:
+        raise PageError(400, f"A domain is at most {MAX_AUDIT_TEXT} characters.")
+    with contextlib.suppress(ValueError):  # the log also holds names that were not host names
+        domain = normalise_domain(domain) if domain else domain
+    if outcome and outcome not in OUTCOMES:
+        raise PageError(400, f"The outcome must be one of: {', '.join(OUTCOMES)}.")
+    if not (page_text.isascii() and page_text.isdigit() and 1 <= int(page_text) <= MAX_PAGE):
+        raise PageError(400, f"The page must be a number from 1 to {MAX_PAGE}.")
+    page = int(page_text)
+    records = await ctx.state.list_audit(
+        PAGE_SIZE + 1,
+        (page - 1) * PAGE_SIZE,
+        domain=domain or None,
+        outcome=outcome or None,
+    )
+    filters = {key: value for key, value in (("domain", domain), ("outcome", outcome)) if value}
+
+    def link(to: int) -> str:
+        return str(URL(HISTORY).with_query({**filters, "page": str(to)}))
+
+    return render(
+        request,
+        "history.html",
+        {
+            "title": "History",
+            "active": "history",
+            "records": records[:PAGE_SIZE],
+            "page": page,
+            "newer": link(page - 1) if page > 1 else None,
+            "older": link(page + 1) if len(records) > PAGE_SIZE else None,
+            "domain": domain,
+            "outcome": outcome,
+            "outcomes": OUTCOMES,
+            "domains": ctx.config.domains,
+        },
+        session=session,
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("", overview)
+    app.router.add_get("/domains", domains_page)
+    app.router.add_post("/domains/clear", clear_domain)
+    app.router.add_get("/history", history_page)

@@ -1,0 +1,269 @@
+"""Telemetry: what the edge, the origin client and the clear-cache API report, and /metrics.
+
+One ``Telemetry`` per service, passed explicitly to the edge and kept in the API app under
+``TELEMETRY``. It owns its own ``prometheus_client.CollectorRegistry``: nothing is registered
+in prometheus-client's process-wide default registry, so two services in one process (as in
+the tests) never share or clash over a metric.
+
+The per-request hook (``request``) is on the hit path, so it only bumps plain ints in
+``proxy.core.traffic.Traffic``; a collector turns them into Prometheus samples when /metrics
+is scraped. Origin requests and clears are rare beside the I/O they measure, so they use
+prometheus-client's Histogram and Counter directly. Store gauges are read from the store at
+scrape time (decision 0005).
+
+Metrics (all prefixed ``cdn_proxy_``):
+
+- ``requests_total{domain, cache_status}``: edge responses; cache_status is one of
+  hit, miss, stale, bypass, error (see proxy/core/traffic.py).
+- ``origin_request_duration_seconds{domain}``: time to the origin's response headers, or to
+  the failure when none came.
+- ``origin_errors_total{domain, kind}``: kind is timeout, unreachable or protocol.
+- ``clears_total{outcome}``, ``clear_duration_seconds``: every clear-cache attempt, with its
+  audit outcome (cleared, unauthorized, forbidden, not_found, ...).
+- ``store_entries``, ``store_bytes``, ``store_max_bytes``, ``store_pending_reclaim_entries``,
+  ``store_evictions_total``; and ``domain_entries{domain}``, ``domain_bytes{domain}``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+from proxy.core.traffic import (
+    CLEARED,
+    OUTCOMES,
+    DomainCounts,
+    MinuteCounts,
+    Traffic,
+)
+from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.store.base import DomainStats, Store, StoreStats
+
+__all__ = [
+    "METRICS_PATH",
+    "TELEMETRY",
+    "DomainCounts",
+    "MinuteCounts",
+    "Telemetry",
+    "error_kind",
+    "metrics",
+]
+
+METRICS_PATH = "/metrics"
+PREFIX = "cdn_proxy_"
+
+# Origin answers take milliseconds to seconds; clears take tens of microseconds in the store
+# plus a SQLite round trip or two for the token and the audit record.
+ORIGIN_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+CLEAR_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+def error_kind(exc: OriginError) -> str:
+    """The ``kind`` label of an origin error."""
+    if isinstance(exc, OriginTimeout):
+        return "timeout"
+    if isinstance(exc, OriginUnreachable):
+        return "unreachable"
+    if isinstance(exc, OriginProtocolError):
+        return "protocol"
+    return "other"
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreSnapshot:
+    stats: StoreStats
+    domains: tuple[tuple[str, DomainStats], ...]
+
+
+class Telemetry:
+    def __init__(
+        self,
+        *,
+        store: Store | None = None,
+        domains: Sequence[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``store`` and ``domains`` are read at scrape time; ``clock`` gives wall-clock
+        seconds for the timeline."""
+        self.registry = CollectorRegistry()
+        self._store = store
+        self._domains = tuple(domains)
+        self._clock = clock
+        self._traffic = Traffic()
+        self._snapshot: _StoreSnapshot | None = None
+        self._origin_seconds = Histogram(
+            PREFIX + "origin_request_duration_seconds",
+            "Time to the origin's response headers, or to the failure when none came.",
+            ["domain"],
+            buckets=ORIGIN_BUCKETS,
+            registry=self.registry,
+        )
+        self._origin_errors = Counter(
+            PREFIX + "origin_errors",
+            "Origin requests that failed, by kind: timeout, unreachable, protocol.",
+            ["domain", "kind"],
+            registry=self.registry,
+        )
+        self._clears = Counter(
+            PREFIX + "clears",
+            "Clear-cache attempts, by audit outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._clear_seconds = Histogram(
+            PREFIX + "clear_duration_seconds",
+            "Duration of clear-cache attempts, as written to the audit log.",
+            buckets=CLEAR_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_ScrapeCollector(self))
+
+    # -- what the edge, the origin client and the API report ---------------------------------
+
+    def request(self, domain: str, outcome: str) -> None:
+        """One edge response for a configured domain; ``outcome`` is one of OUTCOMES."""
+        self._traffic.record(domain, outcome, self._clock())
+
+    def request_at(self, domain: str, outcome: str, now: float) -> None:
+        """``request`` for a caller that has just read the clock (the hit path)."""
+        self._traffic.record(domain, outcome, now)
+
+    def origin(self, domain: str, seconds: float, error: str | None) -> None:
+        """One origin request: its time to headers (or to failure), and the failure's kind."""
+        self._origin_seconds.labels(domain).observe(seconds)
+        if error is not None:
+            self._origin_errors.labels(domain, error).inc()
+
+    def origin_error(self, domain: str, error: str) -> None:
+        """A failure after the origin's headers came (reading the body): counted, not timed."""
+        self._origin_errors.labels(domain, error).inc()
+
+    def clear(self, domain: str | None, outcome: str, seconds: float) -> None:
+        """One clear-cache attempt. ``domain`` is what it named (None if it named none)."""
+        self._clears.labels(outcome).inc()
+        self._clear_seconds.observe(seconds)
+        if outcome == CLEARED and domain is not None:
+            self._traffic.record_clear(domain, self._clock())
+
+    # -- what the dashboard reads --------------------------------------------------------------
+
+    def domain_counts(self, domain: str) -> DomainCounts:
+        return self._traffic.domain_counts(domain)
+
+    def timeline(self, now: float, minutes: int = 60) -> list[MinuteCounts]:
+        """The last ``minutes`` minutes (at most 60), oldest first, all domains together."""
+        return self._traffic.timeline(now, minutes)
+
+    # -- scraping --------------------------------------------------------------------------------
+
+    async def exposition(self) -> bytes:
+        """The Prometheus text exposition, with the store read now."""
+        snapshot = None
+        if self._store is not None:
+            stats = await self._store.stats()
+            per_domain = [(name, await self._store.domain_stats(name)) for name in self._domains]
+            snapshot = _StoreSnapshot(stats, tuple(per_domain))
+        # No await between taking the snapshot and generating: concurrent scrapes each
+        # render the snapshot they took.
+        self._snapshot = snapshot
+        return generate_latest(self.registry)
+
+    def _collect(self) -> Iterable[Metric]:
+        requests = CounterMetricFamily(
+            PREFIX + "requests",
+            "Edge responses, by domain and cache status (hit, miss, stale, bypass, error).",
+            labels=["domain", "cache_status"],
+        )
+        counts = self._traffic.outcomes()
+        for domain in self._domains:
+            if domain not in counts:
+                for outcome in OUTCOMES:
+                    requests.add_metric([domain, outcome], 0)
+        for domain, by_outcome in counts.items():
+            for outcome, count in by_outcome.items():
+                requests.add_metric([domain, outcome], count)
+        yield requests
+
+        snapshot = self._snapshot
+        if snapshot is None:
+            return
+        stats = snapshot.stats
+        yield GaugeMetricFamily(
+            PREFIX + "store_entries",
+            "Entries in the store, reclaimable ones included.",
+            stats.entries,
+        )
+        yield GaugeMetricFamily(PREFIX + "store_bytes", "Bytes held by the store.", stats.bytes)
+        yield GaugeMetricFamily(
+            PREFIX + "store_max_bytes",
+            "The store's memory bound (cache.max_bytes).",
+            stats.max_bytes,
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "store_pending_reclaim_entries",
+            "Entries of cleared generations not yet reclaimed.",
+            stats.pending_reclaim,
+        )
+        yield CounterMetricFamily(
+            PREFIX + "store_evictions",
+            "Entries evicted to stay within cache.max_bytes.",
+            stats.evictions,
+        )
+        entries = GaugeMetricFamily(
+            PREFIX + "domain_entries",
+            "Servable entries of the domain (its current generation).",
+            labels=["domain"],
+        )
+        size = GaugeMetricFamily(
+            PREFIX + "domain_bytes",
+            "Bytes of the domain's servable entries (its current generation).",
+            labels=["domain"],
+        )
+        for domain, domain_stats in snapshot.domains:
+            entries.add_metric([domain], domain_stats.entries)
+            size.add_metric([domain], domain_stats.bytes)
+        yield entries
+        yield size
+
+
+class _ScrapeCollector:
+    """Turns the plain counters and the store snapshot into samples at scrape time."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._telemetry = telemetry
+
+    def collect(self) -> Iterable[Metric]:
+        return self._telemetry._collect()
+
+
+TELEMETRY = web.AppKey("telemetry", Telemetry)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics, on the API listener only."""
+    body = await request.app[TELEMETRY].exposition()
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    response.headers["Cache-Control"] = "no-store"
+    return response
