@@ -51,6 +51,10 @@ class DomainConfig:
     heuristic_freshness: bool = False
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
+    # Seconds past expiry a stored response may still be served while the origin cannot be
+    # reached (RFC 9111 §4.2.4), unless the response forbids it. Off (0) unless configured:
+    # the origin's own stale-if-error (RFC 5861) applies either way.
+    stale_if_error: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +259,14 @@ def _domain(where: str, raw: Mapping[str, Any]) -> DomainConfig:
     _only_keys(
         where,
         raw,
-        {"name", "origin", "heuristic_freshness", "connect_timeout", "read_timeout"},
+        {
+            "name",
+            "origin",
+            "heuristic_freshness",
+            "connect_timeout",
+            "read_timeout",
+            "stale_if_error",
+        },
     )
     name = raw.get("name")
     if not isinstance(name, str):
@@ -273,6 +284,7 @@ def _domain(where: str, raw: Mapping[str, Any]) -> DomainConfig:
         heuristic_freshness=heuristic,
         connect_timeout=_number(f"{where}.connect_timeout", raw.get("connect_timeout", 5.0)),
         read_timeout=_number(f"{where}.read_timeout", raw.get("read_timeout", 30.0)),
+        stale_if_error=_seconds_or_zero(f"{where}.stale_if_error", raw.get("stale_if_error", 0.0)),
     )
 
 
@@ -339,6 +351,12 @@ def _size(key: str, value: object) -> int:
 def _number(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(key, "must be a number of seconds greater than zero")
+    return float(value)
+
+
+def _seconds_or_zero(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(key, "must be a number of seconds, 0 or more")
     return float(value)
 
 

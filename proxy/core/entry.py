@@ -32,6 +32,12 @@ class StoredResponse:
     vary: tuple[str, ...]  # lowercase field names from Vary
     vary_values: tuple[str | None, ...]  # the request's values for them, normalised
     size: int  # bytes counted against cache.max_bytes
+    # Seconds past expiry it may be served while the origin fails: 0 forbidden, None the
+    # domain's default (policy.stale_if_error).
+    stale_if_error: float | None = None
+    # The fields of a fresh hit, ready to send: ``headers`` plus Via and Cache-Status, built
+    # once by the edge when it stores the response. Empty until then.
+    hit_headers: Headers = ()
 
     def age(self, now: float) -> float:
         """Current age, RFC 9111 §4.2.3."""

@@ -8,6 +8,8 @@
   steer an origin that trusts them (cache poisoning through unkeyed headers).
 - Method-override fields are removed from cacheable requests, so a GET cannot be turned into
   something else behind the cache's back.
+- Names are compared with '_' read as '-': CGI and WSGI origins map both to '_', so
+  ``X_Forwarded_Host`` would reach them as X-Forwarded-Host (the CVE-2015-0219 class).
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ CLIENT_FORWARDING = frozenset(
         "x-rewrite-url",
         "true-client-ip",
         "cdn-loop",
+        # Trusted by frameworks for the path or host they generate links and routes from.
+        "x-forwarded-prefix",
+        "x-forwarded-uri",
+        "x-forwarded-path",
+        "x-original-uri",
+        "x-http-host-override",
+        "surrogate-capability",  # only this proxy speaks for the surrogates in front of the origin
     }
 )
 
@@ -60,13 +69,37 @@ CLIENT_CONDITIONALS = frozenset(
 )
 
 
+# Set by the proxy on every origin request, whatever the client sent.
+PROXY_SET = frozenset({"via", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
+
+_NOT_PASSED_ON_FILL = (
+    HOP_BY_HOP | CLIENT_FORWARDING | METHOD_OVERRIDE | CLIENT_CONDITIONALS | PROXY_SET
+)
+
+
+def field_name(name: str) -> str:
+    """The name an origin may read a field under: lowercase, '_' read as '-'."""
+    return name.lower().replace("_", "-")
+
+
 def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     """Field names listed in Connection: also hop-by-hop for this message."""
     tokens: set[str] = set()
     for name, value in headers:
         if name.lower() == "connection":
-            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+            tokens.update(field_name(t.strip()) for t in value.split(",") if t.strip())
     return tokens
+
+
+def not_passed_on_fill(connection: Iterable[str]) -> frozenset[str]:
+    """Names of the request fields a fill does not pass to the origin as the client sent
+    them: removed (hop-by-hop, forwarding, method override, conditionals, and what this
+    request's ``connection`` values name) or set by the proxy itself.
+
+    A response that varies on one of them must not be stored: the origin chose it by a value
+    other than the one the request carried, and it would be served to every client sending
+    the value it was stored under (hop-by-hop abuse: ``Connection: Accept-Language``)."""
+    return _NOT_PASSED_ON_FILL | connection_tokens(("connection", value) for value in connection)
 
 
 def to_origin(
@@ -83,7 +116,7 @@ def to_origin(
     drop = HOP_BY_HOP | CLIENT_FORWARDING | connection_tokens(items) | {"host"}
     if cacheable:
         drop = drop | METHOD_OVERRIDE | CLIENT_CONDITIONALS
-    out = [(name, value) for name, value in items if name.lower() not in drop]
+    out = [(name, value) for name, value in items if field_name(name) not in drop]
     previous_via = [value for name, value in out if name.lower() == "via"]
     out = [(name, value) for name, value in out if name.lower() != "via"]
     out.append(("Host", domain))

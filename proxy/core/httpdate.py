@@ -2,25 +2,65 @@
 
 from __future__ import annotations
 
-from datetime import UTC
-from email.utils import parsedate_to_datetime
+import re
+from datetime import UTC, datetime
 
 Directives = dict[str, str | None]
 
 
+_DAYS = "Mon|Tue|Wed|Thu|Fri|Sat|Sun"
+_LONG_DAYS = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH = "|".join(_MONTHS)
+_TIME = r"(\d\d):(\d\d):(\d\d)"
+# RFC 9110 §5.6.7's three formats, exactly: one space between parts, two-digit day and hour,
+# GMT. Names are matched without regard to case (what the cache-tests suite calls optimal).
+_IMF_FIXDATE = re.compile(rf"(?:{_DAYS}), (\d\d) ({_MONTH}) (\d{{4}}) {_TIME} GMT", re.I)
+_RFC850 = re.compile(rf"(?:{_LONG_DAYS}), (\d\d)-({_MONTH})-(\d\d) {_TIME} GMT", re.I)
+_ASCTIME = re.compile(rf"(?:{_DAYS}) ({_MONTH}) ( \d|\d\d) {_TIME} (\d{{4}})", re.I)
+
+
 def parse_http_date(value: str | None) -> float | None:
-    """Seconds since the epoch for an HTTP-date, or None if absent or invalid."""
+    """Seconds since the epoch for an HTTP-date, or None if absent or invalid.
+
+    Only the three formats of RFC 9110 §5.6.7 are dates; anything else (other zones, missing
+    comma, extra spaces, dashes in IMF-fixdate, one-digit hours, ...) is invalid, which for
+    Expires means "already expired" (RFC 9111 §5.3).
+    """
     if not value:
         return None
+    text = value.strip()
+    if match := _IMF_FIXDATE.fullmatch(text):
+        day, month, year, hour, minute, second = match.groups()
+        return _timestamp(int(year), month, day, hour, minute, second)
+    if match := _RFC850.fullmatch(text):
+        day, month, short_year, hour, minute, second = match.groups()
+        # Two-digit years: 70-99 are 19xx, 00-69 are 20xx (the POSIX %y pivot; the RFC's
+        # "more than 50 years in the future" rule needs a clock, which this module never reads).
+        year = int(short_year) + (1900 if int(short_year) >= 70 else 2000)
+        return _timestamp(year, month, day, hour, minute, second)
+    if match := _ASCTIME.fullmatch(text):
+        month, day, hour, minute, second, year = match.groups()
+        return _timestamp(int(year), month, day, hour, minute, second)
+    return None
+
+
+def _timestamp(
+    year: int, month: str, day: str, hour: str, minute: str, second: str
+) -> float | None:
     try:
-        parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if parsed.tzinfo is None:
-        # asctime-date has no zone and is GMT by definition; RFC 9110 §5.6.7 requires
-        # recipients to accept it.
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+        moment = datetime(
+            year,
+            _MONTHS.index(month.lower()) + 1,
+            int(day),
+            int(hour),
+            int(minute),
+            min(int(second), 59),  # a leap second counts as the second before it
+            tzinfo=UTC,
+        )
+    except ValueError:
+        return None  # 31 Feb, hour 25, and so on
+    return moment.timestamp()
 
 
 def parse_cache_control(value: str | None) -> Directives:
@@ -108,3 +148,18 @@ def _split_commas(value: str) -> list[str]:
             current.append(char)
     parts.append("".join(current))
     return [part.strip() for part in parts if part.strip()]
+
+
+def age_seconds(values: list[str]) -> int:
+    """The Age a response carries (RFC 9111 §5.1), as the current cache-tests suite reads it:
+    the first field line, and in it the first list member, must be a non-negative integer
+    (parameters after ``;`` are dropped); anything else is ignored (0). Values past 2**31 are
+    2**31 (§1.2.2)."""
+    if not values:
+        return 0
+    first = values[0].split(",", 1)[0].split(";", 1)[0].strip()
+    if not first or not first.isascii() or not first.isdigit():
+        return 0
+    if len(first.lstrip("0")) > 10:
+        return 2**31
+    return min(int(first), 2**31)

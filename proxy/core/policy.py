@@ -32,18 +32,24 @@ import hishel
 
 from proxy.core.domains import host_from_header
 from proxy.core.entry import Headers, StoredResponse
+from proxy.core.headers import not_passed_on_fill
 from proxy.core.httpdate import (
     Directives,
+    age_seconds,
     delta_seconds,
     field_names,
     parse_cache_control,
     parse_http_date,
     unqualified,
 )
+from proxy.core.targeted import format_directives, targeted_directives
 
 HEURISTIC_FRACTION = 0.1  # §4.2.2: "a typical setting of this fraction might be 10%"
 HEURISTIC_MAX = 86_400.0
 HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
+# Statuses whose caching semantics this cache implements, for must-understand (§5.2.2.3).
+UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 500, 502, 503, 504}
+
 # Stored per entry besides body, headers and key: the entry object, its list, the LRU node
 # and the bucket-set slot. Measured with tracemalloc in tests/store/test_memory.py.
 ENTRY_OVERHEAD = 640
@@ -95,6 +101,7 @@ class Storable:
     last_modified: str | None
     vary: tuple[str, ...]
     vary_values: tuple[str | None, ...]
+    stale_if_error: float | None = None
 
     def with_body(self, body: bytes, target: str) -> StoredResponse:
         size = (
@@ -114,6 +121,7 @@ class Storable:
             freshness_lifetime=self.freshness_lifetime,
             expires_at=self.response_time - self.corrected_initial_age + self.freshness_lifetime,
             revalidate_always=self.revalidate_always,
+            stale_if_error=self.stale_if_error,
             etag=self.etag,
             last_modified=self.last_modified,
             vary=self.vary,
@@ -211,36 +219,57 @@ def assess_response(
     request_time: float,
     response_time: float,
     heuristic: bool,
+    surrogate_name: str | None = None,
 ) -> Storable | DontStore:
     """Decide from status and headers whether the response may be stored, and precompute
-    everything a hit will need."""
+    everything a hit will need. ``surrogate_name`` is the name this cache advertises in
+    Surrogate-Capability; Surrogate-Control items targeted at it apply."""
     if method != "GET":
         return DontStore("method")
     request_cc = request.get("cache-control")
     if request_cc is not None and "no-store" in request_directives(request):
         return DontStore("request-no-store")  # §5.2.1.5
     lowered = [(name.lower(), value) for name, value in headers]
-    if any(name == "set-cookie" for name, _ in lowered):
+    if any(name in ("set-cookie", "set-cookie2") for name, _ in lowered):
         return DontStore("set-cookie")  # never shared: it belongs to one user
     vary = tuple(
         dict.fromkeys(n for _, v in lowered if _ == "vary" for n in field_names(v) if n).keys()
     )
     if "*" in vary:
         return DontStore("vary-star")  # §4.1: Vary: * always fails to match
+    if not not_passed_on_fill(request.getall("connection", [])).isdisjoint(vary):
+        return DontStore("vary-not-forwarded")  # chosen by a value the request did not carry
 
-    cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
-    verdict = _hishel_verdict(method, target, request, status, lowered, cc)
+    targeted = targeted_directives(lowered, surrogate_name)
+    if targeted is None:
+        cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
+        rules = lowered
+    else:
+        # RFC 9213 §2.1: a targeted field replaces Cache-Control and Expires for this cache.
+        cc = targeted
+        rules = [(n, v) for n, v in lowered if n not in ("cache-control", "expires")]
+        rules.append(("cache-control", format_directives(targeted)))
+    if "must-understand" in cc:  # §5.2.2.3
+        if status not in UNDERSTOOD_STATUSES:
+            return DontStore("must-understand")
+        cc = {name: arg for name, arg in cc.items() if name != "no-store"}
+        rules = [(n, v) for n, v in rules if n != "cache-control"]
+        rules.append(("cache-control", format_directives(cc)))
+    verdict = _hishel_verdict(method, target, request, status, rules, cc)
     if isinstance(verdict, DontStore):
         return verdict
-    kept_names = verdict
+    # hishel drops the fields named by qualified no-cache= and private= (§5.2.2.4, §5.2.2.7).
+    dropped = {n for n, _ in rules} - verdict
     etag = _last(lowered, "etag")
     last_modified = _last(lowered, "last-modified")
     has_validator = etag is not None or last_modified is not None
 
-    lifetime = explicit_lifetime(cc, lowered, response_time)
+    lifetime = explicit_lifetime(cc, rules, response_time)
     no_cache = unqualified(cc, "no-cache")
     if lifetime is None:
-        lifetime = heuristic_lifetime(status, lowered, response_time) if heuristic else None
+        # Never guessed for a request with a Cookie: likely personal (web cache deception).
+        guess = heuristic and request.get("cookie") is None
+        lifetime = heuristic_lifetime(status, lowered, response_time) if guess else None
         if lifetime is None and not no_cache:
             return DontStore("no-explicit-freshness")
     if no_cache and not has_validator:
@@ -251,7 +280,7 @@ def assess_response(
     stored_headers = tuple(
         (name, value)
         for name, value in headers
-        if name.lower() in kept_names and name.lower() not in _NOT_STORED
+        if name.lower() not in dropped and name.lower() not in _NOT_STORED
     )
     return Storable(
         status=status,
@@ -261,11 +290,27 @@ def assess_response(
         corrected_initial_age=corrected_initial_age(lowered, request_time, response_time),
         freshness_lifetime=float(lifetime or 0),
         revalidate_always=no_cache,
+        stale_if_error=stale_if_error(cc),
         etag=etag,
         last_modified=last_modified,
         vary=vary,
         vary_values=vary_values(vary, request),
     )
+
+
+def stale_if_error(cc: Directives) -> float | None:
+    """How long past expiry the response may be served when the origin fails (RFC 5861 §4,
+    RFC 9111 §4.2.4): 0 when the origin forbids serving it stale (must-revalidate,
+    proxy-revalidate, s-maxage, no-cache: §5.2.2.2, §5.2.2.8, §5.2.2.10, §5.2.2.4), the
+    stale-if-error value when given, and None to leave it to the domain's configuration."""
+    if "must-revalidate" in cc or "proxy-revalidate" in cc or "s-maxage" in cc:
+        return 0.0
+    if unqualified(cc, "no-cache"):
+        return 0.0
+    seconds = delta_seconds(cc, "stale-if-error")
+    if seconds is not None:
+        return float(max(seconds, 0))
+    return None
 
 
 def explicit_lifetime(
@@ -291,7 +336,7 @@ def heuristic_lifetime(
 ) -> float | None:
     """§4.2.2: a fraction of the time since Last-Modified, for heuristically cacheable
     statuses only; never for error statuses outside that list."""
-    if status not in HEURISTICALLY_CACHEABLE:
+    if status not in HEURISTICALLY_CACHEABLE or status >= 400:  # errors: cache-poisoned DoS
         return None
     last_modified = parse_http_date(_last(lowered, "last-modified"))
     if last_modified is None:
@@ -307,9 +352,7 @@ def corrected_initial_age(
     lowered: Sequence[tuple[str, str]], request_time: float, response_time: float
 ) -> float:
     """§4.2.3."""
-    age_text = _last(lowered, "age")
-    age = delta_seconds({"age": age_text}, "age") if age_text is not None else None
-    age_value = float(age) if age is not None and age >= 0 else 0.0
+    age_value = float(age_seconds([v for n, v in lowered if n == "age"]))
     date = parse_http_date(_last(lowered, "date"))
     apparent_age = max(0.0, response_time - date) if date is not None else 0.0
     response_delay = max(0.0, response_time - request_time)
@@ -387,13 +430,20 @@ def conditional_headers(stored: StoredResponse) -> list[tuple[str, str]]:
     return headers
 
 
+# §3.2: fields a 304 does not update, because they describe the stored body itself (its
+# length, coding, range, digest) or the validator the 304 was matched against.
+_NOT_UPDATED = frozenset(
+    {"content-length", "content-encoding", "content-range", "content-md5", "etag"}
+)
+
+
 def merge_not_modified(stored: StoredResponse, not_modified: Headers) -> Headers:
-    """§3.2, §4.3.4: the 304's fields replace the stored ones, except Content-Length (which
-    describes the stored body) and fields never stored."""
+    """§3.2, §4.3.4: the 304's fields replace the stored ones, except those describing the
+    stored body (``_NOT_UPDATED``) and fields never stored."""
     replaced = {
         name.lower()
         for name, _ in not_modified
-        if name.lower() not in _NOT_STORED and name.lower() != "content-length"
+        if name.lower() not in _NOT_STORED and name.lower() not in _NOT_UPDATED
     }
     kept = [(n, v) for n, v in stored.headers if n.lower() not in replaced]
     added = [(n, v) for n, v in not_modified if n.lower() in replaced]
@@ -467,3 +517,36 @@ def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:
 
 def _header_bytes(response: StoredResponse) -> int:
     return sum(len(name) + len(value) for name, value in response.headers)
+
+
+# -- serving stale when the origin fails (RFC 9111 §4.2.4, RFC 5861 §4) ----------------------
+
+STALE_IF_ERROR_STATUSES = frozenset({500, 502, 503, 504})
+
+
+def may_serve_stale(
+    stored: StoredResponse,
+    request: RequestHeaders,
+    now: float,
+    *,
+    status: int | None,
+    default_window: float,
+) -> bool:
+    """May ``stored`` answer instead of the origin's failure? ``status`` is the origin's
+    status, or None when it could not be reached at all ("disconnected", where the domain's
+    ``default_window`` applies); a 5xx needs a stale-if-error from the response or the
+    request. must-revalidate and its kin forbid it in every case."""
+    if status is not None and status not in STALE_IF_ERROR_STATUSES:
+        return False
+    allowed = stored.stale_if_error
+    if allowed == 0.0:
+        return False
+    if allowed is None:
+        allowed = default_window if status is None else 0.0
+    if request.get("cache-control") is not None:
+        asked = delta_seconds(request_directives(request), "stale-if-error")  # RFC 5861 §4
+        if asked is not None and asked > 0:
+            allowed = max(allowed, float(asked))
+    if allowed <= 0:
+        return False
+    return now - stored.expires_at <= allowed

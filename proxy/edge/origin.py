@@ -3,23 +3,53 @@
 Every aiohttp or timeout exception raised while talking to an origin, whether at connect,
 while waiting for headers or while reading the body, leaves this module as an OriginError:
 OriginTimeout (→ 504), OriginUnreachable (→ 502) or OriginProtocolError (→ 502).
-aiohttp closes a connection on any framing error, so a broken response never poisons the
+aiohttp closes a connection on any framing error, and ``OriginConnector`` never reuses one
+on which the origin sent bytes no request asked for, so a broken response never poisons the
 next request on a reused connection.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 from yarl import URL
 
 from proxy.config import DomainConfig
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.telemetry import Telemetry, error_kind
 
 CHUNK = 64 * 1024
+
+
+class OriginConnector(aiohttp.TCPConnector):
+    """Hands out a pooled connection only if the origin sent nothing on it while it was idle.
+
+    Bytes arriving on an idle keep-alive connection (the late tail of a body longer than its
+    Content-Length, or a response nobody asked for) would be read as the answer to the next
+    request sent on it, and stored under that request's key: response queue poisoning.
+    aiohttp parses them as they arrive into a queued response or an error, and either makes
+    the connection ``should_close``; such a connection is closed here, not reused. (A piece
+    shorter than a response head is dropped: aiohttp starts a new parser for every request.)
+    """
+
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
+    ) -> Connection:
+        while True:
+            connection = await super().connect(req, traces, timeout)
+            protocol = connection.protocol
+            if protocol is None or not protocol.should_close:
+                return connection
+            connection.close()
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -30,7 +60,14 @@ def new_session() -> aiohttp.ClientSession:
     aiohttp's own.
     """
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256, enable_cleanup_closed=True),
+        connector=OriginConnector(
+            limit=1024,
+            limit_per_host=256,
+            enable_cleanup_closed=True,
+            # Below the 5 s idle timeout of Node and Apache origins, so the edge does not send
+            # a request on a connection the origin is closing at that moment.
+            keepalive_timeout=4.0,
+        ),
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
@@ -42,10 +79,14 @@ def new_session() -> aiohttp.ClientSession:
 class OriginResponse:
     """The origin's answer: status, headers, and a body read in chunks."""
 
-    __slots__ = ("_response", "headers", "reason", "status")
+    __slots__ = ("_domain", "_response", "_telemetry", "headers", "reason", "status")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, telemetry: Telemetry | None = None, domain: str = ""
+    ) -> None:
         self._response = response
+        self._telemetry = telemetry
+        self._domain = domain
         self.status = response.status
         self.reason = response.reason or ""
         self.headers: tuple[tuple[str, str], ...] = tuple(response.headers.items())
@@ -59,7 +100,10 @@ class OriginResponse:
         try:
             return await self._response.content.readany()
         except Exception as exc:
-            raise _translate(exc, self._response.url.host or "origin") from None
+            error = _translate(exc, self._response.url.host or "origin")
+            if self._telemetry is not None and isinstance(error, OriginError):
+                self._telemetry.origin_error(self._domain, error_kind(error))
+            raise error from None
 
     async def read_up_to(self, limit: int) -> tuple[bytes, bool]:
         """Read the body until it ends or passes ``limit``; return it and whether it ended."""
@@ -87,12 +131,15 @@ async def origin_request(
     target: str,
     headers: Sequence[tuple[str, str]],
     data: Any = None,
+    *,
+    telemetry: Telemetry | None = None,
 ) -> AsyncIterator[OriginResponse]:
     """Send one request to the domain's origin. The target is sent exactly as received."""
     url = URL(domain.origin + target, encoded=True)
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=domain.connect_timeout, sock_read=domain.read_timeout
     )
+    started, answered = time.perf_counter(), False
     try:
         async with session.request(
             method,
@@ -103,11 +150,20 @@ async def origin_request(
             timeout=timeout,
             compress=None,
         ) as response:
-            yield OriginResponse(response)
+            if telemetry is not None:
+                telemetry.origin(domain.name, time.perf_counter() - started, None)
+            answered = True
+            yield OriginResponse(response, telemetry, domain.name)
     except Exception as exc:
         if isinstance(exc, OriginError):
-            raise
-        raise _translate(exc, domain.name) from None
+            raise  # from OriginResponse, already counted
+        error = _translate(exc, domain.name)
+        if telemetry is not None and isinstance(error, OriginError):
+            if answered:
+                telemetry.origin_error(domain.name, error_kind(error))
+            else:
+                telemetry.origin(domain.name, time.perf_counter() - started, error_kind(error))
+        raise error from None
 
 
 def _translate(exc: BaseException, where: str) -> BaseException:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from proxy.core.entry import CacheKey, StoredResponse
 
@@ -66,6 +66,16 @@ class Store(Protocol):
     async def domain_stats(self, domain: str) -> DomainStats: ...
 
     async def stats(self) -> StoreStats: ...
+
+
+@runtime_checkable
+class LocalStore(Protocol):
+    """A store in this process, which can answer a lookup without awaiting. The edge uses it
+    for fresh hits, the one path where a coroutine per request is measurable."""
+
+    def peek(self, domain: str, target: str) -> Sequence[StoredResponse]:
+        """Like ``get`` with the domain's current generation, synchronously."""
+        ...
 
 
 class Purger(Protocol):

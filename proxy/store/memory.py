@@ -58,6 +58,16 @@ class MemoryStore:
     async def get(self, key: CacheKey) -> Sequence[StoredResponse]:
         return self.get_now(key)
 
+    def peek(self, domain: str, target: str) -> Sequence[StoredResponse]:
+        """The variants stored for the domain's current generation, without a coroutine: the
+        edge's hit path calls this for every request (see ``base.LocalStore``)."""
+        key = (domain, self._generations.get(domain, 0), target)
+        variants = self._lru.get(key)
+        if variants is None:
+            return ()
+        self._lru.move_to_end(key)
+        return variants
+
     def get_now(self, key: CacheKey) -> Sequence[StoredResponse]:
         """Synchronous lookup, for callers that know the store is local."""
         variants = self._lru.get(key)

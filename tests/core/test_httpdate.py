@@ -35,6 +35,20 @@ RFC_EXAMPLE = 784_111_777.0  # Sun, 06 Nov 1994 08:49:37 GMT, RFC 9110 §5.6.7's
         ("yesterday", None),
         ("Sun, 06 Nov 1994 25:49:37 GMT", None),
         ("Sun, 32 Nov 1994 08:49:37 GMT", None),
+        # Names in any case are still the same names.
+        ("SUN, 06 NOV 1994 08:49:37 gmt", RFC_EXAMPLE),
+        ("Thursday, 18-Aug-50 02:01:18 GMT", 2544400878.0),  # two-digit year 50 is 2050
+        # Not one of the three formats: invalid (cache-tests' freshness-expires-invalid-*).
+        ("Sun, 06 Nov 1994 08:49:37 UTC", None),
+        ("Sun, 06 Nov 1994 08:49:37 AEST", None),
+        ("Sun, 06 Nov 94 08:49:37 GMT", None),
+        ("Sun 06 Nov 1994 08:49:37 GMT", None),
+        ("Sun, 06  Nov  1994 08:49:37 GMT", None),
+        ("Sun, 06-Nov-1994 08:49:37 GMT", None),
+        ("Sun, 06 Nov 1994 08.49.37 GMT", None),
+        ("Sun, 06 Nov 1994 8:49:37 GMT", None),
+        ("Sun, 6 Nov 1994 08:49:37 GMT", None),
+        ("Sun, 06 Nov 1994 08:49:37 +0000", None),
     ],
 )
 def test_parse_http_date(value: str | None, expected: float | None) -> None:

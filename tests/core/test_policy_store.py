@@ -258,7 +258,7 @@ def test_validators_are_kept() -> None:
     ("status", "last_modified", "date", "lifetime"),
     [
         (200, NOW - 1000, NOW, 100.0),  # 10% of Date - Last-Modified
-        (404, NOW - 10_000, NOW, 1000.0),
+        (203, NOW - 10_000, NOW, 1000.0),
         (301, NOW - 1000, NOW - 500, 50.0),
         (200, NOW - 30 * DAY, NOW, DAY),  # capped at one day
         (200, NOW - 1000, None, 100.0),  # no Date: response_time
@@ -275,9 +275,13 @@ def test_heuristic_freshness_when_the_domain_allows_it(
     assert storable(headers, status=status, heuristic=True).freshness_lifetime == lifetime
 
 
-@pytest.mark.parametrize("status", [500, 502, 503, 504, 302, 307, 400, 403])
+@pytest.mark.parametrize(
+    "status", [500, 502, 503, 504, 302, 307, 400, 403, 404, 405, 410, 414, 501]
+)
 def test_never_heuristically_fresh_for_other_statuses(status: int) -> None:
-    """RFC 9111 §4.2.2: only heuristically cacheable statuses get a heuristic lifetime."""
+    """RFC 9111 §4.2.2: only heuristically cacheable statuses get a heuristic lifetime, and of
+    those never an error status: a guessed lifetime for an error would let one bad answer
+    stand for everyone (cache-poisoned denial of service)."""
     headers = [DATE, ("Last-Modified", http_date(NOW - DAY))]
     assert isinstance(assess(headers, status=status, heuristic=True), DontStore)
     assert heuristic_lifetime(status, [(n.lower(), v) for n, v in headers], NOW) is None

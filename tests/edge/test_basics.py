@@ -19,7 +19,7 @@ async def test_miss_then_hit(edge: EdgeUnderTest, origin: Origin) -> None:
     second, body = await edge.get("/page")
     assert second.status == 200
     assert body == b"page body"
-    assert second.headers["Cache-Status"].startswith("cdn-proxy; hit; ttl=")
+    assert second.headers["Cache-Status"] == "cdn-proxy; hit"
     assert int(second.headers["Age"]) >= 0
     assert second.headers["Content-Type"] == "text/plain"
     assert origin.count("/page") == 1

@@ -209,15 +209,18 @@ async def test_stale_entry_replaced_by_a_full_response(edge: EdgeUnderTest, orig
     assert "hit" in response.headers["Cache-Status"]
 
 
+@pytest.mark.parametrize("cache_control", ["no-cache", "no-cache, max-age=60"])
 async def test_no_cache_response_is_revalidated_on_every_use(
-    edge: EdgeUnderTest, origin: Origin
+    edge: EdgeUnderTest, origin: Origin, cache_control: str
 ) -> None:
-    """§5.2.2.4: no-cache responses are stored but validated before each reuse."""
+    """§5.2.2.4: no-cache responses are stored but validated before each reuse, even while
+    a max-age says they are fresh."""
+    fields = {"ETag": '"n"', "Cache-Control": cache_control}
 
     async def handler(request: web.Request) -> web.StreamResponse:
         if request.headers.get("If-None-Match") == '"n"':
-            return web.Response(status=304, headers={"ETag": '"n"', "Cache-Control": "no-cache"})
-        return web.Response(body=b"checked", headers={"ETag": '"n"', "Cache-Control": "no-cache"})
+            return web.Response(status=304, headers=fields)
+        return web.Response(body=b"checked", headers=fields)
 
     origin.route("/n", handler)
     for _ in range(3):
