@@ -72,6 +72,7 @@ async def running(
 
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
+        stack.push_async_callback(edge.close)
         edge_server = web.Server(edge.handle, access_log=None, handler_cancellation=False)
         edge_runner = web.ServerRunner(
             edge_server, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False

@@ -179,6 +179,7 @@ async def make_edge(
     aiohttp_raw_server: Callable[..., Awaitable[RawTestServer]],
 ) -> AsyncIterator[EdgeFactory]:
     sessions: list[aiohttp.ClientSession] = []
+    edges: list[Edge] = []
 
     async def factory(**overrides: Any) -> EdgeUnderTest:
         clock = FakeClock()
@@ -188,6 +189,7 @@ async def make_edge(
         client = aiohttp.ClientSession(auto_decompress=False)
         sessions.extend([origin_session, client])
         edge = Edge(config=config, store=store, session=origin_session, clock=clock)
+        edges.append(edge)
         server = await aiohttp_raw_server(edge.handle)
         return EdgeUnderTest(
             edge=edge,
@@ -198,6 +200,8 @@ async def make_edge(
         )
 
     yield factory
+    for made in edges:
+        await made.close()
     for session in sessions:
         await session.close()
 

@@ -35,6 +35,8 @@ class StoredResponse:
     # Seconds past expiry it may be served while the origin fails: 0 forbidden, None the
     # domain's default (policy.stale_if_error).
     stale_if_error: float | None = None
+    # Seconds past expiry it may answer while revalidated in the background (RFC 5861 §3).
+    stale_while_revalidate: float = 0.0
     # The fields of a fresh hit, ready to send: ``headers`` plus Via and Cache-Status, built
     # once by the edge when it stores the response. Empty until then.
     hit_headers: Headers = ()

@@ -102,6 +102,7 @@ class Storable:
     vary: tuple[str, ...]
     vary_values: tuple[str | None, ...]
     stale_if_error: float | None = None
+    stale_while_revalidate: float = 0.0
 
     def with_body(self, body: bytes, target: str) -> StoredResponse:
         size = (
@@ -122,6 +123,7 @@ class Storable:
             expires_at=self.response_time - self.corrected_initial_age + self.freshness_lifetime,
             revalidate_always=self.revalidate_always,
             stale_if_error=self.stale_if_error,
+            stale_while_revalidate=self.stale_while_revalidate,
             etag=self.etag,
             last_modified=self.last_modified,
             vary=self.vary,
@@ -291,6 +293,7 @@ def assess_response(
         freshness_lifetime=float(lifetime or 0),
         revalidate_always=no_cache,
         stale_if_error=stale_if_error(cc),
+        stale_while_revalidate=stale_while_revalidate(cc),
         etag=etag,
         last_modified=last_modified,
         vary=vary,
@@ -311,6 +314,27 @@ def stale_if_error(cc: Directives) -> float | None:
     if seconds is not None:
         return float(max(seconds, 0))
     return None
+
+
+def stale_while_revalidate(cc: Directives) -> float:
+    """How long past expiry the response may be served while it is revalidated in the
+    background (RFC 5861 §3); 0 when absent or when the origin forbids stale use."""
+    if stale_if_error(cc) == 0.0:
+        return 0.0  # must-revalidate, proxy-revalidate, s-maxage, no-cache
+    seconds = delta_seconds(cc, "stale-while-revalidate")
+    return float(seconds) if seconds is not None and seconds > 0 else 0.0
+
+
+def serve_while_revalidating(stored: StoredResponse, request: RequestHeaders, now: float) -> bool:
+    """RFC 5861 §3: a response stale by no more than its stale-while-revalidate may answer at
+    once while the cache revalidates it; not when the client asked for validation itself."""
+    if stored.stale_while_revalidate <= 0 or stored.revalidate_always:
+        return False
+    if request.get("cache-control") is not None or request.get("pragma") is not None:
+        asked = request_directives(request)
+        if "no-cache" in asked or "max-age" in asked or "min-fresh" in asked:
+            return False  # the client wants a validated or fresher answer (§5.2.1)
+    return stored.expires_at <= now <= stored.expires_at + stored.stale_while_revalidate
 
 
 def explicit_lifetime(

@@ -16,6 +16,7 @@ connection instead of sending a truncated body that looks complete.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -41,6 +42,7 @@ from proxy.core.policy import (
     only_if_cached,
     refreshed,
     select_variant,
+    serve_while_revalidating,
 )
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
@@ -80,6 +82,7 @@ class Edge:
         self._hit_status = cache_status(self._name, hit=True)
         # Host header spellings already routed to a domain (bounded: see _route).
         self._hosts: dict[str, DomainConfig] = {}
+        self._background: set[asyncio.Task[web.StreamResponse]] = set()
 
     def _route(self, host: str | None) -> DomainConfig | None:
         """The domain a Host header names, remembered per exact spelling. Only spellings of
@@ -171,6 +174,11 @@ class Edge:
         if isinstance(decision, Revalidate):
             stale: StoredResponse | None = decision.response
             fwd = "stale"
+            if serve_while_revalidating(decision.response, request.headers, now):
+                self._revalidate_later(request, config, key, decision.response)
+                self._telemetry.request(config.name, HIT)
+                status = cache_status(self._name, hit=True, detail="stale-while-revalidate")
+                return self._from_stored(request, decision.response, now, status)
         else:
             stale, fwd = None, decision.reason
         if request.method == "HEAD" and stale is None:
@@ -197,8 +205,12 @@ class Edge:
         stale: StoredResponse | None,
         fwd: str,
         flight: Flight | None,
+        *,
+        background: bool = False,
     ) -> web.StreamResponse:
-        """Fetch from the origin, store what may be stored, and finish the flight."""
+        """Fetch from the origin, store what may be stored, and finish the flight. In the
+        ``background`` (stale-while-revalidate) the client has had its answer: nothing is
+        relayed to it, whatever the origin says."""
         result: FlightResult = None
         target = key[2]
         headers = self._origin_headers(request, config, cacheable=True)
@@ -245,17 +257,19 @@ class Edge:
                 if isinstance(verdict, DontStore):
                     self._land(key, flight, None)
                     status = cache_status(self._name, fwd=fwd, detail=verdict.reason)
-                    return await self._relay(request, origin, status)
+                    return await self._relay(request, origin, status, background=background)
                 length = origin.content_length
                 if length is not None and length > self._max_object:
                     self._land(key, flight, None)
                     status = cache_status(self._name, fwd=fwd, detail="too-large")
-                    return await self._relay(request, origin, status)
+                    return await self._relay(request, origin, status, background=background)
                 body, complete = await origin.read_up_to(self._max_object)
                 if not complete:
                     self._land(key, flight, None)
                     status = cache_status(self._name, fwd=fwd, detail="too-large")
-                    return await self._relay(request, origin, status, prefix=body)
+                    return await self._relay(
+                        request, origin, status, prefix=body, background=background
+                    )
                 entry = self._ready(verdict.with_body(body, target))
                 stored = await self._store.put(key, entry)
                 result = entry
@@ -313,6 +327,28 @@ class Edge:
         entry = self._ready(refreshed(stale, verdict))
         return entry, await self._store.put(key, entry)
 
+    def _revalidate_later(
+        self, request: web.BaseRequest, config: DomainConfig, key: CacheKey, stale: StoredResponse
+    ) -> None:
+        """Revalidate in the background (RFC 5861 §3), unless a request for the key is already
+        at the origin. The task is kept until it ends and cancelled by ``close``."""
+        flight, leading = self.flights.join(key)
+        if not leading:
+            return
+        task = asyncio.create_task(
+            self._fill(request, config, key, stale, "stale", flight, background=True),
+            name="revalidate",
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        """Cancel background revalidations still running (at shutdown)."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def _land(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:
             self.flights.land(key, flight, result)
@@ -356,8 +392,14 @@ class Edge:
         origin: OriginResponse,
         status: str,
         prefix: bytes | None = None,
+        *,
+        background: bool = False,
     ) -> web.StreamResponse:
-        """Send the origin's response on. Raises OriginError only before anything was sent."""
+        """Send the origin's response on. Raises OriginError only before anything was sent.
+        In the background there is no one to send it to: the origin response is dropped."""
+        if background:
+            origin.close()
+            return web.Response(status=origin.status)
         headers = respond.relayed_headers(from_origin(origin.headers), via=self._via, status=status)
         if request.method == "HEAD" or origin.status in (204, 304):
             origin.close()

@@ -3,9 +3,12 @@ and serving stale while the origin fails."""
 
 from __future__ import annotations
 
+from email.utils import formatdate
+
+import pytest
 from aiohttp import web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, until
 
 
 async def test_cdn_cache_control_rules_the_edge_and_cache_control_reaches_clients(
@@ -145,3 +148,58 @@ async def test_a_5xx_is_answered_stale_only_with_stale_if_error(
     edge.clock.advance(60)
     response, body = await edge.get("/a")
     assert (response.status, body) == (503, b"origin error")
+
+
+def versioned(edge: EdgeUnderTest, origin: Origin, target: str, cache_control: str) -> None:
+    """Answer ``target`` with v1, v2, ... so a test can tell which response it got; Date
+    comes from the edge's clock, so age is what the test says."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        version = origin.count(target)
+        fields = {"Cache-Control": cache_control, "Date": formatdate(edge.clock(), usegmt=True)}
+        return web.Response(body=f"v{version}".encode(), headers=fields)
+
+    origin.route(target, handler)
+
+
+async def test_stale_while_revalidate_answers_at_once_and_refreshes_behind(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """RFC 5861 §3: within the window the stale copy answers at once; one background
+    request refreshes it, and the next client gets the new one as a hit."""
+    versioned(edge, origin, "/w", "max-age=10, stale-while-revalidate=60")
+    await edge.get("/w")
+    edge.clock.advance(30)
+    # Request directives that ask for nothing fresher (an extension) do not stop it.
+    response, body = await edge.get("/w", headers={"Cache-Control": "x-extension"})
+    assert body == b"v1"
+    assert response.headers["Cache-Status"] == ('cdn-proxy; hit; detail="stale-while-revalidate"')
+    await until(lambda: origin.count("/w") == 2 and not edge.edge.flights)
+    response, body = await edge.get("/w")
+    assert body == b"v2"
+    assert response.headers["Cache-Status"] == "cdn-proxy; hit"
+    assert origin.count("/w") == 2
+
+
+@pytest.mark.parametrize(
+    ("cache_control", "request_headers", "advance"),
+    [
+        ("max-age=10, stale-while-revalidate=60", {}, 80),  # past the window
+        ("max-age=10, stale-while-revalidate=60, must-revalidate", {}, 30),
+        ("max-age=10, stale-while-revalidate=60", {"Cache-Control": "max-age=5"}, 30),
+        ("max-age=10, stale-while-revalidate=60", {"Pragma": "no-cache"}, 30),
+    ],
+)
+async def test_stale_while_revalidate_does_not_apply(
+    edge: EdgeUnderTest,
+    origin: Origin,
+    cache_control: str,
+    request_headers: dict[str, str],
+    advance: float,
+) -> None:
+    versioned(edge, origin, "/n", cache_control)
+    await edge.get("/n")
+    edge.clock.advance(advance)
+    response, body = await edge.get("/n", headers=request_headers)
+    assert body == b"v2"  # revalidated before answering
+    assert "hit" not in response.headers["Cache-Status"]
