@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.headers import cache_status, connection_tokens, from_origin, to_origin
+from proxy.core.headers import (
+    cache_status,
+    connection_tokens,
+    field_name,
+    from_origin,
+    not_passed_on_fill,
+    to_origin,
+)
 
 CLIENT_HEADERS = [
     ("Host", "Example.COM:8080"),
@@ -90,6 +97,54 @@ def test_to_origin_without_via_or_host_from_the_client() -> None:
         ("X-Forwarded-Proto", "https"),
         ("X-Forwarded-Host", "example.com"),
     ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "X_Forwarded_Host",
+        "X-Forwarded_Host",
+        "x_real_ip",
+        "X_Original_URL",
+        "Transfer_Encoding",
+        "X_HTTP_Method_Override",
+        "X-Forwarded-Prefix",
+        "X-Forwarded-Uri",
+        "X-Forwarded-Path",
+        "X-Original-URI",
+        "X-HTTP-Host-Override",
+    ],
+)
+def test_to_origin_drops_every_spelling_an_origin_reads_as_a_dropped_field(name: str) -> None:
+    """CGI and WSGI read '-' and '_' alike (HTTP_X_FORWARDED_HOST), so an underscore
+    spelling of a forwarding, hop-by-hop or override field is that field."""
+    out = _to_origin([("Accept", "*/*"), (name, "evil")], cacheable=True)
+    assert out == [
+        ("Accept", "*/*"),
+        ("Host", "example.com"),
+        ("Via", "1.1 cdn-proxy"),
+        ("X-Forwarded-For", "203.0.113.7"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Host", "example.com"),
+    ]
+
+
+def test_to_origin_keeps_other_underscore_fields() -> None:
+    assert ("X_Custom", "1") in _to_origin([("X_Custom", "1")], cacheable=True)
+
+
+def test_field_name() -> None:
+    assert field_name("X_Forwarded-HOST") == "x-forwarded-host"
+
+
+def test_not_passed_on_fill() -> None:
+    """The fields a fill changes: fixed ones, and whatever this request's Connection names."""
+    fields = not_passed_on_fill(["keep-alive, Accept-Language", "X_Custom"])
+    for name in ("accept-language", "x-custom", "x-forwarded-for", "via", "te", "range"):
+        assert name in fields, name
+    for name in ("accept-encoding", "cookie", "authorization", "host", "user-agent"):
+        assert name not in fields, name
+    assert "accept-language" not in not_passed_on_fill([])
 
 
 def test_to_origin_joins_several_via_fields_in_order() -> None:
