@@ -1,6 +1,7 @@
 """How long clearing a domain takes with 1k to 1M entries cached, and what reclaim costs.
 
 Run: taskset -c 1 .venv/bin/python -m benchmarks.clear_cost [--sizes 1000,10000,100000,1000000]
+     [--runs 5] [--json]
 
 The clear is timed around ``MemoryStore.clear_domain`` alone (the API adds its own HTTP and
 audit cost on top). Each size is filled fresh and cleared ``--runs`` times; the median is
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import statistics
 import time
 
@@ -67,9 +69,17 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000,1000000")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--slice", type=int, default=RECLAIM_SLICE, help="keys per reclaim slice")
+    parser.add_argument("--json", action="store_true", help="print JSON (for benchmarks.run)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {n: asyncio.run(measure(n, args.runs, args.slice)) for n in sizes}
+    if args.json:
+        rows = [
+            {"entries": n, "clear_us": c, "slice_median_us": m, "slice_worst_us": w}
+            for n, (c, m, w) in results.items()
+        ]
+        print(json.dumps({"runs": args.runs, "slice": args.slice, "sizes": rows}))
+        return
     base = results[sizes[0]][0]
     print(f"reclaim slice: {args.slice} keys")
     print("| entries | clear median (µs) | ratio to smallest | reclaim slice median / worst (µs) |")

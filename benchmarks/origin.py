@@ -1,0 +1,82 @@
+"""The benchmark origin: any number of objects of any size, cacheable for a day, and a counter.
+
+Run: taskset -c 0 .venv/bin/python -m benchmarks.origin --port 19000 [--slow-ms 50]
+
+- ``GET /o/{size}/{name}`` answers ``size`` bytes at once, ``Cache-Control: public,
+  max-age=86400``. ``name`` is anything: every name is a distinct object to a cache.
+- ``GET /slow/{size}/{name}`` is the same after ``--slow-ms`` milliseconds, like an origin
+  across a network; the origin-protection scenario uses it so concurrent misses overlap.
+- ``GET /__origin/count`` answers how many object requests were served since the last
+  ``POST /__origin/reset`` (the counter requests themselves are not counted). Caches never
+  see these paths: the runner asks the origin directly.
+
+A low-level ``web.Server`` on uvloop with bodies built once per size, so the origin is never
+what limits a fill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import uvloop
+from aiohttp import web
+
+MAX_SIZE = 64 * 1024 * 1024
+HEADERS = {"Cache-Control": "public, max-age=86400", "Content-Type": "application/octet-stream"}
+
+
+class Origin:
+    def __init__(self, slow_ms: float) -> None:
+        self.slow = slow_ms / 1000
+        self.count = 0
+        self._bodies: dict[int, bytes] = {}
+
+    def body(self, size: int) -> bytes:
+        body = self._bodies.get(size)
+        if body is None:
+            body = self._bodies[size] = b"x" * size
+        return body
+
+    async def handle(self, request: web.BaseRequest) -> web.Response:
+        path = request.path
+        if path.startswith("/__origin/"):
+            if path == "/__origin/count":
+                return web.Response(text=f"{self.count}\n")
+            if path == "/__origin/reset" and request.method == "POST":
+                self.count = 0
+                return web.Response(text="0\n")
+            return web.Response(status=404)
+        kind, _, rest = path[1:].partition("/")
+        size_text, _, name = rest.partition("/")
+        if kind not in ("o", "slow") or not size_text.isdigit() or not name:
+            return web.Response(status=404, text="not an object path\n")
+        size = int(size_text)
+        if size > MAX_SIZE:
+            return web.Response(status=413)
+        self.count += 1
+        if kind == "slow" and self.slow > 0:
+            await asyncio.sleep(self.slow)
+        return web.Response(body=self.body(size), headers=HEADERS)
+
+
+async def serve(host: str, port: int, slow_ms: float) -> None:
+    origin = Origin(slow_ms)
+    runner = web.ServerRunner(web.Server(origin.handle, access_log=None))
+    await runner.setup()
+    await web.TCPSite(runner, host, port, backlog=4096).start()
+    print(f"origin http://{host}:{port}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=19000)
+    parser.add_argument("--slow-ms", type=float, default=50.0, help="delay of /slow/ objects")
+    args = parser.parse_args()
+    uvloop.run(serve(args.host, args.port, args.slow_ms))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,548 @@
+"""The systems under test: how each is configured, started, cleared, measured and stopped.
+
+Every server runs as its own process group, pinned with ``taskset`` to the server core, with
+its configuration generated into the run's temporary directory, listening on loopback only.
+``Fleet`` starts the ones asked for and stops every one of them however the run ends.
+
+- ``cdn-proxy``: ``python -m proxy serve`` with a generated TOML config; cleared through the
+  clear-cache API with a token created for the run.
+- ``floor``: benchmarks/floor.py, not a cache (hit scenario only).
+- ``client-cache``: benchmarks/peers/client_cache_proxy.py; cleared by walking every key.
+- ``nginx``: ``proxy_cache``, one cache directory per domain; Debian's nginx has no purge
+  module, so "clearing" a domain is deleting its cache directory's files.
+- ``varnish``: ``varnishd -F`` with malloc storage; cleared by an HTTP BAN handled in VCL
+  (a lurker-friendly ``obj.http.x-host`` ban).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks import load
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+DOMAINS = ("h.example", "a.example", "b.example", "c.example", "p.example", "m.example")
+ALL_SYSTEMS = ("cdn-proxy", "floor", "client-cache", "nginx", "varnish")
+CACHES = ("cdn-proxy", "client-cache", "nginx", "varnish")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def find_binary(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name) if p.exists()), None
+    )
+
+
+def missing_reason(system: str) -> str | None:
+    """Why a system cannot run here, or None if it can."""
+    if system == "nginx" and find_binary("nginx") is None:
+        return "nginx is not installed (apt-get install nginx)"
+    if system == "varnish" and find_binary("varnishd") is None:
+        return "varnishd is not installed (apt-get install varnish)"
+    if system == "client-cache":
+        try:
+            import aiohttp_client_cache  # noqa: F401
+        except ImportError:
+            return "aiohttp-client-cache is not installed (pip install -e '.[bench]')"
+    return None
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc/PID/status (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class Server:
+    """One process group we started, and the command line that started it."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    cpu: str
+    popen: subprocess.Popen[bytes] = field(init=False)
+
+    def start(self) -> None:
+        with self.log.open("wb") as out:
+            self.popen = subprocess.Popen(
+                ["taskset", "-c", self.cpu, *self.argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=ROOT,
+            )
+
+    @property
+    def command(self) -> str:
+        return shlex.join(["taskset", "-c", self.cpu, *self.argv])
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def check_alive(self) -> None:
+        if self.popen.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left of it."""
+        if not hasattr(self, "popen"):
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+        with suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+
+
+def wait_for_port(server: Server, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server.check_alive()
+        with socket.socket() as sock:
+            sock.settimeout(0.2)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{server.name} did not listen on 127.0.0.1:{port} in {timeout:.0f} s")
+
+
+@dataclass
+class Setting:
+    """What every system shares: the run directory, the origin, the cores."""
+
+    tmp: Path
+    origin_port: int
+    server_cpu: str
+    floor_sizes: list[int]
+
+
+class System:
+    """A started system. Subclasses say how to clear a domain and whose memory to read."""
+
+    name = ""
+    clear_method = "not supported"
+
+    def __init__(self, setting: Setting, server: Server, port: int) -> None:
+        self.setting = setting
+        self.server = server
+        self.port = port
+        self.notes: list[str] = []
+
+    @property
+    def command(self) -> str:
+        return self.server.command
+
+    def cache_pid(self) -> int:
+        return self.server.pid
+
+    def clear_command(self, domain: str) -> str | None:
+        return None
+
+    async def clear(self, domain: str) -> float | None:
+        """Clear the domain; seconds until the clear was confirmed, or None if unsupported."""
+        return None
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class Ours(System):
+    name = "cdn-proxy"
+    clear_method = "clear-cache API (HTTP POST, token auth, audit row)"
+
+    def __init__(self, setting: Setting) -> None:
+        home = setting.tmp / "cdn-proxy"
+        home.mkdir()
+        config = home / "proxy.toml"
+        domains = "".join(
+            f'\n[[domains]]\nname = "{d}"\norigin = "http://127.0.0.1:{setting.origin_port}"\n'
+            for d in DOMAINS
+        )
+        config.write_text(
+            '[edge]\nlisten = "127.0.0.1:0"\n\n[api]\nlisten = "127.0.0.1:0"\n\n'
+            '[cache]\nmax_bytes = "8GiB"\nmax_object_bytes = "8MiB"\n\n'
+            '[state]\npath = "state.db"\n' + domains
+        )
+        self.config = config
+        token = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "proxy",
+                "token",
+                "create",
+                "bench",
+                "--all-domains",
+                "--config",
+                config,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        self.token = token.stdout.strip()
+        server = Server(
+            self.name,
+            [PYTHON, "-m", "proxy", "serve", "--config", str(config)],
+            home / "serve.log",
+            setting.server_cpu,
+        )
+        server.start()
+        edge, api = self._addresses(server)
+        super().__init__(setting, server, edge)
+        self.api_port = api
+
+    @staticmethod
+    def _addresses(server: Server, timeout: float = 30.0) -> tuple[int, int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            server.check_alive()
+            found = {}
+            for line in server.log.read_text(errors="replace").splitlines():
+                word, _, url = line.partition(" ")
+                if word in ("edge", "api") and url.startswith("http://"):
+                    found[word] = int(url.rsplit(":", 1)[1])
+            if len(found) == 2:
+                return found["edge"], found["api"]
+            time.sleep(0.05)
+        raise RuntimeError("cdn-proxy did not print its edge and api addresses")
+
+    def clear_request(self, domain: str) -> tuple[list[tuple[str, str]], bytes]:
+        headers = [("Authorization", f"Bearer {self.token}"), ("Content-Type", "application/json")]
+        return headers, f'{{"domain": "{domain}"}}'.encode()
+
+    def clear_command(self, domain: str) -> str:
+        return (
+            f"curl -X POST http://127.0.0.1:{self.api_port}/api/v1/cdn/clear-cache "
+            f"-H 'Authorization: Bearer $TOKEN' -H 'Content-Type: application/json' "
+            f'-d \'{{"domain": "{domain}"}}\''
+        )
+
+    async def clear(self, domain: str) -> float:
+        headers, body = self.clear_request(domain)
+        conn = await load.Connection.open(self.api_port)
+        try:
+            start = time.perf_counter()
+            reply = await conn.request(
+                "POST", "/api/v1/cdn/clear-cache", "127.0.0.1", headers, body
+            )
+            seconds = time.perf_counter() - start
+        finally:
+            await conn.close()
+        if reply.status != 200 or reply.body.strip() != b"Cache cleared":
+            raise RuntimeError(f"clear-cache answered {reply.status}: {reply.body[:200]!r}")
+        return seconds
+
+
+class Floor(System):
+    name = "floor"
+
+    def __init__(self, setting: Setting) -> None:
+        port = free_port()
+        sizes = ",".join(str(s) for s in setting.floor_sizes)
+        argv = [PYTHON, "-m", "benchmarks.floor", "--port", str(port), "--sizes", sizes]
+        server = Server(self.name, argv, setting.tmp / "floor.log", setting.server_cpu)
+        server.start()
+        wait_for_port(server, port)
+        super().__init__(setting, server, port)
+
+
+class ClientCache(System):
+    name = "client-cache"
+    clear_method = "walk every key, delete the host's (HTTP POST /__clear)"
+
+    def __init__(self, setting: Setting, backend: str = "memory") -> None:
+        port = free_port()
+        argv = [PYTHON, "-m", "benchmarks.peers.client_cache_proxy", "--port", str(port)]
+        argv += ["--origin-port", str(setting.origin_port), "--backend", backend]
+        if backend == "sqlite":
+            argv += ["--db", str(setting.tmp / "client-cache.sqlite")]
+        server = Server(self.name, argv, setting.tmp / "client-cache.log", setting.server_cpu)
+        server.start()
+        wait_for_port(server, port)
+        super().__init__(setting, server, port)
+        self.notes.append(f"{backend} backend")
+
+    def clear_command(self, domain: str) -> str:
+        return f"curl -X POST 'http://127.0.0.1:{self.port}/__clear?host={domain}'"
+
+    async def clear(self, domain: str) -> float:
+        conn = await load.Connection.open(self.port)
+        try:
+            start = time.perf_counter()
+            reply = await conn.request("POST", f"/__clear?host={domain}", "127.0.0.1")
+            seconds = time.perf_counter() - start
+        finally:
+            await conn.close()
+        if reply.status != 200:
+            raise RuntimeError(f"client-cache clear answered {reply.status}")
+        return seconds
+
+
+NGINX_CONF = """\
+worker_processes 1;
+daemon off;
+pid {home}/nginx.pid;
+error_log {home}/error.log error;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path {home}/tmp/body;
+    proxy_temp_path {home}/tmp/proxy;
+    fastcgi_temp_path {home}/tmp/fastcgi;
+    uwsgi_temp_path {home}/tmp/uwsgi;
+    scgi_temp_path {home}/tmp/scgi;
+{zones}
+    upstream origin {{ server 127.0.0.1:{origin}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port} default_server;
+        return 421;
+    }}
+{servers}
+}}
+"""
+
+NGINX_ZONE = (
+    "    proxy_cache_path {home}/cache/{domain} levels=1:2 keys_zone={zone}:256m "
+    "max_size=16g inactive=1d use_temp_path=off;\n"
+)
+
+NGINX_SERVER = """\
+    server {{
+        listen 127.0.0.1:{port};
+        server_name {domain};
+        location / {{
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_cache {zone};
+            proxy_cache_key $host$request_uri;
+            proxy_cache_lock on;
+            add_header X-Cache $upstream_cache_status;
+        }}
+    }}
+"""
+
+
+class Nginx(System):
+    name = "nginx"
+    clear_method = "delete the domain's cache files (no purge in Debian's nginx)"
+
+    def __init__(self, setting: Setting) -> None:
+        home = setting.tmp / "nginx"
+        for sub in ("tmp", "cache"):
+            (home / sub).mkdir(parents=True)
+        # Run as root, nginx's workers drop to an unprivileged user: let them reach the cache.
+        for path in (setting.tmp, home, home / "tmp", home / "cache"):
+            path.chmod(0o755)
+        port = free_port()
+        zones = "".join(
+            NGINX_ZONE.format(home=home, domain=d, zone=d.replace(".", "_")) for d in DOMAINS
+        )
+        servers = "".join(
+            NGINX_SERVER.format(port=port, domain=d, zone=d.replace(".", "_")) for d in DOMAINS
+        )
+        conf = home / "nginx.conf"
+        conf.write_text(
+            NGINX_CONF.format(
+                home=home, zones=zones, servers=servers, origin=setting.origin_port, port=port
+            )
+        )
+        self.home = home
+        binary = find_binary("nginx") or "nginx"
+        server = Server(
+            self.name, [binary, "-c", str(conf)], home / "stdout.log", setting.server_cpu
+        )
+        server.start()
+        wait_for_port(server, port)
+        super().__init__(setting, server, port)
+        self.notes.append("proxy_cache_lock on; bodies in files (page cache), index in keys_zone")
+
+    def cache_pid(self) -> int:
+        for pid in children(self.server.pid):
+            if "worker process" in cmdline(pid):
+                return pid
+        raise RuntimeError("no nginx worker process")
+
+    def cache_dir(self, domain: str) -> Path:
+        return self.home / "cache" / domain
+
+    def clear_command(self, domain: str) -> str:
+        return f"find {self.cache_dir(domain)} -type f -delete"
+
+    async def clear(self, domain: str) -> float:
+        argv = ["find", str(self.cache_dir(domain)), "-type", "f", "-delete"]
+        start = time.perf_counter()
+        process = await asyncio.create_subprocess_exec(*argv)
+        if await process.wait() != 0:
+            raise RuntimeError(f"{shlex.join(argv)} failed")
+        return time.perf_counter() - start
+
+    def disk_bytes(self, domain: str) -> int:
+        total = 0
+        for dirpath, _, files in os.walk(self.cache_dir(domain)):
+            for name in files:
+                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+        return total
+
+
+VARNISH_VCL = """\
+vcl 4.1;
+backend origin {{ .host = "127.0.0.1"; .port = "{origin}"; }}
+sub vcl_recv {{
+    if (req.method == "BAN") {{
+        if (client.ip != "127.0.0.1") {{ return (synth(403, "Forbidden")); }}
+        ban("obj.http.x-host == " + req.http.host);
+        return (synth(200, "Banned"));
+    }}
+}}
+sub vcl_backend_response {{ set beresp.http.x-host = bereq.http.host; }}
+sub vcl_deliver {{ unset resp.http.x-host; }}
+"""
+
+
+class Varnish(System):
+    name = "varnish"
+    clear_method = "HTTP BAN -> ban(obj.http.x-host == host)"
+
+    def __init__(self, setting: Setting) -> None:
+        home = setting.tmp / "varnish"
+        home.mkdir()
+        vcl = home / "bench.vcl"
+        vcl.write_text(VARNISH_VCL.format(origin=setting.origin_port))
+        port = free_port()
+        binary = find_binary("varnishd") or "varnishd"
+        argv = [binary, "-F", "-j", "none", "-a", f"127.0.0.1:{port}", "-T", "none"]
+        argv += ["-f", str(vcl), "-n", str(home / "work"), "-s", "malloc,8g"]
+        server = Server(self.name, argv, home / "stdout.log", setting.server_cpu)
+        server.start()
+        wait_for_port(server, port, timeout=60)
+        super().__init__(setting, server, port)
+        self.notes.append("malloc storage; ban is lazy (objects freed by the ban lurker)")
+
+    def cache_pid(self) -> int:
+        for pid in children(self.server.pid):
+            if "cache-main" in Path(f"/proc/{pid}/comm").read_text():
+                return pid
+        raise RuntimeError("no varnish cache-main process")
+
+    def clear_command(self, domain: str) -> str:
+        return f"curl -X BAN -H 'Host: {domain}' http://127.0.0.1:{self.port}/"
+
+    async def clear(self, domain: str) -> float:
+        conn = await load.Connection.open(self.port)
+        try:
+            start = time.perf_counter()
+            reply = await conn.request("BAN", "/", domain)
+            seconds = time.perf_counter() - start
+        finally:
+            await conn.close()
+        if reply.status != 200:
+            raise RuntimeError(f"varnish BAN answered {reply.status}")
+        return seconds
+
+
+STARTERS: dict[str, Callable[[Setting], System]] = {
+    "cdn-proxy": Ours,
+    "floor": Floor,
+    "client-cache": ClientCache,
+    "nginx": Nginx,
+    "varnish": Varnish,
+}
+
+
+class Origin:
+    """The benchmark origin (benchmarks/origin.py), on the load core: idle during hit runs."""
+
+    def __init__(self, tmp: Path, cpu: str, slow_ms: float) -> None:
+        self.port = free_port()
+        argv = [PYTHON, "-m", "benchmarks.origin", "--port", str(self.port)]
+        argv += ["--slow-ms", str(slow_ms)]
+        self.server = Server("origin", argv, tmp / "origin.log", cpu)
+        self.server.start()
+        wait_for_port(self.server, self.port)
+
+    async def count(self) -> int:
+        reply = await load.get(self.port, "/__origin/count", "127.0.0.1")
+        return int(reply.body)
+
+    async def reset(self) -> None:
+        conn = await load.Connection.open(self.port)
+        try:
+            await conn.request("POST", "/__origin/reset", "127.0.0.1")
+        finally:
+            await conn.close()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class Fleet:
+    """Systems started together; ``stop`` stops all of them (and is safe to call twice)."""
+
+    def __init__(self, setting: Setting, names: list[str]) -> None:
+        self.systems: dict[str, System] = {}
+        try:
+            for name in names:
+                self.systems[name] = STARTERS[name](setting)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for system in self.systems.values():
+            system.stop()
+        self.systems = {}

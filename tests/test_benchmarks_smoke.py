@@ -1,0 +1,79 @@
+"""The benchmark runner's smoke mode: every scenario path runs, so the runner cannot rot.
+
+It starts real servers (the origin, cdn-proxy, the floor, the aiohttp-client-cache peer, and
+nginx and Varnish when installed) on loopback, drives them with wrk, and writes its report
+into a temporary directory, never into benchmarks/results. wrk is required: scripts/test
+installs it, so a missing wrk is a failure here, not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = {
+    "1. Hit throughput and latency": "cdn-proxy",
+    "2. Clearing a domain": "cdn-proxy",
+    "3. Hits on one domain while another is cleared": "clearing",
+    "4. Memory per cached object": "cdn-proxy",
+    "5. Origin protection right after a clear": "cdn-proxy",
+}
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """Level-2 headings and the text under each."""
+    parts = re.split(r"^## (.+)$", markdown, flags=re.MULTILINE)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def table_rows(text: str) -> list[str]:
+    return [
+        line for line in text.splitlines() if line.startswith("| ") and not line.startswith("|--")
+    ]
+
+
+def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+    assert shutil.which("wrk"), "wrk is required for the benchmark smoke run (apt-get install wrk)"
+    out = tmp_path / "results"
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+
+    markdown = (out / "latest.md").read_text()
+    png = (out / "latest.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(png) > 10_000
+
+    found = sections(markdown)
+    for heading, row_word in SECTIONS.items():
+        title = next((t for t in found if t.startswith(heading)), None)
+        assert title is not None, f"no section {heading!r} in:\n{markdown}"
+        rows = [row for row in table_rows(found[title]) if row_word in row]
+        assert len(rows) >= 1, f"no {row_word!r} row under {title!r}:\n{found[title]}"
+        assert "```sh" in found[title], f"no commands under {title!r}"
+
+    budget = table_rows(found["Budget (issue 4)"])
+    assert len(budget) >= 9, budget  # header + a row per budget line
+    assert all(("PASS" in row or "MISS" in row) for row in budget[1:]), budget
+
+    hits = table_rows(found["1. Hit throughput and latency"])
+    assert any("floor" in row for row in hits), "the floor must be measured"
+
+    raw = list((out / "raw").glob("*-smoke.json"))
+    assert len(raw) == 1
+    data = json.loads(raw[0].read_text())
+    assert data["profile"]["name"] == "smoke"
+    # Every hit was a hit: nothing reached the origin during the wrk runs.
+    assert all(row["origin_requests"] == 0 for row in data["hits"]["rows"]), data["hits"]["rows"]
+    # Clears are real: the next request after each clear went to the origin.
+    assert all(row["verified"] for row in data["clear_http"]["rows"])
