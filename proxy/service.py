@@ -106,8 +106,13 @@ async def running(
         )
 
 
+LISTEN_BACKLOG = 4096
+
+
 async def _listen(runner: web.BaseRunner, where: Listen, key: str) -> str:
-    site = web.TCPSite(runner, where.host, where.port, reuse_address=True)
+    # A deep accept queue: after a clear, hundreds of clients may connect at once, and with
+    # the default of 128 the kernel drops SYNs that are retried only a second later.
+    site = web.TCPSite(runner, where.host, where.port, reuse_address=True, backlog=LISTEN_BACKLOG)
     try:
         await site.start()
     except OSError as exc:
