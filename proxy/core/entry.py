@@ -3,11 +3,16 @@
 A ``StoredResponse`` is built once, on a miss, by ``policy.assess_response``; a hit only reads it.
 Freshness is reduced at store time to two numbers (``response_time`` and ``expires_at``) so
 the hit path does one comparison instead of re-parsing Cache-Control (RFC 9111 §4.2).
+
+Every cached object carries one, so its layout is measured (tests/store/test_memory.py): it
+keeps one header tuple, not two (``headers`` is read from ``hit_headers`` when that block
+holds it), and stores no number it can derive (``freshness_lifetime``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 # (domain, generation, request-target as received). A tuple, never a joined string, so no
 # Host or path can be spelled to collide with another domain's key.
@@ -15,16 +20,59 @@ CacheKey = tuple[str, int, str]
 
 Headers = tuple[tuple[str, str], ...]
 
+# The fields the edge appends to ``headers`` to make the hit block (Via, Cache-Status).
+HIT_TAIL = 2
 
-@dataclass(frozen=True, slots=True)
+
+class _StoredHeaders:
+    """``StoredResponse.headers``: the stored fields, kept as the front of ``hit_headers`` when
+    the block is ``headers`` plus the edge's two fields (the usual case), so an entry holds one
+    header tuple. Otherwise (no block yet, or a block that rewrote a field, like an upstream
+    Via) they are kept on their own."""
+
+    @overload
+    def __get__(self, entry: None, owner: type[Any]) -> _StoredHeaders: ...
+
+    @overload
+    def __get__(self, entry: StoredResponse, owner: type[Any]) -> Headers: ...
+
+    def __get__(self, entry: StoredResponse | None, owner: type[Any]) -> Headers | _StoredHeaders:
+        if entry is None:
+            raise AttributeError("headers")  # a required field: no class-level default
+        own = entry._own_headers
+        return own if own is not None else entry.hit_headers[:-HIT_TAIL]
+
+    def __set__(self, entry: StoredResponse, headers: Headers) -> None:
+        raise AttributeError("StoredResponse is frozen")
+
+
+@dataclass(frozen=True, init=False)
 class StoredResponse:
+    # Slots, not a __dict__. ``headers`` and ``freshness_lifetime`` have none: see above.
+    __slots__ = (
+        "_own_headers",
+        "body",
+        "corrected_initial_age",
+        "etag",
+        "expires_at",
+        "hit_headers",
+        "last_modified",
+        "reason",
+        "response_time",
+        "revalidate_always",
+        "size",
+        "stale_if_error",
+        "stale_while_revalidate",
+        "status",
+        "vary",
+        "vary_values",
+    )
+
     status: int
     reason: str
-    headers: Headers  # end-to-end headers as stored: no hop-by-hop, no Age
     body: bytes
     response_time: float  # wall-clock seconds when the response arrived
     corrected_initial_age: float  # RFC 9111 §4.2.3
-    freshness_lifetime: float  # RFC 9111 §4.2.1
     expires_at: float  # response_time - corrected_initial_age + freshness_lifetime
     revalidate_always: bool  # no-cache: stored, but validated on every use (§5.2.2.4)
     etag: str | None
@@ -34,12 +82,61 @@ class StoredResponse:
     size: int  # bytes counted against cache.max_bytes
     # Seconds past expiry it may be served while the origin fails: 0 forbidden, None the
     # domain's default (policy.stale_if_error).
-    stale_if_error: float | None = None
+    stale_if_error: float | None
     # Seconds past expiry it may answer while revalidated in the background (RFC 5861 §3).
-    stale_while_revalidate: float = 0.0
+    stale_while_revalidate: float
     # The fields of a fresh hit, ready to send: ``headers`` plus Via and Cache-Status, built
-    # once by the edge when it stores the response. Empty until then.
-    hit_headers: Headers = ()
+    # once by the edge when it stores a response the fast path may serve. Empty otherwise.
+    hit_headers: Headers
+    if TYPE_CHECKING:  # a slot, not a field: ``headers`` when ``hit_headers`` does not hold them
+        _own_headers: Headers | None
+    # End-to-end headers as stored: no hop-by-hop, no Age. Last: a descriptor has a default.
+    headers: _StoredHeaders = _StoredHeaders()
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        reason: str,
+        headers: Headers,
+        body: bytes,
+        response_time: float,
+        corrected_initial_age: float,
+        expires_at: float,
+        revalidate_always: bool,
+        etag: str | None,
+        last_modified: str | None,
+        vary: tuple[str, ...],
+        vary_values: tuple[str | None, ...],
+        size: int,
+        freshness_lifetime: float | None = None,  # implied by expires_at: not stored
+        stale_if_error: float | None = None,
+        stale_while_revalidate: float = 0.0,
+        hit_headers: Headers = (),
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "status", status)
+        set_(self, "reason", reason)
+        set_(self, "body", body)
+        set_(self, "response_time", response_time)
+        set_(self, "corrected_initial_age", corrected_initial_age)
+        set_(self, "expires_at", expires_at)
+        set_(self, "revalidate_always", revalidate_always)
+        set_(self, "etag", etag)
+        set_(self, "last_modified", last_modified)
+        set_(self, "vary", vary)
+        set_(self, "vary_values", vary_values)
+        set_(self, "size", size)
+        set_(self, "stale_if_error", stale_if_error)
+        set_(self, "stale_while_revalidate", stale_while_revalidate)
+        set_(self, "hit_headers", hit_headers)
+        shared = len(hit_headers) == len(headers) + HIT_TAIL and hit_headers[:-HIT_TAIL] == headers
+        set_(self, "_own_headers", None if shared else headers)
+
+    @property
+    def freshness_lifetime(self) -> float:
+        """RFC 9111 §4.2.1, as it was when stored."""
+        return self.expires_at - self.response_time + self.corrected_initial_age
 
     def age(self, now: float) -> float:
         """Current age, RFC 9111 §4.2.3."""

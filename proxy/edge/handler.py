@@ -95,12 +95,10 @@ class Edge:
         return config
 
     def _ready(self, entry: StoredResponse) -> StoredResponse:
-        """The entry with its hit fields precomputed, as it is stored. An entry that must be
-        revalidated on every use (no-cache) never gets them, so the fast path never serves it."""
-        if entry.revalidate_always:
-            return entry
-        block = respond.hit_block(entry.headers, via=self._via, status=self._hit_status)
-        return replace(entry, hit_headers=block)
+        """The entry as it is stored, with its hit fields precomputed (``respond.prepared``).
+        An entry that must be revalidated on every use (no-cache) or chosen by Vary never gets
+        them, so the fast path never serves it."""
+        return respond.prepared(entry, via=self._via, status=self._hit_status)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         headers = request.headers
@@ -127,11 +125,11 @@ class Edge:
             and not request.body_exists
         ):
             raw = request.raw_path
-            variants = self._peek(config.name, raw) if raw[:1] == "/" else ()
-            if len(variants) == 1:
-                entry = variants[0]
+            entry = self._peek(config.name, raw) if raw[:1] == "/" else None
+            if entry is not None:
                 now = self._clock()
-                if now < entry.expires_at and entry.hit_headers and not entry.vary:
+                # hit_headers is empty for entries the full rules must weigh (Vary, no-cache).
+                if now < entry.expires_at and entry.hit_headers:
                     self._telemetry.request_at(config.name, HIT, now)
                     response = web.Response(
                         status=entry.status,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import lru_cache
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from proxy.core.entry import Headers, StoredResponse
@@ -53,11 +54,35 @@ def from_stored(
     return web.Response(status=entry.status, reason=entry.reason, headers=out, body=entry.body)
 
 
+def prepared(entry: StoredResponse, *, via: str, status: str) -> StoredResponse:
+    """The entry as it is stored: its fields shared with other entries where equal
+    (``shared_fields``), and the block of a fresh hit precomputed (``hit_block``) unless the
+    fast path must leave it to the full rules: no-cache (validated on every use) and Vary
+    (chosen by the request). It then keeps one header tuple, the block (``entry.py``)."""
+    headers = shared_fields(entry.headers)
+    # The validators are values of those fields: keep the shared strings, not a second copy
+    # (one Last-Modified is often on every file of a site).
+    etag = _same_text(headers, entry.etag)
+    last_modified = _same_text(headers, entry.last_modified)
+    if entry.revalidate_always or entry.vary:
+        return replace(entry, headers=headers, etag=etag, last_modified=last_modified)
+    block = hit_block(headers, via=via, status=status)
+    return replace(
+        entry, headers=headers, hit_headers=block, etag=etag, last_modified=last_modified
+    )
+
+
+def _same_text(headers: Headers, text: str | None) -> str | None:
+    if text is None:
+        return None
+    return next((value for _, value in headers if value == text), text)
+
+
 def hit_block(headers: Headers, *, via: str, status: str) -> Headers:
     """The fields of a fresh hit, minus Age: computed once per stored response so a hit only
     adds Age. Without an upstream Via (the usual case) the stored pairs are reused as they
     are and the two added pairs are shared by every entry (cached below), so the block costs
-    one tuple per entry."""
+    one tuple per entry, and the entry keeps its ``headers`` inside it (``entry.py``)."""
     if any(name.lower() in ("via", "cache-status") for name, _ in headers):
         out = CIMultiDict(headers)
         out["Cache-Status"] = status
@@ -68,7 +93,43 @@ def hit_block(headers: Headers, *, via: str, status: str) -> Headers:
 
 @lru_cache(maxsize=16)
 def _tail(via: str, status: str) -> Headers:
-    return (("Via", f"1.1 {via}"), ("Cache-Status", status))
+    # istr names, as the client's own header names are: aiohttp copies them into the
+    # response's CIMultiDict without case-folding them again, on every hit.
+    return ((hdrs.VIA, f"1.1 {via}"), (hdrs.CACHE_STATUS, status))
+
+
+def shared_fields(headers: Headers) -> Headers:
+    """The same fields, each (name, value) pair swapped for an equal one another stored entry
+    already holds, when one was seen lately. Responses of a site repeat most of their fields
+    (Content-Type, Cache-Control, Server, Date within the second), and a pair with its value
+    string costs about 110 bytes per entry; shared, it costs a pointer. A new pair at least
+    shares its name: the client makes a new string for every name it does not know."""
+    return tuple(
+        _shared_field(field) if len(field[0]) + len(field[1]) <= SHARED_FIELD_CHARS else field
+        for field in headers
+    )
+
+
+# The pairs and names seen least recently are forgotten. What the two caches hold is bounded,
+# and outside cache.max_bytes: at most about 3 MB, about 1 MB for usual field sizes.
+SHARED_FIELDS = 4096
+SHARED_FIELD_CHARS = 512
+SHARED_NAMES = 1024
+SHARED_NAME_CHARS = 64
+
+
+@lru_cache(maxsize=SHARED_FIELDS)
+def _shared_field(field: tuple[str, str]) -> tuple[str, str]:
+    name, value = field
+    if len(name) > SHARED_NAME_CHARS:
+        return field
+    shared = _shared_name(name)
+    return field if shared is name else (shared, value)
+
+
+@lru_cache(maxsize=SHARED_NAMES)
+def _shared_name(name: str) -> str:
+    return name
 
 
 def relayed_headers(origin_headers: Headers, *, via: str, status: str) -> CIMultiDict[str]:

@@ -73,8 +73,9 @@ class LocalStore(Protocol):
     """A store in this process, which can answer a lookup without awaiting. The edge uses it
     for fresh hits, the one path where a coroutine per request is measurable."""
 
-    def peek(self, domain: str, target: str) -> Sequence[StoredResponse]:
-        """Like ``get`` with the domain's current generation, synchronously."""
+    def peek(self, domain: str, target: str) -> StoredResponse | None:
+        """Like ``get`` with the domain's current generation, synchronously, for the common
+        case only: the stored response when it is the key's one variant, else None."""
         ...
 
 

