@@ -45,6 +45,7 @@ class Origin:
     url: str = ""
     seen: list[Seen] = field(default_factory=list)
     routes: dict[str, Handler] = field(default_factory=dict)
+    default: Handler | None = None  # answers unrouted targets (404 when unset)
 
     def route(self, target: str, handler: Handler) -> None:
         self.routes[target] = handler
@@ -79,7 +80,7 @@ class Origin:
                 body=await request.read(),
             )
         )
-        handler = self.routes.get(request.raw_path)
+        handler = self.routes.get(request.raw_path, self.default)
         if handler is None:
             return web.Response(status=404, text="no such route in the test origin")
         return await handler(request)
@@ -89,7 +90,7 @@ class Origin:
 async def origin(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> Origin:
     state = Origin()
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", state.handle)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", state.handle)  # %0a in a path too
     server = await aiohttp_server(app)
     state.url = str(server.make_url("")).rstrip("/")
     return state
