@@ -4,13 +4,15 @@ A ``StoredResponse`` is built once, on a miss, by ``policy.assess_response``; a 
 Freshness is reduced at store time to two numbers (``response_time`` and ``expires_at``) so
 the hit path does one comparison instead of re-parsing Cache-Control (RFC 9111 §4.2).
 
-Every cached object carries one, so its layout is measured (tests/store/test_memory.py): it
-keeps one header tuple, not two (``headers`` is read from ``hit_headers`` when that block
-holds it), and stores no number it can derive (``freshness_lifetime``).
+Every cached object carries one, so its layout is measured (tests/store/test_memory.py). An
+entry the fast path may serve keeps its fields once, as the lines a hit sends (``hit_lines``);
+``headers`` is read back from them when a slower path needs the pairs. It stores no number
+it can derive (``freshness_lifetime``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -20,15 +22,44 @@ CacheKey = tuple[str, int, str]
 
 Headers = tuple[tuple[str, str], ...]
 
-# The fields the edge appends to ``headers`` to make the hit block (Via, Cache-Status).
-HIT_TAIL = 2
+
+Lines = tuple[bytes, ...]
+
+
+def line_fields(lines: Lines) -> Headers:
+    """The fields of lines written by ``write_lines``: every line after the status line."""
+    return tuple(
+        (name, value)
+        for name, _, value in (line[:-2].decode("utf-8").partition(": ") for line in lines[1:])
+    )
+
+
+def write_lines(status: int, reason: str, headers: Headers) -> Lines | None:
+    """The status line and each field as HTTP/1.1 sends them, one bytes object per line (so
+    entries can share the lines they repeat), each ending in CRLF; None when a field cannot be
+    written back exactly as it reads (``line_fields``): a name that is not a token, a value
+    with a control character, text that is not UTF-8."""
+    if _CONTROL.search(reason):
+        return None
+    lines = [f"HTTP/1.1 {status} {reason}\r\n"]
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or _CONTROL.search(value):
+            return None
+        lines.append(f"{name}: {value}\r\n")
+    try:
+        return tuple(line.encode("utf-8") for line in lines)
+    except UnicodeEncodeError:  # surrogate escapes: bytes the client could not decode
+        return None
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what a field value may not hold
 
 
 class _StoredHeaders:
-    """``StoredResponse.headers``: the stored fields, kept as the front of ``hit_headers`` when
-    the block is ``headers`` plus the edge's two fields (the usual case), so an entry holds one
-    header tuple. Otherwise (no block yet, or a block that rewrote a field, like an upstream
-    Via) they are kept on their own."""
+    """``StoredResponse.headers``: the stored fields, read back from ``hit_lines`` when the
+    entry has them (the usual case), so an entry keeps its fields once. Otherwise (Vary,
+    no-cache, a field that cannot be written back) they are kept as pairs."""
 
     @overload
     def __get__(self, entry: None, owner: type[Any]) -> _StoredHeaders: ...
@@ -40,7 +71,7 @@ class _StoredHeaders:
         if entry is None:
             raise AttributeError("headers")  # a required field: no class-level default
         own = entry._own_headers
-        return own if own is not None else entry.hit_headers[:-HIT_TAIL]
+        return own if own is not None else line_fields(entry.hit_lines[:-1])
 
     def __set__(self, entry: StoredResponse, headers: Headers) -> None:
         raise AttributeError("StoredResponse is frozen")
@@ -55,7 +86,7 @@ class StoredResponse:
         "corrected_initial_age",
         "etag",
         "expires_at",
-        "hit_headers",
+        "hit_lines",
         "last_modified",
         "reason",
         "response_time",
@@ -85,10 +116,11 @@ class StoredResponse:
     stale_if_error: float | None
     # Seconds past expiry it may answer while revalidated in the background (RFC 5861 §3).
     stale_while_revalidate: float
-    # The fields of a fresh hit, ready to send: ``headers`` plus Via and Cache-Status, built
-    # once by the edge when it stores a response the fast path may serve. Empty otherwise.
-    hit_headers: Headers
-    if TYPE_CHECKING:  # a slot, not a field: ``headers`` when ``hit_headers`` does not hold them
+    # A fresh hit, ready to send but for Age: the status line and stored fields
+    # (``write_lines``), then the edge's own lines in one (Via, Cache-Status), built by the
+    # edge when it stores a response the fast path may serve. Empty otherwise.
+    hit_lines: Lines
+    if TYPE_CHECKING:  # a slot, not a field: ``headers`` when ``hit_lines`` do not hold them
         _own_headers: Headers | None
     # End-to-end headers as stored: no hop-by-hop, no Age. Last: a descriptor has a default.
     headers: _StoredHeaders = _StoredHeaders()
@@ -112,7 +144,7 @@ class StoredResponse:
         freshness_lifetime: float | None = None,  # implied by expires_at: not stored
         stale_if_error: float | None = None,
         stale_while_revalidate: float = 0.0,
-        hit_headers: Headers = (),
+        hit_lines: Lines = (),
     ) -> None:
         set_ = object.__setattr__
         set_(self, "status", status)
@@ -129,9 +161,11 @@ class StoredResponse:
         set_(self, "size", size)
         set_(self, "stale_if_error", stale_if_error)
         set_(self, "stale_while_revalidate", stale_while_revalidate)
-        set_(self, "hit_headers", hit_headers)
-        shared = len(hit_headers) == len(headers) + HIT_TAIL and hit_headers[:-HIT_TAIL] == headers
-        set_(self, "_own_headers", None if shared else headers)
+        # The lines are kept only while they say exactly what the entry says: ``replace`` with
+        # new fields or status drops them, so the fast path can never send stale ones.
+        held = bool(hit_lines) and hit_lines[:-1] == write_lines(status, reason, headers)
+        set_(self, "hit_lines", hit_lines if held else ())
+        set_(self, "_own_headers", None if held else headers)
 
     @property
     def freshness_lifetime(self) -> float:

@@ -32,7 +32,7 @@ from urllib.parse import urljoin, urlsplit
 import hishel
 
 from proxy.core.domains import host_from_header
-from proxy.core.entry import Headers, StoredResponse
+from proxy.core.entry import Headers, Lines, StoredResponse
 from proxy.core.headers import not_passed_on_fill
 from proxy.core.httpdate import (
     Directives,
@@ -52,16 +52,19 @@ HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410
 UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 500, 502, 503, 504}
 
 # Stored per entry besides body, header and key characters: the entry object and its numbers,
-# the hit block's tuple, the LRU node, the key tuple, the bucket-set slot, the object headers
-# of body and target, and the allocators' rounding. Set from resident memory (VmRSS growth
-# over 100k entries made as the edge makes them, at the hash tables' worst growth step: about
-# 625), and checked with tracemalloc in tests/store/test_memory.py.
-ENTRY_OVERHEAD = 640
+# the lines tuple, the LRU node, the key string, the bucket-list slot, the object headers of
+# the body, and the allocators' rounding. Measured at 383 with tracemalloc (tests/store/
+# test_memory.py); resident memory also pays for the hash tables' growth in steps, up to
+# about 100 more at 100k entries (benchmarks/README.md, memory per object).
+ENTRY_OVERHEAD = 480
 # Per stored header field besides its characters: its (name, value) tuple, the value
 # string's object header and its slot in the header tuple (names are shared: aiohttp's
 # constants, or respond.shared_fields). Measured at 132 by RSS, 133 by tracemalloc.
 # An upper bound: fields repeated across entries are shared, and cost only the slot.
 HEADER_OVERHEAD = 136
+# Per line of an entry with a fast-path head besides its characters: the bytes object's
+# header, the allocator's rounding and its slot in the lines tuple.
+LINE_OVERHEAD = 56
 # An entry keeps its status and reason for as long as it lives, and the client library makes
 # a new int (above 256) and reason string for every response: the standard ones are shared.
 _STATUSES = {status: status for status in map(int, HTTPStatus)}
@@ -543,11 +546,23 @@ def same_host_target(domain: str, base_target: str, reference: str) -> str | Non
 def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:
     """The stored body under the refreshed metadata (after a 304)."""
     rebuilt = fresh.with_body(stored.body, "")
-    return replace(rebuilt, size=stored.size - _header_bytes(stored) + _header_bytes(rebuilt))
+    return replace(rebuilt, size=stored.size - fields_cost(stored) + fields_cost(rebuilt))
 
 
-def _header_bytes(response: StoredResponse) -> int:
-    return sum(len(name) + len(value) for name, value in response.headers)
+def with_lines(entry: StoredResponse, lines: Lines) -> StoredResponse:
+    """The entry with the lines of a fresh hit (``respond.hit_lines``). It then keeps its
+    fields only as those lines (``entry.py``), and its counted size says so."""
+    headed = replace(entry, hit_lines=lines)
+    return replace(headed, size=entry.size - fields_cost(entry) + fields_cost(headed))
+
+
+def fields_cost(entry: StoredResponse) -> int:
+    """What an entry's header fields cost in memory, kept as it keeps them: an upper bound, as
+    lines and pairs repeated across entries are shared (``respond.shared_fields``)."""
+    if entry.hit_lines:
+        return sum(map(len, entry.hit_lines)) + LINE_OVERHEAD * len(entry.hit_lines)
+    headers = entry.headers
+    return sum(len(name) + len(value) for name, value in headers) + HEADER_OVERHEAD * len(headers)
 
 
 # -- serving stale when the origin fails (RFC 9111 §4.2.4, RFC 5861 §4) ----------------------

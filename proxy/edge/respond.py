@@ -6,11 +6,12 @@ import logging
 from dataclasses import replace
 from functools import lru_cache
 
-from aiohttp import hdrs, web
+from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
-from proxy.core.entry import Headers, StoredResponse
-from proxy.core.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified
+from proxy.core.entry import Headers, Lines, StoredResponse, write_lines
+from proxy.core.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
 from proxy.errors import OriginError
 
 log = logging.getLogger("proxy.edge")
@@ -56,20 +57,19 @@ def from_stored(
 
 def prepared(entry: StoredResponse, *, via: str, status: str) -> StoredResponse:
     """The entry as it is stored: its fields shared with other entries where equal
-    (``shared_fields``), and the block of a fresh hit precomputed (``hit_block``) unless the
-    fast path must leave it to the full rules: no-cache (validated on every use) and Vary
-    (chosen by the request). It then keeps one header tuple, the block (``entry.py``)."""
+    (``shared_fields``), and a fresh hit's lines precomputed (``hit_lines``) unless the fast
+    path must leave it to the full rules: no-cache (validated on every use) and Vary (chosen
+    by the request). An entry with those lines keeps its fields only there (``entry.py``)."""
     headers = shared_fields(entry.headers)
     # The validators are values of those fields: keep the shared strings, not a second copy
     # (one Last-Modified is often on every file of a site).
     etag = _same_text(headers, entry.etag)
     last_modified = _same_text(headers, entry.last_modified)
+    ready = replace(entry, headers=headers, etag=etag, last_modified=last_modified)
     if entry.revalidate_always or entry.vary:
-        return replace(entry, headers=headers, etag=etag, last_modified=last_modified)
-    block = hit_block(headers, via=via, status=status)
-    return replace(
-        entry, headers=headers, hit_headers=block, etag=etag, last_modified=last_modified
-    )
+        return ready
+    lines = hit_lines(ready, via=via, status=status)
+    return ready if lines is None else with_lines(ready, lines)
 
 
 def _same_text(headers: Headers, text: str | None) -> str | None:
@@ -78,24 +78,73 @@ def _same_text(headers: Headers, text: str | None) -> str | None:
     return next((value for _, value in headers if value == text), text)
 
 
-def hit_block(headers: Headers, *, via: str, status: str) -> Headers:
-    """The fields of a fresh hit, minus Age: computed once per stored response so a hit only
-    adds Age. Without an upstream Via (the usual case) the stored pairs are reused as they
-    are and the two added pairs are shared by every entry (cached below), so the block costs
-    one tuple per entry, and the entry keeps its ``headers`` inside it (``entry.py``)."""
-    if any(name.lower() in ("via", "cache-status") for name, _ in headers):
-        out = CIMultiDict(headers)
-        out["Cache-Status"] = status
-        with_via(out, via)
-        return tuple(out.items())
-    return headers + _tail(via, status)
+# Statuses whose answer to GET has a body, framed by Content-Length.
+_BODY_STATUSES = range(200, 600)
+_NO_BODY_STATUSES = frozenset({204, 304})
 
 
-@lru_cache(maxsize=16)
-def _tail(via: str, status: str) -> Headers:
-    # istr names, as the client's own header names are: aiohttp copies them into the
-    # response's CIMultiDict without case-folding them again, on every hit.
-    return ((hdrs.VIA, f"1.1 {via}"), (hdrs.CACHE_STATUS, status))
+def hit_lines(entry: StoredResponse, *, via: str, status: str) -> Lines | None:
+    """What a fresh hit on the entry sends, but for Age and the body: the HTTP/1.1 status line
+    and the stored fields, a line each (``entry.write_lines``), then the edge's own lines in
+    one. Exactly the message ``from_stored`` builds through aiohttp for an HTTP/1.1 keep-alive
+    GET (the tests compare the two on the wire), so the fast path writes it as it is. Every
+    line is shared with the entries that repeat it (``_shared_line``).
+
+    None when the full path must build the answer: an upstream Via or Cache-Status (merged
+    there), no Date (aiohttp adds the time of each answer), a Content-Length that is not the
+    body's, a status without a body, or fields that cannot be written back."""
+    if entry.status not in _BODY_STATUSES or entry.status in _NO_BODY_STATUSES:
+        return None
+    names = {name.lower(): value for name, value in entry.headers}
+    if "via" in names or "cache-status" in names or "date" not in names:
+        return None
+    length = names.get("content-length")
+    if length is not None and length != str(len(entry.body)):
+        return None
+    lines = write_lines(entry.status, entry.reason, entry.headers)
+    if lines is None:
+        return None
+    # What aiohttp's web.Response adds to a message that lacks it.
+    extra = ""
+    if "content-type" not in names and entry.body:
+        extra += "Content-Type: application/octet-stream\r\n"
+    if "server" not in names:
+        extra += f"Server: {SERVER_SOFTWARE}\r\n"
+    if length is None:
+        extra += f"Content-Length: {len(entry.body)}\r\n"
+    return (*map(_shared_line, lines), _tail(via, status, extra))
+
+
+@lru_cache(maxsize=64)
+def _tail(via: str, status: str, extra: str) -> bytes:
+    return f"Via: 1.1 {via}\r\nCache-Status: {status}\r\n{extra}".encode()
+
+
+class Hit(web.StreamResponse):
+    """A fresh hit written straight to the connection: the entry's precomputed lines, Age, and
+    the body, in one write. It replaces ``web.Response`` on the fast path, which spends most
+    of a hit's time rebuilding and re-encoding fields that never change (benchmarks/README.md).
+
+    aiohttp's request loop asks a response only for ``prepare``, ``write_eof`` and
+    ``keep_alive``; those are all this class provides, so it skips StreamResponse's
+    constructor. Only for HTTP/1.1 requests that keep the connection open (``Edge.handle``).
+    """
+
+    def __init__(self, data: bytes) -> None:  # no super().__init__(): see above
+        self._data = data
+        self._keep_alive = True
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("the client has gone")
+        transport.write(self._data)
+        # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
+        # above its high-water mark, so a client that does not read cannot grow it.
+        await request.writer.drain()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
 
 
 def shared_fields(headers: Headers) -> Headers:
@@ -130,6 +179,11 @@ def _shared_field(field: tuple[str, str]) -> tuple[str, str]:
 @lru_cache(maxsize=SHARED_NAMES)
 def _shared_name(name: str) -> str:
     return name
+
+
+@lru_cache(maxsize=SHARED_FIELDS)
+def _shared_line(line: bytes) -> bytes:
+    return line
 
 
 def relayed_headers(origin_headers: Headers, *, via: str, status: str) -> CIMultiDict[str]:

@@ -1,5 +1,5 @@
-"""What the cache keeps for one response (proxy.core.entry): a layout that holds one header
-tuple and no number it can derive, and that still says exactly what it was given."""
+"""What the cache keeps for one response (proxy.core.entry): a layout that holds its fields
+once and no number it can derive, and that still says exactly what it was given."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from proxy.core.entry import Headers, StoredResponse
+from proxy.core.entry import Headers, StoredResponse, line_fields, write_lines
 
 NOW = 1_700_000_000.0
 HEADERS: Headers = (("Content-Type", "text/css"), ("Cache-Control", "max-age=60"))
-TAIL: Headers = (("Via", "1.1 cdn-proxy"), ("Cache-Status", "cdn-proxy; hit"))
+HEAD = (b"HTTP/1.1 200 OK\r\n", b"Content-Type: text/css\r\n", b"Cache-Control: max-age=60\r\n")
+TAIL = b"Via: 1.1 cdn-proxy\r\nCache-Status: cdn-proxy; hit\r\n"
+LINES = (*HEAD, TAIL)
 
 
 def entry(
     headers: Headers = HEADERS,
     *,
-    hit_headers: Headers = (),
+    hit_lines: tuple[bytes, ...] = (),
     response_time: float = NOW,
     corrected_initial_age: float = 0.0,
     freshness_lifetime: float = 60.0,
@@ -37,45 +39,90 @@ def entry(
         vary=(),
         vary_values=(),
         size=100,
-        hit_headers=hit_headers,
+        hit_lines=hit_lines,
     )
 
 
-def test_the_hit_block_holds_the_headers() -> None:
-    """The usual block is the stored fields plus the edge's two: the entry keeps that one
-    tuple, and its headers are the block's own pairs."""
-    ready = entry(hit_headers=HEADERS + TAIL)
-    assert ready.headers == HEADERS
-    assert all(a is b for a, b in zip(ready.headers, ready.hit_headers, strict=False))
-    assert ready.hit_headers == HEADERS + TAIL
+def test_the_lines_are_the_wire_form_of_status_and_fields() -> None:
+    assert write_lines(200, "OK", HEADERS) == HEAD
+    assert line_fields(HEAD) == HEADERS
+    assert write_lines(404, "Not Found", ()) == (b"HTTP/1.1 404 Not Found\r\n",)
+    assert line_fields((b"HTTP/1.1 404 Not Found\r\n",)) == ()
 
 
 @pytest.mark.parametrize(
-    "hit_headers",
+    "fields",
     [
-        (),  # no block: no-cache or Vary, left to the full rules
-        (("Content-Type", "text/css"), ("Via", "1.0 upstream, 1.1 cdn-proxy"), TAIL[1]),
-        HEADERS + TAIL[:1],  # not the stored fields plus two
-        (("Content-Type", "text/html"), HEADERS[1], *TAIL),  # another value
+        (("X-Empty", ""),),
+        (("X-Colon", "a: b: c"),),
+        (("X-Tab", "a\tb"),),
+        (("X-Unicode", "caf\u00e9 \u2603"),),
+        (("Set-Cookie", "a=1"), ("Set-Cookie", "b=2")),
+        (("x-lower", "v"), ("X-UPPER", "V")),
     ],
 )
-def test_headers_are_kept_apart_from_a_block_that_does_not_hold_them(
-    hit_headers: Headers,
+def test_fields_read_back_exactly_as_written(fields: Headers) -> None:
+    lines = write_lines(200, "OK", fields)
+    assert lines is not None
+    assert line_fields(lines) == fields
+
+
+@pytest.mark.parametrize(
+    ("reason", "fields"),
+    [
+        ("OK", (("X-Bad", "a\r\nInjected: 1"),)),
+        ("OK", (("X-Bad", "a\nb"),)),
+        ("OK", (("X-Bad", "a\x00b"),)),
+        ("OK", (("X-Bad", "a\x7fb"),)),
+        ("OK", (("Bad Name", "v"),)),
+        ("OK", (("Bad:Name", "v"),)),
+        ("OK", (("", "v"),)),
+        ("OK", (("X-Escaped", "\udce9"),)),  # a byte the client could not decode as UTF-8
+        ("O\r\nK", ()),
+    ],
+)
+def test_fields_that_cannot_be_written_back_get_no_lines(reason: str, fields: Headers) -> None:
+    assert write_lines(200, reason, fields) is None
+
+
+def test_the_lines_hold_the_headers() -> None:
+    """An entry with hit lines keeps its fields only there, and reads them back from them."""
+    ready = entry(hit_lines=LINES)
+    assert ready.headers == HEADERS
+    assert ready.hit_lines == LINES
+    assert ready._own_headers is None
+
+
+@pytest.mark.parametrize(
+    "hit_lines",
+    [
+        (),  # no lines: no-cache or Vary, left to the full rules
+        (HEAD[0], b"Content-Type: text/html\r\n", HEAD[2], TAIL),
+        (b"HTTP/1.1 404 OK\r\n", *HEAD[1:], TAIL),
+        (*HEAD[:2], TAIL),
+        HEAD,  # the fields, but no tail
+    ],
+)
+def test_lines_that_do_not_say_what_the_entry_says_are_dropped(
+    hit_lines: tuple[bytes, ...],
 ) -> None:
-    stored = entry(hit_headers=hit_headers)
+    """The fast path sends the lines as they are: they must never disagree with the entry."""
+    stored = entry(hit_lines=hit_lines)
     assert stored.headers == HEADERS
-    assert stored.hit_headers == hit_headers
+    assert stored.hit_lines == ()
 
 
 def test_replace_keeps_what_it_is_given() -> None:
-    """``dataclasses.replace`` works on every field, ``headers`` included."""
-    ready = entry(hit_headers=HEADERS + TAIL)
+    """``dataclasses.replace`` works on every field, ``headers`` included; new fields drop
+    the lines (they no longer say what the entry says)."""
+    ready = entry(hit_lines=LINES)
     merged: Headers = (("Content-Type", "text/css"), ("Cache-Control", "max-age=600"))
     updated = replace(ready, headers=merged)
     assert updated.headers == merged
-    assert updated.hit_headers == ready.hit_headers
-    assert replace(entry(), hit_headers=HEADERS + TAIL) == ready
+    assert updated.hit_lines == ()
+    assert replace(entry(), hit_lines=LINES) == ready
     assert replace(ready, size=5).headers == HEADERS
+    assert replace(ready, size=5).hit_lines == LINES
     assert replace(ready) == ready
     assert hash(replace(ready)) == hash(ready)
 
@@ -96,7 +143,7 @@ def test_freshness_lifetime_is_implied_by_expires_at(
     assert stored.freshness_lifetime == freshness_lifetime
 
 
-@pytest.mark.parametrize("name", ["headers", "status", "hit_headers"])
+@pytest.mark.parametrize("name", ["headers", "status", "hit_lines"])
 def test_an_entry_is_frozen(name: str) -> None:
     """Entries are shared by concurrent hits: nothing may change one in place."""
     with pytest.raises(FrozenInstanceError):

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.core.entry import CacheKey, Headers, StoredResponse
-from proxy.core.policy import ENTRY_OVERHEAD, HEADER_OVERHEAD, Storable
+from proxy.core.entry import CacheKey, StoredResponse, write_lines
+from proxy.core.policy import ENTRY_OVERHEAD, LINE_OVERHEAD, Storable, with_lines
 from proxy.edge import respond
 from proxy.store.base import ClearResult, DomainStats, LocalPurger, StoreStats
-from proxy.store.memory import MAX_VARIANTS_PER_KEY, MemoryStore
+from proxy.store.memory import COMPACT_SLACK, MAX_VARIANTS_PER_KEY, RECLAIM_CHECK, MemoryStore
 
 NOW = 1_700_000_000.0
 DOMAIN = "example.com"
@@ -464,7 +464,9 @@ def realistic_entry(n: int, *, body_size: int, headers: int) -> tuple[CacheKey, 
     )
     body = n.to_bytes(4, "big") * (body_size // 4)
     entry = storable.with_body(body, target)
-    return key(target), replace(entry, hit_headers=entry.headers + HIT_TAIL)
+    lines = write_lines(entry.status, entry.reason, entry.headers)
+    assert lines is not None
+    return key(target), with_lines(entry, (*lines, HIT_TAIL))
 
 
 @pytest.fixture
@@ -530,7 +532,7 @@ async def measure_per_entry(count: int, *, headers: int) -> tuple[float, float]:
 async def test_entry_overhead_covers_the_structures_of_an_entry() -> None:
     """ENTRY_OVERHEAD must cover what an entry costs beyond its body, header and key
     characters: the entry object with its own numbers, the bytes and str object headers, the
-    hit block's tuple, the LRU node, the key tuple and the bucket-set slot. Measured here with
+    lines tuple, the LRU node, the key string and the bucket-list slot. Measured here with
     no header fields at all. It is set from resident memory, which also pays for the hash
     tables' growth in steps; this measure must stay below it, and not far below."""
     real, counted = await measure_per_entry(10_000, headers=0)
@@ -545,9 +547,10 @@ async def test_counted_size_covers_an_entry_with_typical_headers() -> None:
     real, counted = await measure_per_entry(5_000, headers=5)
     assert real <= counted, f"real {real:.0f} bytes per entry, counted {counted:.0f}"
     real_without, counted_without = await measure_per_entry(5_000, headers=0)
-    characters = counted - counted_without - 5 * HEADER_OVERHEAD
+    characters = counted - counted_without - 5 * LINE_OVERHEAD
     per_field = (real - real_without - characters) / 5
-    assert per_field <= HEADER_OVERHEAD, f"measured {per_field:.0f} bytes per field"
+    assert per_field <= LINE_OVERHEAD, f"measured {per_field:.0f} bytes per field"
+    assert per_field >= LINE_OVERHEAD - 24, f"measured {per_field:.0f} bytes per field"
 
 
 @pytest.mark.usefixtures("traced")
