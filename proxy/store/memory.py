@@ -5,6 +5,10 @@ Layout:
   the response itself when there is one (the usual case, no list to keep per key), a list of
   them, newest first, when there are several. Every key belongs to one bucket, the
   (domain, generation) it was stored under.
+- Inside the store a key is one string, "domain generation target" (``_Key``): 48 bytes less an
+  entry than the (domain, generation, target) tuple and its own target string. It cannot
+  collide: a domain holds no space and a generation is digits, so the first two spaces split
+  any key back into the tuple it was made from (``_parse``).
 - A clear moves the domain to a new generation and queues the old bucket for reclaim. Nothing
   is touched per entry, so the clear costs the same with 10 or 1,000,000 entries. The old
   keys can never be built again (keys carry the generation), so they are never served.
@@ -15,6 +19,7 @@ Layout:
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +28,23 @@ from proxy.core.entry import CacheKey, StoredResponse
 from proxy.store.base import ClearResult, DomainStats, StoreStats
 
 MAX_VARIANTS_PER_KEY = 16
+RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
+COMPACT_SLACK = 64  # listed keys beyond twice the live ones before a bucket's list is compacted
 
 # What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
 _Stored = StoredResponse | list[StoredResponse]
+# A key as the store keeps it: f"{domain} {generation} {target}".
+_Key = str
+
+
+def _joined(key: CacheKey) -> _Key:
+    domain, generation, target = key
+    return f"{domain} {generation} {target}"
+
+
+def _parse(key: _Key) -> CacheKey:
+    domain, generation, target = key.split(" ", 2)
+    return (domain, int(generation), target)
 
 
 def _variants(stored: _Stored) -> Sequence[StoredResponse]:
@@ -34,9 +53,15 @@ def _variants(stored: _Stored) -> Sequence[StoredResponse]:
 
 @dataclass(slots=True)
 class _Bucket:
-    """The keys of one (domain, generation)."""
+    """The keys of one (domain, generation), for the reclaim after a clear.
 
-    keys: set[CacheKey] = field(default_factory=set)
+    A list, not a set: a slot costs 8 bytes, not 40 to 100. A key dropped by eviction or
+    invalidation stays listed (finding it would cost a scan) and one stored again is listed
+    again; the list is compacted to the live keys when it grows past twice their number, so
+    it stays within about twice what a set would hold, at a fifth of the memory a key."""
+
+    keys: list[_Key] = field(default_factory=list)
+    live: int = 0  # listed keys that are in the store
     entries: int = 0
     bytes: int = 0
 
@@ -50,8 +75,9 @@ class MemoryStore:
     ) -> None:
         self.max_bytes = max_bytes
         self._on_clear = on_clear
-        self._lru: OrderedDict[CacheKey, _Stored] = OrderedDict()
+        self._lru: OrderedDict[_Key, _Stored] = OrderedDict()
         self._generations: dict[str, int] = {}
+        self._prefixes: dict[str, str] = {}  # domain -> "domain generation " of its generation
         self._buckets: dict[tuple[str, int], _Bucket] = {}
         self._doomed: deque[tuple[str, int]] = deque()
         self._bytes = 0
@@ -71,7 +97,10 @@ class MemoryStore:
         """The response stored for the domain's current generation when it is the key's only
         variant, without a coroutine: the edge's hit path calls this for every request (see
         ``base.LocalStore``). A lookup like ``get``: it refreshes the key's recency."""
-        key = (domain, self._generations.get(domain, 0), target)
+        prefix = self._prefixes.get(domain)
+        if prefix is None:
+            prefix = self._prefixes[domain] = f"{domain} {self._generations.get(domain, 0)} "
+        key = prefix + target
         stored = self._lru.get(key)
         if stored is None:
             return None
@@ -81,20 +110,24 @@ class MemoryStore:
 
     def get_now(self, key: CacheKey) -> Sequence[StoredResponse]:
         """Synchronous lookup, for callers that know the store is local."""
-        stored = self._lru.get(key)
+        joined = _joined(key)
+        stored = self._lru.get(joined)
         if stored is None:
             return ()
-        self._lru.move_to_end(key)
+        self._lru.move_to_end(joined)
         return _variants(stored)
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
         domain, generation, _ = key
         if generation != self._generations.get(domain, 0) or response.size > self.max_bytes:
             return False
+        if " " in domain:  # not a host name (the config allows none): it would not split back
+            return False
         bucket = self._buckets.get((domain, generation))
         if bucket is None:
             bucket = self._buckets[(domain, generation)] = _Bucket()
-        old = self._lru.pop(key, None)
+        joined = _joined(key)
+        old = self._lru.pop(joined, None)
         stored: _Stored = response
         if old is not None:
             variants = [response]
@@ -108,26 +141,31 @@ class MemoryStore:
                     variants.append(variant)
             if len(variants) > 1:
                 stored = variants
-        self._lru[key] = stored
-        bucket.keys.add(key)
+        self._lru[joined] = stored
+        if old is None:
+            bucket.keys.append(joined)
+            bucket.live += 1
+            if len(bucket.keys) > 2 * bucket.live + COMPACT_SLACK:
+                lru = self._lru
+                bucket.keys = [k for k in dict.fromkeys(bucket.keys) if k in lru]
         self._account(bucket, 1, response.size)
         self._evict()
         return True
 
     async def invalidate(self, domain: str, target: str) -> int:
-        key = (domain, self._generations.get(domain, 0), target)
-        return self._drop(key)
+        return self._drop(_joined((domain, self._generations.get(domain, 0), target)))
 
     async def clear_domain(self, domain: str) -> ClearResult:
         generation = self._generations.get(domain, 0)
         self._generations[domain] = generation + 1
+        self._prefixes.pop(domain, None)
         bucket = self._buckets.get((domain, generation))
         dropped = 0
         if bucket is not None:
             dropped = bucket.entries
-            if bucket.keys:
+            if bucket.live:
                 self._doomed.append((domain, generation))
-                self._pending += len(bucket.keys)
+                self._pending += bucket.live
             else:
                 del self._buckets[(domain, generation)]
             if self._on_clear is not None:
@@ -155,24 +193,45 @@ class MemoryStore:
     def pending_reclaim(self) -> int:
         return self._pending
 
-    def reclaim(self, budget: int) -> int:
-        """Delete at most ``budget`` keys of cleared generations; return how many were deleted."""
-        done = 0
-        while done < budget and self._doomed:
+    def reclaim(self, budget: int, *, seconds: float | None = None) -> int:
+        """Delete at most ``budget`` keys of cleared generations, and stop once ``seconds`` have
+        passed (checked every RECLAIM_CHECK keys); return how many were deleted. The time bound
+        keeps a slice short when freeing is slow (large bodies, a busy machine), so requests
+        waiting behind it are not held up: the edge serves between slices."""
+        deadline = None if seconds is None else time.perf_counter() + seconds
+        done = visited = 0
+        while visited < budget and self._doomed:
             name = self._doomed[0]
             bucket = self._buckets[name]
-            while done < budget and bucket.keys:
+            while visited < budget and bucket.live:
+                if (
+                    deadline is not None
+                    and visited % RECLAIM_CHECK == RECLAIM_CHECK - 1
+                    and time.perf_counter() > deadline
+                ):
+                    return done
+                visited += 1
                 key = bucket.keys.pop()
-                self._pending -= 1
                 stored = self._lru.pop(key, None)
-                if stored is not None:
+                if stored is not None:  # else dropped before, or listed twice
+                    bucket.live -= 1
+                    self._pending -= 1
                     variants = _variants(stored)
                     self._account(bucket, -len(variants), -sum(v.size for v in variants))
-                done += 1
-            if not bucket.keys:
+                    done += 1
+            if not bucket.live:
                 self._doomed.popleft()
                 del self._buckets[name]
         return done
+
+    def items(self) -> list[tuple[CacheKey, _Stored]]:
+        """What is stored, least recently used first, without touching recency (for tests and
+        diagnostics: a copy of the whole index)."""
+        return [(_parse(key), stored) for key, stored in self._lru.items()]
+
+    def held(self, key: CacheKey) -> _Stored | None:
+        """What is stored under the key, without touching recency."""
+        return self._lru.get(_joined(key))
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -182,14 +241,14 @@ class MemoryStore:
         self._entries += entries
         self._bytes += size
 
-    def _drop(self, key: CacheKey) -> int:
+    def _drop(self, key: _Key) -> int:
         stored = self._lru.pop(key, None)
         if stored is None:
             return 0
         variants = _variants(stored)
-        domain, generation, _ = key
+        domain, generation, _ = _parse(key)
         bucket = self._buckets[(domain, generation)]
-        bucket.keys.discard(key)
+        bucket.live -= 1  # still listed: see _Bucket
         if generation != self._generations.get(domain, 0):
             self._pending -= 1
         self._account(bucket, -len(variants), -sum(v.size for v in variants))

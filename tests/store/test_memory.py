@@ -6,7 +6,6 @@ import gc
 import random
 import tracemalloc
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 
@@ -60,14 +59,14 @@ def key(target: str, domain: str = DOMAIN, generation: int = 0) -> CacheKey:
 
 def live_keys(store: MemoryStore) -> list[CacheKey]:
     """The stored keys, least recently used first (read-only peek at the LRU order)."""
-    return list(store._lru)
+    return [k for k, _ in store.items()]
 
 
 def stored_items(store: MemoryStore) -> list[tuple[CacheKey, StoredResponse]]:
     """Every stored (key, variant), without touching recency (a read-only peek)."""
     return [
         (k, v)
-        for k, held in store._lru.items()
+        for k, held in store.items()
         for v in ([held] if isinstance(held, StoredResponse) else held)
     ]
 
@@ -212,14 +211,14 @@ async def test_a_lone_variant_is_kept_without_a_list() -> None:
     store = MemoryStore(max_bytes=MiB)
     gzip = encoded("gzip")
     await store.put(key("/a"), gzip)
-    assert store._lru[key("/a")] is gzip
+    assert store.held(key("/a")) is gzip
     await store.put(key("/a"), encoded("br"))
-    assert isinstance(store._lru[key("/a")], list)
+    assert isinstance(store.held(key("/a")), list)
     store_one = MemoryStore(max_bytes=MiB)
     await store_one.put(key("/a"), response())
     newer = response()
     await store_one.put(key("/a"), newer)  # the same variant: replaced, still alone
-    assert store_one._lru[key("/a")] is newer
+    assert store_one.held(key("/a")) is newer
     assert list(await store_one.get(key("/a"))) == [newer]
 
 
@@ -376,6 +375,78 @@ async def test_clear_of_100_000_entries_deletes_nothing_and_reclaim_works_in_sli
     assert await store.domain_stats(OTHER) == DomainStats(entries=10, bytes=70)
 
 
+async def test_a_time_bounded_reclaim_stops_at_its_deadline() -> None:
+    """With its time already spent, a slice stops at its first clock read: RECLAIM_CHECK - 1
+    keys, whatever its key budget. Later slices finish the work."""
+    store = MemoryStore(max_bytes=1 << 40)
+    for n in range(1_000):
+        await store.put(key(f"/{n}"), response(10))
+    await store.clear_domain(DOMAIN)
+    assert store.reclaim(10_000, seconds=0.0) == RECLAIM_CHECK - 1
+    assert store.pending_reclaim == 1_000 - (RECLAIM_CHECK - 1)
+    while store.pending_reclaim:
+        assert store.reclaim(10_000, seconds=0.0) > 0
+    assert (await store.stats()).entries == 0
+    assert store._buckets == {}
+
+
+async def test_keys_dropped_or_stored_twice_are_reclaimed_once() -> None:
+    """A bucket lists a key again when it is stored again after an eviction or invalidation;
+    the reclaim deletes what is live and passes over the rest."""
+    store = MemoryStore(max_bytes=1 << 40)
+    for target in ("/a", "/b", "/c"):
+        await store.put(key(target), response(10))
+    await store.invalidate(DOMAIN, "/a")
+    await store.put(key("/a"), response(20))  # listed twice now
+    await store.invalidate(DOMAIN, "/b")  # listed, not stored
+    await store.clear_domain(DOMAIN)
+    assert store.pending_reclaim == 2
+    assert store.reclaim(100) == 2
+    assert store.pending_reclaim == 0
+    assert await store.stats() == StoreStats(
+        entries=0, bytes=0, max_bytes=1 << 40, evictions=0, pending_reclaim=0
+    )
+    assert store._buckets == {}
+
+
+async def test_a_bucket_list_stays_bounded_when_keys_come_and_go() -> None:
+    """Keys stored, invalidated and stored again, forever, without a clear: the list is
+    compacted when a key is stored, so then it never holds much more than twice the live
+    keys."""
+    store = MemoryStore(max_bytes=1 << 40)
+    for round_ in range(200):
+        for n in range(50):
+            await store.put(key(f"/{n}"), response(10))
+        bucket = store._buckets[(DOMAIN, 0)]
+        assert bucket.live == len(store._lru) == 50
+        assert len(bucket.keys) <= 2 * bucket.live + COMPACT_SLACK + 1
+        for n in range(0, 50, 2 if round_ % 2 else 3):
+            await store.invalidate(DOMAIN, f"/{n}")
+        assert bucket.live == len(store._lru)
+    await check_invariants(store)
+    await store.clear_domain(DOMAIN)
+    while store.pending_reclaim:
+        store.reclaim(7)
+    assert store._lru == {}
+
+
+async def test_keys_that_look_alike_stay_apart() -> None:
+    """The store joins a key into one string; targets with spaces and digits in them still
+    name their own entries, and a domain with a space (no host name has one) is refused."""
+    store = MemoryStore(max_bytes=MiB)
+    a, b = response(10, body=b"a"), response(10, body=b"b")
+    assert await store.put(key("/x 1 /y"), a)
+    assert await store.put(("example.com", 0, "/x"), b)
+    assert not await store.put(("example.com 0", 0, "/x"), response(10))
+    assert [k for k, _ in store.items()] == [key("/x 1 /y"), key("/x")]
+    assert store.held(key("/x 1 /y")) is a
+    assert store.peek(DOMAIN, "/x") is b
+    await store.clear_domain(DOMAIN)
+    assert store.peek(DOMAIN, "/x") is None
+    assert await store.put(key("/x", generation=1), a)
+    assert store.peek(DOMAIN, "/x") is a
+
+
 async def test_local_purger_clears_through_the_store() -> None:
     store = MemoryStore(max_bytes=MiB)
     await store.put(key("/a"), response())
@@ -394,7 +465,7 @@ async def check_invariants(store: MemoryStore) -> None:
     assert stats.entries == len(variants)
     assert stats.bytes == sum(v.size for v in variants)
     current = {domain: await store.generation(domain) for domain in (DOMAIN, OTHER, "c.test")}
-    old_keys = [k for k in store._lru if k[1] != current[k[0]]]
+    old_keys = [k for k in live_keys(store) if k[1] != current[k[0]]]
     assert stats.pending_reclaim == len(old_keys)
     for domain in current:
         domain_stats = await store.domain_stats(domain)
@@ -440,8 +511,8 @@ async def test_bytes_never_exceed_max_bytes(seed: int) -> None:
 # Header names are shared objects in practice (aiohttp's parser maps known names to its
 # constants); values are new strings for every response.
 TYPICAL_HEADERS = ("Date", "Content-Type", "Cache-Control", "ETag", "Last-Modified")
-# The two fields the edge adds to a hit (respond.hit_block), shared by every entry.
-HIT_TAIL: Headers = (("Via", "1.1 cdn-proxy"), ("Cache-Status", "cdn-proxy; hit"))
+# The lines the edge adds to a hit (respond.hit_lines), shared by every entry.
+HIT_TAIL = b"Via: 1.1 cdn-proxy\r\nCache-Status: cdn-proxy; hit\r\n"
 
 
 def realistic_entry(n: int, *, body_size: int, headers: int) -> tuple[CacheKey, StoredResponse]:
@@ -543,7 +614,8 @@ async def test_entry_overhead_covers_the_structures_of_an_entry() -> None:
 
 @pytest.mark.usefixtures("traced")
 async def test_counted_size_covers_an_entry_with_typical_headers() -> None:
-    """Each header field costs a tuple and a value string besides its characters."""
+    """Each header field of an entry with hit lines costs a line (a bytes object and its slot)
+    besides its characters; none of them shared here."""
     real, counted = await measure_per_entry(5_000, headers=5)
     assert real <= counted, f"real {real:.0f} bytes per entry, counted {counted:.0f}"
     real_without, counted_without = await measure_per_entry(5_000, headers=0)
