@@ -78,6 +78,10 @@ def _same_text(headers: Headers, text: str | None) -> str | None:
     return next((value for _, value in headers if value == text), text)
 
 
+# A fast hit's body up to this size is copied behind its head and sent in one write; a larger
+# one is sent from the entry's own bytes (see Hit.prepare).
+JOINED_BODY_MAX = 16 * 1024
+
 # Statuses whose answer to GET has a body, framed by Content-Length.
 _BODY_STATUSES = range(200, 600)
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -121,8 +125,8 @@ def _tail(via: str, status: str, extra: str) -> bytes:
 
 
 class Hit(web.StreamResponse):
-    """A fresh hit written straight to the connection: the entry's precomputed lines, Age, and
-    the body, in one write. It replaces ``web.Response`` on the fast path, which spends most
+    """A fresh hit written straight to the connection: the entry's precomputed lines and Age
+    (``head``), then the body. It replaces ``web.Response`` on the fast path, which spends most
     of a hit's time rebuilding and re-encoding fields that never change (benchmarks/README.md).
 
     aiohttp's request loop asks a response only for ``prepare``, ``write_eof`` and
@@ -130,15 +134,21 @@ class Hit(web.StreamResponse):
     constructor. Only for HTTP/1.1 requests that keep the connection open (``Edge.handle``).
     """
 
-    def __init__(self, data: bytes) -> None:  # no super().__init__(): see above
-        self._data = data
+    def __init__(self, head: bytes, body: bytes) -> None:  # no super().__init__(): see above
+        self._hit_head = head
+        self._hit_body = body
         self._keep_alive = True
 
     async def prepare(self, request: web.BaseRequest) -> None:
         transport = request.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client has gone")
-        transport.write(self._data)
+        body = self._hit_body
+        if len(body) > JOINED_BODY_MAX:
+            # Handed over as it is (one writev with the head), not copied into a new buffer.
+            transport.writelines((self._hit_head, body))
+        else:
+            transport.write(self._hit_head + body)
         # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
         # above its high-water mark, so a client that does not read cannot grow it.
         await request.writer.drain()
