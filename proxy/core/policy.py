@@ -53,7 +53,7 @@ UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 5
 
 # Stored per entry besides body, header and key characters: the entry object and its numbers,
 # the lines tuple, the LRU node, the key string, the bucket-list slot, the object headers of
-# the body, and the allocators' rounding. Measured at 383 with tracemalloc (tests/store/
+# the body, and the allocators' rounding. Measured at 351 with tracemalloc (tests/store/
 # test_memory.py); resident memory also pays for the hash tables' growth in steps, up to
 # about 100 more at 100k entries (benchmarks/README.md, memory per object).
 ENTRY_OVERHEAD = 480

@@ -148,3 +148,41 @@ def test_an_entry_is_frozen(name: str) -> None:
     """Entries are shared by concurrent hits: nothing may change one in place."""
     with pytest.raises(FrozenInstanceError):
         setattr(entry(), name, ())
+
+
+def test_rarely_set_fields_cost_nothing_at_their_defaults() -> None:
+    """An entry whose no-cache, Vary and stale fields are all defaults keeps no tuple for
+    them; one that sets any keeps all five, and reads each back as given."""
+    plain = entry()
+    assert plain._rare is None
+    assert (plain.revalidate_always, plain.vary, plain.vary_values) == (False, (), ())
+    assert (plain.stale_if_error, plain.stale_while_revalidate) == (None, 0.0)
+    varied = replace(
+        plain,
+        vary=("accept-encoding",),
+        vary_values=("gzip",),
+        stale_if_error=0.0,
+        stale_while_revalidate=30.0,
+        revalidate_always=True,
+    )
+    assert varied._rare is not None
+    assert (varied.vary, varied.vary_values) == (("accept-encoding",), ("gzip",))
+    assert (varied.stale_if_error, varied.stale_while_revalidate) == (0.0, 30.0)
+    assert varied.revalidate_always is True
+    assert replace(varied, vary=(), vary_values=(), stale_if_error=None) != plain
+    back = replace(
+        varied,
+        vary=(),
+        vary_values=(),
+        stale_if_error=None,
+        stale_while_revalidate=0.0,
+        revalidate_always=False,
+    )
+    assert back == plain
+    assert back._rare is None
+
+
+@pytest.mark.parametrize("name", ["vary", "stale_if_error", "revalidate_always"])
+def test_rarely_set_fields_are_frozen_too(name: str) -> None:
+    with pytest.raises(AttributeError):
+        setattr(entry(), name, ())
