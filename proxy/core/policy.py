@@ -552,15 +552,19 @@ def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:
 def with_lines(entry: StoredResponse, lines: Lines) -> StoredResponse:
     """The entry with the lines of a fresh hit (``respond.hit_lines``). It then keeps its
     fields only as those lines (``entry.py``), and its counted size says so."""
-    headed = replace(entry, hit_lines=lines)
-    return replace(headed, size=entry.size - fields_cost(entry) + fields_cost(headed))
+    size = entry.size - fields_cost(entry) + _lines_cost(lines)
+    return replace(entry, hit_lines=lines, size=size)
+
+
+def _lines_cost(lines: Lines) -> int:
+    return sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
 
 
 def fields_cost(entry: StoredResponse) -> int:
     """What an entry's header fields cost in memory, kept as it keeps them: an upper bound, as
     lines and pairs repeated across entries are shared (``respond.shared_fields``)."""
     if entry.hit_lines:
-        return sum(map(len, entry.hit_lines)) + LINE_OVERHEAD * len(entry.hit_lines)
+        return _lines_cost(entry.hit_lines)
     headers = entry.headers
     return sum(len(name) + len(value) for name, value in headers) + HEADER_OVERHEAD * len(headers)
 

@@ -138,8 +138,8 @@ class Edge:
                     age = entry.corrected_initial_age
                     if now > entry.response_time:
                         age += now - entry.response_time
-                    head = b"".join((*entry.hit_lines, b"Age: %d\r\n\r\n" % age))
-                    return respond.Hit(head, entry.body)
+                    age_line = b"Age: %d\r\n\r\n" % age
+                    return respond.Hit((*entry.hit_lines, age_line, entry.body))
         target = request_target(request.raw_path, config.name)
         if target is None:
             return respond.text(400, "400 Bad Request: the request-target does not name this host")

@@ -125,30 +125,31 @@ def _tail(via: str, status: str, extra: str) -> bytes:
 
 
 class Hit(web.StreamResponse):
-    """A fresh hit written straight to the connection: the entry's precomputed lines and Age
-    (``head``), then the body. It replaces ``web.Response`` on the fast path, which spends most
-    of a hit's time rebuilding and re-encoding fields that never change (benchmarks/README.md).
+    """A fresh hit written straight to the connection: ``parts`` are the entry's precomputed
+    lines, Age, and the body, last. It replaces ``web.Response`` on the fast path, which spends
+    most of a hit's time rebuilding and re-encoding fields that never change
+    (benchmarks/README.md).
 
     aiohttp's request loop asks a response only for ``prepare``, ``write_eof`` and
     ``keep_alive``; those are all this class provides, so it skips StreamResponse's
     constructor. Only for HTTP/1.1 requests that keep the connection open (``Edge.handle``).
     """
 
-    def __init__(self, head: bytes, body: bytes) -> None:  # no super().__init__(): see above
-        self._hit_head = head
-        self._hit_body = body
+    def __init__(self, parts: tuple[bytes, ...]) -> None:  # no super().__init__(): see above
+        self._parts = parts
         self._keep_alive = True
 
     async def prepare(self, request: web.BaseRequest) -> None:
         transport = request.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client has gone")
-        body = self._hit_body
+        parts = self._parts
+        body = parts[-1]
         if len(body) > JOINED_BODY_MAX:
             # Handed over as it is (one writev with the head), not copied into a new buffer.
-            transport.writelines((self._hit_head, body))
+            transport.writelines((b"".join(parts[:-1]), body))
         else:
-            transport.write(self._hit_head + body)
+            transport.write(b"".join(parts))
         # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
         # above its high-water mark, so a client that does not read cannot grow it.
         await request.writer.drain()
