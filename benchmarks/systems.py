@@ -104,6 +104,7 @@ class Server:
     argv: list[str]
     log: Path
     cpu: str
+    cwd: Path = ROOT  # another checkout runs its own ``proxy`` package (``python -m``)
     popen: subprocess.Popen[bytes] = field(init=False)
 
     def start(self) -> None:
@@ -114,7 +115,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                cwd=ROOT,
+                cwd=self.cwd,
             )
 
     @property
@@ -196,6 +197,61 @@ class System:
         self.server.stop()
 
 
+def proxy_config(home: Path, origin_port: int) -> Path:
+    """A cdn-proxy config in ``home``: every benchmark domain on the origin, both listeners on
+    ports the OS chooses (``proxy_addresses`` reads them back)."""
+    config = home / "proxy.toml"
+    domains = "".join(
+        f'\n[[domains]]\nname = "{d}"\norigin = "http://127.0.0.1:{origin_port}"\n' for d in DOMAINS
+    )
+    config.write_text(
+        '[edge]\nlisten = "127.0.0.1:0"\n\n[api]\nlisten = "127.0.0.1:0"\n\n'
+        '[cache]\nmax_bytes = "8GiB"\nmax_object_bytes = "8MiB"\n\n'
+        '[state]\npath = "state.db"\n' + domains
+    )
+    return config
+
+
+def proxy_argv(config: Path) -> list[str]:
+    return [PYTHON, "-m", "proxy", "serve", "--config", str(config)]
+
+
+def proxy_addresses(server: Server, timeout: float = 30.0) -> tuple[int, int]:
+    """The (edge, api) ports a cdn-proxy started on port 0 printed to its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server.check_alive()
+        found = {}
+        for line in server.log.read_text(errors="replace").splitlines():
+            word, _, url = line.partition(" ")
+            if word in ("edge", "api") and url.startswith("http://"):
+                found[word] = int(url.rsplit(":", 1)[1])
+        if len(found) == 2:
+            return found["edge"], found["api"]
+        time.sleep(0.05)
+    raise RuntimeError("cdn-proxy did not print its edge and api addresses")
+
+
+def floor_argv(port: int, sizes: list[int]) -> list[str]:
+    return [
+        PYTHON,
+        "-m",
+        "benchmarks.floor",
+        "--port",
+        str(port),
+        "--sizes",
+        ",".join(map(str, sizes)),
+    ]
+
+
+def client_cache_argv(port: int, origin_port: int, backend: str, tmp: Path) -> list[str]:
+    argv = [PYTHON, "-m", "benchmarks.peers.client_cache_proxy", "--port", str(port)]
+    argv += ["--origin-port", str(origin_port), "--backend", backend]
+    if backend == "sqlite":
+        argv += ["--db", str(tmp / "client-cache.sqlite")]
+    return argv
+
+
 class Ours(System):
     name = "cdn-proxy"
     clear_method = "clear-cache API (HTTP POST, token auth, audit row)"
@@ -203,17 +259,7 @@ class Ours(System):
     def __init__(self, setting: Setting) -> None:
         home = setting.tmp / "cdn-proxy"
         home.mkdir()
-        config = home / "proxy.toml"
-        domains = "".join(
-            f'\n[[domains]]\nname = "{d}"\norigin = "http://127.0.0.1:{setting.origin_port}"\n'
-            for d in DOMAINS
-        )
-        config.write_text(
-            '[edge]\nlisten = "127.0.0.1:0"\n\n[api]\nlisten = "127.0.0.1:0"\n\n'
-            '[cache]\nmax_bytes = "8GiB"\nmax_object_bytes = "8MiB"\n\n'
-            '[state]\npath = "state.db"\n' + domains
-        )
-        self.config = config
+        config = self.config = proxy_config(home, setting.origin_port)
         token = subprocess.run(
             [
                 PYTHON,
@@ -232,31 +278,11 @@ class Ours(System):
             cwd=ROOT,
         )
         self.token = token.stdout.strip()
-        server = Server(
-            self.name,
-            [PYTHON, "-m", "proxy", "serve", "--config", str(config)],
-            home / "serve.log",
-            setting.server_cpu,
-        )
+        server = Server(self.name, proxy_argv(config), home / "serve.log", setting.server_cpu)
         server.start()
-        edge, api = self._addresses(server)
+        edge, api = proxy_addresses(server)
         super().__init__(setting, server, edge)
         self.api_port = api
-
-    @staticmethod
-    def _addresses(server: Server, timeout: float = 30.0) -> tuple[int, int]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            server.check_alive()
-            found = {}
-            for line in server.log.read_text(errors="replace").splitlines():
-                word, _, url = line.partition(" ")
-                if word in ("edge", "api") and url.startswith("http://"):
-                    found[word] = int(url.rsplit(":", 1)[1])
-            if len(found) == 2:
-                return found["edge"], found["api"]
-            time.sleep(0.05)
-        raise RuntimeError("cdn-proxy did not print its edge and api addresses")
 
     def clear_request(self, domain: str) -> tuple[list[tuple[str, str]], bytes]:
         headers = [("Authorization", f"Bearer {self.token}"), ("Content-Type", "application/json")]
@@ -290,8 +316,7 @@ class Floor(System):
 
     def __init__(self, setting: Setting) -> None:
         port = free_port()
-        sizes = ",".join(str(s) for s in setting.floor_sizes)
-        argv = [PYTHON, "-m", "benchmarks.floor", "--port", str(port), "--sizes", sizes]
+        argv = floor_argv(port, setting.floor_sizes)
         server = Server(self.name, argv, setting.tmp / "floor.log", setting.server_cpu)
         server.start()
         wait_for_port(server, port)
@@ -304,10 +329,7 @@ class ClientCache(System):
 
     def __init__(self, setting: Setting, backend: str = "memory") -> None:
         port = free_port()
-        argv = [PYTHON, "-m", "benchmarks.peers.client_cache_proxy", "--port", str(port)]
-        argv += ["--origin-port", str(setting.origin_port), "--backend", backend]
-        if backend == "sqlite":
-            argv += ["--db", str(setting.tmp / "client-cache.sqlite")]
+        argv = client_cache_argv(port, setting.origin_port, backend, setting.tmp)
         server = Server(self.name, argv, setting.tmp / "client-cache.log", setting.server_cpu)
         server.start()
         wait_for_port(server, port)
