@@ -1,19 +1,26 @@
 """What the cache keeps for one response, with everything the hit path needs precomputed.
 
 A ``StoredResponse`` is built once, on a miss, by ``policy.assess_response``; a hit only reads it.
-Freshness is reduced at store time to two numbers (``response_time`` and ``expires_at``) so
-the hit path does one comparison instead of re-parsing Cache-Control (RFC 9111 §4.2).
+Freshness is reduced at store time to two numbers, ``birth`` (when its age was 0) and
+``freshness_lifetime``, so the hit path does one addition and one comparison instead of
+re-parsing Cache-Control (RFC 9111 §4.2).
 
-Every cached object carries one, so its layout is measured (tests/store/test_memory.py). An
-entry the fast path may serve keeps its fields once, as the lines a hit sends (``hit_lines``);
-``headers`` is read back from them when a slower path needs the pairs. It stores no number
-it can derive (``freshness_lifetime``).
+Every cached object carries one, so its layout is measured (tests/store/test_memory.py) and
+kept to eight slots:
+- An entry the fast path may serve keeps its fields once, as the lines a hit sends
+  (``hit_lines``); ``headers`` is read back from them when a slower path needs the pairs.
+- It stores no number it can derive: ``expires_at``, ``size``, and the validators ``etag``
+  and ``last_modified`` (read from the fields) are computed when asked for.
+- Its numbers cost nothing of their own when they can be shared: a lifetime is the same
+  float object as every other entry's equal lifetime, and ``key_size`` is a small int.
+- Only ``birth`` is a number of its own (24 bytes).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 # (domain, generation, request-target as received). A tuple, never a joined string, so no
@@ -60,7 +67,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what a field value may not
 class _StoredHeaders:
     """``StoredResponse.headers``: the stored fields, read back from ``hit_lines`` when the
     entry has them (the usual case), so an entry keeps its fields once. Otherwise (Vary,
-    no-cache, a field that cannot be written back) they are kept as pairs."""
+    no-cache, a field that cannot be written back) they are kept as pairs, in ``_rare``."""
 
     @overload
     def __get__(self, entry: None, owner: type[Any]) -> _StoredHeaders: ...
@@ -71,15 +78,44 @@ class _StoredHeaders:
     def __get__(self, entry: StoredResponse | None, owner: type[Any]) -> Headers | _StoredHeaders:
         if entry is None:
             raise AttributeError("headers")  # a required field: no class-level default
-        own = entry._own_headers
+        rare = entry._rare
+        own = None if rare is None else rare[_OWN_HEADERS]
         return own if own is not None else line_fields(entry.hit_lines[:-1])
 
     def __set__(self, entry: StoredResponse, headers: Headers) -> None:
         raise AttributeError("StoredResponse is frozen")
 
 
+# What an entry costs in memory, counted against cache.max_bytes by ``StoredResponse.size``.
+#
+# Per entry besides its body, field and key characters: the entry object, its birth time, the
+# lines tuple, the store's index slot and LRU node, the key string, the bucket-list slot, the
+# object headers of the body, and the allocators' rounding. Measured at about 240 with
+# tracemalloc (tests/store/test_memory.py); resident memory also pays for the hash tables'
+# growth in steps, up to about 100 more at 100k entries (benchmarks/README.md).
+ENTRY_OVERHEAD = 360
+# Per stored header field of an entry without lines, besides its characters: its (name,
+# value) tuple, the value string's object header and its slot in the header tuple (names are
+# shared: aiohttp's constants, or respond.shared_fields). Measured at 132 by RSS, 133 by
+# tracemalloc. An upper bound: fields repeated across entries are shared, and cost only the
+# slot.
+HEADER_OVERHEAD = 136
+# Per line of an entry with lines, besides its characters: the bytes object's header, the
+# allocator's rounding and its slot in the lines tuple.
+LINE_OVERHEAD = 56
+
+
+def lines_cost(lines: Lines) -> int:
+    return sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
+
+
+def headers_cost(headers: Headers) -> int:
+    return sum(len(name) + len(value) for name, value in headers) + HEADER_OVERHEAD * len(headers)
+
+
 # Fields most entries hold at their default, kept together in one ``_rare`` tuple when any of
-# them differs and not at all otherwise: five slots fewer per entry (40 bytes).
+# them differs and not at all otherwise: six slots fewer per entry (48 bytes). The last is
+# the fields as pairs, for an entry whose lines do not hold them.
 _RARE_FIELDS = (
     "revalidate_always",
     "stale_if_error",
@@ -87,7 +123,8 @@ _RARE_FIELDS = (
     "vary",
     "vary_values",
 )
-_RARE_DEFAULTS: tuple[Any, ...] = (False, None, 0.0, (), ())
+_RARE_DEFAULTS: tuple[Any, ...] = (False, None, 0.0, (), (), None)
+_OWN_HEADERS = 5
 
 
 class _Rare(Generic[T]):
@@ -114,40 +151,41 @@ class _Rare(Generic[T]):
         raise AttributeError("StoredResponse is frozen")
 
 
+# Equal lifetimes share one float: a site gives most of its objects one of a few max-ages.
+_shared_seconds = lru_cache(maxsize=1024)(float)
+
+
 @dataclass(frozen=True, init=False)
 class StoredResponse:
-    # Slots, not a __dict__. ``headers`` and ``freshness_lifetime`` have none: see above.
+    # Slots, not a __dict__: eight of them (96 bytes with the object's headers). The other
+    # fields are read from these: see the module's docstring.
     __slots__ = (
-        "_own_headers",
         "_rare",
+        "birth",
         "body",
-        "corrected_initial_age",
-        "etag",
-        "expires_at",
+        "freshness_lifetime",
         "hit_lines",
-        "last_modified",
+        "key_size",
         "reason",
-        "response_time",
-        "size",
         "status",
     )
 
     status: int
     reason: str
     body: bytes
-    response_time: float  # wall-clock seconds when the response arrived
-    corrected_initial_age: float  # RFC 9111 §4.2.3
-    expires_at: float  # response_time - corrected_initial_age + freshness_lifetime
-    etag: str | None
-    last_modified: str | None
-    size: int  # bytes counted against cache.max_bytes
+    # Wall-clock second at which its age was 0: response_time - corrected_initial_age
+    # (RFC 9111 §4.2.3), so its age is now - birth.
+    birth: float
+    freshness_lifetime: float  # RFC 9111 §4.2.1, as it was when stored
+    # Bytes its key costs against cache.max_bytes, counted in ``size``: twice the target's
+    # length (a small int, shared, for targets up to 128 characters).
+    key_size: int
     # A fresh hit, ready to send but for Age: the status line and stored fields
     # (``write_lines``), then the edge's own lines in one (Via, Cache-Status), built by the
     # edge when it stores a response the fast path may serve. Empty otherwise.
     hit_lines: Lines
-    if TYPE_CHECKING:  # slots, not fields: ``headers`` when ``hit_lines`` do not hold them,
-        _own_headers: Headers | None
-        _rare: tuple[Any, ...] | None  # and the _RARE_FIELDS, when one is not its default
+    if TYPE_CHECKING:  # a slot, not a field: the _RARE_FIELDS and the fields as pairs when
+        _rare: tuple[Any, ...] | None  # one is not its default
     # The rarely set fields (``_RARE_FIELDS``), read from ``_rare``. After the slots: a
     # descriptor has a class-level default, as far as the dataclass machinery can tell.
     # no-cache: stored, but validated on every use (§5.2.2.4)
@@ -170,16 +208,12 @@ class StoredResponse:
         reason: str,
         headers: Headers,
         body: bytes,
-        response_time: float,
-        corrected_initial_age: float,
-        expires_at: float,
-        revalidate_always: bool,
-        etag: str | None,
-        last_modified: str | None,
-        vary: tuple[str, ...],
-        vary_values: tuple[str | None, ...],
-        size: int,
-        freshness_lifetime: float | None = None,  # implied by expires_at: not stored
+        birth: float,
+        freshness_lifetime: float,
+        key_size: int = 0,
+        revalidate_always: bool = False,
+        vary: tuple[str, ...] = (),
+        vary_values: tuple[str | None, ...] = (),
         stale_if_error: float | None = None,
         stale_while_revalidate: float = 0.0,
         hit_lines: Lines = (),
@@ -188,28 +222,58 @@ class StoredResponse:
         set_(self, "status", status)
         set_(self, "reason", reason)
         set_(self, "body", body)
-        set_(self, "response_time", response_time)
-        set_(self, "corrected_initial_age", corrected_initial_age)
-        set_(self, "expires_at", expires_at)
-        set_(self, "etag", etag)
-        set_(self, "last_modified", last_modified)
-        set_(self, "size", size)
-        rare = (revalidate_always, stale_if_error, stale_while_revalidate, vary, vary_values)
-        set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
+        set_(self, "birth", birth)
+        set_(self, "freshness_lifetime", _shared_seconds(freshness_lifetime))
+        set_(self, "key_size", key_size)
         # The lines are kept only while they say exactly what the entry says: ``replace`` with
         # new fields or status drops them, so the fast path can never send stale ones.
         held = bool(hit_lines) and hit_lines[:-1] == write_lines(status, reason, headers)
         set_(self, "hit_lines", hit_lines if held else ())
-        set_(self, "_own_headers", None if held else headers)
+        rare = (
+            revalidate_always,
+            stale_if_error,
+            stale_while_revalidate,
+            vary,
+            vary_values,
+            None if held else headers,
+        )
+        set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
 
     @property
-    def freshness_lifetime(self) -> float:
-        """RFC 9111 §4.2.1, as it was when stored."""
-        return self.expires_at - self.response_time + self.corrected_initial_age
+    def expires_at(self) -> float:
+        """When it stops being fresh (wall-clock seconds)."""
+        return self.birth + self.freshness_lifetime
+
+    @property
+    def size(self) -> int:
+        """Bytes counted against cache.max_bytes: an upper bound on what it costs in memory,
+        its fields counted as it keeps them (lines or pairs) and its key by ``key_size``."""
+        lines = self.hit_lines
+        fields = lines_cost(lines) if lines else headers_cost(self.headers)
+        return len(self.body) + fields + ENTRY_OVERHEAD + self.key_size
+
+    @property
+    def etag(self) -> str | None:
+        """The stored ETag (the last, if several), or None."""
+        return _last_field(self.headers, "etag")
+
+    @property
+    def last_modified(self) -> str | None:
+        """The stored Last-Modified (the last, if several), or None."""
+        return _last_field(self.headers, "last-modified")
 
     def age(self, now: float) -> float:
-        """Current age, RFC 9111 §4.2.3."""
-        return self.corrected_initial_age + max(0.0, now - self.response_time)
+        """Current age, RFC 9111 §4.2.3: the corrected initial age plus the time since it was
+        received, which is now - birth. Never negative, even when the clock steps back."""
+        return max(0.0, now - self.birth)
 
     def is_fresh(self, now: float) -> bool:
-        return not self.revalidate_always and now < self.expires_at
+        return not self.revalidate_always and now < self.birth + self.freshness_lifetime
+
+
+def _last_field(headers: Headers, lowered_name: str) -> str | None:
+    found = None
+    for name, value in headers:
+        if name.lower() == lowered_name:
+            found = value
+    return found

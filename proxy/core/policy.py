@@ -51,20 +51,6 @@ HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410
 # Statuses whose caching semantics this cache implements, for must-understand (§5.2.2.3).
 UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 500, 502, 503, 504}
 
-# Stored per entry besides body, header and key characters: the entry object and its numbers,
-# the lines tuple, the LRU node, the key string, the bucket-list slot, the object headers of
-# the body, and the allocators' rounding. Measured at 351 with tracemalloc (tests/store/
-# test_memory.py); resident memory also pays for the hash tables' growth in steps, up to
-# about 100 more at 100k entries (benchmarks/README.md, memory per object).
-ENTRY_OVERHEAD = 480
-# Per stored header field besides its characters: its (name, value) tuple, the value
-# string's object header and its slot in the header tuple (names are shared: aiohttp's
-# constants, or respond.shared_fields). Measured at 132 by RSS, 133 by tracemalloc.
-# An upper bound: fields repeated across entries are shared, and cost only the slot.
-HEADER_OVERHEAD = 136
-# Per line of an entry with a fast-path head besides its characters: the bytes object's
-# header, the allocator's rounding and its slot in the lines tuple.
-LINE_OVERHEAD = 56
 # An entry keeps its status and reason for as long as it lives, and the client library makes
 # a new int (above 256) and reason string for every response: the standard ones are shared.
 _STATUSES = {status: status for status in map(int, HTTPStatus)}
@@ -118,29 +104,20 @@ class Storable:
     stale_while_revalidate: float = 0.0
 
     def with_body(self, body: bytes, target: str) -> StoredResponse:
-        size = (
-            len(body)
-            + sum(len(name) + len(value) for name, value in self.headers)
-            + 2 * len(target)
-            + ENTRY_OVERHEAD
-            + HEADER_OVERHEAD * len(self.headers)
-        )
+        """The entry to store under ``target`` (whose length its counted size includes)."""
         return StoredResponse(
             status=_STATUSES.get(self.status, self.status),
             reason=_REASONS.get(self.reason, self.reason),
             headers=self.headers,
             body=body,
-            response_time=self.response_time,
-            corrected_initial_age=self.corrected_initial_age,
-            expires_at=self.response_time - self.corrected_initial_age + self.freshness_lifetime,
+            birth=self.response_time - self.corrected_initial_age,
+            freshness_lifetime=self.freshness_lifetime,
+            key_size=2 * len(target),
             revalidate_always=self.revalidate_always,
             stale_if_error=self.stale_if_error,
             stale_while_revalidate=self.stale_while_revalidate,
-            etag=self.etag,
-            last_modified=self.last_modified,
             vary=self.vary,
             vary_values=self.vary_values,
-            size=size,
         )
 
 
@@ -544,29 +521,14 @@ def same_host_target(domain: str, base_target: str, reference: str) -> str | Non
 
 
 def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:
-    """The stored body under the refreshed metadata (after a 304)."""
-    rebuilt = fresh.with_body(stored.body, "")
-    return replace(rebuilt, size=stored.size - fields_cost(stored) + fields_cost(rebuilt))
+    """The stored body under the refreshed metadata (after a 304), under the same key."""
+    return replace(fresh.with_body(stored.body, ""), key_size=stored.key_size)
 
 
 def with_lines(entry: StoredResponse, lines: Lines) -> StoredResponse:
     """The entry with the lines of a fresh hit (``respond.hit_lines``). It then keeps its
     fields only as those lines (``entry.py``), and its counted size says so."""
-    size = entry.size - fields_cost(entry) + _lines_cost(lines)
-    return replace(entry, hit_lines=lines, size=size)
-
-
-def _lines_cost(lines: Lines) -> int:
-    return sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
-
-
-def fields_cost(entry: StoredResponse) -> int:
-    """What an entry's header fields cost in memory, kept as it keeps them: an upper bound, as
-    lines and pairs repeated across entries are shared (``respond.shared_fields``)."""
-    if entry.hit_lines:
-        return _lines_cost(entry.hit_lines)
-    headers = entry.headers
-    return sum(len(name) + len(value) for name, value in headers) + HEADER_OVERHEAD * len(headers)
+    return replace(entry, hit_lines=lines)
 
 
 # -- serving stale when the origin fails (RFC 9111 §4.2.4, RFC 5861 §4) ----------------------

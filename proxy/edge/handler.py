@@ -133,12 +133,10 @@ class Edge:
             if entry is not None:
                 now = self._clock()
                 # hit_lines is empty for entries the full rules must weigh (Vary, no-cache).
-                if now < entry.expires_at and entry.hit_lines:
+                birth = entry.birth
+                if now < birth + entry.freshness_lifetime and entry.hit_lines:
                     self._telemetry.request_at(config.name, HIT, now)
-                    age = entry.corrected_initial_age
-                    if now > entry.response_time:
-                        age += now - entry.response_time
-                    age_line = b"Age: %d\r\n\r\n" % age
+                    age_line = b"Age: %d\r\n\r\n" % (now - birth if now > birth else 0)
                     return respond.Hit((*entry.hit_lines, age_line, entry.body))
         target = request_target(request.raw_path, config.name)
         if target is None:

@@ -60,22 +60,11 @@ def prepared(entry: StoredResponse, *, via: str, status: str) -> StoredResponse:
     (``shared_fields``), and a fresh hit's lines precomputed (``hit_lines``) unless the fast
     path must leave it to the full rules: no-cache (validated on every use) and Vary (chosen
     by the request). An entry with those lines keeps its fields only there (``entry.py``)."""
-    headers = shared_fields(entry.headers)
-    # The validators are values of those fields: keep the shared strings, not a second copy
-    # (one Last-Modified is often on every file of a site).
-    etag = _same_text(headers, entry.etag)
-    last_modified = _same_text(headers, entry.last_modified)
-    ready = replace(entry, headers=headers, etag=etag, last_modified=last_modified)
+    ready = replace(entry, headers=shared_fields(entry.headers))
     if entry.revalidate_always or entry.vary:
         return ready
     lines = hit_lines(ready, via=via, status=status)
     return ready if lines is None else with_lines(ready, lines)
-
-
-def _same_text(headers: Headers, text: str | None) -> str | None:
-    if text is None:
-        return None
-    return next((value for _, value in headers if value == text), text)
 
 
 # A fast hit's body up to this size is copied behind its head and sent in one write; a larger

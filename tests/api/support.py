@@ -63,16 +63,8 @@ def stored_response(body: bytes = b"cached body") -> StoredResponse:
         reason="OK",
         headers=(("Content-Type", "text/plain"),),
         body=body,
-        response_time=START,
-        corrected_initial_age=0.0,
+        birth=START,
         freshness_lifetime=3600.0,
-        expires_at=START + 3600.0,
-        revalidate_always=False,
-        etag=None,
-        last_modified=None,
-        vary=(),
-        vary_values=(),
-        size=len(body) + 100,
     )
 
 

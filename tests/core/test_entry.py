@@ -7,7 +7,15 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from proxy.core.entry import Headers, StoredResponse, line_fields, write_lines
+from proxy.core.entry import (
+    ENTRY_OVERHEAD,
+    HEADER_OVERHEAD,
+    LINE_OVERHEAD,
+    Headers,
+    StoredResponse,
+    line_fields,
+    write_lines,
+)
 
 NOW = 1_700_000_000.0
 HEADERS: Headers = (("Content-Type", "text/css"), ("Cache-Control", "max-age=60"))
@@ -20,8 +28,7 @@ def entry(
     headers: Headers = HEADERS,
     *,
     hit_lines: tuple[bytes, ...] = (),
-    response_time: float = NOW,
-    corrected_initial_age: float = 0.0,
+    birth: float = NOW,
     freshness_lifetime: float = 60.0,
 ) -> StoredResponse:
     return StoredResponse(
@@ -29,16 +36,9 @@ def entry(
         reason="OK",
         headers=headers,
         body=b"body",
-        response_time=response_time,
-        corrected_initial_age=corrected_initial_age,
+        birth=birth,
         freshness_lifetime=freshness_lifetime,
-        expires_at=response_time - corrected_initial_age + freshness_lifetime,
-        revalidate_always=False,
-        etag=None,
-        last_modified=None,
-        vary=(),
-        vary_values=(),
-        size=100,
+        key_size=20,
         hit_lines=hit_lines,
     )
 
@@ -90,7 +90,7 @@ def test_the_lines_hold_the_headers() -> None:
     ready = entry(hit_lines=LINES)
     assert ready.headers == HEADERS
     assert ready.hit_lines == LINES
-    assert ready._own_headers is None
+    assert ready._rare is None  # no copy of the fields as pairs
 
 
 @pytest.mark.parametrize(
@@ -121,26 +121,70 @@ def test_replace_keeps_what_it_is_given() -> None:
     assert updated.headers == merged
     assert updated.hit_lines == ()
     assert replace(entry(), hit_lines=LINES) == ready
-    assert replace(ready, size=5).headers == HEADERS
-    assert replace(ready, size=5).hit_lines == LINES
+    assert replace(ready, key_size=5).headers == HEADERS
+    assert replace(ready, key_size=5).hit_lines == LINES
     assert replace(ready) == ready
     assert hash(replace(ready)) == hash(ready)
 
 
 @pytest.mark.parametrize(
-    ("response_time", "corrected_initial_age", "freshness_lifetime"),
-    [(NOW, 0.0, 60.0), (NOW, 10.0, 60.0), (NOW + 0.25, 3600.0, 86_400.0), (NOW, 0.0, 0.0)],
+    ("birth", "freshness_lifetime"),
+    [(NOW, 60.0), (NOW - 10, 60.0), (NOW + 0.25 - 3600, 86_400.0), (NOW, 0.0)],
 )
-def test_freshness_lifetime_is_implied_by_expires_at(
-    response_time: float, corrected_initial_age: float, freshness_lifetime: float
+def test_expiry_and_age_are_read_from_birth_and_lifetime(
+    birth: float, freshness_lifetime: float
 ) -> None:
-    """RFC 9111 §4.2.1: the lifetime the entry was stored with, not kept as a number of its own."""
-    stored = entry(
-        response_time=response_time,
-        corrected_initial_age=corrected_initial_age,
-        freshness_lifetime=freshness_lifetime,
-    )
+    """RFC 9111 §4.2: fresh until birth + lifetime; aged now - birth, never below 0."""
+    stored = entry(birth=birth, freshness_lifetime=freshness_lifetime)
     assert stored.freshness_lifetime == freshness_lifetime
+    assert stored.expires_at == birth + freshness_lifetime
+    assert stored.is_fresh(stored.expires_at - 0.5)
+    assert not stored.is_fresh(stored.expires_at)
+    assert stored.age(birth + 7.5) == 7.5
+    assert stored.age(birth - 30) == 0.0
+
+
+def test_equal_lifetimes_share_one_number() -> None:
+    """A site's objects mostly carry one of a few max-ages: an entry does not pay 24 bytes for
+    a float equal to another entry's."""
+    first = entry(freshness_lifetime=float(int("86400")))
+    second = entry(freshness_lifetime=float(int("86400")))
+    assert first.freshness_lifetime is second.freshness_lifetime
+
+
+def test_size_counts_body_fields_key_and_overhead() -> None:
+    """The counted size is derived, not stored: the body, the fields as the entry keeps them
+    (pairs, or lines once it has them), ENTRY_OVERHEAD and key_size."""
+    plain = entry()
+    fields = sum(len(n) + len(v) for n, v in HEADERS) + HEADER_OVERHEAD * len(HEADERS)
+    assert plain.size == len(b"body") + fields + ENTRY_OVERHEAD + 20
+    ready = entry(hit_lines=LINES)
+    assert (
+        ready.size == len(b"body") + sum(map(len, LINES)) + LINE_OVERHEAD * 4 + ENTRY_OVERHEAD + 20
+    )
+    assert replace(ready, key_size=120).size == ready.size + 100
+
+
+@pytest.mark.parametrize("hit_lines", [(), LINES])
+def test_validators_are_read_from_the_fields(hit_lines: tuple[bytes, ...]) -> None:
+    """ETag and Last-Modified are values of the stored fields, not copies of them; the last
+    wins when a field is repeated (as the rules read them)."""
+    assert (entry(hit_lines=hit_lines).etag, entry(hit_lines=hit_lines).last_modified) == (
+        None,
+        None,
+    )
+    fields: Headers = (
+        *HEADERS,
+        ("etag", '"a"'),
+        ("Last-Modified", "Tue, 14 Nov 2023 22:13:20 GMT"),
+        ("ETag", '"b"'),
+    )
+    lines = write_lines(200, "OK", fields)
+    assert lines is not None
+    stored = entry(fields, hit_lines=(*lines, TAIL) if hit_lines else ())
+    assert bool(stored.hit_lines) is bool(hit_lines)
+    assert stored.etag == '"b"'
+    assert stored.last_modified == "Tue, 14 Nov 2023 22:13:20 GMT"
 
 
 @pytest.mark.parametrize("name", ["headers", "status", "hit_lines"])
@@ -151,9 +195,12 @@ def test_an_entry_is_frozen(name: str) -> None:
 
 
 def test_rarely_set_fields_cost_nothing_at_their_defaults() -> None:
-    """An entry whose no-cache, Vary and stale fields are all defaults keeps no tuple for
-    them; one that sets any keeps all five, and reads each back as given."""
-    plain = entry()
+    """An entry with lines whose no-cache, Vary and stale fields are all defaults keeps no
+    tuple for them; one that sets any keeps all five, and reads each back as given. An entry
+    without lines keeps its fields as pairs there too."""
+    assert entry()._rare is not None
+    assert entry()._rare == (False, None, 0.0, (), (), HEADERS)
+    plain = entry(hit_lines=LINES)
     assert plain._rare is None
     assert (plain.revalidate_always, plain.vary, plain.vary_values) == (False, (), ())
     assert (plain.stale_if_error, plain.stale_while_revalidate) == (None, 0.0)

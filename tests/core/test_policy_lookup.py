@@ -8,9 +8,8 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.entry import StoredResponse
+from proxy.core.entry import HEADER_OVERHEAD, StoredResponse
 from proxy.core.policy import (
-    HEADER_OVERHEAD,
     Forward,
     Revalidate,
     Serve,
@@ -286,10 +285,12 @@ def test_refreshed_keeps_the_body_under_the_new_metadata() -> None:
     assert updated.headers == fresh.headers
     assert updated.freshness_lifetime == 300.0
     assert updated.expires_at == NOW + 400
-    # Each field costs its characters and HEADER_OVERHEAD: 4 fields became 3.
+    # Each field costs its characters and HEADER_OVERHEAD: 4 fields became 3. The key costs
+    # what it did.
     header_bytes = sum(len(name) + len(value) for name, value in updated.headers)
     old_header_bytes = sum(len(name) + len(value) for name, value in stored.headers)
     assert updated.size == stored.size - old_header_bytes + header_bytes - HEADER_OVERHEAD
+    assert updated.key_size == stored.key_size
 
 
 # -- clients' own conditional requests (RFC 9110 §13.1) ----------------------------------------

@@ -7,10 +7,9 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.entry import Headers
+from proxy.core.entry import ENTRY_OVERHEAD, Headers
 from proxy.core.httpdate import parse_cache_control
 from proxy.core.policy import (
-    ENTRY_OVERHEAD,
     DontStore,
     Storable,
     assess_response,
@@ -347,11 +346,11 @@ def test_stored_response_age_and_freshness() -> None:
     while current_age < freshness_lifetime, precomputed as one deadline."""
     result = storable([("Date", http_date(NOW - 10)), ("Cache-Control", "max-age=60")])
     stored = result.with_body(b"hello", "/x")
-    assert stored.corrected_initial_age == 10.0
+    assert stored.birth == NOW - 10  # received at NOW, already 10 seconds old
     assert stored.expires_at == NOW + 50
     assert stored.age(NOW) == 10.0
     assert stored.age(NOW + 5) == 15.0
-    assert stored.age(NOW - 5) == 10.0  # a clock step back never makes it younger
+    assert stored.age(NOW - 15) == 0.0  # a clock step back never makes the age negative
     assert stored.is_fresh(NOW + 49.5)
     assert not stored.is_fresh(NOW + 50)
     assert stored.body == b"hello"

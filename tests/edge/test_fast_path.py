@@ -220,15 +220,8 @@ def stored(status: int = 200, body: bytes = b"body", **fields: str) -> StoredRes
         reason="OK",
         headers=headers,
         body=body,
-        response_time=0.0,
-        corrected_initial_age=0.0,
-        expires_at=60.0,
-        revalidate_always=False,
-        etag=None,
-        last_modified=None,
-        vary=(),
-        vary_values=(),
-        size=100,
+        birth=0.0,
+        freshness_lifetime=60.0,
     )
 
 

@@ -6,11 +6,12 @@ import gc
 import random
 import tracemalloc
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
-from proxy.core.entry import CacheKey, StoredResponse, write_lines
-from proxy.core.policy import ENTRY_OVERHEAD, LINE_OVERHEAD, Storable, with_lines
+from proxy.core.entry import ENTRY_OVERHEAD, LINE_OVERHEAD, CacheKey, StoredResponse, write_lines
+from proxy.core.policy import Storable, with_lines
 from proxy.edge import respond
 from proxy.store.base import ClearResult, DomainStats, LocalPurger, StoreStats
 from proxy.store.memory import COMPACT_SLACK, MAX_VARIANTS_PER_KEY, RECLAIM_CHECK, MemoryStore
@@ -29,23 +30,19 @@ def response(
     vary: tuple[str, ...] = (),
     vary_values: tuple[str | None, ...] = (),
 ) -> StoredResponse:
-    """A stored response whose accounted size is exactly ``size``."""
-    return StoredResponse(
+    """A stored response whose accounted size is exactly ``size``: its key_size makes up the
+    difference from what its body and fields count (negative when that is more)."""
+    plain = StoredResponse(
         status=200,
         reason="OK",
         headers=(("Cache-Control", "max-age=60"),),
         body=body,
-        response_time=NOW,
-        corrected_initial_age=0.0,
+        birth=NOW,
         freshness_lifetime=60.0,
-        expires_at=NOW + 60,
-        revalidate_always=False,
-        etag=None,
-        last_modified=None,
         vary=vary,
         vary_values=vary_values,
-        size=size,
     )
+    return replace(plain, key_size=size - plain.size)
 
 
 def encoded(value: str, size: int = 100) -> StoredResponse:
