@@ -10,6 +10,13 @@ There is no token cache: the server reads the database on every API request, so 
 regenerated or revoked by the CLI (another process, another connection) stops working at
 once. WAL mode lets that CLI write while the server reads.
 
+What the server writes on every clear (its audit record, the token's last use) is written
+behind the answer: ``AsyncState`` collects it and writes it in one transaction at most
+AUDIT_FLUSH_SECONDS later, for every clear of that window (benchmarks/README.md: each clear's
+own transaction cost the edge's core more than the clear). Reading the audit log or the
+tokens through ``AsyncState`` writes what is pending first, and so does closing it; a crash
+loses at most that window's records.
+
 sqlite3 errors are translated into StateError / NotFoundError here and nowhere else.
 """
 
@@ -18,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +48,12 @@ from proxy.state.admins import ADMIN_SCHEMA, Admins, AsyncAdmins
 SCHEMA_VERSION = 2  # 2 added admins and sessions; a version-1 file gains them on open
 MAX_AUDIT_TEXT = 255  # a host name is at most 253; anything longer was junk from a client
 BUSY_TIMEOUT = 5.0  # seconds to wait for the CLI's write lock before giving up
+# Audit records and token uses wait at most this long to be written, all of them in one
+# transaction; a batch this large is written at once.
+AUDIT_FLUSH_SECONDS = 0.05
+AUDIT_BATCH_MAX = 256
+
+log = logging.getLogger("proxy.state")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tokens (
@@ -242,18 +256,26 @@ class StateDB:
 
     def authenticate(self, token: str, now: float) -> TokenRecord | None:
         """The record of a known token (and its last use set to ``now``), or None."""
+        record = self.find_token(token)
+        if record is None:
+            return None
+        self.write_batch({hash_token(token): now}, ())
+        return TokenRecord(record.name, record.scope, record.created_at, now)
+
+    def find_token(self, token: str) -> TokenRecord | None:
+        """The record of a known token, as stored, or None. Reads only."""
         digest = hash_token(token)
         with self._errors("look up a token"):
             row = self._conn.execute(
-                "SELECT name, token_sha256, scope, created_at FROM tokens WHERE token_sha256 = ?",
+                "SELECT name, token_sha256, scope, created_at, last_used_at FROM tokens"
+                " WHERE token_sha256 = ?",
                 (digest,),
             ).fetchone()
-            # The index lookup already matched; compare again in constant time so no code
-            # path ever decides on a token with a short-circuiting comparison.
-            if row is None or not digests_equal(row[1], digest):
-                return None
-            self._conn.execute("UPDATE tokens SET last_used_at = ? WHERE name = ?", (now, row[0]))
-        return _token_record(row[0], row[2], row[3], now)
+        # The index lookup already matched; compare again in constant time so no code path
+        # ever decides on a token with a short-circuiting comparison.
+        if row is None or not digests_equal(row[1], digest):
+            return None
+        return _token_record(row[0], row[2], row[3], row[4])
 
     def _token_exists(self, name: str) -> bool:
         with self._errors("look up a token"):
@@ -263,27 +285,38 @@ class StateDB:
     # -- audit log ---------------------------------------------------------------------------
 
     def record_audit(self, record: AuditRecord) -> None:
-        """Append a record, dropping the oldest beyond ``audit_max_rows``.
+        """Append a record, dropping the oldest beyond ``audit_max_rows``."""
+        self.write_batch({}, (record,))
+
+    def write_batch(self, uses: Mapping[str, float], records: Sequence[AuditRecord]) -> None:
+        """In one transaction: set the last use of tokens (by the SHA-256 of the value that was
+        used, so a use of a value since regenerated is not put on the new one), and append
+        audit records in order, dropping the oldest beyond ``audit_max_rows``.
 
         Ids are AUTOINCREMENT (never reused) and the log is only ever pruned from the old end,
         so "rows older than newest_id - max" is one range delete on the primary key: no count.
         """
         with self._transaction("write the audit log") as conn:
-            cursor = conn.execute(
-                "INSERT INTO audit (at, actor, client, domain, outcome, status,"
-                " entries_dropped, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.at,
-                    _audit_text(record.actor),
-                    _audit_text(record.client),
-                    _audit_text(record.domain),
-                    record.outcome,
-                    record.status,
-                    record.entries_dropped,
-                    record.duration_ms,
-                ),
+            conn.executemany(
+                "UPDATE tokens SET last_used_at = ? WHERE token_sha256 = ?",
+                [(when, digest) for digest, when in uses.items()],
             )
-            newest = cursor.lastrowid
+            newest = None
+            for record in records:
+                newest = conn.execute(
+                    "INSERT INTO audit (at, actor, client, domain, outcome, status,"
+                    " entries_dropped, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.at,
+                        _audit_text(record.actor),
+                        _audit_text(record.client),
+                        _audit_text(record.domain),
+                        record.outcome,
+                        record.status,
+                        record.entries_dropped,
+                        record.duration_ms,
+                    ),
+                ).lastrowid
             if newest is not None and newest > self.audit_max_rows:
                 conn.execute("DELETE FROM audit WHERE id <= ?", (newest - self.audit_max_rows,))
 
@@ -324,17 +357,31 @@ class AsyncState:
     """A StateDB driven from the event loop: every call runs on one worker thread.
 
     Open with ``await AsyncState.open(path, audit_max_rows=...)``; ``await close()`` (or
-    ``async with``) closes the connection on its thread and stops the thread.
+    ``async with``) writes what is pending, closes the connection on its thread and stops
+    the thread. Audit records and token uses are written behind (see the module docstring).
     """
 
-    def __init__(self, executor: ThreadPoolExecutor, db: StateDB) -> None:
+    def __init__(self, executor: ThreadPoolExecutor, db: StateDB, *, flush_seconds: float) -> None:
         self._executor = executor
+        self._flush_seconds = flush_seconds
         self._db = db
         self._closed = False
         self.admins = AsyncAdmins(self._run, db.admins)
+        self._records: list[AuditRecord] = []
+        self._uses: dict[str, float] = {}  # SHA-256 of a token value -> when it was last used
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._settled = asyncio.Event()  # set while nothing is queued or being written
+        self._settled.set()
 
     @classmethod
-    async def open(cls, path: Path, *, audit_max_rows: int = 100_000) -> AsyncState:
+    async def open(
+        cls,
+        path: Path,
+        *,
+        audit_max_rows: int = 100_000,
+        flush_seconds: float = AUDIT_FLUSH_SECONDS,
+    ) -> AsyncState:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdn-proxy-state")
         loop = asyncio.get_running_loop()
         try:
@@ -344,11 +391,17 @@ class AsyncState:
         except BaseException:
             executor.shutdown(wait=True)
             raise
-        return cls(executor, db)
+        return cls(executor, db, flush_seconds=flush_seconds)
 
     async def close(self) -> None:
         if self._closed:
             return
+        # Until nothing is pending: requests still finishing may queue records meanwhile.
+        while self._records or self._uses or self._flushes:
+            await asyncio.gather(self.flush(), *self._flushes)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._closed = True
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
@@ -373,10 +426,59 @@ class AsyncState:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def authenticate(self, token: str, now: float) -> TokenRecord | None:
-        return await self._run(self._db.authenticate, token, now)
+        """The record of a known token, its last use set to ``now`` (written behind)."""
+        record = await self._run(self._db.find_token, token)
+        if record is None:
+            return None
+        self._uses[hash_token(token)] = now
+        self._write_soon()
+        return TokenRecord(record.name, record.scope, record.created_at, now)
 
-    async def record_audit(self, record: AuditRecord) -> None:
-        await self._run(self._db.record_audit, record)
+    def record_audit(self, record: AuditRecord) -> None:
+        """Queue a record; it is written within AUDIT_FLUSH_SECONDS. A record that cannot be
+        written is logged, with the error, as an error."""
+        if self._closed:
+            log.error("audit record not written (the state database is closed): %r", record)
+            return
+        self._records.append(record)
+        self._write_soon()
+
+    async def settled(self) -> None:
+        """Wait, without hurrying them, until the records and uses queued so far (and any
+        queued meanwhile) are written."""
+        await self._settled.wait()
+
+    async def flush(self) -> None:
+        """Write every audit record and token use queued so far; return once they are on
+        disk (or logged as lost)."""
+        while self._records or self._uses:
+            records, self._records = self._records, []
+            uses, self._uses = self._uses, {}
+            try:
+                await self._run(self._db.write_batch, uses, records)
+            except StateError as exc:
+                log.error("audit records not written (%s): %r", exc, records)
+
+    def _write_soon(self) -> None:
+        self._settled.clear()
+        if len(self._records) >= AUDIT_BATCH_MAX:
+            self._write_now()
+        elif self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._flush_seconds, self._write_now)
+
+    def _write_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._flushes.discard(task)
+        if not (self._flushes or self._records or self._uses):
+            self._settled.set()
 
     async def list_audit(
         self,
@@ -386,6 +488,7 @@ class AsyncState:
         domain: str | None = None,
         outcome: str | None = None,
     ) -> list[AuditRecord]:
+        await self.flush()
         return await self._run(self._db.list_audit, limit, offset, domain=domain, outcome=outcome)
 
     async def create_token(self, name: str, scope: Scope, now: float) -> str:
@@ -398,4 +501,5 @@ class AsyncState:
         await self._run(self._db.revoke_token, name)
 
     async def list_tokens(self) -> list[TokenRecord]:
+        await self.flush()
         return await self._run(self._db.list_tokens)

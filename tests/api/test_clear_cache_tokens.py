@@ -57,6 +57,7 @@ async def test_token_created_by_another_process_works_at_once(api: ApiUnderTest)
 
     answer = await api.post(token="ci")
     assert answer.status == 200
+    await api.state.flush()  # the last use is written behind the answer
     with StateDB(api.state_path) as cli:
         used = {record.name: record.last_used_at for record in cli.list_tokens()}
     assert used == {"ci": START, "deploy": None, "scoped": None}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import sqlite3
 import stat
 import threading
@@ -12,7 +14,14 @@ import pytest
 
 from proxy.core.tokens import Scope, hash_token
 from proxy.errors import NotFoundError, StateError
-from proxy.state.sqlite import AsyncState, AuditRecord, StateDB, TokenRecord
+from proxy.state.sqlite import (
+    AUDIT_BATCH_MAX,
+    AUDIT_FLUSH_SECONDS,
+    AsyncState,
+    AuditRecord,
+    StateDB,
+    TokenRecord,
+)
 
 T0 = 1_700_000_000.0
 EXAMPLE = Scope.only(["example.com"])
@@ -223,7 +232,7 @@ async def test_async_state_runs_everything_on_one_worker_thread(state_path: Path
         token = await state.create_token("deploy", EXAMPLE, T0)
         record = await state.authenticate(token, T0 + 1)
         assert record is not None and record.name == "deploy"
-        await state.record_audit(audit(1))
+        state.record_audit(audit(1))
         assert [r.entries_dropped for r in await state.list_audit(10)] == [1]
         new = await state.regenerate_token("deploy", T0 + 2)
         assert await state.authenticate(token, T0) is None
@@ -247,3 +256,105 @@ async def test_async_state_open_failure_leaves_no_thread(tmp_path: Path) -> None
     with pytest.raises(StateError):
         await AsyncState.open(blocker / "state.db")
     assert not [t for t in threading.enumerate() if t.name.startswith("cdn-proxy-state")]
+
+
+# -- written behind: audit records and token uses (AsyncState) ---------------------------------
+
+
+async def test_audit_records_and_token_uses_are_written_behind(state_path: Path) -> None:
+    """A clear's audit record and its token's last use are not written on the clear's path:
+    they are queued and written together in one transaction. Reading through AsyncState
+    writes what is queued first."""
+    state = await AsyncState.open(state_path, audit_max_rows=10)
+    other = StateDB(state_path)  # another connection, as the CLI has
+    try:
+        token = await state.create_token("deploy", EXAMPLE, T0)
+        record = await state.authenticate(token, T0 + 1)
+        assert record is not None and record.last_used_at == T0 + 1
+        for n in range(3):
+            state.record_audit(audit(n))
+        assert other.list_audit(10) == []
+        assert [t.last_used_at for t in other.list_tokens()] == [None]
+        assert [r.entries_dropped for r in await state.list_audit(10)] == [2, 1, 0]
+        assert [t.last_used_at for t in other.list_tokens()] == [T0 + 1]
+        assert [t.last_used_at for t in await state.list_tokens()] == [T0 + 1]
+    finally:
+        other.close()
+        await state.close()
+
+
+async def test_queued_records_are_written_within_the_window_unasked(state_path: Path) -> None:
+    state = await AsyncState.open(state_path)
+    other = StateDB(state_path)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        state.record_audit(audit(1))
+        await state.settled()
+        assert loop.time() - started >= AUDIT_FLUSH_SECONDS * 0.9
+        assert len(other.list_audit(10)) == 1
+    finally:
+        other.close()
+        await state.close()
+
+
+async def test_a_full_batch_does_not_wait_for_the_window(state_path: Path) -> None:
+    state = await AsyncState.open(state_path, flush_seconds=3600)
+    other = StateDB(state_path)
+    try:
+        for n in range(AUDIT_BATCH_MAX - 1):
+            state.record_audit(audit(n))
+        assert other.list_audit(1) == []
+        state.record_audit(audit(AUDIT_BATCH_MAX))
+        async with asyncio.timeout(30):  # not the hour
+            await state.settled()
+        assert len(other.list_audit(1000)) == AUDIT_BATCH_MAX
+    finally:
+        other.close()
+        await state.close()
+
+
+async def test_closing_writes_what_is_queued(state_path: Path) -> None:
+    state = await AsyncState.open(state_path)
+    token = await state.create_token("deploy", EXAMPLE, T0)
+    await state.authenticate(token, T0 + 3)
+    state.record_audit(audit(7))
+    await state.close()
+    with StateDB(state_path) as other:
+        assert [r.entries_dropped for r in other.list_audit(10)] == [7]
+        assert [t.last_used_at for t in other.list_tokens()] == [T0 + 3]
+
+
+async def test_a_use_of_a_regenerated_value_is_not_put_on_the_new_one(state_path: Path) -> None:
+    """The last use is written by the hash of the value used: regenerating in the meantime
+    leaves the new value unused, as the token list must show."""
+    state = await AsyncState.open(state_path)
+    try:
+        token = await state.create_token("deploy", EXAMPLE, T0)
+        assert await state.authenticate(token, T0 + 1) is not None
+        await state.regenerate_token("deploy", T0 + 2)
+        assert [(t.created_at, t.last_used_at) for t in await state.list_tokens()] == [
+            (T0 + 2, None)
+        ]
+    finally:
+        await state.close()
+
+
+async def test_a_batch_that_cannot_be_written_is_logged(
+    state_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = await AsyncState.open(state_path)
+    try:
+        with sqlite3.connect(state_path) as raw:
+            raw.execute("DROP TABLE audit")
+        raw.close()
+        state.record_audit(audit(5))
+        with caplog.at_level(logging.ERROR, logger="proxy.state"):
+            await state.flush()
+        [logged] = [r for r in caplog.records if r.name == "proxy.state"]
+        assert "audit records not written" in logged.getMessage()
+        assert "entries_dropped=5" in logged.getMessage()
+    finally:
+        await state.close()
+    state.record_audit(audit(6))  # after closing: logged, not lost silently
+    assert "closed" in caplog.records[-1].getMessage()
