@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from proxy.api.app import create_api_app
+from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.config import Config, Listen
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
@@ -92,7 +92,10 @@ async def running(
             clock=clock,
         )
         api_runner = web.AppRunner(
-            api_app, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False
+            api_app,
+            shutdown_timeout=config.edge.shutdown_timeout,
+            handle_signals=False,
+            access_log_class=ApiAccessLogger,
         )
         await api_runner.setup()
         stack.push_async_callback(api_runner.cleanup)

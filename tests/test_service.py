@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -60,6 +61,34 @@ async def test_both_listeners_serve_and_a_clear_empties_the_domain(
     async with client.get(service.edge_url + "/page", headers=host) as r:
         assert r.headers["Cache-Status"] == "cdn-proxy; fwd=uri-miss; stored"
     assert origin.count("/page") == 2
+
+
+async def test_clears_are_in_the_audit_log_and_other_api_requests_in_the_access_log(
+    service: Service, client: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clear-cache request is logged once, as its audit record, not also as an access-log
+    line; every other request to the API listener is in the access log."""
+    secret = await service.state.create_token("deploy", Scope(True, frozenset()), 0.0)
+    with caplog.at_level(logging.INFO, logger="aiohttp.access"):
+        async with client.get(service.api_url + "/healthz") as r:
+            assert r.status == 200
+        for token in (secret, "wrong"):
+            async with client.post(
+                service.api_url + "/api/v1/cdn/clear-cache",
+                json={"domain": "example.com"},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as r:
+                assert r.status in (200, 401)
+        async with client.get(service.api_url + "/healthz") as r:
+            assert r.status == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+    assert len(lines) == 2
+    assert all("GET /healthz" in line for line in lines)
+    audit = await service.state.list_audit()
+    assert [(a.actor, a.outcome, a.status) for a in audit] == [
+        (None, "unauthorized", 401),
+        ("deploy", "cleared", 200),
+    ]
 
 
 async def test_the_api_is_not_reachable_through_the_edge(

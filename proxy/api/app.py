@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.web_log import AccessLogger
 from argon2 import PasswordHasher
 
 from proxy.api import problems
@@ -30,6 +31,17 @@ from proxy.store.base import Purger, Store
 from proxy.telemetry import METRICS_PATH, TELEMETRY, Telemetry, metrics
 
 HEALTHZ_PATH = "/healthz"
+
+
+class ApiAccessLogger(AccessLogger):
+    """aiohttp's access log of the control plane, but for clear-cache requests: each of those
+    already has its audit record (who asked, from where, for which domain, the outcome, the
+    status and how long it took). A second line would cost the edge's core another 26 µs
+    per clear (aiohttp's AccessLogger.log with a file handler, measured warm)."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        if request.path != CLEAR_CACHE_PATH:
+            super().log(request, response, time)
 
 
 async def healthz(request: web.Request) -> web.Response:
