@@ -77,3 +77,33 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     assert all(row["origin_requests"] == 0 for row in data["hits"]["rows"]), data["hits"]["rows"]
     # Clears are real: the next request after each clear went to the origin.
     assert all(row["verified"] for row in data["clear_http"]["rows"])
+
+
+def run_script(*args: str) -> str:
+    completed = subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    return completed.stdout
+
+
+def test_gc_pause_runs() -> None:
+    """benchmarks/gc_pause.py, small: it fills a real service and times full collections."""
+    out = run_script("benchmarks.gc_pause", "--entries", "300", "--runs", "2")
+    assert re.search(
+        r"^full collection with 300 entries cached: [\d.]+ ms \(median of 2\); "
+        r"[\d.]+ tracked objects per entry$",
+        out,
+        re.MULTILINE,
+    ), out
+
+
+def test_clear_cpu_runs() -> None:
+    """benchmarks/clear_cpu.py, short: every clear is answered 200 and its CPU is reported."""
+    out = run_script("benchmarks.clear_cpu", "--seconds", "1", "--rate", "50")
+    assert re.search(
+        r"^-?[\d.]+ ms of CPU per clear \(main -?[\d.]+ ms, other threads -?[\d.]+ ms\); "
+        r"\d+ clears at 50/s$",
+        out,
+        re.MULTILINE,
+    ), out
