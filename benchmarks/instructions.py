@@ -18,6 +18,10 @@ are left out), so the budgets are still judged on req/s.
 
 ``--root`` runs cdn-proxy from another checkout (``git worktree add /tmp/before HEAD``) to
 compare a change with what it replaces, in the same venv.
+
+``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
+after another on one connection, each answered 200 (the audit records included, written
+behind in batches).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ import argparse
 import asyncio
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks import load
 from benchmarks.systems import (
+    PYTHON,
     ROOT,
     Origin,
     Server,
@@ -110,13 +116,71 @@ def instructions(
     return int(match.group(1))
 
 
+def clear_instructions(clears: int, origin_port: int, root: Path, tmp: Path) -> int:
+    """Total instructions of cdn-proxy, started under callgrind, after ``clears`` clears."""
+    home = tmp / f"clears-{clears}"
+    home.mkdir()
+    config = proxy_config(home, origin_port)
+    token = subprocess.run(
+        [PYTHON, "-m", "proxy", "token", "create", "bench", "--all-domains", "--config", config],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=root,
+    ).stdout.strip()
+    out = home / "callgrind.out"
+    callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    server = Server("cdn-proxy", [*callgrind, *proxy_argv(config)], home / "log", CPU, cwd=root)
+    server.start()
+    headers = [("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")]
+
+    async def drive(api: int) -> None:
+        connection = await load.Connection.open(api)
+        try:
+            for _ in range(clears):
+                reply = await connection.request(
+                    "POST",
+                    "/api/v1/cdn/clear-cache",
+                    "127.0.0.1",
+                    headers,
+                    b'{"domain": "a.example"}',
+                )
+                if reply.status != 200:
+                    raise SystemExit(f"clear-cache answered {reply.status}")
+        finally:
+            await connection.close()
+
+    try:
+        asyncio.run(drive(proxy_addresses(server, START_SECONDS)[1]))
+    finally:
+        server.stop()
+    match = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
+    if match is None:
+        raise SystemExit(f"no totals in {out}")
+    return int(match.group(1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--systems", default="cdn-proxy,floor,client-cache")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run cdn-proxy from")
+    parser.add_argument("--clears", type=int, default=0, help="count clear-cache requests")
     args = parser.parse_args()
+    if args.clears:
+        with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
+            tmp = Path(name)
+            origin = Origin(tmp, CPU, slow_ms=50.0)
+            try:
+                base = clear_instructions(0, origin.port, args.root, tmp)
+                loaded = clear_instructions(args.clears, origin.port, args.root, tmp)
+            finally:
+                origin.stop()
+        per_clear = (loaded - base) / args.clears
+        print(f"cdn-proxy: {per_clear:,.0f} instructions per clear-cache request")
+        print(f"({' '.join(sys.argv)}; {args.clears} clears)")
+        return
     with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
         tmp = Path(name)
         origin = Origin(tmp, CPU, slow_ms=50.0)
