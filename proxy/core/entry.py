@@ -14,6 +14,10 @@ kept to eight slots:
 - Its numbers cost nothing of their own when they can be shared: a lifetime is the same
   float object as every other entry's equal lifetime, and ``key_size`` is a small int.
 - Only ``birth`` is a number of its own (24 bytes).
+
+The store takes stored entries out of the garbage collector's reach (decision 0011), so an
+entry must refer only to strings, bytes, numbers, None and tuples of them: nothing that could
+put it in a reference cycle.
 """
 
 from __future__ import annotations
