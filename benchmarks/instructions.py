@@ -30,18 +30,17 @@ import argparse
 import asyncio
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks import load
 from benchmarks.systems import (
-    PYTHON,
     ROOT,
     Origin,
     Server,
     client_cache_argv,
+    create_token,
     floor_argv,
     free_port,
     proxy_addresses,
@@ -60,7 +59,7 @@ def start(
     system: str, out: Path, size: int, origin_port: int, root: Path, home: Path
 ) -> tuple[Server, int]:
     """The system started under callgrind (writing to ``out``), and the port it serves on."""
-    callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    callgrind = callgrind_argv(out)
     log = home / f"{out.stem}.log"
     if system == "cdn-proxy":
         config = proxy_config(home, origin_port)
@@ -110,6 +109,15 @@ def instructions(
         asyncio.run(drive(port, f"/o/{size}/0", requests))
     finally:
         server.stop()  # SIGTERM: callgrind writes its counts as the process ends
+    return totals(out)
+
+
+def callgrind_argv(out: Path) -> list[str]:
+    return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+
+
+def totals(out: Path) -> int:
+    """The instructions callgrind counted, from the file it wrote as the process ended."""
     match = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
     if match is None:
         raise SystemExit(f"no totals in {out}")
@@ -121,16 +129,10 @@ def clear_instructions(clears: int, origin_port: int, root: Path, tmp: Path) -> 
     home = tmp / f"clears-{clears}"
     home.mkdir()
     config = proxy_config(home, origin_port)
-    token = subprocess.run(
-        [PYTHON, "-m", "proxy", "token", "create", "bench", "--all-domains", "--config", config],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=root,
-    ).stdout.strip()
+    token = create_token(config, root)
     out = home / "callgrind.out"
-    callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-    server = Server("cdn-proxy", [*callgrind, *proxy_argv(config)], home / "log", CPU, cwd=root)
+    argv = [*callgrind_argv(out), *proxy_argv(config)]
+    server = Server("cdn-proxy", argv, home / "log", CPU, cwd=root)
     server.start()
     headers = [("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")]
 
@@ -154,10 +156,7 @@ def clear_instructions(clears: int, origin_port: int, root: Path, tmp: Path) -> 
         asyncio.run(drive(proxy_addresses(server, START_SECONDS)[1]))
     finally:
         server.stop()
-    match = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
-    if match is None:
-        raise SystemExit(f"no totals in {out}")
-    return int(match.group(1))
+    return totals(out)
 
 
 def main() -> None:

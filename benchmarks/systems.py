@@ -212,6 +212,17 @@ def proxy_config(home: Path, origin_port: int) -> Path:
     return config
 
 
+def create_token(config: Path, root: Path = ROOT) -> str:
+    """A token for every domain of the config, made with the CLI of the checkout at ``root``."""
+    return subprocess.run(
+        [PYTHON, "-m", "proxy", "token", "create", "bench", "--all-domains", "--config", config],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=root,
+    ).stdout.strip()
+
+
 def proxy_argv(config: Path) -> list[str]:
     return [PYTHON, "-m", "proxy", "serve", "--config", str(config)]
 
@@ -260,24 +271,7 @@ class Ours(System):
         home = setting.tmp / "cdn-proxy"
         home.mkdir()
         config = self.config = proxy_config(home, setting.origin_port)
-        token = subprocess.run(
-            [
-                PYTHON,
-                "-m",
-                "proxy",
-                "token",
-                "create",
-                "bench",
-                "--all-domains",
-                "--config",
-                config,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        self.token = token.stdout.strip()
+        self.token = create_token(config)
         server = Server(self.name, proxy_argv(config), home / "serve.log", setting.server_cpu)
         server.start()
         edge, api = proxy_addresses(server)
