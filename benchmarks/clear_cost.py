@@ -45,7 +45,7 @@ async def measure(count: int, runs: int, slice_keys: int) -> tuple[float, float,
     shared = entry(200)
     for _ in range(runs):
         store = MemoryStore(max_bytes=count * 400)
-        generation = await store.generation("a.example")
+        generation = (await store.lookup("a.example", "/")).key[1]
         for i in range(count):
             await store.put(("a.example", generation, f"/object/{i}"), shared)
         gc.collect()  # so a collection over the fill's objects does not land inside the clear

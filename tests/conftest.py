@@ -20,6 +20,7 @@ from proxy.config import Config, parse_config
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.store.memory import MemoryStore
+from proxy.telemetry import Telemetry
 
 # Property tests judge behaviour, not speed: a per-example deadline only makes them flaky on
 # a loaded 2-core machine. Speed is measured in benchmarks/.
@@ -148,6 +149,7 @@ class EdgeUnderTest:
     url: str
     client: aiohttp.ClientSession
     clock: FakeClock
+    telemetry: Telemetry
 
     async def get(
         self,
@@ -189,7 +191,10 @@ async def make_edge(
         origin_session = new_session()
         client = aiohttp.ClientSession(auto_decompress=False)
         sessions.extend([origin_session, client])
-        edge = Edge(config=config, store=store, session=origin_session, clock=clock)
+        telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
+        edge = Edge(
+            config=config, store=store, session=origin_session, clock=clock, telemetry=telemetry
+        )
         edges.append(edge)
         server = await aiohttp_raw_server(edge.handle)
         return EdgeUnderTest(
@@ -198,6 +203,7 @@ async def make_edge(
             url=str(server.make_url("")).rstrip("/"),
             client=client,
             clock=clock,
+            telemetry=telemetry,
         )
 
     yield factory

@@ -120,7 +120,7 @@ async def test_the_api_is_not_reachable_through_the_edge(
         "//api/v1/cdn/clear-cache",
         "/API/v1/cdn/clear-cache",
     }
-    assert await service.store.generation("example.com") == 0
+    assert (await service.store.lookup("example.com", "/")).key[1] == 0
     async with client.get(service.edge_url + "/page", headers={"Host": "example.com"}) as r:
         assert "hit" in r.headers["Cache-Status"]
     async with client.get(service.edge_url + "/healthz", headers={"Host": api_host}) as r:

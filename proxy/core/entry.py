@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
-# (domain, generation, request-target as received). A tuple, never a joined string, so no
-# Host or path can be spelled to collide with another domain's key.
+# (domain, generation, request-target as received). Callers pass the parts, never a string
+# they joined, so no Host or path can be spelled to collide with another domain's key. (The
+# memory store joins them inside, where they cannot collide: a domain holds no space and a
+# generation is digits, so the first two spaces split any joined key back; memory.py.)
 CacheKey = tuple[str, int, str]
 
 Headers = tuple[tuple[str, str], ...]
@@ -269,10 +271,23 @@ class StoredResponse:
     def age(self, now: float) -> float:
         """Current age, RFC 9111 §4.2.3: the corrected initial age plus the time since it was
         received, which is now - birth. Never negative, even when the clock steps back."""
-        return max(0.0, now - self.birth)
+        age = now - self.birth
+        return age if age > 0.0 else 0.0
+
+    def fresh_age(self, now: float) -> float | None:
+        """Its age (``age``) while its freshness lifetime has not run out, else None: RFC 9111
+        §4.2, "fresh if its age has not yet exceeded its freshness lifetime" (equal counts
+        as stale, as in §4.2's ``response_is_fresh = (freshness_lifetime > current_age)``).
+        This is the freshness rule; the fast path asks it directly, ``is_fresh`` adds
+        no-cache."""
+        age = now - self.birth
+        if age < 0.0:
+            age = 0.0
+        return age if age < self.freshness_lifetime else None
 
     def is_fresh(self, now: float) -> bool:
-        return not self.revalidate_always and now < self.birth + self.freshness_lifetime
+        """May it be served without validation (§4.2, and no-cache §5.2.2.4)?"""
+        return not self.revalidate_always and self.fresh_age(now) is not None
 
 
 def _last_field(headers: Headers, lowered_name: str) -> str | None:

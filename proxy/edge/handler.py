@@ -45,18 +45,17 @@ from proxy.core.policy import (
     select_variant,
     serve_while_revalidating,
 )
+from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.edge import respond
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import OriginResponse, origin_request
 from proxy.errors import OriginError
-from proxy.store.base import LocalStore, Store
+from proxy.store.base import Store
 from proxy.telemetry import Telemetry
 
-CACHEABLE_METHODS = frozenset({"GET", "HEAD"})
 HOST_SPELLINGS = 256
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 class Edge:
@@ -79,7 +78,7 @@ class Edge:
         self._clock = clock
         self.flights = Flights()
         self._telemetry = telemetry if telemetry is not None else Telemetry()
-        self._peek = store.peek if isinstance(store, LocalStore) else None
+        self._peek = store.peek
         self._hit_status = cache_status(self._name, hit=True)
         # Host header spellings already routed to a domain (bounded: see _route).
         self._hosts: dict[str, DomainConfig] = {}
@@ -111,41 +110,29 @@ class Edge:
                 return respond.text(
                     421, "421 Misdirected Request: this edge does not serve that host"
                 )
-        # The fresh-hit fast path: a plain HTTP/1.1 keep-alive GET for a stored response
-        # without Vary, which the full rules below would serve as it is. It does only what
-        # that answer needs (one dict lookup, one comparison, the precomputed bytes plus Age,
-        # one write: respond.Hit); anything else about the request or the entry takes the
-        # full path. Measured in benchmarks/README.md.
+        # The fresh-hit fast path: a plain GET (core.requests) on an HTTP/1.1 keep-alive
+        # connection, for a stored response without Vary or no-cache (those have no hit
+        # lines), while it is fresh (StoredResponse.fresh_age): the answer the full rules
+        # below would give, written from its precomputed lines plus Age (respond.Hit).
+        # Anything else takes the full path. Measured in benchmarks/README.md.
         if (
-            self._peek is not None
-            and request.method == "GET"
-            and request.version == HttpVersion11
-            and hdrs.CACHE_CONTROL not in headers  # istr constants: no case-folding per call
-            and hdrs.PRAGMA not in headers
-            and hdrs.IF_NONE_MATCH not in headers
-            and hdrs.IF_MODIFIED_SINCE not in headers
-            and hdrs.RANGE not in headers
-            and not request.body_exists
+            request.version == HttpVersion11
             and request.keep_alive
+            and plain_get(request.method, headers, has_body=request.body_exists)
         ):
             raw = request.raw_path
             entry = self._peek(config.name, raw) if raw[:1] == "/" else None
-            if entry is not None:
+            if entry is not None and entry.hit_lines:
                 now = self._clock()
-                # hit_lines is empty for entries the full rules must weigh (Vary, no-cache).
-                birth = entry.birth
-                if now < birth + entry.freshness_lifetime and entry.hit_lines:
+                age = entry.fresh_age(now)
+                if age is not None:
                     self._telemetry.request_at(config.name, HIT, now)
-                    age_line = b"Age: %d\r\n\r\n" % (now - birth if now > birth else 0)
+                    age_line = b"Age: %d\r\n\r\n" % age
                     return respond.Hit((*entry.hit_lines, age_line, entry.body))
         target = request_target(request.raw_path, config.name)
         if target is None:
             return respond.text(400, "400 Bad Request: the request-target does not name this host")
-        if (
-            request.method in CACHEABLE_METHODS
-            and not request.body_exists
-            and "Range" not in request.headers
-        ):
+        if may_use_cache(request.method, headers, has_body=request.body_exists):
             return await self._cacheable(request, config, target)
         fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
         return await self._forward(request, config, target, fwd)
@@ -156,8 +143,9 @@ class Edge:
         self, request: web.BaseRequest, config: DomainConfig, target: str
     ) -> web.StreamResponse:
         now = self._clock()
-        key: CacheKey = (config.name, await self._store.generation(config.name), target)
-        decision = decide_lookup(await self._store.get(key), request.headers, now)
+        found = await self._store.lookup(config.name, target)
+        key = found.key
+        decision = decide_lookup(found.variants, request.headers, now)
         if isinstance(decision, Serve):
             self._telemetry.request(config.name, HIT)
             return self._from_stored(request, decision.response, now, self._hit_status)

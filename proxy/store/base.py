@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from proxy.core.entry import CacheKey, StoredResponse
 
@@ -41,18 +41,38 @@ class StoreStats:
     pending_reclaim: int  # entries of cleared generations not yet reclaimed
 
 
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What one lookup found: the key it looked under, which carries the domain's generation
+    at that moment (a fill stores its response under this key, and the store refuses it once
+    the domain has been cleared since), and the variants stored there, most recent first."""
+
+    key: CacheKey
+    variants: Sequence[StoredResponse]
+
+
 class Store(Protocol):
-    async def generation(self, domain: str) -> int:
-        """The domain's current generation; part of every key built for it."""
+    """Where cached responses live. Callers name a URL by its domain and request-target; the
+    store applies the domain's current generation itself, in the same step as the lookup, so
+    no clear can land between reading the generation and reading the entry (with a remote
+    store, that gap would be a network round trip)."""
+
+    def peek(self, domain: str, target: str) -> StoredResponse | None:
+        """The common case of ``lookup``, answered at once without awaiting: the response
+        stored under the domain's current generation when it is the key's one variant. None
+        when there is none, or when the store cannot tell without I/O (the caller then
+        awaits ``lookup``). The edge asks this first for every request that could be a
+        fresh hit, so it must cost no more than a dict lookup."""
         ...
 
-    async def get(self, key: CacheKey) -> Sequence[StoredResponse]:
-        """The stored variants for the key, most recent first; empty when there are none."""
+    async def lookup(self, domain: str, target: str) -> Lookup:
+        """The variants stored for the URL under the domain's current generation."""
         ...
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
-        """Store a variant. False (and nothing stored) if the key's generation is no longer
-        current or the response is larger than the object limit."""
+        """Store a variant under a key from ``lookup``. False (and nothing stored) if the
+        domain has been cleared since that lookup, or the response is larger than the
+        store's whole budget (cache.max_bytes)."""
         ...
 
     async def invalidate(self, domain: str, target: str) -> int:
@@ -66,17 +86,6 @@ class Store(Protocol):
     async def domain_stats(self, domain: str) -> DomainStats: ...
 
     async def stats(self) -> StoreStats: ...
-
-
-@runtime_checkable
-class LocalStore(Protocol):
-    """A store in this process, which can answer a lookup without awaiting. The edge uses it
-    for fresh hits, the one path where a coroutine per request is measurable."""
-
-    def peek(self, domain: str, target: str) -> StoredResponse | None:
-        """Like ``get`` with the domain's current generation, synchronously, for the common
-        case only: the stored response when it is the key's one variant, else None."""
-        ...
 
 
 class Purger(Protocol):

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.entry import CacheKey, StoredResponse
-from proxy.store.base import ClearResult, DomainStats, StoreStats
+from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 
 MAX_VARIANTS_PER_KEY = 16
 RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
@@ -139,16 +139,9 @@ class MemoryStore:
 
     # -- the Store protocol ------------------------------------------------------------------
 
-    async def generation(self, domain: str) -> int:
-        return self._generations.get(domain, 0)
-
-    async def get(self, key: CacheKey) -> Sequence[StoredResponse]:
-        return self.get_now(key)
-
     def peek(self, domain: str, target: str) -> StoredResponse | None:
         """The response stored for the domain's current generation when it is the key's only
-        variant, without a coroutine: the edge's hit path calls this for every request (see
-        ``base.LocalStore``). A lookup like ``get``: it refreshes the key's recency."""
+        variant (``Store.peek``). Like ``lookup`` it refreshes the key's recency."""
         prefix = self._prefixes.get(domain)
         if prefix is None:
             prefix = self._prefixes[domain] = f"{domain} {self._generations.get(domain, 0)} "
@@ -160,14 +153,15 @@ class MemoryStore:
         # type(), not isinstance(stored, list): measured cheaper by 270 instructions a hit.
         return stored if type(stored) is StoredResponse else None
 
-    def get_now(self, key: CacheKey) -> Sequence[StoredResponse]:
-        """Synchronous lookup, for callers that know the store is local."""
+    async def lookup(self, domain: str, target: str) -> Lookup:
+        """One step: the domain's generation is read with the entry, never before an await."""
+        key = (domain, self._generations.get(domain, 0), target)
         joined = _joined(key)
         stored = self._lru.get(joined)
         if stored is None:
-            return ()
+            return Lookup(key, ())
         self._lru.move_to_end(joined)
-        return _variants(stored)
+        return Lookup(key, _variants(stored))
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
         domain, generation, _ = key
@@ -283,7 +277,8 @@ class MemoryStore:
         return [(_parse(key), stored) for key, stored in self._lru.items()]
 
     def held(self, key: CacheKey) -> _Stored | None:
-        """What is stored under the key, without touching recency."""
+        """What is stored under the key, whatever its generation, without touching recency
+        (for tests and diagnostics)."""
         return self._lru.get(_joined(key))
 
     # -- internals ------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ class ApiUnderTest:
             return Answer(response.status, response.headers.copy(), await response.read())
 
     async def put_entry(self, domain: str, target: str = "/x") -> CacheKey:
-        key = (domain, await self.store.generation(domain), target)
+        key = (await self.store.lookup(domain, target)).key
         assert await self.store.put(key, stored_response())
         self.keys[domain] = key
         return key
@@ -138,15 +138,15 @@ class ApiUnderTest:
     async def is_untouched(self, domain: str) -> bool:
         """The entry put for ``domain`` is still served: same generation, still stored."""
         key = self.keys[domain]
-        return await self.store.generation(domain) == key[1] and bool(await self.store.get(key))
+        found = await self.store.lookup(domain, key[2])
+        return found.key == key and bool(found.variants)
 
     async def is_cleared(self, domain: str) -> bool:
         """Nothing stored for ``domain`` can be looked up any more."""
         key = self.keys[domain]
-        generation = await self.store.generation(domain)
-        current = (domain, generation, key[2])
+        found = await self.store.lookup(domain, key[2])
         stats = await self.store.domain_stats(domain)
-        return generation > key[1] and not await self.store.get(current) and stats.entries == 0
+        return found.key[1] > key[1] and not found.variants and stats.entries == 0
 
     async def audit(self) -> list[AuditRecord]:
         """Every audit record, newest first."""

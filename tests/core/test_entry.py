@@ -138,10 +138,39 @@ def test_expiry_and_age_are_read_from_birth_and_lifetime(
     stored = entry(birth=birth, freshness_lifetime=freshness_lifetime)
     assert stored.freshness_lifetime == freshness_lifetime
     assert stored.expires_at == birth + freshness_lifetime
-    assert stored.is_fresh(stored.expires_at - 0.5)
+    assert stored.is_fresh(stored.expires_at - 0.5) is (freshness_lifetime > 0)
     assert not stored.is_fresh(stored.expires_at)
     assert stored.age(birth + 7.5) == 7.5
     assert stored.age(birth - 30) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("since_birth", "freshness_lifetime", "expected"),
+    [
+        (0.0, 60.0, 0.0),
+        (59.5, 60.0, 59.5),
+        (60.0, 60.0, None),  # an age equal to the lifetime is stale
+        (61.0, 60.0, None),
+        (-30.0, 60.0, 0.0),  # the clock stepped back: age 0, still fresh
+        (0.0, 0.0, None),  # max-age=0 is never fresh...
+        (-30.0, 0.0, None),  # ...even when the clock steps back
+    ],
+)
+def test_fresh_age_is_the_age_while_fresh(
+    since_birth: float, freshness_lifetime: float, expected: float | None
+) -> None:
+    """RFC 9111 §4.2: ``response_is_fresh = (freshness_lifetime > current_age)``, with the
+    current age never negative (§4.2.3). The fast path and ``is_fresh`` both read it."""
+    stored = entry(birth=NOW, freshness_lifetime=freshness_lifetime)
+    assert stored.fresh_age(NOW + since_birth) == expected
+    assert stored.is_fresh(NOW + since_birth) is (expected is not None)
+
+
+def test_no_cache_is_never_fresh_though_its_lifetime_runs() -> None:
+    """§5.2.2.4: a no-cache response has a lifetime but is validated on every use."""
+    stored = replace(entry(birth=NOW, freshness_lifetime=60.0), revalidate_always=True)
+    assert stored.fresh_age(NOW + 1) == 1.0
+    assert not stored.is_fresh(NOW + 1)
 
 
 def test_equal_lifetimes_share_one_number() -> None:

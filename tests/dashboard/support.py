@@ -140,7 +140,7 @@ class Dashboard:
             return response.status
 
     async def put_entry(self, domain: str, target: str = "/x", body: bytes = b"cached") -> None:
-        key = (domain, await self.store.generation(domain), target)
+        key = (await self.store.lookup(domain, target)).key
         assert await self.store.put(key, stored_response(body))
 
     async def audit(self) -> list[AuditRecord]:

@@ -112,7 +112,7 @@ async def test_fill_racing_a_clear_is_never_stored_or_shared(
     assert new_body == b"version 2"
     assert after_response.headers["Cache-Status"] == "cdn-proxy; fwd=uri-miss; stored"
     # The old fill was not stored under the new generation.
-    assert await edge.store.get(("example.com", 0, "/race")) == ()
+    assert edge.store.held(("example.com", 0, "/race")) is None
     response, body = await edge.get("/race")
     assert body == b"version 2"
     assert "hit" in response.headers["Cache-Status"]

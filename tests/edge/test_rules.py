@@ -293,7 +293,7 @@ async def test_unsafe_methods_go_to_origin_and_invalidate(
     assert origin.seen[-1].method == method
     assert origin.seen[-1].body == b"payload"
     for target in ("/item", "/moved", "/content"):
-        assert await edge.store.get(("example.com", 0, target)) == (), target
+        assert edge.store.held(("example.com", 0, target)) is None, target
     # The unsafe answer itself was not stored for GET.
     origin.reply("/item", b"fresh", headers=cacheable)
     _, body = await edge.get("/item")
@@ -375,4 +375,4 @@ async def test_304_that_forbids_storing_is_served_once_and_dropped(
     assert body == b"kept body"
     assert response.headers["Cache-Control"] == "no-store"
     assert response.headers["Cache-Status"] == "cdn-proxy; fwd=stale"
-    assert await edge.store.get(("example.com", 0, "/k")) == ()
+    assert edge.store.held(("example.com", 0, "/k")) is None

@@ -1,0 +1,57 @@
+"""What a request asks of the cache: whether it may be answered from a stored response at all,
+and whether it is the plain kind that a fresh stored response answers exactly as stored.
+
+Both the edge's full path and its fresh-hit fast path ask these two questions here, so the
+rules have one home (the fast path only adds what its way of writing needs: HTTP/1.1 and a
+connection kept open).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from multidict import istr
+
+# RFC 9110 §9.2.1. Any other method is unsafe: sent to the origin, and a success invalidates
+# the URL (RFC 9111 §4.4).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# The methods this cache stores and answers (RFC 9111 §2: GET; a HEAD is answered from the
+# stored GET, §4). POST responses are never stored here, whatever their freshness (§9.3.3).
+CACHEABLE_METHODS = frozenset({"GET", "HEAD"})
+
+# Case-insensitive names (multidict's istr): a header mapping looks them up without
+# lowering them on every request.
+_CACHE_CONTROL = istr("Cache-Control")
+_PRAGMA = istr("Pragma")
+_IF_NONE_MATCH = istr("If-None-Match")
+_IF_MODIFIED_SINCE = istr("If-Modified-Since")
+_RANGE = istr("Range")
+
+
+class FieldNames(Protocol):
+    """A request's header mapping, as far as these rules read it."""
+
+    def __contains__(self, name: object, /) -> bool: ...
+
+
+def may_use_cache(method: str, headers: FieldNames, *, has_body: bool) -> bool:
+    """May the cache look this request up (and store what answers it)? Only GET and HEAD
+    without a body. A Range request is passed to the origin as it is: this cache does not
+    store or answer partial content (RFC 9111 §3.3 allows, never requires, either)."""
+    return method in CACHEABLE_METHODS and not has_body and _RANGE not in headers
+
+
+def plain_get(method: str, headers: FieldNames, *, has_body: bool) -> bool:
+    """A GET that a fresh stored response answers exactly as stored: no body, no request
+    directives (RFC 9111 §5.2.1, Pragma §5.4), no validators of the client's own (RFC 9110
+    §13.1: answered with a 304 by the full path) and no Range. For any other request the full
+    rules decide (policy.py)."""
+    return (
+        method == "GET"
+        and not has_body
+        and _CACHE_CONTROL not in headers
+        and _PRAGMA not in headers
+        and _IF_NONE_MATCH not in headers
+        and _IF_MODIFIED_SINCE not in headers
+        and _RANGE not in headers
+    )
