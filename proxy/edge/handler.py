@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -34,6 +34,7 @@ from proxy.core.policy import (
     DontStore,
     Revalidate,
     Serve,
+    Storable,
     assess_response,
     conditional_headers,
     decide_lookup,
@@ -56,6 +57,26 @@ from proxy.store.base import Store
 from proxy.telemetry import Telemetry
 
 HOST_SPELLINGS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Fill:
+    """One origin fetch for a cacheable request: what it was for, and who waits on it."""
+
+    request: web.BaseRequest
+    config: DomainConfig
+    key: CacheKey  # from the lookup: the store refuses it once the domain is cleared
+    stale: StoredResponse | None  # the stored response it revalidates, if any
+    fwd: str  # Cache-Status fwd= (RFC 9211)
+    flight: Flight | None  # None when it leads no collapsed requests
+    # stale-while-revalidate: the client has had its answer; nothing is relayed.
+    background: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Filled:
+    response: web.StreamResponse  # for the client
+    result: FlightResult  # for the waiters: the stored response, the origin error, or None
 
 
 class Edge:
@@ -167,7 +188,7 @@ class Edge:
             return await self._forward(request, config, target, fwd)
         flight, leading = self.flights.join(key)
         if leading:
-            return await self._fill(request, config, key, stale, fwd, flight)
+            return await self._fill(_Fill(request, config, key, stale, fwd, flight))
         result = await flight.wait(config.connect_timeout + config.read_timeout)
         if isinstance(result, OriginError):
             self._telemetry.request(config.name, ERROR)
@@ -177,137 +198,145 @@ class Edge:
             status = cache_status(self._name, fwd=fwd, collapsed=True)
             return self._from_stored(request, result, self._clock(), status)
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
-        return await self._fill(request, config, key, stale, fwd, None)
+        return await self._fill(_Fill(request, config, key, stale, fwd, None))
 
-    async def _fill(
-        self,
-        request: web.BaseRequest,
-        config: DomainConfig,
-        key: CacheKey,
-        stale: StoredResponse | None,
-        fwd: str,
-        flight: Flight | None,
-        *,
-        background: bool = False,
-    ) -> web.StreamResponse:
-        """Fetch from the origin, store what may be stored, and finish the flight. In the
-        ``background`` (stale-while-revalidate) the client has had its answer: nothing is
-        relayed to it, whatever the origin says."""
-        result: FlightResult = None
-        target = key[2]
-        headers = self._origin_headers(request, config, cacheable=True)
-        if stale is not None:
-            headers += conditional_headers(stale)
+    async def _fill(self, job: _Fill) -> web.StreamResponse:
+        """Fetch from the origin, store what may be stored, and finish the flight.
+
+        The request is counted once, here, when its outcome is known. A background
+        revalidation (stale-while-revalidate) answers no client, so it counts nothing: the
+        client it started for was counted when its stale hit was served."""
+        filled: _Filled | None = None
         try:
-            request_time = self._clock()
-            async with origin_request(
-                self._session, config, "GET", target, headers, telemetry=self._telemetry
-            ) as origin:
-                response_time = self._clock()
-                if stale is not None and origin.status == 304:
-                    entry, stored = await self._refresh(
-                        request, config, key, stale, origin, request_time, response_time
-                    )
-                    result = entry
-                    status = cache_status(self._name, fwd=fwd, stored=stored)
-                    return self._from_stored(request, entry, response_time, status)
-                if stale is not None and may_serve_stale(
-                    stale,
-                    request.headers,
-                    response_time,
-                    status=origin.status,
-                    default_window=config.stale_if_error,
-                ):
-                    # The origin's 5xx, and the response allows stale-if-error (RFC 5861 §4).
-                    origin.close()
-                    result = stale
-                    status = cache_status(self._name, fwd=fwd, detail="stale-if-error")
-                    return self._from_stored(request, stale, response_time, status)
-                verdict_headers = from_origin(origin.headers)
-                verdict = assess_response(
-                    method="GET",
-                    target=target,
-                    request=request.headers,
-                    status=origin.status,
-                    reason=origin.reason,
-                    headers=verdict_headers,
-                    request_time=request_time,
-                    response_time=response_time,
-                    heuristic=config.heuristic_freshness,
-                    surrogate_name=self._name,
-                )
-                if isinstance(verdict, DontStore):
-                    self._land(key, flight, None)
-                    status = cache_status(self._name, fwd=fwd, detail=verdict.reason)
-                    return await self._relay(request, origin, status, background=background)
-                length = origin.content_length
-                if length is not None and length > self._max_object:
-                    self._land(key, flight, None)
-                    status = cache_status(self._name, fwd=fwd, detail="too-large")
-                    return await self._relay(request, origin, status, background=background)
-                body, complete = await origin.read_up_to(self._max_object)
-                if not complete:
-                    self._land(key, flight, None)
-                    status = cache_status(self._name, fwd=fwd, detail="too-large")
-                    return await self._relay(
-                        request, origin, status, prefix=body, background=background
-                    )
-                entry = self._ready(verdict.with_body(body, target))
-                stored = await self._store.put(key, entry)
-                result = entry
-                status = cache_status(self._name, fwd=fwd, stored=stored)
-                # This client gets the origin's fields in full; only the stored copy drops
-                # those that no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
-                return self._from_stored(
-                    request, entry, response_time, status, headers=verdict_headers
-                )
-        except OriginError as exc:
-            now = self._clock()
-            if stale is not None and may_serve_stale(
-                stale, request.headers, now, status=None, default_window=config.stale_if_error
-            ):
-                # Disconnected from the origin: a stale copy beats an error (RFC 9111 §4.2.4).
-                respond.log.warning("%s; served a stale copy", exc)
-                result = stale
-                status = cache_status(self._name, fwd=fwd, detail="stale-if-error")
-                return self._from_stored(request, stale, now, status)
-            result = exc
-            return respond.origin_failed(exc, cache_status=cache_status(self._name, fwd=fwd))
+            filled = await self._fetch(job)
         finally:
-            self._land(key, flight, result)
-            outcome = ERROR if isinstance(result, OriginError) else outcome_of_fwd(fwd)
-            self._telemetry.request(config.name, outcome)
+            # Waiters are released however the fetch ends, a client gone away included.
+            self._land(job.key, job.flight, None if filled is None else filled.result)
+        if not job.background:
+            failed = isinstance(filled.result, OriginError)
+            self._telemetry.request(job.config.name, ERROR if failed else outcome_of_fwd(job.fwd))
+        return filled.response
+
+    async def _fetch(self, job: _Fill) -> _Filled:
+        headers = self._origin_headers(job.request, job.config, cacheable=True)
+        if job.stale is not None:
+            headers += conditional_headers(job.stale)
+        request_time = self._clock()
+        try:
+            async with origin_request(
+                self._session, job.config, "GET", job.key[2], headers, telemetry=self._telemetry
+            ) as origin:
+                return await self._answered(job, origin, request_time, self._clock())
+        except OriginError as exc:
+            return self._origin_failed(job, exc)
+
+    async def _answered(
+        self, job: _Fill, origin: OriginResponse, request_time: float, response_time: float
+    ) -> _Filled:
+        """The origin answered: refresh the stale entry, serve it instead of an error, store
+        the response, or pass it on unstored."""
+        stale = job.stale
+        if stale is not None and origin.status == 304:
+            return await self._refresh(job, stale, origin, request_time, response_time)
+        if stale is not None and may_serve_stale(
+            stale,
+            job.request.headers,
+            response_time,
+            status=origin.status,
+            default_window=job.config.stale_if_error,
+        ):
+            # The origin's 5xx, and the response allows stale-if-error (RFC 5861 §4).
+            origin.close()
+            return self._stale_if_error(job, stale, response_time)
+        fields = from_origin(origin.headers)
+        verdict = self._assess(
+            job, origin.status, origin.reason, fields, request_time, response_time
+        )
+        if isinstance(verdict, DontStore):
+            return await self._pass_on(job, origin, verdict.reason)
+        length = origin.content_length
+        if length is not None and length > self._max_object:
+            return await self._pass_on(job, origin, "too-large")
+        body, complete = await origin.read_up_to(self._max_object)
+        if not complete:
+            return await self._pass_on(job, origin, "too-large", prefix=body)
+        entry = self._ready(verdict.with_body(body, job.key[2]))
+        status = cache_status(self._name, fwd=job.fwd, stored=await self._store.put(job.key, entry))
+        # This client gets the origin's fields in full; only the stored copy drops those that
+        # no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
+        response = self._from_stored(job.request, entry, response_time, status, headers=fields)
+        return _Filled(response, entry)
 
     async def _refresh(
         self,
-        request: web.BaseRequest,
-        config: DomainConfig,
-        key: CacheKey,
+        job: _Fill,
         stale: StoredResponse,
         origin: OriginResponse,
         request_time: float,
         response_time: float,
-    ) -> tuple[StoredResponse, bool]:
+    ) -> _Filled:
         """A 304 answered the revalidation: update the stored headers (RFC 9111 §4.3.4)."""
         merged = merge_not_modified(stale, from_origin(origin.headers))
-        verdict = assess_response(
-            method="GET",
-            target=key[2],
-            request=request.headers,
-            status=stale.status,
-            reason=stale.reason,
-            headers=merged,
-            request_time=request_time,
-            response_time=response_time,
-            heuristic=config.heuristic_freshness,
-            surrogate_name=self._name,
-        )
+        verdict = self._assess(job, stale.status, stale.reason, merged, request_time, response_time)
         if isinstance(verdict, DontStore):
             # The origin now forbids storing it: serve the refreshed response once, keep nothing.
-            await self._store.invalidate(config.name, key[2])
-            return replace(stale, headers=merged), False
-        entry = self._ready(refreshed(stale, verdict))
-        return entry, await self._store.put(key, entry)
+            await self._store.invalidate(job.config.name, job.key[2])
+            entry, stored = replace(stale, headers=merged), False
+        else:
+            entry = self._ready(refreshed(stale, verdict))
+            stored = await self._store.put(job.key, entry)
+        status = cache_status(self._name, fwd=job.fwd, stored=stored)
+        return _Filled(self._from_stored(job.request, entry, response_time, status), entry)
+
+    async def _pass_on(
+        self, job: _Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
+    ) -> _Filled:
+        """Relay a response that is not stored. Its waiters are released first (each asks the
+        origin itself), not kept until the relay ends."""
+        self._land(job.key, job.flight, None)
+        status = cache_status(self._name, fwd=job.fwd, detail=reason)
+        relayed = await self._relay(
+            job.request, origin, status, prefix=prefix, background=job.background
+        )
+        return _Filled(relayed, None)
+
+    def _origin_failed(self, job: _Fill, exc: OriginError) -> _Filled:
+        now = self._clock()
+        stale = job.stale
+        if stale is not None and may_serve_stale(
+            stale, job.request.headers, now, status=None, default_window=job.config.stale_if_error
+        ):
+            # Disconnected from the origin: a stale copy beats an error (RFC 9111 §4.2.4).
+            respond.log.warning("%s; served a stale copy", exc)
+            return self._stale_if_error(job, stale, now)
+        status = cache_status(self._name, fwd=job.fwd)
+        return _Filled(respond.origin_failed(exc, cache_status=status), exc)
+
+    def _stale_if_error(self, job: _Fill, stale: StoredResponse, now: float) -> _Filled:
+        status = cache_status(self._name, fwd=job.fwd, detail="stale-if-error")
+        return _Filled(self._from_stored(job.request, stale, now, status), stale)
+
+    def _assess(
+        self,
+        job: _Fill,
+        status: int,
+        reason: str,
+        fields: Headers,
+        request_time: float,
+        response_time: float,
+    ) -> Storable | DontStore:
+        return assess_response(
+            method="GET",
+            target=job.key[2],
+            request=job.request.headers,
+            status=status,
+            reason=reason,
+            headers=fields,
+            request_time=request_time,
+            response_time=response_time,
+            heuristic=job.config.heuristic_freshness,
+            surrogate_name=self._name,
+        )
 
     def _revalidate_later(
         self, request: web.BaseRequest, config: DomainConfig, key: CacheKey, stale: StoredResponse
@@ -318,7 +347,7 @@ class Edge:
         if not leading:
             return
         task = asyncio.create_task(
-            self._fill(request, config, key, stale, "stale", flight, background=True),
+            self._fill(_Fill(request, config, key, stale, "stale", flight, background=True)),
             name="revalidate",
         )
         self._background.add(task)

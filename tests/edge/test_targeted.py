@@ -181,6 +181,21 @@ async def test_stale_while_revalidate_answers_at_once_and_refreshes_behind(
     assert origin.count("/w") == 2
 
 
+async def test_a_stale_while_revalidate_hit_is_counted_once(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """The client's stale answer is one request, a hit; the revalidation behind it answers no
+    client and is not counted as a second request (it was, as a "stale" miss)."""
+    versioned(edge, origin, "/w", "max-age=10, stale-while-revalidate=60")
+    await edge.get("/w")
+    edge.clock.advance(30)
+    response, _ = await edge.get("/w")
+    assert response.headers["Cache-Status"] == ('cdn-proxy; hit; detail="stale-while-revalidate"')
+    await until(lambda: origin.count("/w") == 2 and not edge.edge.flights)
+    counts = edge.telemetry.domain_counts("example.com")
+    assert (counts.hits, counts.misses, counts.stale, counts.errors) == (1, 1, 0, 0)
+
+
 @pytest.mark.parametrize(
     ("cache_control", "request_headers", "advance"),
     [
