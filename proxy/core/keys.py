@@ -3,14 +3,14 @@
 The key is the tuple (domain, generation, target): the normal domain from the Host header,
 the domain's current generation (see proxy.store.base), and the path and query exactly as
 the client sent them. Nothing is decoded or normalised in the target: ``/a%2fb`` and ``/a/b``
-may be different resources to the origin, so they are different keys. A tuple is used, never a
-joined string, so no Host and path can be spelled to collide with another domain's key.
+may be different resources to the origin, so they are different keys. Callers pass the three
+parts (``entry.CacheKey``), never a string they joined, so no Host and path can be spelled to
+collide with another domain's key.
 """
 
 from __future__ import annotations
 
 from proxy.core.domains import host_from_header
-from proxy.core.entry import CacheKey
 
 
 def request_target(raw: str, domain: str) -> str | None:
@@ -37,7 +37,3 @@ def request_target(raw: str, domain: str) -> str | None:
     if not remainder.startswith("/"):
         remainder = "/" + remainder
     return remainder
-
-
-def cache_key(domain: str, generation: int, target: str) -> CacheKey:
-    return (domain, generation, target)
