@@ -37,7 +37,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from proxy.api.problems import problem
 from proxy.config import Config
 from proxy.core.domains import normalise_domain
-from proxy.core.ratelimit import FailureLimiter
+from proxy.core.ratelimit import FailureThrottle
 from proxy.core.tokens import (
     BearerToken,
     MalformedCredentials,
@@ -77,7 +77,7 @@ class ClearCacheContext:
     config: Config
     state: AsyncState
     purger: Purger
-    limiter: FailureLimiter
+    limiter: FailureThrottle
     clock: Callable[[], float]
     telemetry: Telemetry | None = None  # counts and times every attempt, by outcome
 
@@ -259,7 +259,7 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
     return result.entries_dropped
 
 
-def _bearer_token(request: web.Request, limiter: FailureLimiter, client: str, now: float) -> str:
+def _bearer_token(request: web.Request, limiter: FailureThrottle, client: str, now: float) -> str:
     values = request.headers.getall("Authorization", [])
     credentials = (
         MalformedCredentials("more than one Authorization header")

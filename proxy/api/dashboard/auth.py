@@ -3,7 +3,7 @@
 - **Sign-in.** The form carries a CSRF token derived from a random secret in a short-lived
   ``cdnp_signin`` cookie, so another site cannot sign a browser in to an account of its
   choosing. Failed sign-ins count against the user name and the address
-  (``proxy.core.backoff``): past ``dashboard.signin_failures_allowed`` each further failure
+  (``proxy.core.ratelimit``): past ``dashboard.signin_failures_allowed`` each further failure
   doubles the wait, and an attempt made while waiting is refused (429) without checking the
   password. An unknown user name costs one argon2 verification, like a known one.
 - **Sessions.** A fresh random id on every sign-in (so no id chosen before sign-in survives
