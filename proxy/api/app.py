@@ -18,7 +18,6 @@ from argon2 import PasswordHasher
 from proxy.api import problems
 from proxy.api.clear_cache import (
     CLEAR_CACHE_CONTEXT,
-    CLEAR_CACHE_PATH,
     ClearCacheContext,
     clear_cache,
 )
@@ -26,6 +25,7 @@ from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
 from proxy.api.dashboard import create_dashboard
 from proxy.config import Config
 from proxy.core.ratelimit import FailureThrottle, SlidingWindow
+from proxy.routes import CLEAR_CACHE_PATH
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import Purger, Store
 from proxy.telemetry import METRICS_PATH, TELEMETRY, Telemetry, metrics

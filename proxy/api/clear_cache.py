@@ -50,7 +50,6 @@ from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
 
-CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
 CONFIRMATION = "Cache cleared"
 CHALLENGE = 'Bearer realm="cdn-proxy"'
 ADMIN_ACTOR = "admin:"  # + the admin's name: who cleared from the dashboard, in the audit log
