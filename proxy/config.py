@@ -133,9 +133,6 @@ class Config:
     by_name: Mapping[str, DomainConfig] = field(repr=False, compare=False)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
 
-    def domain(self, name: str) -> DomainConfig | None:
-        return self.by_name.get(name)
-
 
 # -- reading and building -----------------------------------------------------------------------
 

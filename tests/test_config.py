@@ -41,8 +41,7 @@ def test_a_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
     assert config.cache == CacheConfig(max_bytes=1024**2, max_object_bytes=1024**2)
     assert config.state == StateConfig(path=tmp_path / "state.db", audit_max_rows=100_000)
     assert config.domains == (DomainConfig("example.com", "http://127.0.0.1:9000"),)
-    assert config.domain("example.com") is config.domains[0]
-    assert config.domain("other.test") is None
+    assert config.by_name == {"example.com": config.domains[0]}
 
 
 def test_every_key_can_be_set(tmp_path: Path) -> None:

@@ -128,8 +128,8 @@ class FailureThrottle:
     def __init__(self, rule: Rule, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
-        self.rule = rule
-        self.max_keys = max_keys
+        self._rule = rule
+        self._max_keys = max_keys
         # key -> its failures; keys in the order of their last failure, oldest first.
         self._keys: OrderedDict[str, _Failures] = OrderedDict()
 
@@ -140,15 +140,15 @@ class FailureThrottle:
     def record_failure(self, key: str, now: float) -> None:
         entry = self._current(key, now)
         if entry is None:
-            entry = _Failures(count=0, times=deque(maxlen=self.rule.kept), blocked_until=now)
+            entry = _Failures(count=0, times=deque(maxlen=self._rule.kept), blocked_until=now)
             self._keys[key] = entry
-            while len(self._keys) > self.max_keys:
+            while len(self._keys) > self._max_keys:
                 self._keys.popitem(last=False)
         else:
             self._keys.move_to_end(key)
         entry.count += 1
         entry.times.append(now)
-        entry.blocked_until = self.rule.blocked_until(entry.count, entry.times)
+        entry.blocked_until = self._rule.blocked_until(entry.count, entry.times)
 
     def record_success(self, key: str) -> None:
         self._keys.pop(key, None)
@@ -158,11 +158,11 @@ class FailureThrottle:
         entry = self._current(key, now)
         if entry is None or entry.blocked_until <= now:
             return None
-        return max(1, math.ceil(min(entry.blocked_until - now, self.rule.cap)))
+        return max(1, math.ceil(min(entry.blocked_until - now, self._rule.cap)))
 
     def _current(self, key: str, now: float) -> _Failures | None:
         entry = self._keys.get(key)
-        if entry is not None and now - entry.times[-1] >= self.rule.forget_after:
+        if entry is not None and now - entry.times[-1] >= self._rule.forget_after:
             del self._keys[key]
             return None
         return entry

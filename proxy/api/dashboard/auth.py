@@ -53,7 +53,6 @@ from proxy.state.admins import MAX_PASSWORD_LENGTH, is_valid_admin_name, verify_
 log = logging.getLogger("proxy.dashboard")
 
 SIGN_IN = PREFIX + "/sign-in"
-SIGN_OUT = PREFIX + "/sign-out"
 MAX_FORM_BYTES = 16 * 1024
 SIGNIN_COOKIE_AGE = 3600  # seconds a sign-in form stays usable
 # The same answer for an unknown name and a wrong password, so neither is revealed.
