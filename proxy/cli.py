@@ -18,25 +18,25 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from proxy import __version__
 from proxy.config import Config, client_settings, load_config
 from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.tokens import Scope, is_valid_token_name
+from proxy.core.tokens import Scope
 from proxy.errors import ConfigError, ProxyError
+from proxy.routes import CLEAR_CACHE_PATH
 from proxy.state.admins import (
     AdminRecord,
+    check_admin_name,
     check_password,
     hash_password,
-    is_valid_admin_name,
     password_hasher,
 )
-from proxy.state.sqlite import StateDB, TokenRecord
+from proxy.state.sqlite import StateDB, TokenRecord, check_token_name
 
-CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
 PURGE_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
 MAX_BODY_SHOWN = 2000  # bytes of an answer worth showing
 
@@ -171,14 +171,17 @@ def _open_state(config: Config) -> StateDB:
     return StateDB(config.state.path, audit_max_rows=config.state.audit_max_rows)
 
 
-def _check_name(name: str) -> None:
-    if not is_valid_token_name(name):
-        raise _Fail(f"bad token name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -", code=2)
+def _check(check: Callable[[str], None], value: str) -> None:
+    """Apply a check that raises ValueError to what someone typed: exit 2 with its message."""
+    try:
+        check(value)
+    except ValueError as exc:
+        raise _Fail(str(exc), code=2) from None
 
 
 def _token_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    _check_name(args.name)
+    _check(check_token_name, args.name)
     if args.all_domains:
         scope = Scope.everything()
     else:
@@ -248,11 +251,6 @@ def _token_revoke(args: argparse.Namespace) -> int:
 # -- admins ------------------------------------------------------------------------------------
 
 
-def _check_admin_name(name: str) -> None:
-    if not is_valid_admin_name(name):
-        raise _Fail(f"bad admin name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -", code=2)
-
-
 def _read_password(args: argparse.Namespace) -> str:
     """The new password: one line of stdin with --password-stdin, else typed twice."""
     if args.password_stdin:
@@ -267,16 +265,13 @@ def _read_password(args: argparse.Namespace) -> str:
             raise _Fail("the passwords differ", code=2)
     else:
         raise _Fail("stdin is not a terminal: pass --password-stdin to read it", code=2)
-    try:
-        check_password(password)
-    except ValueError as exc:
-        raise _Fail(str(exc), code=2) from None
+    _check(check_password, password)
     return password
 
 
 def _admin_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    _check_admin_name(args.name)
+    _check(check_admin_name, args.name)
     password_hash = hash_password(password_hasher(), _read_password(args))
     with _open_state(config) as db:
         db.admins.create(args.name, password_hash, time.time())

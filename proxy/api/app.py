@@ -18,14 +18,14 @@ from argon2 import PasswordHasher
 from proxy.api import problems
 from proxy.api.clear_cache import (
     CLEAR_CACHE_CONTEXT,
-    CLEAR_CACHE_PATH,
     ClearCacheContext,
     clear_cache,
 )
 from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
 from proxy.api.dashboard import create_dashboard
 from proxy.config import Config
-from proxy.core.ratelimit import FailureLimiter
+from proxy.core.ratelimit import FailureThrottle, SlidingWindow
+from proxy.routes import CLEAR_CACHE_PATH
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import Purger, Store
 from proxy.telemetry import METRICS_PATH, TELEMETRY, Telemetry, metrics
@@ -70,7 +70,9 @@ def create_api_app(
         config=config,
         state=state,
         purger=purger,
-        limiter=FailureLimiter(config.api.auth_failures_allowed, config.api.auth_failure_window),
+        limiter=FailureThrottle(
+            SlidingWindow(config.api.auth_failures_allowed, config.api.auth_failure_window)
+        ),
         clock=clock,
         telemetry=telemetry,
     )

@@ -37,7 +37,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from proxy.api.problems import problem
 from proxy.config import Config
 from proxy.core.domains import normalise_domain
-from proxy.core.ratelimit import FailureLimiter
+from proxy.core.ratelimit import FailureThrottle
 from proxy.core.tokens import (
     BearerToken,
     MalformedCredentials,
@@ -50,7 +50,6 @@ from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
 
-CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
 CONFIRMATION = "Cache cleared"
 CHALLENGE = 'Bearer realm="cdn-proxy"'
 ADMIN_ACTOR = "admin:"  # + the admin's name: who cleared from the dashboard, in the audit log
@@ -77,7 +76,7 @@ class ClearCacheContext:
     config: Config
     state: AsyncState
     purger: Purger
-    limiter: FailureLimiter
+    limiter: FailureThrottle
     clock: Callable[[], float]
     telemetry: Telemetry | None = None  # counts and times every attempt, by outcome
 
@@ -259,7 +258,7 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
     return result.entries_dropped
 
 
-def _bearer_token(request: web.Request, limiter: FailureLimiter, client: str, now: float) -> str:
+def _bearer_token(request: web.Request, limiter: FailureThrottle, client: str, now: float) -> str:
     values = request.headers.getall("Authorization", [])
     credentials = (
         MalformedCredentials("more than one Authorization header")

@@ -25,7 +25,8 @@ MAX_DETAIL = 500  # details can quote client input; keep them short
 log = logging.getLogger("proxy.api")
 
 
-def _phrase(status: int) -> str:
+def status_phrase(status: int) -> str:
+    """The reason phrase of ``status``, or 'Error' for a code HTTP does not name."""
     try:
         return HTTPStatus(status).phrase
     except ValueError:
@@ -43,7 +44,7 @@ def problem(
         detail = detail[: MAX_DETAIL - 3] + "..."
     body = {
         "type": "about:blank",
-        "title": _phrase(status),
+        "title": status_phrase(status),
         "status": status,
         "detail": detail,
     }
@@ -73,7 +74,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         elif isinstance(exc, web.HTTPNotFound):
             detail = "there is no such resource"
         else:
-            detail = _phrase(exc.status)
+            detail = status_phrase(exc.status)
         return problem(exc.status, detail, headers=headers)
     except Exception:
         # The safety net: tests show no input reaches it, but if one ever does, the client

@@ -82,6 +82,12 @@ def is_valid_admin_name(name: str) -> bool:
     return is_valid_token_name(name)
 
 
+def check_admin_name(name: str) -> None:
+    """ValueError, with a message for people, unless ``name`` can name an admin."""
+    if not is_valid_admin_name(name):
+        raise ValueError(f"bad admin name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -")
+
+
 @dataclass(frozen=True, slots=True)
 class AdminRecord:
     """An admin as listed. Never holds the password hash."""
@@ -120,8 +126,7 @@ class Admins:
 
     def create(self, name: str, password_hash: str, now: float) -> None:
         """Add an admin. StateError if the name is taken."""
-        if not is_valid_admin_name(name):
-            raise ValueError("an admin name is 1-64 letters, digits, '.', '_' or '-'")
+        check_admin_name(name)
         try:
             with self._db._errors("create an admin"):
                 self._db.connection.execute(

@@ -209,7 +209,7 @@ class StateDB:
 
     def create_token(self, name: str, scope: Scope, now: float) -> str:
         """Create a token and return it; only its hash is kept. StateError if the name exists."""
-        _check_name(name)
+        check_token_name(name)
         token = new_token()
         try:
             with self._errors("create a token"):
@@ -338,9 +338,10 @@ class StateDB:
         return [AuditRecord(*row) for row in rows]
 
 
-def _check_name(name: str) -> None:
+def check_token_name(name: str) -> None:
+    """ValueError, with a message for people, unless ``name`` can name a token."""
     if not is_valid_token_name(name):
-        raise ValueError("a token name is 1-64 letters, digits, '.', '_' or '-'")
+        raise ValueError(f"bad token name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -")
 
 
 def _token_record(

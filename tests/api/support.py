@@ -4,6 +4,7 @@ the check every rejection must pass."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -27,6 +28,43 @@ DOMAINS = (DOMAIN, OTHER, IDN)
 START = 1_700_000_000.0
 
 AiohttpClient = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
+
+# The config file the CLI tests run the command with: two domains, state beside it.
+CLI_CONFIG = """\
+[edge]
+listen = "127.0.0.1:0"
+
+[api]
+listen = "127.0.0.1:0"
+
+[cache]
+max_bytes = "1MiB"
+
+[state]
+path = "var/state.db"
+
+[[domains]]
+name = "example.com"
+origin = "http://127.0.0.1:9"
+
+[[domains]]
+name = "other.test"
+origin = "http://127.0.0.1:9"
+"""
+
+
+def write_cli_config(tmp_path: Path) -> Path:
+    path = tmp_path / "proxy.toml"
+    path.write_text(CLI_CONFIG, encoding="utf-8")
+    return path
+
+
+def table_rows(out: str) -> list[dict[str, str]]:
+    """The rows of a table the CLI printed, as {column heading: cell}. Cells are whatever
+    stands between runs of two or more spaces, so widths and padding do not matter."""
+    header, *rows = (re.split(r" {2,}", line.strip()) for line in out.splitlines())
+    assert all(len(row) == len(header) for row in rows), out
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def api_config(tmp_path: Path, **api: Any) -> Config:

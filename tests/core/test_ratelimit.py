@@ -1,4 +1,4 @@
-"""Failed authentications per client in a sliding window, with bounded memory."""
+"""The throttle under the sliding-window rule (the clear-cache API), with bounded memory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.ratelimit import FailureLimiter
+from proxy.core.ratelimit import FailureThrottle, SlidingWindow
 
 T0 = 1_000.0
 
@@ -29,14 +29,14 @@ T0 = 1_000.0
     ],
 )
 def test_retry_after(failures: list[float], now: float, expected: int | None) -> None:
-    limiter = FailureLimiter(allowed=3, window=60)
+    limiter = FailureThrottle(SlidingWindow(allowed=3, window=60))
     for at in failures:
         limiter.record_failure("10.0.0.1", at)
     assert limiter.retry_after("10.0.0.1", now) == expected
 
 
 def test_clients_are_counted_separately() -> None:
-    limiter = FailureLimiter(allowed=2, window=60)
+    limiter = FailureThrottle(SlidingWindow(allowed=2, window=60))
     for _ in range(2):
         limiter.record_failure("10.0.0.1", T0)
     limiter.record_failure("10.0.0.2", T0)
@@ -46,7 +46,7 @@ def test_clients_are_counted_separately() -> None:
 
 
 def test_oldest_client_is_forgotten_when_full() -> None:
-    limiter = FailureLimiter(allowed=1, window=60, max_clients=3)
+    limiter = FailureThrottle(SlidingWindow(allowed=1, window=60), max_keys=3)
     for client in ["a", "b", "c"]:
         limiter.record_failure(client, T0)
     limiter.record_failure("a", T0 + 1)  # "a" is now the most recent
@@ -59,7 +59,7 @@ def test_oldest_client_is_forgotten_when_full() -> None:
 
 
 def test_expired_clients_are_dropped_when_looked_up() -> None:
-    limiter = FailureLimiter(allowed=2, window=60)
+    limiter = FailureThrottle(SlidingWindow(allowed=2, window=60))
     limiter.record_failure("a", T0)
     assert limiter.retry_after("a", T0 + 61) is None
     assert len(limiter) == 0
@@ -70,7 +70,7 @@ def test_expired_clients_are_dropped_when_looked_up() -> None:
 )
 def test_bad_settings_are_refused(allowed: int, window: float, max_clients: int) -> None:
     with pytest.raises(ValueError):
-        FailureLimiter(allowed, window, max_clients=max_clients)
+        FailureThrottle(SlidingWindow(allowed, window), max_keys=max_clients)
 
 
 @given(
@@ -82,7 +82,7 @@ def test_bad_settings_are_refused(allowed: int, window: float, max_clients: int)
 def test_memory_stays_bounded_and_waits_stay_within_the_window(
     events: list[tuple[str, float]],
 ) -> None:
-    limiter = FailureLimiter(allowed=3, window=30, max_clients=4)
+    limiter = FailureThrottle(SlidingWindow(allowed=3, window=30), max_keys=4)
     for client, at in events:
         limiter.record_failure(client, at)
         assert len(limiter) <= 4

@@ -4,10 +4,11 @@ argon2 hasher; and a client that signs in and posts forms the way a browser does
 
 from __future__ import annotations
 
+import functools
 import json
-import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,6 @@ LIFETIME = 8 * 3600.0
 FREE_FAILURES = 3
 
 AiohttpClient = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
-_CSRF = re.compile(r'name="csrf" value="([^"]*)"')
-_NEW_TOKEN = re.compile(r'data-testid="new-token">([^<]*)<')
 
 
 def dashboard_config(tmp_path: Path, **dashboard: Any) -> Config:
@@ -59,6 +58,75 @@ def dashboard_config(tmp_path: Path, **dashboard: Any) -> Config:
     )
 
 
+# Elements that have no end tag (HTML's void elements) among those the templates use.
+_VOID = frozenset({"br", "hr", "img", "input", "link", "meta", "col", "source", "wbr"})
+
+
+@dataclass
+class Element:
+    """An element of a parsed page: tests ask for elements and their text, not markup."""
+
+    tag: str
+    attrs: dict[str, str]  # an attribute without a value maps to ""
+    children: list[Element | str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The text inside, with runs of whitespace made one space, as a reader sees it."""
+        parts = [c if isinstance(c, str) else c.text for c in self.children]
+        return " ".join(" ".join(parts).split())
+
+    def find_all(self, tag: str | None = None, **attrs: str | None) -> list[Element]:
+        """Elements below, in document order, with ``tag`` and ``attrs`` (``data_token`` is
+        ``data-token``, ``for_`` is ``for``; None matches any value of a present attribute)."""
+        wanted = {key.rstrip("_").replace("_", "-"): value for key, value in attrs.items()}
+        found = []
+        for child in self.children:
+            if isinstance(child, str):
+                continue
+            if (tag is None or child.tag == tag) and all(
+                key in child.attrs and value in (None, child.attrs[key])
+                for key, value in wanted.items()
+            ):
+                found.append(child)
+            found.extend(child.find_all(tag, **attrs))
+        return found
+
+    def find(self, tag: str | None = None, **attrs: str | None) -> Element:
+        """The one element that matches; fails the test if there are none or several."""
+        [element] = self.find_all(tag, **attrs)
+        return element
+
+
+class _TreeBuilder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Element("#document", {})
+        self._open = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element = Element(tag, {key: value or "" for key, value in attrs})
+        self._open[-1].children.append(element)
+        if tag not in _VOID:
+            self._open.append(element)
+
+    def handle_endtag(self, tag: str) -> None:
+        for depth in range(len(self._open) - 1, 0, -1):
+            if self._open[depth].tag == tag:
+                del self._open[depth:]
+                return
+
+    def handle_data(self, data: str) -> None:
+        self._open[-1].children.append(data)
+
+
+def parse_html(text: str) -> Element:
+    builder = _TreeBuilder()
+    builder.feed(text)
+    builder.close()
+    return builder.root
+
+
 @dataclass(frozen=True)
 class Page:
     status: int
@@ -69,16 +137,25 @@ class Page:
     def location(self) -> str:
         return self.headers["Location"]
 
+    @functools.cached_property
+    def html(self) -> Element:
+        return parse_html(self.text)
+
+    @property
+    def words(self) -> str:
+        """What a reader sees on the page: its text without markup, whitespace made one space."""
+        return self.html.text
+
     @property
     def csrf(self) -> str:
-        match = _CSRF.search(self.text)
-        assert match, "the page has no CSRF field"
-        return match.group(1)
+        """The CSRF token the page's forms carry (every form carries the same one)."""
+        [token] = {input.attrs["value"] for input in self.html.find_all("input", name="csrf")}
+        return token
 
     @property
     def new_token(self) -> str | None:
-        match = _NEW_TOKEN.search(self.text)
-        return match.group(1) if match else None
+        shown = self.html.find_all(data_testid="new-token")
+        return shown[0].text if shown else None
 
     def cookie(self, name: str) -> dict[str, str] | None:
         """The attributes of the Set-Cookie for ``name`` (value under "value"), if any."""

@@ -11,28 +11,14 @@ from argon2 import PasswordHasher
 
 from proxy.cli import main
 from proxy.state.sqlite import StateDB
+from tests.api.support import table_rows, write_cli_config
 
-CONFIG = """\
-[edge]
-listen = "127.0.0.1:0"
-[api]
-listen = "127.0.0.1:0"
-[cache]
-max_bytes = "1MiB"
-[state]
-path = "var/state.db"
-[[domains]]
-name = "example.com"
-origin = "http://127.0.0.1:9"
-"""
 PASSWORD = "a long enough password"
 
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    path = tmp_path / "proxy.toml"
-    path.write_text(CONFIG, encoding="utf-8")
-    return path
+    return write_cli_config(tmp_path)
 
 
 def run(
@@ -86,10 +72,11 @@ def test_list_shows_admins_and_no_hashes(
             str(config_file), stdin=PASSWORD)  # fmt: skip
     code, out, _ = run(monkeypatch, capsys, "admin", "list", "--config", str(config_file))
     assert code == 0
-    header, alice, bob = out.splitlines()
-    assert header.split() == ["NAME", "CREATED", "PASSWORD", "SET", "LAST", "SIGN-IN"]
-    assert alice.startswith("alice ") and alice.endswith("never")
-    assert bob.startswith("bob ")
+    alice, bob = table_rows(out)
+    assert alice.keys() == {"NAME", "CREATED", "PASSWORD SET", "LAST SIGN-IN"}
+    assert (alice["NAME"], alice["LAST SIGN-IN"]) == ("alice", "never")
+    assert (bob["NAME"], bob["LAST SIGN-IN"]) == ("bob", "never")
+    assert alice["PASSWORD SET"] == alice["CREATED"] != "never"
     assert "$argon2" not in out
 
 

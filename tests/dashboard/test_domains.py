@@ -25,18 +25,25 @@ from tests.dashboard.support import (
     START,
     Dashboard,
     DashboardFactory,
+    Element,
+    Page,
     dashboard_config,
 )
 
-
-def row_of(text: str, domain: str) -> str:
-    return text.split(f'<tr data-domain="{domain}">', 1)[1].split("</tr>", 1)[0]
+TOTALS = ("hits", "misses", "clears")
 
 
-def cell(row: str, testid: str) -> str:
-    match = re.search(rf'data-testid="{testid}">(.*?)</td>', row, re.S)
-    assert match
-    return re.sub(r"<[^>]+>", "", match.group(1)).strip()
+def links(page: Page) -> dict[str, tuple[str, str]]:
+    """The page's rel=prev/next links: rel -> (href, text)."""
+    return {a.attrs["rel"]: (a.attrs["href"], a.text) for a in page.html.find_all("a", rel=None)}
+
+
+def row_of(page: Page, domain: str) -> Element:
+    return page.html.find("tr", data_domain=domain)
+
+
+def cell(row: Element, testid: str) -> str:
+    return row.find("td", data_testid=testid).text
 
 
 async def test_a_row_per_domain_with_origin_entries_bytes_and_hit_ratio(
@@ -48,20 +55,24 @@ async def test_a_row_per_domain_with_origin_entries_bytes_and_hit_ratio(
         signed_in.telemetry.request("example.com", outcome)
     page = await signed_in.get("/dashboard/domains")
     assert page.status == 200
-    assert page.text.count("<tr data-domain=") == 3
-    row = row_of(page.text, "example.com")
+    rows = page.html.find_all("tr", data_domain=None)
+    assert [row.attrs["data-domain"] for row in rows] == [
+        "example.com",
+        "other.test",
+        "xn--bcher-kva.example",
+    ]
+    row = row_of(page, "example.com")
     stats = await signed_in.store.domain_stats("example.com")
-    assert "<td>http://127.0.0.1:9</td>" in row
+    assert "http://127.0.0.1:9" in [td.text for td in row.find_all("td")]
     assert cell(row, "entries") == "2"
-    assert f'title="{stats.bytes} bytes"' in row
+    assert row.find(data_testid="bytes").find(title=None).attrs["title"] == f"{stats.bytes} bytes"
     assert cell(row, "bytes") == f"{stats.bytes / 1024:.1f} KiB"
     assert cell(row, "hit-ratio") == "75.0 %"
-    assert '<button type="submit" class="danger">Clear cache</button>' in row
-    assert "data-confirm=" in row
-    other = row_of(page.text, "other.test")
+    assert row.find("button", type="submit").text == "Clear cache"
+    assert row.find_all(data_confirm=None)
+    other = row_of(page, "other.test")
     assert (cell(other, "entries"), cell(other, "bytes")) == ("0", "0 B")
     assert cell(other, "hit-ratio") == "no requests yet"
-    assert '<tr data-domain="xn--bcher-kva.example">' in page.text
 
 
 async def test_clear_cache_empties_the_domain_and_is_audited_as_the_admin(
@@ -85,8 +96,8 @@ async def test_clear_cache_empties_the_domain_and_is_audited_as_the_admin(
     assert record.at == START
     assert signed_in.telemetry.domain_counts("example.com").clears == 1  # as /metrics counts
     shown = await signed_in.get(page.location)
-    assert "Cache cleared for example.com." in shown.text
-    assert cell(row_of(shown.text, "example.com"), "entries") == "0"
+    assert "Cache cleared for example.com." in shown.words
+    assert cell(row_of(shown, "example.com"), "entries") == "0"
 
 
 async def test_the_dashboard_and_the_api_write_the_same_record(signed_in: Dashboard) -> None:
@@ -118,7 +129,7 @@ async def test_a_refused_clear_is_a_clear_error_and_audited_too(
     await signed_in.put_entry("example.com")
     page = await signed_in.act("/dashboard/domains/clear", {"domain": domain})
     assert page.status == status
-    assert "The cache was not cleared" in page.text
+    assert "The cache was not cleared" in page.words
     [record] = await signed_in.audit()
     assert (record.actor, record.domain, record.outcome, record.status) == (
         f"admin:{ADMIN}",
@@ -139,7 +150,7 @@ async def test_a_failed_purge_is_a_503_like_the_api(make_dashboard: DashboardFac
     await dashboard.sign_in()
     page = await dashboard.act("/dashboard/domains/clear", {"domain": "example.com"})
     assert page.status == 503
-    assert "could not be cleared; try again" in page.text
+    assert "could not be cleared; try again" in page.words
     [record] = await dashboard.audit()
     assert (record.outcome, record.status) == ("error", 503)
 
@@ -148,7 +159,7 @@ async def test_the_cleared_notice_only_ever_names_a_configured_domain(
     signed_in: Dashboard,
 ) -> None:
     page = await signed_in.get("/dashboard/domains", params={"cleared": "evil.test"})
-    assert "Cache cleared" not in page.text
+    assert "Cache cleared" not in page.words
 
 
 # -- history -----------------------------------------------------------------------------------
@@ -170,28 +181,29 @@ async def add_records(dashboard: Dashboard, count: int) -> None:
         )
 
 
-def history_rows(text: str) -> list[str]:
-    body = text.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
-    return [row for row in body.split("<tr>")[1:] if "<td>" in row]
+def history_rows(page: Page) -> list[dict[str, str]]:
+    """The History table's records as {column heading: cell text}; no row if it has none."""
+    table = page.html.find("table", class_="history")
+    headings = [th.text for th in table.find("thead").find_all("th")]
+    rows = [[td.text for td in tr.find_all("td")] for tr in table.find("tbody").find_all("tr")]
+    return [dict(zip(headings, row, strict=True)) for row in rows if len(row) == len(headings)]
 
 
 async def test_history_is_newest_first_and_paginated(signed_in: Dashboard) -> None:
     await add_records(signed_in, 120)
     first = await signed_in.get("/dashboard/history")
-    rows = history_rows(first.text)
+    rows = history_rows(first)
     assert len(rows) == 50
-    assert '<td class="number">119</td>' in rows[0]
-    assert '<td class="number">70</td>' in rows[-1]
-    assert 'href="/dashboard/history?page=2" rel="next">Older</a>' in first.text
-    assert "Newer" not in first.text
+    assert (rows[0]["Entries dropped"], rows[-1]["Entries dropped"]) == ("119", "70")
+    assert links(first) == {"next": ("/dashboard/history?page=2", "Older")}
     last = await signed_in.get("/dashboard/history?page=3")
-    rows = history_rows(last.text)
+    rows = history_rows(last)
     assert len(rows) == 20
-    assert '<td class="number">0</td>' in rows[-1]
-    assert 'href="/dashboard/history?page=2" rel="prev">Newer</a>' in last.text
-    assert "Older" not in last.text
+    assert rows[-1]["Entries dropped"] == "0"
+    assert links(last) == {"prev": ("/dashboard/history?page=2", "Newer")}
     beyond = await signed_in.get("/dashboard/history?page=4")
-    assert "Nothing has been cleared yet." in beyond.text
+    assert history_rows(beyond) == []
+    assert "Nothing has been cleared yet." in beyond.words
 
 
 async def test_history_filters_by_domain_and_outcome(signed_in: Dashboard) -> None:
@@ -199,24 +211,28 @@ async def test_history_filters_by_domain_and_outcome(signed_in: Dashboard) -> No
     page = await signed_in.get(
         "/dashboard/history", params={"domain": "Other.Test.", "outcome": "unauthorized"}
     )
-    rows = history_rows(page.text)
+    rows = history_rows(page)
     expected = [i for i in range(119, -1, -1) if i % 3 == 0 and i % 4 == 0]
     assert len(rows) == len(expected)
     for row, i in zip(rows, expected, strict=True):
-        assert "<td>other.test</td>" in row
-        assert "unauthorized" in row
-        assert f'<td class="number">{i}</td>' in row
-    assert 'value="other.test"' in page.text  # the filter shows, normalised
-    assert '<option value="unauthorized" selected>' in page.text
+        assert (row["Domain"], row["Outcome"]) == ("other.test", "unauthorized")
+        assert row["Entries dropped"] == str(i)
+    filters = page.html.find("form", class_="filters")
+    assert filters.find("input", name="domain").attrs["value"] == "other.test"  # normalised
+    [selected] = filters.find("select", name="outcome").find_all("option", selected=None)
+    assert selected.attrs["value"] == "unauthorized"
     none = await signed_in.get("/dashboard/history", params={"domain": "nowhere.test"})
-    assert "Nothing matches these filters." in none.text
+    assert history_rows(none) == []
+    assert "Nothing matches these filters." in none.words
 
 
 async def test_history_links_keep_the_filters(signed_in: Dashboard) -> None:
     await add_records(signed_in, 400)
     page = await signed_in.get("/dashboard/history", params={"outcome": "cleared", "page": "2"})
-    assert 'href="/dashboard/history?outcome=cleared&amp;page=3" rel="next"' in page.text
-    assert 'href="/dashboard/history?outcome=cleared&amp;page=1" rel="prev"' in page.text
+    assert links(page) == {
+        "next": ("/dashboard/history?outcome=cleared&page=3", "Older"),
+        "prev": ("/dashboard/history?outcome=cleared&page=1", "Newer"),
+    }
 
 
 def test_every_outcome_the_api_writes_can_be_filtered() -> None:
@@ -239,21 +255,20 @@ async def test_the_landing_page_charts_the_last_hour(signed_in: Dashboard) -> No
     clock.now += 120
     page = await signed_in.get("/dashboard")
     assert page.status == 200
-    assert '<dd data-testid="total-hits">3</dd>' in page.text
-    assert '<dd data-testid="total-misses">1</dd>' in page.text
-    assert '<dd data-testid="total-clears">1</dd>' in page.text
-    assert "75.0 %" in page.text
-    assert page.text.count('data-testid="clear-mark"') == 1
-    assert 'role="img"' in page.text
-    assert "Over the last 60 minutes: 3 hits, 1 misses and 1 clears." in page.text
-    points = re.findall(r'class="line hits" points="([^"]*)"', page.text)[0].split()
+    totals = {name: page.html.find(data_testid=f"total-{name}").text for name in TOTALS}
+    assert totals == {"hits": "3", "misses": "1", "clears": "1"}
+    assert "75.0 %" in page.words
+    assert len(page.html.find_all(data_testid="clear-mark")) == 1
+    chart = page.html.find("svg", role="img")
+    assert "Over the last 60 minutes: 3 hits, 1 misses and 1 clears." in chart.text
+    points = chart.find("polyline", class_="line hits").attrs["points"].split()
     assert len(points) == 60
 
     clock.now += 1800
     assert (await signed_in.get("/dashboard")).status == 200  # (keeps the session alive)
     clock.now += 1800  # an hour later, it has all scrolled off
     later = await signed_in.get("/dashboard")
-    assert '<dd data-testid="total-hits">0</dd>' in later.text
+    assert later.html.find(data_testid="total-hits").text == "0"
 
 
 async def test_without_a_store_the_page_says_it_does_not_know(
@@ -274,5 +289,5 @@ async def test_without_a_store_the_page_says_it_does_not_know(
         )
         assert (await dashboard.sign_in()).status == 303
         page = await dashboard.get("/dashboard/domains")
-        row = row_of(page.text, "example.com")
+        row = row_of(page, "example.com")
         assert (cell(row, "entries"), cell(row, "bytes")) == ("—", "—")

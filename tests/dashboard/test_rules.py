@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.api.dashboard.chart import build_chart, nice_step
-from proxy.core.backoff import FailureBackoff
+from proxy.core.ratelimit import DoublingDelay, FailureThrottle
 from proxy.core.sessions import (
     SessionCheck,
     SessionPolicy,
@@ -89,13 +89,13 @@ def test_csrf_never_raises_on_what_a_form_sends(given_token: str) -> None:
 
 
 def test_failures_beyond_the_allowance_double_the_wait() -> None:
-    backoff = FailureBackoff(free=2, max_delay=30)
+    backoff = DoublingDelay(free=2, max_delay=30)
     assert [backoff.delay_after(n) for n in range(1, 10)] == [0, 0, 1, 2, 4, 8, 16, 30, 30]
     assert backoff.delay_after(10**6) == 30  # no overflow
 
 
 def test_a_key_waits_after_its_failures_and_a_success_forgets_them() -> None:
-    backoff = FailureBackoff(free=1, max_delay=60)
+    backoff = FailureThrottle(DoublingDelay(free=1, max_delay=60))
     backoff.record_failure("k", 0.0)
     assert backoff.retry_after("k", 0.0) is None
     backoff.record_failure("k", 0.0)
@@ -111,7 +111,7 @@ def test_a_key_waits_after_its_failures_and_a_success_forgets_them() -> None:
 
 
 def test_keys_are_forgotten_after_a_quiet_while_and_bounded_in_number() -> None:
-    backoff = FailureBackoff(free=0, max_delay=10, forget_after=100, max_keys=3)
+    backoff = FailureThrottle(DoublingDelay(free=0, max_delay=10, forget_after=100), max_keys=3)
     backoff.record_failure("a", 0)
     backoff.record_failure("a", 0)
     assert backoff.retry_after("a", 50) is None  # waited out, still counted
@@ -126,23 +126,23 @@ def test_keys_are_forgotten_after_a_quiet_while_and_bounded_in_number() -> None:
 
 
 def test_a_clock_stepping_back_never_makes_a_wait_longer_than_the_cap() -> None:
-    backoff = FailureBackoff(free=0, max_delay=10)
+    backoff = FailureThrottle(DoublingDelay(free=0, max_delay=10))
     backoff.record_failure("k", 1000)
     assert backoff.retry_after("k", 0) == 10
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "max_keys"),
     [
-        {"free": -1, "max_delay": 1},
-        {"free": 1, "max_delay": 0.5},
-        {"free": 1, "max_delay": 1, "forget_after": 0},
-        {"free": 1, "max_delay": 1, "max_keys": 0},
+        ({"free": -1, "max_delay": 1}, 10),
+        ({"free": 1, "max_delay": 0.5}, 10),
+        ({"free": 1, "max_delay": 1, "forget_after": 0}, 10),
+        ({"free": 1, "max_delay": 1}, 0),
     ],
 )
-def test_bad_backoffs_are_refused(kwargs: dict[str, float]) -> None:
+def test_bad_backoffs_are_refused(kwargs: dict[str, float], max_keys: int) -> None:
     with pytest.raises(ValueError):
-        FailureBackoff(**kwargs)  # type: ignore[arg-type]
+        FailureThrottle(DoublingDelay(**kwargs), max_keys=max_keys)  # type: ignore[arg-type]
 
 
 # -- chart -------------------------------------------------------------------------------------

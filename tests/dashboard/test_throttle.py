@@ -22,7 +22,7 @@ from tests.dashboard.support import (
 def assert_waiting(page: Page, seconds: int) -> None:
     assert page.status == 429
     assert page.headers["Retry-After"] == str(seconds)
-    assert f"Too many failed sign-ins. Try again in {seconds} seconds." in page.text
+    assert f"Too many failed sign-ins. Try again in {seconds} seconds." in page.words
     assert page.cookie("cdnp_session") is None
 
 

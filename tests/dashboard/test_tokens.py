@@ -18,19 +18,19 @@ async def test_a_row_per_token_with_its_scope_and_times(signed_in: Dashboard) ->
     )
     page = await signed_in.get("/dashboard/tokens")
     assert page.status == 200
-    rows = page.text.split('<tr data-token="')[1:]
-    assert [row.split('"', 1)[0] for row in rows] == ["blog", "deploy"]
-    blog, deploy = rows
-    assert "<td>example.com, other.test</td>" in blog
-    assert "<td>2023-11-14 22:14:20 UTC</td>" in blog  # created (regenerated) at START + 60
-    assert "<td>2023-11-14 22:15:20 UTC</td>" in blog  # last used at START + 120
-    assert "<td>all domains</td>" in deploy
-    assert "<td>never</td>" in deploy
+    rows = page.html.find_all("tr", data_token=None)
+    assert [row.attrs["data-token"] for row in rows] == ["blog", "deploy"]
+    blog, deploy = ([cell.text for cell in row.find_all("td")] for row in rows)
+    assert "example.com, other.test" in blog
+    assert "2023-11-14 22:14:20 UTC" in blog  # created (regenerated) at START + 60
+    assert "2023-11-14 22:15:20 UTC" in blog  # last used at START + 120
+    assert "all domains" in deploy
+    assert "never" in deploy
     for row in rows:
-        assert '<button type="submit">Regenerate</button>' in row
-        assert '<button type="submit" class="danger">Revoke</button>' in row
-        assert row.count("data-confirm=") == 2
-    assert "No tokens yet." not in page.text
+        buttons = row.find_all("button", type="submit")
+        assert [button.text for button in buttons] == ["Regenerate", "Revoke"]
+        assert len(row.find_all(data_confirm=None)) == 2  # both ask before they act
+    assert "No tokens yet." not in page.words
     assert page.new_token is None
 
 
@@ -43,13 +43,13 @@ async def test_a_created_token_is_shown_once_and_works_at_once(
     assert page.headers["Cache-Control"] == "no-store"
     token = page.new_token
     assert token is not None and token.startswith("cdnp_")
-    assert 'data-copy="new-token"' in page.text
+    assert page.html.find_all("button", data_copy="new-token")
     assert await signed_in.clear_via_api(token) == 200
 
     again = await signed_in.get("/dashboard/tokens")
     assert again.new_token is None
     assert token not in again.text
-    assert 'data-token="deploy"' in again.text
+    assert again.html.find_all("tr", data_token="deploy")
     assert all(token not in record.getMessage() for record in caplog.records)
     assert any("created token 'deploy'" in record.getMessage() for record in caplog.records)
 
@@ -97,11 +97,12 @@ async def test_bad_create_forms_are_refused_and_kept(
     await signed_in.state.create_token("deploy", Scope.everything(), START)
     page = await signed_in.post("/dashboard/tokens", [("csrf", await signed_in.csrf()), *fields])
     assert page.status == status
-    assert message in page.text
+    assert message in page.words
     assert page.new_token is None
     assert [t.name for t in await signed_in.state.list_tokens()] == ["deploy"]
     name = dict(fields)["name"][:64]
-    assert f'name="name" value="{name}"' in page.text  # what was typed stays in the form
+    # what was typed stays in the form
+    assert page.html.find("input", name="name").attrs["value"] == name
 
 
 async def test_regenerate_shows_the_new_token_once_and_the_old_one_stops(
@@ -128,12 +129,12 @@ async def test_revoke_removes_the_token_and_says_so(signed_in: Dashboard) -> Non
     assert await signed_in.state.list_tokens() == []
     assert await signed_in.clear_via_api(token) == 401
     shown = await signed_in.get(page.location)
-    assert "Token “deploy” revoked." in shown.text
-    assert "No tokens yet." in shown.text
+    assert "Token “deploy” revoked." in shown.words
+    assert "No tokens yet." in shown.words
 
 
 async def test_the_revoked_notice_only_ever_names_a_token(signed_in: Dashboard) -> None:
     page = await signed_in.get("/dashboard/tokens", params={"revoked": "<b>all your base</b>"})
     assert page.status == 200
-    assert "revoked." not in page.text
-    assert "all your base" not in page.text
+    assert "revoked." not in page.text  # anywhere, markup too
+    assert "all your base" not in page.text  # anywhere, markup too

@@ -24,7 +24,7 @@ from proxy.api.clear_cache import ClearCacheContext
 from proxy.api.dashboard import auth, tokens, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
 from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
-from proxy.core.backoff import FailureBackoff
+from proxy.core.ratelimit import DoublingDelay, FailureThrottle
 from proxy.core.sessions import SessionPolicy
 from proxy.state.admins import password_hasher
 from proxy.store.base import Store
@@ -48,6 +48,9 @@ def create_dashboard(
     verifies whatever its parameters) and rehashes those made with other parameters."""
     config = clear.config.dashboard
     hasher = hasher or password_hasher()
+    signin_delays = DoublingDelay(
+        free=config.signin_failures_allowed, max_delay=config.signin_max_delay
+    )
     app = web.Application(middlewares=[error_pages])
     app.on_response_prepare.append(security_headers)
     app[DASHBOARD] = DashboardContext(
@@ -60,12 +63,8 @@ def create_dashboard(
         policy=SessionPolicy(config.session_idle_timeout, config.session_lifetime),
         hasher=hasher,
         dummy_hash=DummyHash(hasher),
-        failed_names=FailureBackoff(
-            free=config.signin_failures_allowed, max_delay=config.signin_max_delay
-        ),
-        failed_addresses=FailureBackoff(
-            free=config.signin_failures_allowed, max_delay=config.signin_max_delay
-        ),
+        failed_names=FailureThrottle(signin_delays),
+        failed_addresses=FailureThrottle(signin_delays),
         hashing=asyncio.Semaphore(HASHING_AT_ONCE),
     )
     aiohttp_jinja2.setup(

@@ -3,7 +3,7 @@
 - **Sign-in.** The form carries a CSRF token derived from a random secret in a short-lived
   ``cdnp_signin`` cookie, so another site cannot sign a browser in to an account of its
   choosing. Failed sign-ins count against the user name and the address
-  (``proxy.core.backoff``): past ``dashboard.signin_failures_allowed`` each further failure
+  (``proxy.core.ratelimit``): past ``dashboard.signin_failures_allowed`` each further failure
   doubles the wait, and an attempt made while waiting is refused (429) without checking the
   password. An unknown user name costs one argon2 verification, like a known one.
 - **Sessions.** A fresh random id on every sign-in (so no id chosen before sign-in survives
@@ -22,6 +22,7 @@ import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -52,9 +53,10 @@ from proxy.state.admins import MAX_PASSWORD_LENGTH, is_valid_admin_name, verify_
 log = logging.getLogger("proxy.dashboard")
 
 SIGN_IN = PREFIX + "/sign-in"
-SIGN_OUT = PREFIX + "/sign-out"
 MAX_FORM_BYTES = 16 * 1024
 SIGNIN_COOKIE_AGE = 3600  # seconds a sign-in form stays usable
+# The same answer for an unknown name and a wrong password, so neither is revealed.
+WRONG_CREDENTIALS = "Wrong username or password."
 # Where a sign-in may return to: dashboard pages only, so ?next= is never an open redirect.
 RETURN_PAGES = frozenset(PREFIX + page for page in ("", "/tokens", "/domains", "/history"))
 
@@ -228,82 +230,94 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     username = form.get("username", "")
     password = form.get("password", "")
+
+    def refused(status: int, error: str, headers: dict[str, str] | None = None) -> web.Response:
+        return _sign_in_form(
+            request,
+            status=status,
+            error=error,
+            username=username,
+            next_page=form.get("next"),
+            headers=headers,
+        )
+
     if not csrf_matches(request.cookies.get(SIGNIN_COOKIE, ""), form.get("csrf")):
-        return _sign_in_form(
-            request,
-            status=403,
-            error="The sign-in form had expired (or cookies are blocked). Try again.",
-            username=username,
-            next_page=form.get("next"),
-        )
+        return refused(403, "The sign-in form had expired (or cookies are blocked). Try again.")
     if not username or not password:
-        return _sign_in_form(
-            request,
-            status=400,
-            error="Enter your username and password.",
-            username=username,
-            next_page=form.get("next"),
-        )
-
+        return refused(400, "Enter your username and password.")
     now = ctx.clock()
-    address = "address:" + (request.remote or "unknown")
-    name_key = "name:" + username if is_valid_admin_name(username) else None
-    waits = [ctx.failed_addresses.retry_after(address, now)]
-    if name_key is not None:
-        waits.append(ctx.failed_names.retry_after(name_key, now))
-    wait = max((w for w in waits if w is not None), default=None)
+    keys = _ThrottleKeys.of(request, username)
+    wait = keys.retry_after(ctx, now)
     if wait is not None:
-        return _sign_in_form(
-            request,
-            status=429,
-            error=f"Too many failed sign-ins. Try again in {wait} seconds.",
-            username=username,
-            next_page=form.get("next"),
-            headers={"Retry-After": str(wait)},
-        )
-
-    # Counted as a failure before the check and forgiven after a success, so that guesses
-    # sent in parallel cannot all be checked before the first one is counted.
-    ctx.failed_addresses.record_failure(address, now)
-    if name_key is not None:
-        ctx.failed_names.record_failure(name_key, now)
-    verified = await _verify(ctx, username if name_key else None, password)
+        error = f"Too many failed sign-ins. Try again in {wait} seconds."
+        return refused(429, error, headers={"Retry-After": str(wait)})
+    verified = await _counted_verify(ctx, keys, username, password, now)
     if verified is None:
         # Only a name that could be an admin's is logged: people type passwords there too.
-        shown = repr(username) if name_key else "an impossible name"
+        shown = repr(username) if keys.name else "an impossible name"
         log.info("dashboard: failed sign-in as %s from %s", shown, request.remote)
-        return _sign_in_form(
-            request,
-            status=403,
-            error="Wrong username or password.",
-            username=username,
-            next_page=form.get("next"),
-        )
-    ctx.failed_addresses.record_success(address)
-    if name_key is not None:
-        ctx.failed_names.record_success(name_key)
-
-    rehashed = None
-    if ctx.hasher.check_needs_rehash(verified):  # the hasher's parameters have moved on
-        rehashed = await _hashing(ctx, ctx.hasher.hash, password)
-    await ctx.state.admins.end_expired_sessions(*expiry_cutoffs(ctx.policy, now))
-    session_id = secrets.token_urlsafe(32)
-    digest = session_digest(session_id)
-    if not await ctx.state.admins.start_session(
-        digest, username, verified, now, rehashed=rehashed
-    ):  # the password changed, or the admin was removed, while it was being checked
-        return _sign_in_form(
-            request,
-            status=403,
-            error="Wrong username or password.",
-            username=username,
-            next_page=form.get("next"),
-        )
+        return refused(403, WRONG_CREDENTIALS)
+    session_id = await _start_session(ctx, username, password, verified, now)
+    if session_id is None:  # the password changed, or the admin was removed, meanwhile
+        return refused(403, WRONG_CREDENTIALS)
     log.info("dashboard: %s signed in from %s", username, request.remote)
     response = see_other(_return_to(form.get("next")))
     response.set_cookie(SESSION_COOKIE, session_id, **_cookie(ctx))
     response.del_cookie(SIGNIN_COOKIE, **_cookie(ctx))
     return response
+
+
+@dataclass(frozen=True, slots=True)
+class _ThrottleKeys:
+    """What a sign-in's failures count against: its address, and its user name if that could
+    be an admin's (any other name is not remembered, so junk cannot fill the table)."""
+
+    address: str
+    name: str | None
+
+    @classmethod
+    def of(cls, request: web.Request, username: str) -> _ThrottleKeys:
+        name = "name:" + username if is_valid_admin_name(username) else None
+        return cls(address="address:" + (request.remote or "unknown"), name=name)
+
+    def retry_after(self, ctx: DashboardContext, now: float) -> int | None:
+        waits = [ctx.failed_addresses.retry_after(self.address, now)]
+        if self.name is not None:
+            waits.append(ctx.failed_names.retry_after(self.name, now))
+        return max((w for w in waits if w is not None), default=None)
+
+
+async def _counted_verify(
+    ctx: DashboardContext, keys: _ThrottleKeys, username: str, password: str, now: float
+) -> str | None:
+    """The admin's stored hash if ``password`` is right, or None, with the throttles told.
+
+    Counted as a failure before the check and forgiven after a success, so that guesses
+    sent in parallel cannot all be checked before the first one is counted."""
+    ctx.failed_addresses.record_failure(keys.address, now)
+    if keys.name is not None:
+        ctx.failed_names.record_failure(keys.name, now)
+    verified = await _verify(ctx, username if keys.name else None, password)
+    if verified is not None:
+        ctx.failed_addresses.record_success(keys.address)
+        if keys.name is not None:
+            ctx.failed_names.record_success(keys.name)
+    return verified
+
+
+async def _start_session(
+    ctx: DashboardContext, username: str, password: str, verified: str, now: float
+) -> str | None:
+    """A new session's id for a verified admin, or None if the admin changed meanwhile."""
+    rehashed = None
+    if ctx.hasher.check_needs_rehash(verified):  # the hasher's parameters have moved on
+        rehashed = await _hashing(ctx, ctx.hasher.hash, password)
+    await ctx.state.admins.end_expired_sessions(*expiry_cutoffs(ctx.policy, now))
+    session_id = secrets.token_urlsafe(32)
+    started = await ctx.state.admins.start_session(
+        session_digest(session_id), username, verified, now, rehashed=rehashed
+    )
+    return session_id if started else None
 
 
 async def _hashing(ctx: DashboardContext, fn: Callable[..., _T], *args: Any) -> _T:

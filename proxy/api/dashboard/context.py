@@ -12,7 +12,7 @@ from argon2 import PasswordHasher
 
 from proxy.api.clear_cache import ClearCacheContext
 from proxy.config import Config
-from proxy.core.backoff import FailureBackoff
+from proxy.core.ratelimit import FailureThrottle
 from proxy.core.sessions import SessionPolicy
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import Store
@@ -51,8 +51,8 @@ class DashboardContext:
     policy: SessionPolicy
     hasher: PasswordHasher
     dummy_hash: DummyHash  # verified against when the user name is unknown, to take as long
-    failed_names: FailureBackoff
-    failed_addresses: FailureBackoff
+    failed_names: FailureThrottle
+    failed_addresses: FailureThrottle
     hashing: asyncio.Semaphore  # argon2 takes 64 MiB a verification: a few at a time
 
 

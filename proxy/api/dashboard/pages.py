@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from http import HTTPStatus
 from typing import Any
 
 import aiohttp_jinja2
@@ -27,6 +26,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.api.dashboard.context import Session
+from proxy.api.problems import status_phrase
 from proxy.errors import StateError
 
 log = logging.getLogger("proxy.dashboard")
@@ -53,13 +53,6 @@ class PageError(Exception):
         self.status = status
         self.message = message
         self.headers: Mapping[str, str] = headers or {}
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
 
 
 def render(
@@ -111,9 +104,9 @@ def error_page(request: web.Request, status: int, message: str) -> web.Response:
             request,
             "error.html",
             {
-                "title": f"{status} {_phrase(status)}",
+                "title": f"{status} {status_phrase(status)}",
                 "status": status,
-                "phrase": _phrase(status),
+                "phrase": status_phrase(status),
                 "message": message,
             },
             session=None,

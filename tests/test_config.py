@@ -1,0 +1,206 @@
+"""The config file: every problem is one ConfigError naming the key, and good values are kept.
+
+The [dashboard] table has its own tests in tests/dashboard/test_config.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.config import (
+    ApiConfig,
+    CacheConfig,
+    DomainConfig,
+    EdgeConfig,
+    Listen,
+    StateConfig,
+    load_config,
+    parse_config,
+)
+from proxy.errors import ConfigError
+
+
+def base() -> dict[str, Any]:
+    """A minimal good config, fresh for each test so one can change a table in place."""
+    return {
+        "edge": {"listen": "127.0.0.1:8080"},
+        "api": {"listen": "127.0.0.1:8081"},
+        "cache": {"max_bytes": "1MiB"},
+        "state": {"path": "state.db"},
+        "domains": [{"name": "example.com", "origin": "http://127.0.0.1:9000"}],
+    }
+
+
+def test_a_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
+    config = parse_config(base(), base_dir=tmp_path)
+    assert config.edge == EdgeConfig(Listen("127.0.0.1", 8080), 30.0, "cdn-proxy")
+    assert config.api == ApiConfig(Listen("127.0.0.1", 8081), 4096, 10, 60.0)
+    assert config.cache == CacheConfig(max_bytes=1024**2, max_object_bytes=1024**2)
+    assert config.state == StateConfig(path=tmp_path / "state.db", audit_max_rows=100_000)
+    assert config.domains == (DomainConfig("example.com", "http://127.0.0.1:9000"),)
+    assert config.by_name == {"example.com": config.domains[0]}
+
+
+def test_every_key_can_be_set(tmp_path: Path) -> None:
+    data = base()
+    data["edge"] = {"listen": "[::1]:80", "shutdown_timeout": 5, "via": "edge-1"}
+    data["api"] = {
+        "listen": "0.0.0.0:0",
+        "max_body_bytes": "1KiB",
+        "auth_failures_allowed": 3,
+        "auth_failure_window": 0.5,
+    }
+    data["cache"] = {"max_bytes": 10_000, "max_object_bytes": "2 KB", "name": "c.1"}
+    data["state"] = {"path": "/abs/state.db", "audit_max_rows": 7}
+    data["domains"] = [
+        {
+            "name": "Example.COM.",
+            "origin": "https://[::1]:8443/",
+            "heuristic_freshness": True,
+            "connect_timeout": 1,
+            "read_timeout": 2.5,
+            "stale_if_error": 0,
+        },
+        {"name": "b.test", "origin": "http://origin.test", "stale_if_error": 60},
+    ]
+    config = parse_config(data, base_dir=tmp_path)
+    assert config.edge == EdgeConfig(Listen("::1", 80), 5.0, "edge-1")
+    assert config.api == ApiConfig(Listen("0.0.0.0", 0), 1024, 3, 0.5)
+    assert config.cache == CacheConfig(10_000, 2000, "c.1")
+    assert config.state == StateConfig(Path("/abs/state.db"), 7)
+    assert config.domains == (
+        DomainConfig("example.com", "https://[::1]:8443", True, 1.0, 2.5, 0.0),
+        DomainConfig("b.test", "http://origin.test", stale_if_error=60.0),
+    )
+    assert isinstance(config.edge.shutdown_timeout, float)
+
+
+def test_the_default_object_limit_is_at_most_8_mib(tmp_path: Path) -> None:
+    data = base()
+    data["cache"] = {"max_bytes": "1GiB"}
+    assert parse_config(data, base_dir=tmp_path).cache.max_object_bytes == 8 * 1024**2
+
+
+def _set(data: dict[str, Any], path: str, value: object) -> None:
+    """Set ``table.key`` (or ``domains.key`` for the first domain) to value; None deletes it."""
+    table, _, key = path.partition(".")
+    target = data["domains"][0] if table == "domains" else data.setdefault(table, {})
+    if not key:
+        data[table] = value
+    elif value is None:
+        del target[key]
+    else:
+        target[key] = value
+
+
+BAD = [
+    ("nonsense", 1, "nonsense: unknown key (expected one of: api, cache, dashboard"),
+    ("edge", None, "edge: the [edge] table is required"),
+    ("api", "x", "api: must be a table"),
+    ("edge.port", 1, "edge.port: unknown key (expected one of: listen, shutdown_timeout, via)"),
+    ("edge.listen", None, "edge.listen: is required and must be a string such as"),
+    ("edge.listen", 8080, "edge.listen: is required and must be a string"),
+    ("edge.listen", "nowhere", "edge.listen: 'nowhere' must be HOST:PORT with a port from 0"),
+    ("edge.listen", "h:65536", "edge.listen: 'h:65536' must be HOST:PORT"),
+    ("edge.listen", ":80", "edge.listen: ':80' must be HOST:PORT"),
+    ("edge.shutdown_timeout", 0, "edge.shutdown_timeout: must be a number of seconds greater"),
+    ("edge.shutdown_timeout", True, "edge.shutdown_timeout: must be a number of seconds"),
+    ("edge.via", "has space", "edge.via: must be 1-64 letters, digits, '.', '_' or '-'"),
+    ("edge.via", 3, "edge.via: must be 1-64 letters"),
+    ("api.listen", "127.0.0.1:8080", "api.listen: must differ from edge.listen"),
+    ("api.max_body_bytes", "1 PB", "api.max_body_bytes: '1 PB' is not a size (use bytes"),
+    ("api.max_body_bytes", 0, "api.max_body_bytes: must be greater than zero"),
+    ("api.max_body_bytes", True, "api.max_body_bytes: must be a size such as 256MiB"),
+    ("api.max_body_bytes", 1.5, "api.max_body_bytes: 1.5 is not a size"),
+    ("api.auth_failures_allowed", 0, "api.auth_failures_allowed: must be a whole number"),
+    ("api.auth_failures_allowed", 2.0, "api.auth_failures_allowed: must be a whole number"),
+    ("api.auth_failure_window", -1, "api.auth_failure_window: must be a number of seconds"),
+    ("cache.max_bytes", None, "cache.max_bytes: is required"),
+    ("cache.max_bytes", "lots", "cache.max_bytes: 'lots' is not a size"),
+    ("cache.max_object_bytes", "2MiB", "cache.max_object_bytes: must not be larger than"),
+    ("cache.name", "", "cache.name: must be 1-64 letters"),
+    ("state.path", None, "state.path: is required"),
+    ("state.path", "", "state.path: must be a non-empty string"),
+    ("state.path", 1, "state.path: must be a non-empty string"),
+    ("state.audit_max_rows", -5, "state.audit_max_rows: must be a whole number greater"),
+    ("domains", [], "domains: needs at least one [[domains]] table"),
+    ("domains", {"name": "x"}, "domains: needs at least one [[domains]] table"),
+    ("domains", ["x"], "domains[0]: must be a table"),
+    ("domains.port", 1, "domains[0].port: unknown key (expected one of: connect_timeout,"),
+    ("domains.name", None, "domains[0].name: is required and must be a string"),
+    ("domains.name", "a b", "domains[0].name: 'a b' is not a host name: "),
+    ("domains.origin", None, "domains[0].origin: is required and must be a URL such as"),
+    ("domains.origin", "ftp://x", "domains[0].origin: 'ftp://x' must start with http://"),
+    ("domains.origin", "http://h:99999", "domains[0].origin: 'http://h:99999' has a bad port"),
+    ("domains.origin", "http://:80", "domains[0].origin: 'http://:80' has no host"),
+    ("domains.origin", "http://h/p", "must be scheme://host[:port] with no path or user"),
+    ("domains.origin", "http://u@h", "must be scheme://host[:port] with no path or user"),
+    ("domains.origin", "http://h?q", "must be scheme://host[:port] with no path or user"),
+    ("domains.heuristic_freshness", 1, "domains[0].heuristic_freshness: must be true or false"),
+    ("domains.connect_timeout", "5", "domains[0].connect_timeout: must be a number of seconds"),
+    ("domains.read_timeout", 0, "domains[0].read_timeout: must be a number of seconds"),
+    ("domains.stale_if_error", -1, "domains[0].stale_if_error: must be a number of seconds, 0"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), BAD, ids=[f"{p}={v!r}" for p, v, _ in BAD])
+def test_a_bad_value_is_one_line_naming_the_key(
+    tmp_path: Path, path: str, value: object, message: str
+) -> None:
+    data = base()
+    _set(data, path, value)
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, base_dir=tmp_path)
+    text = str(raised.value)
+    assert message in text
+    assert text.startswith(raised.value.key + ": ")
+    assert "\n" not in text
+
+
+def test_a_domain_configured_twice_is_refused(tmp_path: Path) -> None:
+    data = base()
+    data["domains"].append({"name": "EXAMPLE.com", "origin": "http://127.0.0.1:1"})
+    with pytest.raises(ConfigError, match=r"domains\[1\].name: 'example.com' is configured twice"):
+        parse_config(data, base_dir=tmp_path)
+
+
+def test_two_listeners_on_port_0_may_share_a_host(tmp_path: Path) -> None:
+    data = base()
+    data["edge"]["listen"] = data["api"]["listen"] = "127.0.0.1:0"
+    config = parse_config(data, base_dir=tmp_path)
+    assert config.edge.listen == config.api.listen == Listen("127.0.0.1", 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "missing.toml: no such file"),
+        (b"\xff\xfe", "cannot be read"),
+        (b"[edge\n", "is not valid TOML"),
+    ],
+)
+def test_a_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, text: bytes | None, message: str
+) -> None:
+    path = tmp_path / "missing.toml"
+    if text is not None:
+        path.write_bytes(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_relative_state_paths_are_resolved_against_the_file(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "proxy.toml"
+    path.write_text(
+        '[edge]\nlisten = "127.0.0.1:0"\n[api]\nlisten = "127.0.0.1:0"\n'
+        '[cache]\nmax_bytes = "1MiB"\n[state]\npath = "../var/state.db"\n'
+        '[[domains]]\nname = "example.com"\norigin = "http://127.0.0.1:9"\n',
+        encoding="utf-8",
+    )
+    assert load_config(path).state.path == tmp_path / "etc" / ".." / "var" / "state.db"
