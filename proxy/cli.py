@@ -168,7 +168,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _open_state(config: Config) -> StateDB:
-    return StateDB(config.state.path, audit_max_rows=config.state.audit_max_rows)
+    _, state = config.api_role()
+    return StateDB(state.path, audit_max_rows=state.audit_max_rows)
 
 
 def _check(check: Callable[[str], None], value: str) -> None:

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ _UNITS = {
     "GiB": 1024**3,
 }
 _DEFAULT_MAX_OBJECT = 8 * 1024**2  # unless cache.max_bytes is smaller
-_TABLES = ("edge", "api", "cache", "state", "dashboard", "domains")
+_TABLES = ("edge", "api", "cache", "state", "dashboard", "fleet", "domains")
 
 # A key's check: (its full name, its TOML value or None when absent) -> the converted value.
 # TOML has no null, so None can only mean the key was left out.
@@ -83,6 +84,9 @@ class EdgeConfig:
     listen: Annotated[Listen, _listen]
     shutdown_timeout: Annotated[float, _seconds] = 30.0
     via: Annotated[str, _token_text] = "cdn-proxy"
+    # Edge processes sharing the listen port (SO_REUSEPORT); "auto" is one per usable core.
+    # More than one makes them a fleet: see [fleet].
+    workers: Annotated[int, _workers] = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +128,45 @@ class DashboardConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """Edge processes and control planes coordinated through Valkey (decision 0014)."""
+
+    # redis://, rediss:// or unix:// (Valkey or Redis). Left out: the control process starts
+    # an embedded Valkey on a Unix socket beside the state database (workers on one machine).
+    url: Annotated[str | None, _fleet_url] = None
+    node: Annotated[str, _token_text] = ""  # this machine's name in the fleet; the host name
+    lease: Annotated[float, _seconds] = 2.0  # an edge process serves from cache only within it
+    renew: Annotated[float, _seconds] = 0.5  # how often an edge process renews its lease
+    # How long a clear may wait for every live edge process before it answers 503.
+    clear_timeout: Annotated[float, _seconds] = 5.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
-    edge: EdgeConfig
-    api: ApiConfig
-    cache: CacheConfig
-    state: StateConfig
+    """A node's roles are its tables: [edge] runs edge processes, [api] the control plane
+    (clear-cache API, dashboard, metrics, the state database); a node may have both."""
+
+    edge: EdgeConfig | None
+    api: ApiConfig | None
+    cache: CacheConfig | None  # with [edge]
+    state: StateConfig | None  # with [api]
     domains: tuple[DomainConfig, ...]
     by_name: Mapping[str, DomainConfig] = field(repr=False, compare=False)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    # None: one process, no coordination (workers = 1 and no [fleet] table).
+    fleet: FleetConfig | None = None
+
+    def edge_role(self) -> tuple[EdgeConfig, CacheConfig]:
+        """[edge] and [cache], for the code that runs an edge; ConfigError on a node without."""
+        if self.edge is None or self.cache is None:
+            raise ConfigError("edge", "this node has no [edge] table: it runs no edge")
+        return self.edge, self.cache
+
+    def api_role(self) -> tuple[ApiConfig, StateConfig]:
+        """[api] and [state], for the control plane; ConfigError on a node without."""
+        if self.api is None or self.state is None:
+            raise ConfigError("api", "this node has no [api] table: it runs no control plane")
+        return self.api, self.state
 
 
 # -- reading and building -----------------------------------------------------------------------
@@ -154,14 +189,18 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
     """Build a Config from already-parsed TOML data."""
     _only_keys("", data, _TABLES)
-    edge = _build(EdgeConfig, "edge", _table(data, "edge"))
-    api = _build(ApiConfig, "api", _table(data, "api"))
-    if api.listen == edge.listen and api.listen.port != 0:
+    if data.get("edge") is None and data.get("api") is None:
+        raise ConfigError("edge", "a node needs an [edge] table, an [api] table, or both")
+    edge = _optional(EdgeConfig, data, "edge")
+    api = _optional(ApiConfig, data, "api")
+    if edge is not None and api is not None and api.listen == edge.listen and api.listen.port:
         raise ConfigError("api.listen", "must differ from edge.listen")
-    cache = _cache(_table(data, "cache"))
-    state = _build(StateConfig, "state", _table(data, "state"))
-    # An absolute state.path stays as it is: joining an absolute path replaces the base.
-    state = dataclasses.replace(state, path=base_dir / state.path)
+    cache = _cache(_table(data, "cache")) if edge is not None else None
+    state = None
+    if api is not None or "state" in data:
+        state = _build(StateConfig, "state", _table(data, "state"))
+        # An absolute state.path stays as it is: joining an absolute path replaces the base.
+        state = dataclasses.replace(state, path=base_dir / state.path)
     domains = _domains(data.get("domains"))
     return Config(
         edge=edge,
@@ -171,7 +210,40 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         domains=domains,
         by_name={domain.name: domain for domain in domains},
         dashboard=_dashboard(_table(data, "dashboard", required=False)),
+        fleet=_fleet(data, edge, api),
     )
+
+
+def _optional(cls: type[_T], data: Mapping[str, Any], key: str) -> _T | None:
+    return None if data.get(key) is None else _build(cls, key, _table(data, key))
+
+
+def _fleet(
+    data: Mapping[str, Any], edge: EdgeConfig | None, api: ApiConfig | None
+) -> FleetConfig | None:
+    """[fleet] as given, or the embedded default for several workers on one node."""
+    raw = _table(data, "fleet", required=False)
+    alone = edge is not None and edge.workers == 1 and api is not None
+    if alone and "fleet" not in data:
+        return None  # one process: edge and API together, nothing to coordinate
+    fleet = _build(FleetConfig, "fleet", raw)
+    if fleet.url is None and (edge is None or api is None):
+        role = "[api]" if edge is None else "[edge]"
+        raise ConfigError(
+            "fleet.url", f"is required on a node with only {role}: it names the fleet's Valkey"
+        )
+    if fleet.renew * 2 > fleet.lease:
+        raise ConfigError("fleet.renew", "must be at most half of fleet.lease")
+    if fleet.clear_timeout <= fleet.lease:
+        raise ConfigError("fleet.clear_timeout", "must be longer than fleet.lease")
+    if not fleet.node:
+        fleet = dataclasses.replace(fleet, node=_host_name())
+    return fleet
+
+
+def _host_name() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
+    return name or "node"
 
 
 def _cache(raw: Mapping[str, Any]) -> CacheConfig:
@@ -296,6 +368,25 @@ def _delay_cap(key: str, value: object) -> float:
     if seconds < 1:
         raise ConfigError(key, "must be at least 1 second")
     return seconds
+
+
+def _workers(key: str, value: object) -> int:
+    if value == "auto":
+        return len(os.sched_getaffinity(0))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
+        raise ConfigError(key, 'must be a whole number from 1 to 256, or "auto"')
+    return value
+
+
+def _fleet_url(key: str, value: object) -> str:
+    if not isinstance(value, str) or urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(key, f"{value!r} must be a redis://, rediss:// or unix:// URL")
+    parts = urlsplit(value)
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(key, f"{value!r} names no socket path")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(key, f"{value!r} has no host")
+    return value
 
 
 def _count(key: str, value: object) -> int:

@@ -31,7 +31,7 @@ from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.errors import ProxyError
 from proxy.state.sqlite import AsyncState
-from proxy.store.base import LocalPurger
+from proxy.store.base import LocalPurger, Purger, Store
 from proxy.store.memory import MemoryStore
 from proxy.telemetry import Telemetry
 
@@ -62,46 +62,22 @@ class StartError(ProxyError):
 async def running(
     config: Config, *, clock: Callable[[], float] = time.time
 ) -> AsyncIterator[Service]:
-    """``clock`` is the service's wall clock, one for all: cache freshness, the traffic
+    """One process with both roles and nothing to coordinate (no [fleet]): the edge and the
+    control plane share one memory store, and a clear is a call into it.
+
+    ``clock`` is the service's wall clock, one for all: cache freshness, the traffic
     timeline, audit times, rate limits and dashboard sessions (tests move it by hand)."""
     async with AsyncExitStack() as stack:
-        wake = asyncio.Event()
-        store = MemoryStore(max_bytes=config.cache.max_bytes, on_clear=wake.set)
-        state = await AsyncState.open(config.state.path, audit_max_rows=config.state.audit_max_rows)
-        stack.push_async_callback(state.close)
-        session = new_session()
-        stack.push_async_callback(session.close)
-        reclaimer = asyncio.create_task(_reclaim(store, wake), name="reclaim")
-        stack.push_async_callback(_cancel, reclaimer)
-
+        store = await stack.enter_async_context(memory_store(config.edge_role()[1].max_bytes))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
-        edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
-        stack.push_async_callback(edge.close)
-        edge_server = web.Server(edge.handle, access_log=None, handler_cancellation=False)
-        edge_runner = web.ServerRunner(
-            edge_server, shutdown_timeout=config.edge.shutdown_timeout, handle_signals=False
+        edge, edge_url = await stack.enter_async_context(
+            edge_listening(config, store=store, telemetry=telemetry, clock=clock)
         )
-        await edge_runner.setup()
-        stack.push_async_callback(edge_runner.cleanup)
-        api_app = create_api_app(
-            config=config,
-            state=state,
-            purger=LocalPurger(store),
-            telemetry=telemetry,
-            store=store,
-            clock=clock,
+        state, api_url = await stack.enter_async_context(
+            control_listening(
+                config, purger=LocalPurger(store), store=store, telemetry=telemetry, clock=clock
+            )
         )
-        api_runner = web.AppRunner(
-            api_app,
-            shutdown_timeout=config.edge.shutdown_timeout,
-            handle_signals=False,
-            access_log_class=ApiAccessLogger,
-        )
-        await api_runner.setup()
-        stack.push_async_callback(api_runner.cleanup)
-
-        edge_url = await _listen(edge_runner, config.edge.listen, "edge.listen")
-        api_url = await _listen(api_runner, config.api.listen, "api.listen")
         yield Service(
             config=config,
             store=store,
@@ -113,13 +89,102 @@ async def running(
         )
 
 
+@asynccontextmanager
+async def memory_store(max_bytes: int) -> AsyncIterator[MemoryStore]:
+    """A memory store, and the task that reclaims its cleared generations in slices."""
+    wake = asyncio.Event()
+    store = MemoryStore(max_bytes=max_bytes, on_clear=wake.set)
+    reclaimer = asyncio.create_task(_reclaim(store, wake), name="reclaim")
+    try:
+        yield store
+    finally:
+        await _cancel(reclaimer)
+
+
+@asynccontextmanager
+async def edge_listening(
+    config: Config,
+    *,
+    store: Store,
+    telemetry: Telemetry,
+    clock: Callable[[], float] = time.time,
+    port: int | None = None,
+    reuse_port: bool = False,
+) -> AsyncIterator[tuple[Edge, str]]:
+    """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
+    its origin session; closed in reverse order. ``reuse_port``: one of several edge
+    processes sharing the port (SO_REUSEPORT), the kernel spreading connections among them."""
+    edge_config, _ = config.edge_role()
+    async with AsyncExitStack() as stack:
+        session = new_session()
+        stack.push_async_callback(session.close)
+        edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
+        stack.push_async_callback(edge.close)
+        server = web.Server(edge.handle, access_log=None, handler_cancellation=False)
+        runner = web.ServerRunner(
+            server, shutdown_timeout=edge_config.shutdown_timeout, handle_signals=False
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)
+        url = await _listen(runner, where, "edge.listen", reuse_port=reuse_port)
+        yield edge, url
+
+
+@asynccontextmanager
+async def control_listening(
+    config: Config,
+    *,
+    purger: Purger,
+    telemetry: Telemetry,
+    store: Store | None = None,
+    clock: Callable[[], float] = time.time,
+) -> AsyncIterator[tuple[AsyncState, str]]:
+    """The control plane: the state database and the API listener (clear-cache, dashboard,
+    /metrics, /healthz), closed in reverse order."""
+    api_config, state_config = config.api_role()
+    async with AsyncExitStack() as stack:
+        state = await AsyncState.open(state_config.path, audit_max_rows=state_config.audit_max_rows)
+        stack.push_async_callback(state.close)
+        app = create_api_app(
+            config=config,
+            state=state,
+            purger=purger,
+            telemetry=telemetry,
+            store=store,
+            clock=clock,
+        )
+        runner = web.AppRunner(
+            app,
+            shutdown_timeout=_shutdown_timeout(config),
+            handle_signals=False,
+            access_log_class=ApiAccessLogger,
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        yield state, await _listen(runner, api_config.listen, "api.listen")
+
+
+def _shutdown_timeout(config: Config) -> float:
+    return config.edge.shutdown_timeout if config.edge is not None else 30.0
+
+
 LISTEN_BACKLOG = 4096
 
 
-async def _listen(runner: web.BaseRunner, where: Listen, key: str) -> str:
+async def _listen(
+    runner: web.BaseRunner, where: Listen, key: str, *, reuse_port: bool = False
+) -> str:
     # A deep accept queue: after a clear, hundreds of clients may connect at once, and with
     # the default of 128 the kernel drops SYNs that are retried only a second later.
-    site = web.TCPSite(runner, where.host, where.port, reuse_address=True, backlog=LISTEN_BACKLOG)
+    site = web.TCPSite(
+        runner,
+        where.host,
+        where.port,
+        reuse_address=True,
+        reuse_port=reuse_port or None,
+        backlog=LISTEN_BACKLOG,
+    )
     try:
         await site.start()
     except OSError as exc:

@@ -5,6 +5,7 @@ The [dashboard] table has its own tests in tests/dashboard/test_config.py.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ def base() -> dict[str, Any]:
 
 def test_a_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
     config = parse_config(base(), base_dir=tmp_path)
-    assert config.edge == EdgeConfig(Listen("127.0.0.1", 8080), 30.0, "cdn-proxy")
+    assert config.edge == EdgeConfig(Listen("127.0.0.1", 8080), 30.0, "cdn-proxy", workers=1)
+    assert config.fleet is None  # one process: nothing to coordinate
     assert config.api == ApiConfig(Listen("127.0.0.1", 8081), 4096, 10, 60.0)
     assert config.cache == CacheConfig(max_bytes=1024**2, max_object_bytes=1024**2)
     assert config.state == StateConfig(path=tmp_path / "state.db", audit_max_rows=100_000)
@@ -98,9 +100,21 @@ def _set(data: dict[str, Any], path: str, value: object) -> None:
 
 BAD = [
     ("nonsense", 1, "nonsense: unknown key (expected one of: api, cache, dashboard"),
-    ("edge", None, "edge: the [edge] table is required"),
+    ("edge", None, "fleet.url: is required on a node with only [api]: it names the fleet's"),
+    ("edge.workers", 0, 'edge.workers: must be a whole number from 1 to 256, or "auto"'),
+    ("edge.workers", "2", 'edge.workers: must be a whole number from 1 to 256, or "auto"'),
+    ("edge.workers", 1.5, "edge.workers: must be a whole number"),
+    ("fleet", 1, "fleet: must be a table"),
+    ("fleet.url", "http://h:1", "fleet.url: 'http://h:1' must be a redis://, rediss:// or unix://"),
+    ("fleet.url", "redis://", "fleet.url: 'redis://' has no host"),
+    ("fleet.url", "unix://", "fleet.url: 'unix://' names no socket path"),
+    ("fleet.renew", 1.5, "fleet.renew: must be at most half of fleet.lease"),
+    ("fleet.clear_timeout", 2, "fleet.clear_timeout: must be longer than fleet.lease"),
+    ("fleet.lease", 0, "fleet.lease: must be a number of seconds greater than zero"),
+    ("fleet.node", "a b", "fleet.node: must be 1-64 letters, digits"),
+    ("fleet.peers", 1, "fleet.peers: unknown key (expected one of: clear_timeout, lease, node"),
     ("api", "x", "api: must be a table"),
-    ("edge.port", 1, "edge.port: unknown key (expected one of: listen, shutdown_timeout, via)"),
+    ("edge.port", 1, "edge.port: unknown key (expected one of: listen, shutdown_timeout, via, "),
     ("edge.listen", None, "edge.listen: is required and must be a string such as"),
     ("edge.listen", 8080, "edge.listen: is required and must be a string"),
     ("edge.listen", "nowhere", "edge.listen: 'nowhere' must be HOST:PORT with a port from 0"),
@@ -204,3 +218,55 @@ def test_relative_state_paths_are_resolved_against_the_file(tmp_path: Path) -> N
         encoding="utf-8",
     )
     assert load_config(path).state.path == tmp_path / "etc" / ".." / "var" / "state.db"
+
+
+def test_several_workers_make_a_fleet_on_an_embedded_valkey(tmp_path: Path) -> None:
+    data = base()
+    data["edge"]["workers"] = 3
+    config = parse_config(data, base_dir=tmp_path)
+    assert config.edge is not None and config.edge.workers == 3
+    assert config.fleet is not None
+    assert config.fleet.url is None  # the control process starts one beside the state db
+    assert (config.fleet.lease, config.fleet.renew, config.fleet.clear_timeout) == (2.0, 0.5, 5.0)
+    assert config.fleet.node  # the host name, made a token
+
+
+def test_auto_workers_is_one_per_usable_core(tmp_path: Path) -> None:
+    data = base()
+    data["edge"]["workers"] = "auto"
+    config = parse_config(data, base_dir=tmp_path)
+    assert config.edge is not None
+    assert config.edge.workers == len(os.sched_getaffinity(0))
+
+
+def test_an_edge_only_node_needs_no_api_state_but_a_fleet_url(tmp_path: Path) -> None:
+    """An edge node of a fleet: [edge], [cache], [[domains]] and [fleet]; its clears come
+    from a control plane elsewhere, through the fleet's Valkey."""
+    data = base()
+    del data["api"], data["state"]
+    data["fleet"] = {"url": "redis://10.0.0.5:6379/0", "node": "edge-2"}
+    config = parse_config(data, base_dir=tmp_path)
+    assert (config.api, config.state) == (None, None)
+    assert config.fleet is not None and config.fleet.node == "edge-2"
+    with pytest.raises(ConfigError, match="runs no control plane"):
+        config.api_role()
+    del data["fleet"]
+    with pytest.raises(ConfigError, match="fleet.url: is required on a node with only"):
+        parse_config(data, base_dir=tmp_path)
+
+
+def test_a_control_only_node_needs_no_cache(tmp_path: Path) -> None:
+    data = base()
+    del data["edge"], data["cache"]
+    data["fleet"] = {"url": "unix:///run/valkey.sock"}
+    config = parse_config(data, base_dir=tmp_path)
+    assert (config.edge, config.cache) == (None, None)
+    with pytest.raises(ConfigError, match="runs no edge"):
+        config.edge_role()
+
+
+def test_a_node_needs_a_role(tmp_path: Path) -> None:
+    data = base()
+    del data["edge"], data["api"]
+    with pytest.raises(ConfigError, match="needs an \\[edge\\] table, an \\[api\\] table, or both"):
+        parse_config(data, base_dir=tmp_path)

@@ -66,13 +66,12 @@ def create_api_app(
     app = web.Application()
     problems.install(app)
     telemetry = telemetry if telemetry is not None else Telemetry()
+    api, _ = config.api_role()
     clear = app[CLEAR_CACHE_CONTEXT] = ClearCacheContext(
         config=config,
         state=state,
         purger=purger,
-        limiter=FailureThrottle(
-            SlidingWindow(config.api.auth_failures_allowed, config.api.auth_failure_window)
-        ),
+        limiter=FailureThrottle(SlidingWindow(api.auth_failures_allowed, api.auth_failure_window)),
         clock=clock,
         telemetry=telemetry,
     )

@@ -80,6 +80,10 @@ class ClearCacheContext:
     clock: Callable[[], float]
     telemetry: Telemetry | None = None  # counts and times every attempt, by outcome
 
+    @property
+    def max_body_bytes(self) -> int:
+        return self.config.api_role()[0].max_body_bytes
+
 
 CLEAR_CACHE_CONTEXT = web.AppKey("clear_cache_context", ClearCacheContext)
 
@@ -222,7 +226,7 @@ async def _authorise_bearer(
     attempt.actor = record.name
 
     _check_media_type(request)
-    body = await _read_body(request, ctx.config.api.max_body_bytes)
+    body = await _read_body(request, ctx.max_body_bytes)
     return Grant(record.scope, _domain_from_body(body))
 
 

@@ -90,10 +90,11 @@ class Edge:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._domains: Mapping[str, DomainConfig] = config.by_name
-        self._name = config.cache.name
-        self._capability = surrogate_capability(config.cache.name)
-        self._via = config.edge.via
-        self._max_object = config.cache.max_object_bytes
+        edge, cache = config.edge_role()
+        self._name = cache.name
+        self._capability = surrogate_capability(cache.name)
+        self._via = edge.via
+        self._max_object = cache.max_object_bytes
         self._store = store
         self._session = session
         self._clock = clock
