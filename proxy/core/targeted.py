@@ -93,17 +93,3 @@ def surrogate_control(value: str, surrogate_name: str | None) -> Directives:
 def surrogate_capability(surrogate_name: str) -> str:
     """The Surrogate-Capability request field this cache adds on its way to the origin."""
     return f'{surrogate_name}="{SURROGATE_CAPABILITY}"'
-
-
-def format_directives(directives: Directives) -> str:
-    """Directives back in Cache-Control syntax (for rules that read the field itself)."""
-    parts = []
-    for name, arg in directives.items():
-        if arg is None:
-            parts.append(name)
-        elif arg.isdigit() or arg == "-1":
-            parts.append(f"{name}={arg}")
-        else:
-            escaped = arg.replace("\\", "\\\\").replace('"', '\\"')
-            parts.append(f'{name}="{escaped}"')
-    return ", ".join(parts)
