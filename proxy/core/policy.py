@@ -449,13 +449,13 @@ def invalidation_targets(
     targets = [target]
     for name, value in response_headers:
         if name.lower() in ("location", "content-location"):
-            other = same_host_target(domain, target, value)
+            other = _same_host_target(domain, target, value)
             if other is not None and other not in targets:
                 targets.append(other)
     return targets
 
 
-def same_host_target(domain: str, base_target: str, reference: str) -> str | None:
+def _same_host_target(domain: str, base_target: str, reference: str) -> str | None:
     """The request-target a Location-style reference names on this domain, or None."""
     parts = urlsplit(reference)
     if parts.scheme or parts.netloc:

@@ -25,7 +25,7 @@ from proxy.core.httpdate import Directives, delta_seconds, field_names, unqualif
 HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
 # Statuses whose caching semantics this cache implements, for must-understand (§5.2.2.3).
 # Not 206 (no partial content is stored) nor 304 (it updates a stored response, §4.3.4).
-UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 500, 502, 503, 504}
+_UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 500, 502, 503, 504}
 
 # Never stored, whatever the origin says: they describe one connection or one exchange.
 NOT_STORED = frozenset(
@@ -42,7 +42,9 @@ NOT_STORED = frozenset(
         "proxy-authentication-info",
         "proxy-authorization",
         "age",  # §4.2.3: recomputed on every use from the corrected initial age
-        "set-cookie",  # one user's; a response carrying it is not stored at all (below)
+        # One user's: a response carrying it is not stored (``refusal``), nor is a 304's
+        # merged into a stored response (``policy.merge_not_modified``).
+        "set-cookie",
         "cache-status",  # RFC 9211 §2: each cache adds its own member; the origin's is dropped
     }
 )
@@ -78,7 +80,7 @@ def refusal(
         return "vary-not-forwarded"
     # The response's directives, then its status (§3's list).
     must_understand = "must-understand" in directives
-    if must_understand and status not in UNDERSTOOD_STATUSES:  # §3 ¶2.3, §5.2.2.3
+    if must_understand and status not in _UNDERSTOOD_STATUSES:  # §3 ¶2.3, §5.2.2.3
         return "must-understand"
     # §5.2.2.3: a cache that understands the status ignores no-store beside must-understand.
     if "no-store" in directives and not must_understand:  # §3 ¶2.4, §5.2.2.5
