@@ -23,6 +23,7 @@ put it in a reference cycle.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -261,12 +262,12 @@ class StoredResponse:
     @property
     def etag(self) -> str | None:
         """The stored ETag (the last, if several), or None."""
-        return _last_field(self.headers, "etag")
+        return last_field(self.headers, "etag")
 
     @property
     def last_modified(self) -> str | None:
         """The stored Last-Modified (the last, if several), or None."""
-        return _last_field(self.headers, "last-modified")
+        return last_field(self.headers, "last-modified")
 
     def age(self, now: float) -> float:
         """Current age, RFC 9111 §4.2.3: the corrected initial age plus the time since it was
@@ -290,9 +291,12 @@ class StoredResponse:
         return not self.revalidate_always and self.fresh_age(now) is not None
 
 
-def _last_field(headers: Headers, lowered_name: str) -> str | None:
+def last_field(fields: Iterable[tuple[str, str]], lowered_name: str) -> str | None:
+    """The value of the last field named ``lowered_name`` (any case), or None: where a field
+    that should appear once appears several times, the cache reads the last (the ETag,
+    Last-Modified and Date it validates and ages with)."""
     found = None
-    for name, value in headers:
+    for name, value in fields:
         if name.lower() == lowered_name:
             found = value
     return found

@@ -14,7 +14,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from functools import lru_cache
+
+import http_sf
 
 from proxy.core.entry import Headers
 
@@ -135,6 +139,9 @@ def from_origin(headers: Iterable[tuple[str, str]]) -> Headers:
     return tuple((name, value) for name, value in items if name.lower() not in drop)
 
 
+# Few distinct members are ever made (a name, a handful of fwd and detail values), and
+# serialising one costs far more than looking it up.
+@lru_cache(maxsize=256)
 def cache_status(
     name: str,
     *,
@@ -145,18 +152,31 @@ def cache_status(
     ttl: int | None = None,
     detail: str | None = None,
 ) -> str:
-    """An RFC 9211 Cache-Status member for this cache."""
-    parts = [name]
+    """An RFC 9211 Cache-Status member for this cache: its name, then its parameters, each
+    serialised as RFC 8941 says (``http_sf``), so any name or detail reads back as sent.
+
+    The name is a Token when it can be one, else a String (§2); ``fwd`` is a Token (§2.2);
+    ``detail`` a String (§2.8), with any character a String cannot carry (outside printable
+    ASCII) replaced by '?'. Members are joined with "; " as in RFC 9211's own examples, which
+    RFC 8941 §3.1.2 allows. Callers on the hit path still compute theirs once."""
+    params: list[tuple[str, http_sf.types.BareItemType]] = []
     if hit:
-        parts.append("hit")
+        params.append(("hit", True))
     if fwd is not None:
-        parts.append(f"fwd={fwd}")
+        params.append(("fwd", http_sf.Token(fwd)))
     if stored:
-        parts.append("stored")
+        params.append(("stored", True))
     if collapsed:
-        parts.append("collapsed")
+        params.append(("collapsed", True))
     if ttl is not None:
-        parts.append(f"ttl={ttl}")
+        params.append(("ttl", ttl))
     if detail is not None:
-        parts.append(f'detail="{detail}"')
+        params.append(("detail", _NOT_STRING.sub("?", detail)))
+    parts = [http_sf.ser(http_sf.Token(name) if _TOKEN.fullmatch(name) else name)]
+    parts.extend(key if value is True else f"{key}={http_sf.ser(value)}" for key, value in params)
     return "; ".join(parts)
+
+
+# RFC 8941 §3.3.4 (sf-token) and §3.3.3 (the characters an sf-string may hold).
+_TOKEN = re.compile(r"[A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_`|~]*")
+_NOT_STRING = re.compile(r"[^\x20-\x7e]")

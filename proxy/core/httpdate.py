@@ -1,4 +1,5 @@
-"""HTTP-date and Cache-Control parsing (RFC 9110 §5.6.7, RFC 9111 §5.2)."""
+"""Parsing the fields freshness is computed from: HTTP-dates (RFC 9110 §5.6.7), Cache-Control
+(RFC 9111 §5.2) and the field-name lists its directives carry, and Age (RFC 9111 §5.1)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def _timestamp(
 
 
 def parse_cache_control(value: str | None) -> Directives:
-    """Directive names (lowercased) to their argument, unquoted, or None.
+    """Directive names (lowercased) to their argument, or None. A quoted argument loses its
+    quotes, and an escaped quote inside it is read as a quote (other escapes are kept as sent).
 
     A directive given twice with different arguments is marked as a conflict:
     ``delta_seconds`` then reports it invalid and ``unqualified`` treats it as unqualified.

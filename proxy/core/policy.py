@@ -6,16 +6,19 @@ Theory of operation. A request flows through three decisions:
    the one whose Vary'd request headers match (§4.1) and say ``Serve`` (fresh, §4.2),
    ``Revalidate`` (stale, or no-cache, §4.3) or ``Forward`` (nothing usable).
 2. ``assess_response`` (§3): when the origin answers, decide from the status and headers
-   alone, before the body is read, whether the response may be stored. The RFC's own
-   conditions (method, final status, no-store, private, Authorization §3.5, explicit
-   freshness or heuristically cacheable status) are checked by hishel's shared-cache state
-   machine; this module adds the edge's own stricter rules (no Set-Cookie, no Vary: *, no
-   storing without explicit freshness unless the domain allows heuristics) and reduces
-   freshness to a deadline once (§4.2.1, §4.2.3), so a hit never parses Cache-Control again.
-3. ``refresh`` (§4.3.4, §3.2): a 304 to a revalidation updates the stored headers.
+   alone, before the body is read, whether the response may be stored. The rule table of
+   §3 (method, final status, no-store, private, Authorization §3.5, explicit freshness or
+   heuristically cacheable status) and the edge's own stricter rules (no Set-Cookie, no
+   Vary: *) live in ``storability``; this module adds what needs a lifetime (no storing
+   without explicit freshness unless the domain allows heuristics, nor without a validator
+   when the response is stale at once) and reduces freshness to a deadline once (§4.2.1,
+   §4.2.3), so a hit never parses Cache-Control again.
+3. ``merge_not_modified`` and ``refreshed`` (§4.3.4, §3.2): a 304 to a revalidation updates
+   the stored headers, and the stored body is kept under them.
 
-Plus ``invalidation_targets`` (§4.4) for unsafe methods, and ``not_modified`` (RFC 9110
-§13.2.2) to answer clients' own conditional requests from a fresh entry.
+Plus ``invalidation_targets`` (§4.4) for unsafe methods, ``not_modified`` (RFC 9110
+§13.2.2) to answer clients' own conditional requests from a fresh entry, and
+``may_serve_stale`` / ``serve_while_revalidating`` (§4.2.4, RFC 5861) for stale entries.
 
 Nothing here reads the clock: every time is passed in as ``now``, ``request_time`` or
 ``response_time`` (wall-clock seconds).
@@ -29,10 +32,8 @@ from http import HTTPStatus
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
-import hishel
-
 from proxy.core.domains import host_from_header
-from proxy.core.entry import Headers, Lines, StoredResponse
+from proxy.core.entry import Headers, Lines, StoredResponse, last_field
 from proxy.core.headers import not_passed_on_fill
 from proxy.core.httpdate import (
     Directives,
@@ -43,20 +44,16 @@ from proxy.core.httpdate import (
     parse_http_date,
     unqualified,
 )
-from proxy.core.targeted import format_directives, targeted_directives
+from proxy.core.storability import HEURISTICALLY_CACHEABLE, NOT_STORED, refusal, stored_fields
+from proxy.core.targeted import targeted_directives
 
 HEURISTIC_FRACTION = 0.1  # §4.2.2: "a typical setting of this fraction might be 10%"
 HEURISTIC_MAX = 86_400.0
-HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
-# Statuses whose caching semantics this cache implements, for must-understand (§5.2.2.3).
-UNDERSTOOD_STATUSES = HEURISTICALLY_CACHEABLE | {302, 303, 307, 400, 403, 451, 500, 502, 503, 504}
 
 # An entry keeps its status and reason for as long as it lives, and the client library makes
 # a new int (above 256) and reason string for every response: the standard ones are shared.
 _STATUSES = {status: status for status in map(int, HTTPStatus)}
 _REASONS = {status.phrase: status.phrase for status in HTTPStatus}
-
-_HISHEL_OPTIONS = hishel.CacheOptions(shared=True, supported_methods=["GET"], allow_stale=False)
 
 
 class RequestHeaders(Protocol):
@@ -212,80 +209,90 @@ def assess_response(
     heuristic: bool,
     surrogate_name: str | None = None,
 ) -> Storable | DontStore:
-    """Decide from status and headers whether the response may be stored, and precompute
-    everything a hit will need. ``surrogate_name`` is the name this cache advertises in
-    Surrogate-Capability; Surrogate-Control items targeted at it apply."""
-    if method != "GET":
-        return DontStore("method")
-    request_cc = request.get("cache-control")
-    if request_cc is not None and "no-store" in request_directives(request):
-        return DontStore("request-no-store")  # §5.2.1.5
+    """Decide from status and headers whether the response may be stored (``storability``),
+    and precompute everything a hit will need. ``surrogate_name`` is the name this cache
+    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply.
+    ``target`` is not read: no rule depends on it (the edge still passes it)."""
     lowered = [(name.lower(), value) for name, value in headers]
-    if any(name in ("set-cookie", "set-cookie2") for name, _ in lowered):
-        return DontStore("set-cookie")  # never shared: it belongs to one user
-    vary = tuple(
-        dict.fromkeys(n for _, v in lowered if _ == "vary" for n in field_names(v) if n).keys()
+    directives, obeyed = _obeyed(lowered, surrogate_name)
+    vary = _vary(lowered)
+    refused = refusal(
+        method=method,
+        status=status,
+        directives=directives,
+        fields={name for name, _ in obeyed},
+        vary=vary,
+        request_no_store=request.get("cache-control") is not None
+        and "no-store" in request_directives(request),
+        authorization=request.get("authorization") is not None,
+        not_forwarded=not_passed_on_fill(request.getall("connection", [])),
     )
-    if "*" in vary:
-        return DontStore("vary-star")  # §4.1: Vary: * always fails to match
-    if not not_passed_on_fill(request.getall("connection", [])).isdisjoint(vary):
-        return DontStore("vary-not-forwarded")  # chosen by a value the request did not carry
-
-    targeted = targeted_directives(lowered, surrogate_name)
-    if targeted is None:
-        cc = parse_cache_control(", ".join(v for n, v in lowered if n == "cache-control"))
-        rules = lowered
-    else:
-        # RFC 9213 §2.1: a targeted field replaces Cache-Control and Expires for this cache.
-        cc = targeted
-        rules = [(n, v) for n, v in lowered if n not in ("cache-control", "expires")]
-        rules.append(("cache-control", format_directives(targeted)))
-    if "must-understand" in cc:  # §5.2.2.3
-        if status not in UNDERSTOOD_STATUSES:
-            return DontStore("must-understand")
-        cc = {name: arg for name, arg in cc.items() if name != "no-store"}
-        rules = [(n, v) for n, v in rules if n != "cache-control"]
-        rules.append(("cache-control", format_directives(cc)))
-    verdict = _hishel_verdict(method, target, request, status, rules, cc)
-    if isinstance(verdict, DontStore):
-        return verdict
-    # hishel drops the fields named by qualified no-cache= and private= (§5.2.2.4, §5.2.2.7).
-    dropped = {n for n, _ in rules} - verdict
-    etag = _last(lowered, "etag")
-    last_modified = _last(lowered, "last-modified")
-    has_validator = etag is not None or last_modified is not None
-
-    lifetime = explicit_lifetime(cc, rules, response_time)
-    no_cache = unqualified(cc, "no-cache")
-    if lifetime is None:
-        # Never guessed for a request with a Cookie: likely personal (web cache deception).
-        guess = heuristic and request.get("cookie") is None
-        lifetime = heuristic_lifetime(status, lowered, response_time) if guess else None
-        if lifetime is None and not no_cache:
-            return DontStore("no-explicit-freshness")
-    if no_cache and not has_validator:
-        return DontStore("no-cache-without-validator")
-    if (lifetime or 0) <= 0 and not has_validator:
-        return DontStore("stale-without-validator")
-
-    # The origin's (name, value) pairs themselves, not copies: the stored entry keeps them.
-    not_kept = _NOT_STORED | dropped
-    stored_headers = tuple(field for field in headers if field[0].lower() not in not_kept)
+    if refused is not None:
+        return DontStore(refused)
+    lifetime = _kept_lifetime(status, directives, obeyed, request, response_time, heuristic)
+    if isinstance(lifetime, DontStore):
+        return lifetime
     return Storable(
         status=status,
         reason=reason,
-        headers=stored_headers,
+        headers=stored_fields(headers, directives),
         response_time=response_time,
         corrected_initial_age=corrected_initial_age(lowered, request_time, response_time),
-        freshness_lifetime=float(lifetime or 0),
-        revalidate_always=no_cache,
-        stale_if_error=stale_if_error(cc),
-        stale_while_revalidate=stale_while_revalidate(cc),
-        etag=etag,
-        last_modified=last_modified,
+        freshness_lifetime=lifetime,
+        revalidate_always=unqualified(directives, "no-cache"),
+        stale_if_error=stale_if_error(directives),
+        stale_while_revalidate=stale_while_revalidate(directives),
+        etag=last_field(lowered, "etag"),
+        last_modified=last_field(lowered, "last-modified"),
         vary=vary,
         vary_values=vary_values(vary, request),
     )
+
+
+def _obeyed(
+    lowered: list[tuple[str, str]], surrogate_name: str | None
+) -> tuple[Directives, list[tuple[str, str]]]:
+    """The response directives this cache obeys, and the fields it reads them with: a
+    CDN-targeted field replaces Cache-Control and Expires for this cache (RFC 9213 §2.1)."""
+    targeted = targeted_directives(lowered, surrogate_name)
+    if targeted is None:
+        return parse_cache_control(
+            ", ".join(v for n, v in lowered if n == "cache-control")
+        ), lowered
+    return targeted, [(n, v) for n, v in lowered if n not in ("cache-control", "expires")]
+
+
+def _vary(lowered: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The field names the response's Vary lists (§4.1), lowercased, each once."""
+    names = (name for n, v in lowered if n == "vary" for name in field_names(v))
+    return tuple(dict.fromkeys(names))
+
+
+def _kept_lifetime(
+    status: int,
+    directives: Directives,
+    obeyed: list[tuple[str, str]],
+    request: RequestHeaders,
+    response_time: float,
+    heuristic: bool,
+) -> float | DontStore:
+    """The freshness lifetime of a storable response, or why it is not worth storing: the
+    edge keeps only what it can serve fresh for a while or revalidate."""
+    has_validator = any(name in ("etag", "last-modified") for name, _ in obeyed)
+    no_cache = unqualified(directives, "no-cache")
+    lifetime = explicit_lifetime(directives, obeyed, response_time)  # §4.2.1
+    if lifetime is None:
+        # §4.2.2, only where the domain allows guessing, and never for a request with a
+        # Cookie: its answer is likely personal (web cache deception).
+        guess = heuristic and request.get("cookie") is None
+        lifetime = heuristic_lifetime(status, obeyed, response_time) if guess else None
+        if lifetime is None and not no_cache:
+            return DontStore("no-explicit-freshness")
+    if no_cache and not has_validator:  # §5.2.2.4: revalidated on every use, so needs one
+        return DontStore("no-cache-without-validator")
+    if not lifetime and not has_validator:  # stale at once, with nothing to revalidate
+        return DontStore("stale-without-validator")
+    return float(lifetime or 0)
 
 
 def stale_if_error(cc: Directives) -> float | None:
@@ -338,7 +345,7 @@ def explicit_lifetime(
     expires = parse_http_date(expires_values[0]) if len(expires_values) == 1 else None
     if expires is None:
         return 0.0  # §5.3: an invalid Expires means "already expired"
-    date = parse_http_date(_last(lowered, "date"))
+    date = parse_http_date(last_field(lowered, "date"))
     return max(0.0, expires - (date if date is not None else response_time))
 
 
@@ -349,10 +356,10 @@ def heuristic_lifetime(
     statuses only; never for error statuses outside that list."""
     if status not in HEURISTICALLY_CACHEABLE or status >= 400:  # errors: cache-poisoned DoS
         return None
-    last_modified = parse_http_date(_last(lowered, "last-modified"))
+    last_modified = parse_http_date(last_field(lowered, "last-modified"))
     if last_modified is None:
         return None
-    date = parse_http_date(_last(lowered, "date"))
+    date = parse_http_date(last_field(lowered, "date"))
     since = (date if date is not None else response_time) - last_modified
     if since <= 0:
         return None
@@ -364,68 +371,10 @@ def corrected_initial_age(
 ) -> float:
     """§4.2.3."""
     age_value = float(age_seconds([v for n, v in lowered if n == "age"]))
-    date = parse_http_date(_last(lowered, "date"))
+    date = parse_http_date(last_field(lowered, "date"))
     apparent_age = max(0.0, response_time - date) if date is not None else 0.0
     response_delay = max(0.0, response_time - request_time)
     return max(apparent_age, age_value + response_delay)
-
-
-def _hishel_verdict(
-    method: str,
-    target: str,
-    request: RequestHeaders,
-    status: int,
-    lowered: Sequence[tuple[str, str]],
-    cc: Directives,
-) -> set[str] | DontStore:
-    """Run hishel's shared-cache storage rules (§3, §3.5). Returns the header names that may
-    be stored (qualified private= and no-cache= fields removed), or why not to store."""
-    if "no-store" in cc:
-        return DontStore("no-store")
-    if unqualified(cc, "private"):
-        return DontStore("private")
-    request_headers: dict[str, str | list[str]] = {}
-    if request.get("authorization") is not None:
-        request_headers["authorization"] = request.getall("authorization", [])
-    response_headers: dict[str, list[str]] = {}
-    for name, value in lowered:
-        response_headers.setdefault(name, []).append(value)
-    state = hishel.CacheMiss(
-        request=hishel.Request(method=method, url=target, headers=hishel.Headers(request_headers)),
-        options=_HISHEL_OPTIONS,
-    ).next(hishel.Response(status_code=status, headers=hishel.Headers(response_headers)))
-    if isinstance(state, hishel.StoreAndUse):
-        return set(state.response.headers)
-    if request.get("authorization") is not None:
-        return DontStore("authorization")
-    return DontStore("status" if status // 100 == 1 or status in (206, 304) else "not-storable")
-
-
-def _last(lowered: Sequence[tuple[str, str]], name: str) -> str | None:
-    found = None
-    for key, value in lowered:
-        if key == name:
-            found = value
-    return found
-
-
-# Never stored, whatever the origin says: they describe one connection or one exchange.
-_NOT_STORED = frozenset(
-    {
-        "age",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authentication-info",
-        "set-cookie",
-        "cache-status",
-    }
-)
 
 
 # -- 3. revalidation (§4.3) -------------------------------------------------------------------
@@ -454,7 +403,7 @@ def merge_not_modified(stored: StoredResponse, not_modified: Headers) -> Headers
     replaced = {
         name.lower()
         for name, _ in not_modified
-        if name.lower() not in _NOT_STORED and name.lower() not in _NOT_UPDATED
+        if name.lower() not in NOT_STORED and name.lower() not in _NOT_UPDATED
     }
     kept = [(n, v) for n, v in stored.headers if n.lower() not in replaced]
     added = [(n, v) for n, v in not_modified if n.lower() in replaced]
@@ -500,13 +449,13 @@ def invalidation_targets(
     targets = [target]
     for name, value in response_headers:
         if name.lower() in ("location", "content-location"):
-            other = same_host_target(domain, target, value)
+            other = _same_host_target(domain, target, value)
             if other is not None and other not in targets:
                 targets.append(other)
     return targets
 
 
-def same_host_target(domain: str, base_target: str, reference: str) -> str | None:
+def _same_host_target(domain: str, base_target: str, reference: str) -> str | None:
     """The request-target a Location-style reference names on this domain, or None."""
     parts = urlsplit(reference)
     if parts.scheme or parts.netloc:

@@ -32,7 +32,7 @@ _INTEGER_DIRECTIVES = frozenset({"max-age", "s-maxage", "stale-while-revalidate"
 # Surrogate-Control replaces Cache-Control only when it says something about storing.
 _SURROGATE_CONTROLS = frozenset({"max-age", "no-store"})
 
-SURROGATE_CAPABILITY = "Surrogate/1.0"
+_SURROGATE_CAPABILITY = "Surrogate/1.0"
 
 
 def targeted_directives(
@@ -92,18 +92,4 @@ def surrogate_control(value: str, surrogate_name: str | None) -> Directives:
 
 def surrogate_capability(surrogate_name: str) -> str:
     """The Surrogate-Capability request field this cache adds on its way to the origin."""
-    return f'{surrogate_name}="{SURROGATE_CAPABILITY}"'
-
-
-def format_directives(directives: Directives) -> str:
-    """Directives back in Cache-Control syntax (for rules that read the field itself)."""
-    parts = []
-    for name, arg in directives.items():
-        if arg is None:
-            parts.append(name)
-        elif arg.isdigit() or arg == "-1":
-            parts.append(f"{name}={arg}")
-        else:
-            escaped = arg.replace("\\", "\\\\").replace('"', '\\"')
-            parts.append(f'{name}="{escaped}"')
-    return ", ".join(parts)
+    return f'{surrogate_name}="{_SURROGATE_CAPABILITY}"'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http_sf
 import pytest
 
 from proxy.core.headers import (
@@ -227,3 +228,28 @@ def test_cache_status(
         "cdn-proxy", hit=hit, fwd=fwd, stored=stored, collapsed=collapsed, ttl=ttl, detail=detail
     )
     assert status == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "detail", "parsed_name", "parsed_detail"),
+    [
+        ("cdn-proxy", "too large", http_sf.Token("cdn-proxy"), "too large"),
+        ("cdn-proxy", 'said "no"', http_sf.Token("cdn-proxy"), 'said "no"'),
+        ("cdn-proxy", "a\\b; c=d, e", http_sf.Token("cdn-proxy"), "a\\b; c=d, e"),
+        ("cdn-proxy", "caf\u00e9\r\n", http_sf.Token("cdn-proxy"), "caf???"),
+        ("edge.1_a", "x", http_sf.Token("edge.1_a"), "x"),
+        ("1st-edge", "x", "1st-edge", "x"),  # not a Token (starts with a digit): a String
+        ("_edge", "x", "_edge", "x"),
+    ],
+)
+def test_cache_status_reads_back_as_sent(
+    name: str, detail: str, parsed_name: object, parsed_detail: str
+) -> None:
+    """RFC 9211 §2: Cache-Status is an RFC 8941 List; each member is the cache's name (Token
+    or String) with parameters, ``detail`` a String. Whatever the name or detail, the field
+    parses, and gives back what was sent (a character no String may hold becomes '?')."""
+    status = cache_status(name, fwd="uri-miss", stored=True, detail=detail)
+    parsed = http_sf.parse(status.encode("ascii"), tltype="list")
+    assert parsed == [
+        (parsed_name, {"fwd": http_sf.Token("uri-miss"), "stored": True, "detail": parsed_detail})
+    ]

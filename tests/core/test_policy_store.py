@@ -196,6 +196,29 @@ def test_authorization(cache_control: str, stored: bool) -> None:
     assert isinstance(result, Storable) is stored, result
 
 
+@pytest.mark.parametrize(
+    ("headers", "request_headers", "status", "expected"),
+    [
+        # The reason names the rule that refused, not the Authorization that came with it.
+        (MAX_AGE, AUTH, 101, DontStore("status")),
+        (cc("must-revalidate"), AUTH, 599, DontStore("not-storable")),
+        # §3.5: conflicting s-maxage values are invalid (§4.2.1), so no permission.
+        ([*cc("s-maxage=60", "s-maxage=70"), ETAG], AUTH, 200, DontStore("authorization")),
+        # §3 ¶2.7: max-age is present, so storable; invalid, so stale and revalidated (§4.2.1).
+        ([*cc("max-age=soon"), ETAG], [], 302, 0.0),
+    ],
+)
+def test_the_rule_that_refuses_is_named(
+    headers: Fields, request_headers: Fields, status: int, expected: DontStore | float
+) -> None:
+    """RFC 9111 §3, §3.5: where more than one rule could apply, the table's answer."""
+    result = assess(headers, request=request_headers, status=status)
+    if isinstance(result, Storable):
+        assert result.freshness_lifetime == expected
+    else:
+        assert result == expected
+
+
 def test_private_qualified_stores_without_the_listed_fields() -> None:
     """RFC 9111 §5.2.2.7: private="X-Foo" lets a shared cache store the rest."""
     result = storable(
