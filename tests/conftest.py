@@ -187,7 +187,7 @@ async def make_edge(
     async def factory(**overrides: Any) -> EdgeUnderTest:
         clock = FakeClock()
         config = make_config(tmp_path, origin.url, **overrides)
-        store = MemoryStore(max_bytes=config.cache.max_bytes)
+        store = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
         origin_session = new_session()
         client = aiohttp.ClientSession(auto_decompress=False)
         sessions.extend([origin_session, client])

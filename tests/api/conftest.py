@@ -34,9 +34,11 @@ async def make_api(tmp_path: Path, aiohttp_client: AiohttpClient) -> AsyncIterat
 
     async def factory(purger: Purger | None = None, **api: Any) -> ApiUnderTest:
         config = api_config(tmp_path, **api)
-        state = await AsyncState.open(config.state.path, audit_max_rows=config.state.audit_max_rows)
+        state = await AsyncState.open(
+            config.api_role()[1].path, audit_max_rows=config.api_role()[1].audit_max_rows
+        )
         states.append(state)
-        store = MemoryStore(max_bytes=config.cache.max_bytes)
+        store = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
         clock = FakeClock()
         app = create_api_app(
             config=config, state=state, purger=purger or LocalPurger(store), clock=clock

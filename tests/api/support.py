@@ -131,7 +131,7 @@ class ApiUnderTest:
 
     @property
     def state_path(self) -> Path:
-        return self.config.state.path
+        return self.config.api_role()[1].path
 
     async def post(
         self,

@@ -34,9 +34,9 @@ async def make_dashboard(
 
     async def factory(purger: Purger | None = None, **dashboard: Any) -> Dashboard:
         config = dashboard_config(tmp_path, **dashboard)
-        state = await AsyncState.open(config.state.path)
+        state = await AsyncState.open(config.api_role()[1].path)
         states.append(state)
-        store = MemoryStore(max_bytes=config.cache.max_bytes)
+        store = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
         clock = FakeClock()
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
         app = create_api_app(

@@ -66,7 +66,7 @@ async def test_signing_in_opens_a_session_whose_id_the_database_never_holds(
     assert "max-age" not in cookie and "expires" not in cookie  # ends with the browser
 
     session_id = cookie["value"]
-    with sqlite3.connect(dashboard.config.state.path) as db:
+    with sqlite3.connect(dashboard.config.api_role()[1].path) as db:
         rows = db.execute("SELECT id_sha256, admin FROM sessions").fetchall()
         dump = "\n".join(db.iterdump())
     assert rows == [(hashlib.sha256(session_id.encode()).hexdigest(), ADMIN)]

@@ -275,7 +275,7 @@ async def test_without_a_store_the_page_says_it_does_not_know(
     tmp_path: Path, aiohttp_client: AiohttpClient
 ) -> None:
     config = dashboard_config(tmp_path)
-    async with await AsyncState.open(config.state.path) as state:
+    async with await AsyncState.open(config.api_role()[1].path) as state:
         await state.admins.create(ADMIN, hash_password(CHEAP, PASSWORD), START)
         app = create_api_app(
             config=config,

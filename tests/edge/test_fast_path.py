@@ -88,7 +88,7 @@ async def wire(
     session = new_session()
     edge = Edge(
         config=config,
-        store=MemoryStore(max_bytes=config.cache.max_bytes),
+        store=MemoryStore(max_bytes=config.edge_role()[1].max_bytes),
         session=session,
         clock=clock,
     )

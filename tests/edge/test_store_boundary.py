@@ -76,7 +76,7 @@ async def remote(
     aiohttp_raw_server: Callable[..., Awaitable[RawTestServer]],
 ) -> AsyncIterator[Remote]:
     config = make_config(tmp_path, origin.url)
-    store = RoundTripStore(MemoryStore(max_bytes=config.cache.max_bytes))
+    store = RoundTripStore(MemoryStore(max_bytes=config.edge_role()[1].max_bytes))
     session = new_session()
     edge = Edge(config=config, store=store, session=session)
     server = await aiohttp_raw_server(edge.handle)
