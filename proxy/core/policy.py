@@ -199,7 +199,6 @@ def vary_values(names: tuple[str, ...], request: RequestHeaders) -> tuple[str | 
 def assess_response(
     *,
     method: str,
-    target: str,
     request: RequestHeaders,
     status: int,
     reason: str,
@@ -211,8 +210,7 @@ def assess_response(
 ) -> Storable | DontStore:
     """Decide from status and headers whether the response may be stored (``storability``),
     and precompute everything a hit will need. ``surrogate_name`` is the name this cache
-    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply.
-    ``target`` is not read: no rule depends on it (the edge still passes it)."""
+    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply."""
     lowered = [(name.lower(), value) for name, value in headers]
     directives, obeyed = _obeyed(lowered, surrogate_name)
     vary = _vary(lowered)

@@ -328,7 +328,6 @@ class Edge:
     ) -> Storable | DontStore:
         return assess_response(
             method="GET",
-            target=job.key[2],
             request=job.request.headers,
             status=status,
             reason=reason,

@@ -46,7 +46,6 @@ ORIGIN_HEADERS = [
 def storable(headers: Fields, request: Fields | None = None, at: float = NOW) -> Storable:
     result = assess_response(
         method="GET",
-        target="/x",
         request=CIMultiDict(request or []),
         status=200,
         reason="OK",

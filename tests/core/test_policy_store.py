@@ -42,7 +42,6 @@ def assess(
 ) -> Storable | DontStore:
     return assess_response(
         method=method,
-        target="/x",
         request=CIMultiDict(request or []),
         status=status,
         reason="OK",

@@ -33,7 +33,6 @@ ETAG = ("ETag", '"v1"')
 def assess(headers: Fields, *, status: int = 200, request: Fields | None = None) -> object:
     return assess_response(
         method="GET",
-        target="/x",
         request=CIMultiDict(request or []),
         status=status,
         reason="R",
@@ -186,7 +185,6 @@ def test_must_understand(status: int, expected: float | str) -> None:
 def stored(headers: Fields, *, at: float = NOW) -> StoredResponse:
     result = assess_response(
         method="GET",
-        target="/x",
         request=CIMultiDict(),
         status=200,
         reason="OK",
