@@ -45,7 +45,9 @@ from proxy.core.tokens import (
 from proxy.errors import NotFoundError, StateError
 from proxy.state.admins import ADMIN_SCHEMA, Admins, AsyncAdmins
 
-SCHEMA_VERSION = 2  # 2 added admins and sessions; a version-1 file gains them on open
+# 2 added admins and sessions, 3 the fleet's columns of the audit log (acked, live,
+# answered_by); an older file gains what it lacks on open.
+SCHEMA_VERSION = 3
 MAX_AUDIT_TEXT = 255  # a host name is at most 253; anything longer was junk from a client
 BUSY_TIMEOUT = 5.0  # seconds to wait for the CLI's write lock before giving up
 # Audit records and token uses wait at most this long to be written, all of them in one
@@ -73,7 +75,10 @@ CREATE TABLE IF NOT EXISTS audit (
     outcome TEXT NOT NULL,
     status INTEGER NOT NULL,
     entries_dropped INTEGER NOT NULL DEFAULT 0,
-    duration_ms REAL NOT NULL
+    duration_ms REAL NOT NULL,
+    acked INTEGER,
+    live INTEGER,
+    answered_by TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_domain ON audit (domain, id);
 CREATE INDEX IF NOT EXISTS audit_by_outcome ON audit (outcome, id);
@@ -82,16 +87,45 @@ CREATE INDEX IF NOT EXISTS audit_by_outcome ON audit (outcome, id);
 # One fixed statement per filter combination: no SQL is ever assembled from pieces, and each
 # variant can use its own index (domain, id) or (outcome, id).
 _AUDIT_QUERIES = {
-    (False, False): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
-    " duration_ms, id FROM audit ORDER BY id DESC LIMIT ? OFFSET ?",
-    (True, False): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
-    " duration_ms, id FROM audit WHERE domain = ? ORDER BY id DESC LIMIT ? OFFSET ?",
-    (False, True): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
-    " duration_ms, id FROM audit WHERE outcome = ? ORDER BY id DESC LIMIT ? OFFSET ?",
-    (True, True): "SELECT at, actor, client, domain, outcome, status, entries_dropped,"
-    " duration_ms, id FROM audit WHERE domain = ? AND outcome = ?"
+    (
+        False,
+        False,
+    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
+    " acked, live, answered_by FROM audit"
+    " ORDER BY id DESC LIMIT ? OFFSET ?",
+    (
+        True,
+        False,
+    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
+    " acked, live, answered_by FROM audit WHERE domain = ?"
+    " ORDER BY id DESC LIMIT ? OFFSET ?",
+    (
+        False,
+        True,
+    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
+    " acked, live, answered_by FROM audit WHERE outcome = ?"
+    " ORDER BY id DESC LIMIT ? OFFSET ?",
+    (
+        True,
+        True,
+    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
+    " acked, live, answered_by FROM audit WHERE domain = ? AND outcome = ?"
     " ORDER BY id DESC LIMIT ? OFFSET ?",
 }
+
+# Columns added to the audit table after version 2: a file made before gains them on open.
+_AUDIT_ADDED = (("acked", "INTEGER"), ("live", "INTEGER"), ("answered_by", "TEXT"))
+
+
+def _add_missing_columns(
+    conn: sqlite3.Connection, table: str, columns: tuple[tuple[str, str], ...]
+) -> None:
+    # The names are this module's constants, never input.
+    present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    for name, kind in columns:
+        if name not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -120,6 +154,11 @@ class AuditRecord:
     entries_dropped: int
     duration_ms: float
     id: int | None = None
+    # With a fleet: the edge processes that had applied the clear when it was answered, of
+    # those alive then, and the control plane that answered. None without a fleet.
+    acked: int | None = None
+    live: int | None = None
+    answered_by: str | None = None
 
 
 def new_token() -> str:
@@ -163,6 +202,7 @@ class StateDB:
                         f"program's {SCHEMA_VERSION}"
                     )
                 self._conn.executescript(_SCHEMA + ADMIN_SCHEMA)
+                _add_missing_columns(self._conn, "audit", _AUDIT_ADDED)
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             self._conn.close()
@@ -305,7 +345,8 @@ class StateDB:
             for record in records:
                 newest = conn.execute(
                     "INSERT INTO audit (at, actor, client, domain, outcome, status,"
-                    " entries_dropped, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " entries_dropped, duration_ms, acked, live, answered_by)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.at,
                         _audit_text(record.actor),
@@ -315,6 +356,9 @@ class StateDB:
                         record.status,
                         record.entries_dropped,
                         record.duration_ms,
+                        record.acked,
+                        record.live,
+                        _audit_text(record.answered_by),
                     ),
                 ).lastrowid
             if newest is not None and newest > self.audit_max_rows:

@@ -217,6 +217,42 @@ def test_newer_schema_is_refused(state_path: Path) -> None:
         StateDB(state_path)
 
 
+def test_a_version_2_audit_log_gains_the_fleet_columns_and_keeps_its_rows(
+    state_path: Path,
+) -> None:
+    """Schema 3 added acked, live and answered_by to the audit log; a file of schema 2 gains
+    them on open, and its records read back with them unset."""
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(state_path) as raw:
+        raw.execute(
+            "CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,"
+            " actor TEXT, client TEXT, domain TEXT, outcome TEXT NOT NULL,"
+            " status INTEGER NOT NULL, entries_dropped INTEGER NOT NULL DEFAULT 0,"
+            " duration_ms REAL NOT NULL)"
+        )
+        raw.execute(
+            "INSERT INTO audit (at, actor, client, domain, outcome, status, entries_dropped,"
+            " duration_ms) VALUES (1.0, 'deploy', '127.0.0.1', 'example.com', 'cleared', 200,"
+            " 3, 1.5)"
+        )
+        raw.execute("PRAGMA user_version=2")
+    raw.close()
+    with StateDB(state_path) as db:
+        [old] = db.list_audit()
+        assert (old.domain, old.entries_dropped, old.acked, old.live, old.answered_by) == (
+            "example.com",
+            3,
+            None,
+            None,
+            None,
+        )
+        fleet = dataclasses.replace(audit(1), acked=3, live=4, answered_by="node-a/control")
+        db.write_batch({}, [fleet])
+        newest = db.list_audit()[0]
+        assert (newest.acked, newest.live, newest.answered_by) == (3, 4, "node-a/control")
+        assert db.connection.execute("PRAGMA user_version").fetchone() == (3,)
+
+
 def test_damaged_scope_is_a_state_error(state_db: StateDB, state_path: Path) -> None:
     token = state_db.create_token("deploy", Scope.everything(), T0)
     with sqlite3.connect(state_path) as raw:
