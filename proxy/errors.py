@@ -6,13 +6,17 @@
     ├── ConfigError                 the config file is unreadable or wrong (names the key)
     ├── StateError                  the state database cannot be opened or used
     │   └── NotFoundError           a named token or record does not exist
-    └── OriginError                 the origin did not give a usable answer
-        ├── OriginTimeout           → 504
-        ├── OriginUnreachable       → 502
-        └── OriginProtocolError     broken framing or headers → 502
+    ├── OriginError                 the origin did not give a usable answer
+    │   ├── OriginTimeout           → 504
+    │   ├── OriginUnreachable       → 502
+    │   └── OriginProtocolError     broken framing or headers → 502
+    └── FleetError                  the fleet (Valkey) could not do what was asked → 503
+        ├── FleetUnavailable        Valkey did not answer, or answered with an error
+        └── ClearNotConfirmed       a clear is recorded, but not every live edge process has
+                                    applied it within fleet.clear_timeout
 
-Third-party exceptions (aiohttp, sqlite3, tomllib) are translated into these where they enter:
-``config.py``, ``state/sqlite.py`` and ``edge/origin.py``.
+Third-party exceptions (aiohttp, sqlite3, tomllib, valkey) are translated into these where they
+enter: ``config.py``, ``state/sqlite.py``, ``edge/origin.py`` and ``fleet/scripts.py``.
 """
 
 
@@ -61,3 +65,31 @@ class OriginProtocolError(OriginError):
     status = 502
     reason = "Bad Gateway"
     public = "the origin sent a broken response"
+
+
+class FleetError(ProxyError):
+    """The fleet could not do what was asked (docs/decisions/0014)."""
+
+    status = 503
+
+
+class FleetUnavailable(FleetError):
+    """Valkey did not answer in time, refused the connection, or answered with an error."""
+
+
+class ClearNotConfirmed(FleetError):
+    """A clear is recorded in Valkey, but its 200 could not be made true in time: ``acked``
+    of the ``live`` edge processes have applied it; the others apply it when they next sync,
+    or stop serving from their cache when their lease runs out, within ``retry_after``
+    seconds. Retrying the clear is safe."""
+
+    def __init__(self, *, domain: str, number: int, acked: int, live: int, retry_after: int):
+        super().__init__(
+            f"clear {number} of {domain} applied by {acked} of {live} live edge processes; "
+            f"the others apply it or stop serving from cache within {retry_after} s"
+        )
+        self.domain = domain
+        self.number = number
+        self.acked = acked
+        self.live = live
+        self.retry_after = retry_after

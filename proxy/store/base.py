@@ -23,7 +23,9 @@ from proxy.core.entry import CacheKey, StoredResponse
 class ClearResult:
     domain: str
     entries_dropped: int  # entries that can no longer be served
-    generation: int  # the domain's generation after the clear
+    generation: int  # the domain's generation after the clear (a fleet clear: its number)
+    acked: int | None = None  # a fleet clear: the live edge processes that applied it
+    live: int | None = None  # a fleet clear: the edge processes whose lease was live
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,9 @@ class Lookup:
 
     key: CacheKey
     variants: Sequence[StoredResponse]
+    # Why the store cannot answer from its cache at all (the edge forwards, and says so in
+    # Cache-Status): "fenced" when a fleet member's lease has run out (0014).
+    bypass: str | None = None
 
 
 class Store(Protocol):

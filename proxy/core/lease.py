@@ -1,0 +1,195 @@
+"""The rules of the fleet purge protocol (docs/decisions/0014), with no I/O and no clock.
+
+Theory of operation. Every edge process (a *member*) holds a lease in Valkey and serves from
+its cache only while its own monotonic clock is before a local deadline, which it computes
+from the time it *sent* its last successful sync: ``sent + lease - margin``. Valkey recorded
+that lease as expiring at ``valkey_now + lease``, later than the send, so the local deadline
+always passes first (the margin absorbs clock-rate differences). A clear answers 200 once
+every live member has acknowledged it, or has had its lease run out, and, in the first lease
+of a new epoch (Valkey lost its data), only after that first lease is over: a member of the
+lost data set may still be serving without being registered in the new one.
+
+The I/O shell (``proxy.fleet``) reads the clock, runs the scripts and passes the results in
+here; this module only decides. Callers pass ``now`` in seconds of a monotonic clock, except
+where a name says Valkey milliseconds (``*_ms``: Valkey's ``TIME``, one clock for all).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MARGIN_FRACTION = 0.1  # of the lease
+MIN_MARGIN = 0.1  # seconds
+
+
+# -- the member's side ---------------------------------------------------------------------------
+
+
+def lease_margin(lease: float) -> float:
+    """How much earlier than Valkey's expiry a member stops serving: 10% of the lease, at
+    least 100 ms (the clock-rate assumption of 0014)."""
+    return max(lease * MARGIN_FRACTION, MIN_MARGIN)
+
+
+def lease_deadline(sent_at: float, lease: float, margin: float | None = None) -> float:
+    """The local deadline a successful sync buys: ``sent_at`` is the monotonic time *before*
+    the sync was sent, so the deadline falls before the expiry Valkey recorded."""
+    if lease <= 0:
+        raise ValueError("lease must be positive")
+    return sent_at + lease - (lease_margin(lease) if margin is None else margin)
+
+
+def may_serve(deadline: float, now: float) -> bool:
+    """Whether a member may serve from its cache at monotonic time ``now``."""
+    return now < deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What a member's cache reflects: the epoch it was filled under (None before the first
+    sync), the last clear number it applied, and each domain's fleet generation."""
+
+    epoch: str | None
+    seq: int
+    generations: Mapping[str, int]
+
+
+NOTHING_APPLIED = Applied(epoch=None, seq=0, generations={})
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """What the sync script answered: the epoch, the number of the last clear, and, when the
+    epoch or that number differ from what the member applied, its domains' generations (a
+    domain never cleared in this epoch is at 0)."""
+
+    epoch: str
+    seq: int
+    generations: Mapping[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    """What the member does with a sync result, in this order: clear every domain locally
+    (``clear_all``, the epoch changed) or the listed ones, then adopt ``applied``, then ack
+    ``applied.seq`` when ``ack`` (there is something new to acknowledge)."""
+
+    clear_all: bool
+    clear: tuple[str, ...]
+    applied: Applied
+    ack: bool
+
+
+def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
+    """0014 "Sync", steps 1 to 3. Generations are compared for difference, not order: the
+    member never needs to know which of two numbers is newer, only that it has not applied
+    this one."""
+    if result.epoch != applied.epoch:
+        # The data set the cache was filled under is gone: nothing in the cache can be
+        # trusted, whatever the generations say.
+        generations = dict(result.generations or {})
+        new = Applied(epoch=result.epoch, seq=result.seq, generations=generations)
+        return SyncPlan(clear_all=True, clear=(), applied=new, ack=True)
+    if result.generations is None or result.seq == applied.seq:
+        return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
+    changed = tuple(
+        sorted(
+            domain
+            for domain, generation in result.generations.items()
+            if applied.generations.get(domain, 0) != generation
+        )
+    )
+    generations = {**applied.generations, **result.generations}
+    new = Applied(epoch=applied.epoch, seq=result.seq, generations=generations)
+    return SyncPlan(clear_all=False, clear=changed, applied=new, ack=True)
+
+
+# -- the control plane's side --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMember:
+    member: str
+    expires_ms: int  # its lease's expiry, Valkey ms
+    ack: int  # the last clear number it applied in the current epoch (0: none yet)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """What the pending script answered: the current epoch, when it was born, Valkey's time,
+    and the members whose lease is live (expired ones were removed in the same step)."""
+
+    epoch: str
+    born_ms: int
+    now_ms: int
+    live: tuple[LiveMember, ...]
+
+
+def pending_members(number: int, epoch_at_clear: str, view: FleetView) -> tuple[LiveMember, ...]:
+    """The live members that have not applied clear ``number`` (made under
+    ``epoch_at_clear``). Acks are recorded only under the epoch the member has adopted, so
+    once the epoch has changed, any ack (> 0) means the member dropped its whole cache after
+    the clear; this holds whatever the clocks of an old and a new Valkey say."""
+    threshold = number if view.epoch == epoch_at_clear else 1
+    return tuple(m for m in view.live if m.ack < threshold)
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Answer 200: every live member applied the clear or can no longer serve."""
+
+    acked: int
+    live: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Ask again after at most ``seconds`` (sooner when an ack hint arrives)."""
+
+    acked: int
+    live: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """The 200 cannot be made true before the deadline: answer 503 with Retry-After. The
+    clear is recorded; the ``live - acked`` others apply it when they next sync or stop
+    serving from cache when their lease runs out, by ``retry_after`` seconds from now."""
+
+    acked: int
+    live: int
+    retry_after: int
+
+
+WaitDecision = Done | Wait | GiveUp
+
+
+def wait_decision(
+    *,
+    number: int,
+    epoch_at_clear: str,
+    view: FleetView,
+    grace: float,
+    poll_interval: float,
+    now: float,
+    deadline: float,
+) -> WaitDecision:
+    """0014 "Wait for the fleet". ``grace`` is the lease (seconds): a new epoch must be that
+    old before a clear can answer. ``now`` and ``deadline`` are the control plane's
+    monotonic clock; the epoch's age is judged on Valkey's clock (``view.now_ms``)."""
+    pending = pending_members(number, epoch_at_clear, view)
+    live = len(view.live)
+    acked = live - len(pending)
+    grace_left_ms = view.born_ms + math.ceil(grace * 1000) - view.now_ms
+    if not pending and grace_left_ms <= 0:
+        return Done(acked=acked, live=live)
+    if now >= deadline:
+        last_ms = max([m.expires_ms for m in pending], default=view.now_ms)
+        left_ms = max(last_ms - view.now_ms, grace_left_ms, 0)
+        return GiveUp(acked=acked, live=live, retry_after=max(1, math.ceil(left_ms / 1000)))
+    # Nothing pending: only the grace is left to run out, and nothing but time ends it.
+    seconds = poll_interval if pending else grace_left_ms / 1000
+    return Wait(acked=acked, live=live, seconds=max(0.0, min(seconds, deadline - now)))

@@ -1,0 +1,10 @@
+"""The fleet: many edge processes kept in step through Valkey (docs/decisions/0014).
+
+- ``settings``: FleetSettings, the ``[fleet]`` section.
+- ``scripts``: the Lua scripts and the only code that talks to Valkey.
+- ``member``: an edge process's side (sync, renew, apply, ack, the lease deadline).
+- ``store``: the member's Store, which serves from cache only before that deadline.
+- ``purger``: the control plane's side (clear, then wait until the 200 is true).
+
+The rules themselves are pure, in ``proxy.core.lease``.
+"""

@@ -1,0 +1,177 @@
+"""The edge process's side of the fleet: sync, renew, apply, ack (docs/decisions/0014).
+
+One task syncs: at start, every ``renew`` seconds, and at once when a hint arrives on
+``{cdn}:clears``. Syncs never overlap, so results are applied in the order they were read.
+A second task listens for the hints, and subscribes again whenever its connection is lost or
+a sync has failed (a black-holed connection would otherwise wait forever in silence). Hints
+only make acks fast; the renewal alone keeps the member correct.
+
+The member's ``deadline`` is the fence: the store serves from its cache only while the
+monotonic clock is before it (``proxy.fleet.store``). It starts at -inf (a process serves
+nothing from its cache before its first sync) and is extended only after a sync's result
+has been applied to the local store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+
+from proxy.core.lease import NOTHING_APPLIED, Applied, lease_deadline, may_serve, plan_sync
+from proxy.errors import FleetUnavailable
+from proxy.fleet.scripts import CLEARS, FleetScripts, connect
+from proxy.fleet.settings import FleetSettings
+from proxy.store.memory import MemoryStore
+
+
+class FleetMember:
+    """One edge process incarnation (``node/worker/random``) in the fleet."""
+
+    def __init__(
+        self,
+        *,
+        settings: FleetSettings,
+        store: MemoryStore,
+        domains: Sequence[str],
+        node: str,
+        worker: int = 0,
+        address: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.domains = tuple(domains)
+        self.name = f"{node}/{worker}/{secrets.token_hex(4)}"
+        self.deadline = float("-inf")  # the fence: serve from cache only before it
+        self.renew_failures = 0
+        self.syncs = 0  # successful ones
+        self.applied: Applied = NOTHING_APPLIED
+        self._node = node
+        self._worker = worker
+        self._address = address
+        self._clock = clock
+        self._scripts: FleetScripts | None = None
+        self._hint = asyncio.Event()
+        self._synced = asyncio.Event()  # set after each successful sync (for waiters)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()  # cancelled listeners, until done
+
+    @property
+    def fenced(self) -> bool:
+        return not may_serve(self.deadline, self._clock())
+
+    async def start(self) -> None:
+        """Connect, try a first sync (a failure leaves the member fenced, and the loop keeps
+        trying), and start the sync loop and the hint listener."""
+        client = connect(self.settings.url, timeout=self.settings.timeout)
+        self._scripts = FleetScripts(client, timeout=self.settings.timeout)
+        await self.sync()
+        self._tasks.append(asyncio.create_task(self._sync_loop(), name=f"fleet-sync {self.name}"))
+        self._restart_listener()
+
+    async def close(self) -> None:
+        tasks = [*self._tasks, *self._stopping, *([self._listener] if self._listener else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self._listener = None
+        if self._scripts is not None:
+            await self._scripts.aclose()
+
+    async def wait_synced(self) -> None:
+        """Return after the next successful sync (tests, start-up probes)."""
+        self._synced.clear()
+        await self._synced.wait()
+
+    async def sync(self) -> bool:
+        """One sync (0014 "Sync"): register and read, apply, extend the deadline, ack."""
+        assert self._scripts is not None, "start() first"
+        sent_at = self._clock()
+        try:
+            result = await self._scripts.sync(
+                member=self.name,
+                lease_ms=round(self.settings.lease * 1000),
+                epoch=self.applied.epoch,
+                applied=self.applied.seq,
+                info=self._info(),
+                domains=self.domains,
+            )
+        except FleetUnavailable:
+            self.renew_failures += 1
+            self._restart_listener()
+            return False
+        plan = plan_sync(self.applied, result)
+        # No await from here until the deadline is set: the store is never seen with the new
+        # deadline and the old generations.
+        # MemoryStore.clear_domain never suspends, so these awaits do not yield either.
+        for domain in self.domains if plan.clear_all else plan.clear:
+            await self.store.clear_domain(domain)
+        self.applied = plan.applied
+        self.deadline = max(
+            self.deadline, lease_deadline(sent_at, self.settings.lease, self.settings.margin)
+        )
+        self.syncs += 1
+        self._synced.set()
+        if plan.ack:
+            try:
+                await self._scripts.ack(
+                    member=self.name, epoch=plan.applied.epoch or "", number=plan.applied.seq
+                )
+            except FleetUnavailable:
+                self.renew_failures += 1  # the next sync records the ack instead
+        return True
+
+    def _info(self) -> str:
+        return json.dumps(
+            {
+                "node": self._node,
+                "worker": self._worker,
+                "pid": os.getpid(),
+                "address": self._address,
+                "fenced": self.fenced,
+            }
+        )
+
+    async def _sync_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.renew):
+                    await self._hint.wait()
+            self._hint.clear()
+            await self.sync()
+
+    def _restart_listener(self) -> None:
+        if not self.settings.hints:
+            return
+        if self._listener is not None:
+            self._listener.cancel()
+            self._stopping.add(self._listener)
+            self._listener.add_done_callback(self._stopping.discard)
+        self._listener = asyncio.create_task(self._listen(), name=f"fleet-hints {self.name}")
+
+    async def _listen(self) -> None:
+        """Subscribe to the clear hints, again and again: each (re)subscription is followed
+        by a sync, since hints published while unsubscribed are lost."""
+        assert self._scripts is not None
+        while True:
+            hints = self._scripts.hints(CLEARS)
+            try:
+                await hints.subscribe()
+                self._hint.set()
+                while True:
+                    if await hints.next(self.settings.renew):
+                        self._hint.set()
+            except FleetUnavailable:
+                pass
+            finally:
+                await hints.aclose()
+            await asyncio.sleep(self.settings.renew)  # back off before subscribing again

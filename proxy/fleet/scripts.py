@@ -1,0 +1,317 @@
+"""The fleet's data in Valkey, and the only code that talks to it (docs/decisions/0014).
+
+Every step of the protocol is one Lua script, so it is atomic in Valkey: a clear, a sync, an
+ack, the pending read, and the read of members for the Nodes page. Scripts are registered
+once and called with EVALSHA (``register_script`` loads them again after a restart, whose
+script cache is empty). All keys share the ``{cdn}`` hash tag, so every script's keys live in
+one slot of a cluster. Valkey exceptions are translated here, and nowhere else, into
+``FleetUnavailable``; every call has a timeout, and after a failure the connections are
+dropped, so the next call starts on a fresh one (a black-holed connection never answers).
+
+Numbers (clear numbers, generations) are microseconds of Valkey's clock or above, so they
+are formatted with ``%.0f`` in Lua: its numbers are doubles, exact to 2^53 (year 2255 in
+microseconds), and its default formatting would print them in exponent notation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import valkey.asyncio
+import valkey.exceptions
+
+from proxy.core.lease import FleetView, LiveMember, SyncResult
+from proxy.errors import FleetUnavailable
+
+KEYS = (
+    "{cdn}:epoch",  # KEYS[1] hash: id, born (Valkey ms)
+    "{cdn}:seq",  # KEYS[2] the number of the last clear
+    "{cdn}:gen",  # KEYS[3] hash: domain -> the number of its last clear
+    "{cdn}:leases",  # KEYS[4] sorted set: member -> lease expiry (Valkey ms)
+    "{cdn}:acks",  # KEYS[5] hash: member -> last applied number in this epoch
+    "{cdn}:members",  # KEYS[6] hash: member -> JSON for the Nodes page
+    "{cdn}:log",  # KEYS[7] stream: one entry per clear
+)
+CLEARS = "{cdn}:clears"  # pub/sub hint: a clear's number
+ACKED = "{cdn}:acked"  # pub/sub hint: a member that acked
+LOG_CAP = 10_000
+
+_PRELUDE = """
+local function fmt(n) return string.format('%.0f', n) end
+local function clock()
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return us, math.floor(us / 1000)
+end
+-- The epoch of the data set. None means the data was lost (or never made): start a new one
+-- whose numbers begin at Valkey's time in microseconds, so they never go back.
+local function epoch(nowus, nowms, fresh)
+  local e = redis.call('HMGET', KEYS[1], 'id', 'born')
+  if e[1] then return e[1], tonumber(e[2]) end
+  local seq = tonumber(redis.call('GET', KEYS[2]) or '0')
+  redis.call('HSET', KEYS[1], 'id', fresh, 'born', fmt(nowms))
+  redis.call('SET', KEYS[2], fmt(math.max(seq, nowus)))
+  return fresh, nowms
+end
+"""
+
+# ARGV: domain, fresh epoch id, control plane name, log cap, channel.
+_CLEAR = (
+    _PRELUDE
+    + """
+local nowus, nowms = clock()
+local id, born = epoch(nowus, nowms, ARGV[2])
+local n = fmt(math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, nowus))
+redis.call('SET', KEYS[2], n)
+redis.call('HSET', KEYS[3], ARGV[1], n)
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*', 'number', n, 'domain', ARGV[1],
+  'by', ARGV[3])
+redis.call('PUBLISH', ARGV[5], n)
+return {n, id, fmt(born), fmt(nowms)}
+"""
+)
+
+# ARGV: member, lease ms, member's epoch, member's applied number, fresh epoch id, info JSON,
+# domains... Registers (renews) and reads in one step: a clear comes either before (and its
+# generation is read here) or after (and waits for this member's ack).
+_SYNC = (
+    _PRELUDE
+    + """
+local nowus, nowms = clock()
+local id, born = epoch(nowus, nowms, ARGV[5])
+redis.call('ZADD', KEYS[4], fmt(nowms + tonumber(ARGV[2])), ARGV[1])
+-- An ack counts only under the epoch the member has adopted (0014: acks carry the epoch).
+local ack = '0'
+if ARGV[3] == id then ack = ARGV[4] end
+redis.call('HSET', KEYS[5], ARGV[1], ack)
+redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
+local seq = redis.call('GET', KEYS[2])
+local reply = {id, seq, '0'}
+if (ARGV[3] ~= id or seq ~= ARGV[4]) then
+  reply[3] = '1'
+  if #ARGV >= 7 then
+    local gens = redis.call('HMGET', KEYS[3], unpack(ARGV, 7))
+    for i = 1, #ARGV - 6 do reply[#reply + 1] = gens[i] or '0' end
+  end
+end
+return reply
+"""
+)
+
+# ARGV: member, epoch, number, channel. Recorded only for a live member of the same epoch.
+_ACK = """
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[2] then return 0 end
+if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+return 1
+"""
+
+# ARGV: fresh epoch id. Drops expired members (their lease is over: they are fenced), then
+# returns the epoch, its birth, Valkey's time, and every live member's expiry and ack.
+_PENDING = (
+    _PRELUDE
+    + """
+local nowus, nowms = clock()
+local id, born = epoch(nowus, nowms, ARGV[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(nowms))
+for _, m in ipairs(expired) do
+  redis.call('ZREM', KEYS[4], m)
+  redis.call('HDEL', KEYS[5], m)
+  redis.call('HDEL', KEYS[6], m)
+end
+local live = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+local reply = {id, fmt(born), fmt(nowms)}
+for i = 1, #live, 2 do
+  reply[#reply + 1] = live[i]
+  reply[#reply + 1] = live[i + 1]
+  reply[#reply + 1] = redis.call('HGET', KEYS[5], live[i]) or '0'
+end
+return reply
+"""
+)
+
+# Read only: every member with its info, lease expiry and ack, for the Nodes page.
+_MEMBERS = """
+local t = redis.call('TIME')
+local reply = {string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))}
+local all = redis.call('HGETALL', KEYS[6])
+for i = 1, #all, 2 do
+  reply[#reply + 1] = all[i]
+  reply[#reply + 1] = all[i + 1]
+  reply[#reply + 1] = redis.call('ZSCORE', KEYS[4], all[i]) or '0'
+  reply[#reply + 1] = redis.call('HGET', KEYS[5], all[i]) or '0'
+end
+return reply
+"""
+
+# What the client raises when Valkey is unreachable, slow, or answers with an error.
+_FAILURES = (valkey.exceptions.ValkeyError, OSError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class ClearRecord:
+    number: int
+    epoch: str
+    born_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRow:
+    member: str
+    info: str  # JSON the member wrote at its last sync
+    expires_ms: int  # 0: no live lease
+    ack: int
+
+
+@dataclass(frozen=True, slots=True)
+class MembersView:
+    now_ms: int
+    members: tuple[MemberRow, ...]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int:
+    return int(float(_text(value)))  # scores come back as "1.7e+12" from some servers
+
+
+def connect(url: str, *, timeout: float) -> valkey.asyncio.Valkey:
+    """A client for ``redis://``, ``rediss://`` or ``unix://`` URLs. The socket timeouts bound
+    each read and connect; the scripts' own timeout bounds the whole call."""
+    client: valkey.asyncio.Valkey = valkey.asyncio.Valkey.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    return client
+
+
+class FleetScripts:
+    """The protocol's steps as calls, each bounded by ``timeout`` seconds."""
+
+    def __init__(self, client: valkey.asyncio.Valkey, *, timeout: float) -> None:
+        self.client = client
+        self.timeout = timeout
+        self._clear = client.register_script(_CLEAR)
+        self._sync = client.register_script(_SYNC)
+        self._ack = client.register_script(_ACK)
+        self._pending = client.register_script(_PENDING)
+        self._members = client.register_script(_MEMBERS)
+
+    async def clear(self, domain: str, *, by: str) -> ClearRecord:
+        args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS)
+        number, epoch, born, now = await self._call(self._clear, args)
+        return ClearRecord(_int(number), _text(epoch), _int(born), _int(now))
+
+    async def sync(
+        self,
+        *,
+        member: str,
+        lease_ms: int,
+        epoch: str | None,
+        applied: int,
+        info: str,
+        domains: Sequence[str],
+    ) -> SyncResult:
+        args = (member, lease_ms, epoch or "", applied, _fresh_epoch(), info, *domains)
+        reply = await self._call(self._sync, args)
+        generations = None
+        if _text(reply[2]) == "1":
+            generations = {d: _int(g) for d, g in zip(domains, reply[3:], strict=True)}
+        return SyncResult(epoch=_text(reply[0]), seq=_int(reply[1]), generations=generations)
+
+    async def ack(self, *, member: str, epoch: str, number: int) -> bool:
+        return bool(await self._call(self._ack, (member, epoch, number, ACKED)))
+
+    async def pending(self) -> FleetView:
+        reply = await self._call(self._pending, (_fresh_epoch(),))
+        rest = reply[3:]
+        live = tuple(
+            LiveMember(member=_text(rest[i]), expires_ms=_int(rest[i + 1]), ack=_int(rest[i + 2]))
+            for i in range(0, len(rest), 3)
+        )
+        return FleetView(
+            epoch=_text(reply[0]), born_ms=_int(reply[1]), now_ms=_int(reply[2]), live=live
+        )
+
+    async def members(self) -> MembersView:
+        reply = await self._call(self._members, ())
+        rest = reply[1:]
+        rows = tuple(
+            MemberRow(_text(rest[i]), _text(rest[i + 1]), _int(rest[i + 2]), _int(rest[i + 3]))
+            for i in range(0, len(rest), 4)
+        )
+        return MembersView(now_ms=_int(reply[0]), members=rows)
+
+    def hints(self, channel: str) -> Hints:
+        return Hints(self.client, channel, timeout=self.timeout)
+
+    async def reset(self) -> None:
+        """Drop every connection (a timed-out one may still carry a late reply); the next
+        call connects afresh."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.client.connection_pool.disconnect()
+        except _FAILURES:
+            pass
+
+    async def aclose(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.client.aclose()
+        except _FAILURES:
+            pass
+
+    async def _call(self, script: Any, args: Sequence[object]) -> Any:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await script(keys=KEYS, args=args)
+        except _FAILURES as exc:
+            await self.reset()
+            raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
+
+
+class Hints:
+    """A subscription to one hint channel. Hints may be lost (0014: pub/sub is only a
+    hint); a lost connection shows as FleetUnavailable, and the caller subscribes again."""
+
+    def __init__(self, client: valkey.asyncio.Valkey, channel: str, *, timeout: float) -> None:
+        self._pubsub = client.pubsub()
+        self._channel = channel
+        self._timeout = timeout
+
+    async def subscribe(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._pubsub.subscribe(self._channel)
+        except _FAILURES as exc:
+            raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
+
+    async def next(self, within: float) -> bool:
+        """Whether a hint arrived within ``within`` seconds."""
+        try:
+            async with asyncio.timeout(within + self._timeout):
+                message = await self._pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=within
+                )
+        except _FAILURES as exc:
+            raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
+        return message is not None
+
+    async def aclose(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+        except _FAILURES:
+            pass
+
+
+def _fresh_epoch() -> str:
+    """128 random bits: the id of a new data set, used only if the script finds none."""
+    return secrets.token_hex(16)

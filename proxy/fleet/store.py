@@ -1,0 +1,80 @@
+"""The store of a fleet member: the local memory store behind the member's fence (0014).
+
+While the member's lease deadline has not passed, every call goes to the local
+``MemoryStore``, whose generations the member keeps in step with the fleet. Past it, the
+member may have missed a clear: ``peek`` finds nothing, ``lookup`` finds nothing and says
+``bypass="fenced"`` (the edge forwards, and says why in Cache-Status), and ``put`` stores
+nothing. The check is one monotonic clock read and a comparison, made per request: a
+process woken from SIGSTOP past its deadline is fenced on its very first request, with no
+timer that could run late.
+
+A clear through this store's ``clear_domain`` clears the local store only; a fleet-wide
+clear goes through ``FleetPurger``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from proxy.core.entry import CacheKey, StoredResponse
+from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
+from proxy.store.memory import MemoryStore
+
+FENCED = "fenced"
+
+
+class Fence(Protocol):
+    """What the store reads from the member: its monotonic lease deadline."""
+
+    @property
+    def deadline(self) -> float: ...
+
+
+class FleetStore:
+    """Implements ``proxy.store.base.Store``."""
+
+    def __init__(
+        self,
+        memory: MemoryStore,
+        fence: Fence,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.memory = memory
+        self._fence = fence
+        self._clock = clock
+
+    @property
+    def fenced(self) -> bool:
+        return self._clock() >= self._fence.deadline
+
+    def peek(self, domain: str, target: str) -> StoredResponse | None:
+        # The hit path: one clock read and one comparison before the memory store's peek.
+        if self._clock() >= self._fence.deadline:
+            return None
+        return self.memory.peek(domain, target)
+
+    async def lookup(self, domain: str, target: str) -> Lookup:
+        found = await self.memory.lookup(domain, target)
+        if self._clock() >= self._fence.deadline:
+            return Lookup(found.key, (), bypass=FENCED)
+        return found
+
+    async def put(self, key: CacheKey, response: StoredResponse) -> bool:
+        if self._clock() >= self._fence.deadline:
+            return False
+        return await self.memory.put(key, response)
+
+    async def invalidate(self, domain: str, target: str) -> int:
+        return await self.memory.invalidate(domain, target)
+
+    async def clear_domain(self, domain: str) -> ClearResult:
+        return await self.memory.clear_domain(domain)
+
+    async def domain_stats(self, domain: str) -> DomainStats:
+        return await self.memory.domain_stats(domain)
+
+    async def stats(self) -> StoreStats:
+        return await self.memory.stats()

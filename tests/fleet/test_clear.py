@@ -1,0 +1,166 @@
+"""A fleet clear (0014 "Clear" and "Wait for the fleet"), against a real Valkey and Redis.
+
+After ``FleetPurger.clear_domain`` returns, the invariant of 0014 is checked directly: every
+member either has applied the clear (its cache no longer holds the domain's old entries) or
+can no longer serve from its cache (its lease deadline has passed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from proxy.errors import ClearNotConfirmed, FleetUnavailable
+from proxy.fleet.purger import FleetPurger
+from proxy.fleet.settings import FleetSettings
+from tests.fleet.conftest import LEASE, Fleet, Node, until
+
+
+def assert_true_everywhere(nodes: list[Node], domain: str, number: int) -> None:
+    """The 200's promise, member by member: applied, or fenced."""
+    for node in nodes:
+        member = node.member
+        if member.fenced:
+            continue
+        assert member.applied.generations.get(domain, 0) >= number, member.name
+        assert node.read(domain, "/x") is None, member.name
+
+
+async def test_clear_waits_for_every_live_members_ack(fleet: Fleet) -> None:
+    """Protection: the purger waits for each live member's ack. The members take no hints,
+    so they learn of the clear only at their next renewal; a purger that answered without
+    waiting would return while they still serve the old version."""
+    nodes = [await fleet.node(hints=False) for _ in range(3)]
+    for node in nodes:
+        assert await node.fill("a.test", "/x", b"v1")
+        assert await node.fill("b.test", "/x", b"v1")
+    result = await fleet.purger().clear_domain("a.test")
+    assert (result.acked, result.live) == (3, 3)
+    assert_true_everywhere(nodes, "a.test", result.generation)
+    assert all(node.read("a.test", "/x") is None for node in nodes)
+    assert all(node.read("b.test", "/x") == b"v1" for node in nodes)  # only the domain
+
+
+async def test_hints_make_the_ack_fast(fleet: Fleet) -> None:
+    """With hints, a clear does not wait for a renewal: members sync on the published
+    number and ack at once (the purger is woken by the ack hint)."""
+    nodes = [await fleet.node(renew=0.6, lease=0.9) for _ in range(3)]
+    purger = fleet.purger(poll_interval=1.0, lease=0.9)
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    started = time.monotonic()
+    result = await purger.clear_domain("a.test")
+    assert (result.acked, result.live) == (3, 3)
+    assert time.monotonic() - started < 0.3  # neither a renewal nor a poll was needed
+    assert_true_everywhere(nodes, "a.test", result.generation)
+
+
+async def test_lost_hints_only_cost_latency(fleet: Fleet) -> None:
+    """Protection: renewal (members) and polling (purger) regardless of pub/sub. Neither side
+    subscribes at all, as if every hint were lost: the clear still completes, true."""
+    nodes = [await fleet.node(hints=False) for _ in range(2)]
+    for node in nodes:
+        assert await node.fill("a.test", "/x", b"v1")
+    result = await fleet.purger(hints=False).clear_domain("a.test")
+    assert (result.acked, result.live) == (2, 2)
+    assert_true_everywhere(nodes, "a.test", result.generation)
+
+
+async def test_a_member_resubscribes_after_losing_its_hint_connection(fleet: Fleet) -> None:
+    """Protection: the listener subscribes again after a lost connection (else every later
+    clear waits for a renewal)."""
+    nodes = [await fleet.node() for _ in range(2)]
+    client = fleet.client()
+    await until(lambda: all(n.member.syncs >= 2 for n in nodes))
+    await client.client_kill_filter(_type="pubsub")
+
+    subscribers = [0]
+
+    async def count() -> None:
+        while True:
+            reply = await client.pubsub_numsub("{cdn}:clears")
+            subscribers[0] = reply[0][1]
+            if subscribers[0] >= 2:
+                return
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(count(), timeout=5)
+    assert subscribers[0] == 2
+
+
+async def test_a_killed_member_is_waited_for_until_its_lease_expires(fleet: Fleet) -> None:
+    """Protection: a member that stops renewing (kill -9) still holds a live lease; the clear
+    answers only once that lease has expired, and so after the member's own deadline."""
+    alive = await fleet.node()
+    killed = await fleet.node()
+    assert await killed.fill("a.test", "/x", b"v1")
+    await killed.member.close()  # no goodbye: its lease stays in Valkey
+    result = await fleet.purger().clear_domain("a.test")
+    assert time.monotonic() >= killed.member.deadline  # not before its lease ran out
+    assert killed.member.fenced and killed.read("a.test", "/x") is None
+    assert (result.acked, result.live) == (1, 1)  # the killed one was dropped, not counted
+    assert_true_everywhere([alive], "a.test", result.generation)
+
+
+async def test_clear_timeout_answers_not_confirmed_with_counts(fleet: Fleet) -> None:
+    """Protection: the purger never answers 200 when it cannot make it true: with a stopped
+    member whose lease outlives clear_timeout, it raises ClearNotConfirmed with the counts,
+    and the clear is recorded (the live member has applied it)."""
+    alive = await fleet.node()
+    stopped = await fleet.node()
+    await fleet.purger().clear_domain("b.test")  # waits out the grace of the test's epoch
+    await stopped.member.close()  # its lease has at least 0.6 - 0.15 s to run
+    assert await alive.fill("a.test", "/x", b"v1")
+    purger = fleet.purger(clear_timeout=0.25)
+    with pytest.raises(ClearNotConfirmed) as raised:
+        await purger.clear_domain("a.test")
+    error = raised.value
+    assert (error.acked, error.live) == (1, 2)
+    assert error.retry_after == 1  # the stopped member's lease runs out within 0.6 s
+    assert alive.read("a.test", "/x") is None
+    assert alive.member.applied.generations["a.test"] == error.number
+
+
+async def test_clear_without_valkey_is_unavailable() -> None:
+    """A clear that cannot be recorded says so (FleetUnavailable), fast."""
+    url = "redis://127.0.0.1:9/0"  # the discard port: nothing listens there
+    purger = FleetPurger(settings=FleetSettings(url=url, timeout=0.2), name="cp")
+    try:
+        with pytest.raises(FleetUnavailable):
+            await purger.clear_domain("a.test")
+    finally:
+        await purger.aclose()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.001, 0.005, 0.02])
+async def test_a_member_registering_during_a_clear(fleet: Fleet, delay: float) -> None:
+    """Protection: a sync registers and reads in one script, so a member starting while a
+    clear runs is either waited for or has read the clear's generation."""
+    slow = await fleet.node(hints=False)  # keeps the clear waiting for a renewal
+    purger = fleet.purger()
+    clearing = asyncio.create_task(purger.clear_domain("a.test"))
+    await asyncio.sleep(delay)
+    newcomer = await fleet.node(hints=False)
+    result = await clearing
+    assert_true_everywhere([slow, newcomer], "a.test", result.generation)
+
+
+async def test_the_log_records_each_clear_and_who_answered(fleet: Fleet) -> None:
+    await fleet.node()
+    result = await fleet.purger().clear_domain("a.test")
+    entries = await fleet.client().xrange("{cdn}:log")
+    assert len(entries) == 1
+    fields = entries[0][1]
+    assert fields[b"domain"] == b"a.test"
+    assert fields[b"by"] == b"cp-test"
+    assert int(fields[b"number"]) == result.generation
+
+
+async def test_members_view_for_the_nodes_page(fleet: Fleet) -> None:
+    nodes = [await fleet.node() for _ in range(2)]
+    view = await fleet.purger().members()
+    assert sorted(row.member for row in view.members) == sorted(n.member.name for n in nodes)
+    for row in view.members:
+        assert row.expires_ms > view.now_ms
+        assert row.expires_ms <= view.now_ms + LEASE * 1000
+        assert '"fenced": false' in row.info
