@@ -11,6 +11,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from proxy.core.entry import Headers, Lines, StoredResponse, write_lines
+from proxy.core.headers import via_value
 from proxy.core.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
 from proxy.errors import OriginError
 
@@ -18,11 +19,8 @@ log = logging.getLogger("proxy.edge")
 
 
 def with_via(headers: CIMultiDict[str], via: str) -> None:
-    """Append this proxy to Via (RFC 9110 §7.6.3), keeping the origin's entries first."""
-    previous = headers.getall("Via", [])
-    if previous:
-        del headers["Via"]
-    headers["Via"] = ", ".join([*previous, f"1.1 {via}"])
+    """Append this proxy to the response's Via, after the origin's entries (``via_value``)."""
+    headers["Via"] = via_value(headers.popall("Via", ()), via)
 
 
 def from_stored(
@@ -110,7 +108,7 @@ def hit_lines(entry: StoredResponse, *, via: str, status: str) -> Lines | None:
 
 @lru_cache(maxsize=64)
 def _tail(via: str, status: str, extra: str) -> bytes:
-    return f"Via: 1.1 {via}\r\nCache-Status: {status}\r\n{extra}".encode()
+    return f"Via: {via_value((), via)}\r\nCache-Status: {status}\r\n{extra}".encode()
 
 
 class Hit(web.StreamResponse):
