@@ -108,7 +108,7 @@ async def wire(
 ORIGIN_ANSWERS: dict[str, tuple[int, bytes, dict[str, str]]] = {
     "plain": (200, b"x" * 1024, {"Cache-Control": "max-age=600", "Content-Type": "text/css"}),
     "no-content-type": (200, b"body", {"Cache-Control": "max-age=600"}),
-    # Past respond.JOINED_BODY_MAX: head and body are written as two buffers.
+    # Past aiohttp_adapter.JOINED_BODY_MAX: head and body are written as two buffers.
     "large": (200, bytes(range(256)) * 400, {"Cache-Control": "max-age=600"}),
     "empty": (200, b"", {"Cache-Control": "max-age=600"}),
     "not-found": (404, b"gone", {"Cache-Control": "max-age=600"}),
