@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +16,8 @@ from aiohttp.test_utils import RawTestServer, TestServer
 
 from proxy.core.entry import StoredResponse
 from proxy.edge import respond
-from proxy.edge.handler import Edge
-from proxy.edge.origin import new_session
-from proxy.store.memory import MemoryStore
-from tests.conftest import FakeClock, Origin, make_config
+from tests.conftest import FakeClock, Origin
+from tests.edge.conftest import ClockedEdge
 
 ACCESS_FORMAT = '%s %b "%{Cache-Status}o" %{Content-Type}o'
 
@@ -82,20 +79,10 @@ class Served:
 
 @pytest.fixture
 async def served(
-    tmp_path: Path,
-    origin: Origin,
+    clocked_edge: ClockedEdge,
     aiohttp_server: Callable[..., Awaitable[TestServer]],
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[Served]:
-    clock = FakeClock()
-    config = make_config(tmp_path, origin.url)
-    session = new_session()
-    edge = Edge(
-        config=config,
-        store=MemoryStore(max_bytes=config.cache.max_bytes),
-        session=session,
-        clock=clock,
-    )
+) -> Served:
     reads: list[Read] = []
 
     @web.middleware
@@ -105,14 +92,12 @@ async def served(
         return response
 
     app = web.Application(middlewares=[reader])
-    app.router.add_route("*", "/{tail:.*}", edge.handle)
+    app.router.add_route("*", "/{tail:.*}", clocked_edge.edge.handle)
     caplog.set_level(logging.INFO, logger="tests.access")
     server = await aiohttp_server(
         app, access_log=logging.getLogger("tests.access"), access_log_format=ACCESS_FORMAT
     )
-    yield Served(port=server.port or 0, clock=clock, reads=reads, log=caplog)
-    await edge.close()
-    await session.close()
+    return Served(port=server.port or 0, clock=clocked_edge.clock, reads=reads, log=caplog)
 
 
 async def stored_then_both_paths(served: Served, origin: Origin, name: str) -> tuple[Read, Read]:
