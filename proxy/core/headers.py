@@ -124,11 +124,18 @@ def to_origin(
     previous_via = [value for name, value in out if name.lower() == "via"]
     out = [(name, value) for name, value in out if name.lower() != "via"]
     out.append(("Host", domain))
-    out.append(("Via", ", ".join([*previous_via, f"1.1 {via}"])))
+    out.append(("Via", via_value(previous_via, via)))
     out.append(("X-Forwarded-For", client_address))
     out.append(("X-Forwarded-Proto", scheme))
     out.append(("X-Forwarded-Host", domain))
     return out
+
+
+def via_value(previous: Iterable[str], via: str) -> str:
+    """Via once this proxy, named ``via``, has passed the message on (RFC 9110 §7.6.3): the
+    values it arrived with, in order, then this proxy's own entry, for HTTP/1.1. Requests and
+    responses alike; a proxy adds one entry per message."""
+    return ", ".join([*previous, f"1.1 {via}"])
 
 
 def from_origin(headers: Iterable[tuple[str, str]]) -> Headers:

@@ -3,9 +3,10 @@
 Every aiohttp or timeout exception raised while talking to an origin, whether at connect,
 while waiting for headers or while reading the body, leaves this module as an OriginError:
 OriginTimeout (→ 504), OriginUnreachable (→ 502) or OriginProtocolError (→ 502).
-aiohttp closes a connection on any framing error, and ``OriginConnector`` never reuses one
-on which the origin sent bytes no request asked for, so a broken response never poisons the
-next request on a reused connection.
+aiohttp closes a connection on any framing error, and ``OriginConnector`` (in the aiohttp
+adapter: it reads the client protocol's state) never reuses one on which the origin sent
+bytes no request asked for, so a broken response never poisons the next request on a reused
+connection.
 """
 
 from __future__ import annotations
@@ -16,40 +17,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-from aiohttp.connector import Connection
-from aiohttp.tracing import Trace
 from yarl import URL
 
 from proxy.config import DomainConfig
+from proxy.edge.aiohttp_adapter import OriginConnector
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.telemetry import Telemetry, error_kind
 
 CHUNK = 64 * 1024
-
-
-class OriginConnector(aiohttp.TCPConnector):
-    """Hands out a pooled connection only if the origin sent nothing on it while it was idle.
-
-    Bytes arriving on an idle keep-alive connection (the late tail of a body longer than its
-    Content-Length, or a response nobody asked for) would be read as the answer to the next
-    request sent on it, and stored under that request's key: response queue poisoning.
-    aiohttp parses them as they arrive into a queued response or an error, and either makes
-    the connection ``should_close``; such a connection is closed here, not reused. (A piece
-    shorter than a response head is dropped: aiohttp starts a new parser for every request.)
-    """
-
-    async def connect(
-        self,
-        req: aiohttp.ClientRequest,
-        traces: list[Trace],
-        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
-    ) -> Connection:
-        while True:
-            connection = await super().connect(req, traces, timeout)
-            protocol = connection.protocol
-            if protocol is None or not protocol.should_close:
-                return connection
-            connection.close()
 
 
 def new_session() -> aiohttp.ClientSession:

@@ -11,18 +11,17 @@ from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from proxy.core.entry import Headers, Lines, StoredResponse, write_lines
+from proxy.core.headers import via_value
 from proxy.core.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
+from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.errors import OriginError
 
 log = logging.getLogger("proxy.edge")
 
 
 def with_via(headers: CIMultiDict[str], via: str) -> None:
-    """Append this proxy to Via (RFC 9110 §7.6.3), keeping the origin's entries first."""
-    previous = headers.getall("Via", [])
-    if previous:
-        del headers["Via"]
-    headers["Via"] = ", ".join([*previous, f"1.1 {via}"])
+    """Append this proxy to the response's Via, after the origin's entries (``via_value``)."""
+    headers["Via"] = via_value(headers.popall("Via", ()), via)
 
 
 def from_stored(
@@ -67,10 +66,6 @@ def prepared(entry: StoredResponse, *, via: str, status: str) -> StoredResponse:
     return ready if lines is None else with_lines(ready, lines)
 
 
-# A fast hit's body up to this size is copied behind its head and sent in one write; a larger
-# one is sent from the entry's own bytes (see Hit.prepare).
-JOINED_BODY_MAX = 16 * 1024
-
 # Statuses whose answer to GET has a body, framed by Content-Length.
 _BODY_STATUSES = range(200, 600)
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -110,41 +105,15 @@ def hit_lines(entry: StoredResponse, *, via: str, status: str) -> Lines | None:
 
 @lru_cache(maxsize=64)
 def _tail(via: str, status: str, extra: str) -> bytes:
-    return f"Via: 1.1 {via}\r\nCache-Status: {status}\r\n{extra}".encode()
+    return f"Via: {via_value((), via)}\r\nCache-Status: {status}\r\n{extra}".encode()
 
 
-class Hit(web.StreamResponse):
-    """A fresh hit written straight to the connection: ``parts`` are the entry's precomputed
-    lines, Age, and the body, last. It replaces ``web.Response`` on the fast path, which spends
-    most of a hit's time rebuilding and re-encoding fields that never change
-    (benchmarks/README.md).
-
-    aiohttp's request loop asks a response only for ``prepare``, ``write_eof`` and
-    ``keep_alive``; those are all this class provides, so it skips StreamResponse's
-    constructor. Only for HTTP/1.1 requests that keep the connection open (``Edge.handle``).
-    """
-
-    def __init__(self, parts: tuple[bytes, ...]) -> None:  # no super().__init__(): see above
-        self._parts = parts
-        self._keep_alive = True
-
-    async def prepare(self, request: web.BaseRequest) -> None:
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            raise ConnectionResetError("the client has gone")
-        parts = self._parts
-        body = parts[-1]
-        if len(body) > JOINED_BODY_MAX:
-            # Handed over as it is (one writev with the head), not copied into a new buffer.
-            transport.writelines((b"".join(parts[:-1]), body))
-        else:
-            transport.write(b"".join(parts))
-        # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
-        # above its high-water mark, so a client that does not read cannot grow it.
-        await request.writer.drain()
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        return None
+# A fresh hit, sent as it was precomputed: the entry's lines (``hit_lines``), Age, and the
+# body, last. It replaces ``web.Response`` on the fast path, which spends most of a hit's time
+# rebuilding and re-encoding fields that never change (benchmarks/README.md, decision 0008),
+# and reads as the response it sends (status, headers...) to anything that asks. Only for
+# HTTP/1.1 requests that keep the connection open (``Edge.handle``).
+Hit = Prewritten
 
 
 def shared_fields(headers: Headers) -> Headers:

@@ -12,6 +12,7 @@ from proxy.core.headers import (
     from_origin,
     not_passed_on_fill,
     to_origin,
+    via_value,
 )
 
 CLIENT_HEADERS = [
@@ -153,6 +154,20 @@ def test_to_origin_joins_several_via_fields_in_order() -> None:
     headers = [("Via", "1.0 a"), ("Accept", "*/*"), ("via", "1.1 b, 1.1 c")]
     out = dict(_to_origin(headers, cacheable=True))
     assert out["Via"] == "1.0 a, 1.1 b, 1.1 c, 1.1 cdn-proxy"
+
+
+@pytest.mark.parametrize(
+    ("previous", "expected"),
+    [
+        ([], "1.1 edge"),
+        (["1.0 a"], "1.0 a, 1.1 edge"),
+        (["1.0 a", "1.1 b, 1.1 c"], "1.0 a, 1.1 b, 1.1 c, 1.1 edge"),
+    ],
+)
+def test_via_value_appends_this_proxy_after_the_others(previous: list[str], expected: str) -> None:
+    """RFC 9110 §7.6.3: each proxy appends its own entry, the earlier ones kept in order; the
+    one rule for requests to the origin and for responses (respond.py)."""
+    assert via_value(previous, "edge") == expected
 
 
 def test_from_origin() -> None:

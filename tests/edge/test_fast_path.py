@@ -6,9 +6,8 @@ fit must still get the full path's answer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -17,10 +16,8 @@ from aiohttp.test_utils import RawTestServer
 
 from proxy.core.entry import StoredResponse
 from proxy.edge import respond
-from proxy.edge.handler import Edge
-from proxy.edge.origin import new_session
-from proxy.store.memory import MemoryStore
-from tests.conftest import FakeClock, Origin, make_config
+from tests.conftest import FakeClock, Origin
+from tests.edge.conftest import ClockedEdge
 
 
 @dataclass
@@ -79,36 +76,23 @@ class Wire:
 
 @pytest.fixture
 async def wire(
-    tmp_path: Path,
-    origin: Origin,
-    aiohttp_raw_server: Callable[..., Awaitable[RawTestServer]],
-) -> AsyncIterator[Wire]:
-    clock = FakeClock()
-    config = make_config(tmp_path, origin.url)
-    session = new_session()
-    edge = Edge(
-        config=config,
-        store=MemoryStore(max_bytes=config.edge_role()[1].max_bytes),
-        session=session,
-        clock=clock,
-    )
+    clocked_edge: ClockedEdge, aiohttp_raw_server: Callable[..., Awaitable[RawTestServer]]
+) -> Wire:
     kinds: list[type[web.StreamResponse]] = []
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        response = await edge.handle(request)
+        response = await clocked_edge.edge.handle(request)
         kinds.append(type(response))
         return response
 
     server = await aiohttp_raw_server(handle)
-    yield Wire(port=server.port or 0, clock=clock, kinds=kinds)
-    await edge.close()
-    await session.close()
+    return Wire(port=server.port or 0, clock=clocked_edge.clock, kinds=kinds)
 
 
 ORIGIN_ANSWERS: dict[str, tuple[int, bytes, dict[str, str]]] = {
     "plain": (200, b"x" * 1024, {"Cache-Control": "max-age=600", "Content-Type": "text/css"}),
     "no-content-type": (200, b"body", {"Cache-Control": "max-age=600"}),
-    # Past respond.JOINED_BODY_MAX: head and body are written as two buffers.
+    # Past aiohttp_adapter.JOINED_BODY_MAX: head and body are written as two buffers.
     "large": (200, bytes(range(256)) * 400, {"Cache-Control": "max-age=600"}),
     "empty": (200, b"", {"Cache-Control": "max-age=600"}),
     "not-found": (404, b"gone", {"Cache-Control": "max-age=600"}),

@@ -1,0 +1,197 @@
+"""What ``proxy.edge.aiohttp_adapter`` assumes about aiohttp, each assumption asserted against
+the aiohttp installed. When one of these fails after an upgrade, the adapter is what must
+change (or the upgrade wait): see the module's docstring and decision 0013."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import socket
+import sys
+import tomllib
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.connector import Connection
+from aiohttp.helpers import HeadersMixin
+from aiohttp.test_utils import RawTestServer
+
+from proxy.edge.aiohttp_adapter import OriginConnector, Prewritten
+from tests.conftest import until
+
+MESSAGE = (
+    b"HTTP/1.1 200 OK\r\n",
+    b"Content-Type: text/plain\r\n",
+    b"Content-Length: 4\r\n\r\n",
+    b"body",
+)
+
+RawServer = Callable[..., Awaitable[RawTestServer]]
+
+
+async def exchange(port: int, request: bytes, length: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        async with asyncio.timeout(10):  # a bound, not a wait
+            writer.write(request)
+            await writer.drain()
+            return await reader.readexactly(length)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+GET = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+
+# -- the server side: what aiohttp's request loop does with a response ------------------------
+
+
+class Recorded(Prewritten):
+    """Records every attribute that aiohttp reads on the response, but for StreamResponse's
+    own methods reading their object."""
+
+    reads: Counter[str]
+
+    def __getattribute__(self, name: str) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith("aiohttp.") and caller != "aiohttp.web_response":
+            object.__getattribute__(self, "reads")[name] += 1
+        return object.__getattribute__(self, name)
+
+
+async def test_the_request_loop_asks_a_response_only_for_prepare_write_eof_and_keep_alive(
+    aiohttp_raw_server: RawServer,
+) -> None:
+    """Prewritten answers everything a response is asked, but its cost was measured on this
+    loop: a new read on the hit path would be a new cost, and must be looked at."""
+    responses: list[Recorded] = []
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        response = Recorded(MESSAGE)
+        response.reads = Counter()
+        responses.append(response)
+        return response
+
+    server = await aiohttp_raw_server(handler, access_log=None)
+    assert await exchange(server.port or 0, GET + GET, 2 * len(b"".join(MESSAGE))) == (
+        b"".join(MESSAGE) * 2
+    )
+    for response in responses:
+        assert response.reads == {
+            "__http_exception__": 1,  # getattr with a default: a deprecation check
+            "prepare": 1,
+            "write_eof": 1,
+            "keep_alive": 1,
+        }
+
+
+def test_stream_response_sets_only_what_prewritten_computes() -> None:
+    """Prewritten skips StreamResponse.__init__: the four attributes it sets are computed
+    from the message instead, and everything else a response reads must have a class-level
+    default, or a Prewritten would raise AttributeError where a response answers."""
+    assert set(vars(web.StreamResponse())) == {"_state", "_headers", "_status", "_reason"}
+    for name in ("_state", "_headers", "_status", "_reason", "_eof_sent"):
+        assert isinstance(inspect.getattr_static(Prewritten, name), property)
+    source = inspect.getsource(web.StreamResponse) + inspect.getsource(HeadersMixin)
+    read = set(re.findall(r"self\.(_[a-z]\w*)", source))
+    assert read, "the scan found nothing: StreamResponse's source moved"
+    assert sorted(name for name in read if not hasattr(Prewritten, name)) == []
+
+
+async def test_the_request_writer_has_sent_nothing_when_a_response_is_prepared(
+    aiohttp_raw_server: RawServer,
+) -> None:
+    """Prewritten writes to the transport beside the request's writer: that is only the
+    whole message if aiohttp has buffered nothing for the request in that writer."""
+    seen: list[tuple[int, int]] = []
+
+    class Watched(Prewritten):
+        async def prepare(self, request: web.BaseRequest) -> Any:
+            writer = request.writer
+            seen.append((writer.buffer_size, writer.output_size))
+            return await super().prepare(request)
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        return Watched(MESSAGE)
+
+    server = await aiohttp_raw_server(handler, access_log=None)
+    assert await exchange(server.port or 0, GET, len(b"".join(MESSAGE))) == b"".join(MESSAGE)
+    assert seen == [(0, 0)]
+
+
+async def test_drain_waits_while_the_client_reads_nothing(
+    aiohttp_raw_server: RawServer,
+) -> None:
+    """``request.writer.drain()`` is aiohttp's flow control: it returns at once while the
+    socket's buffer is low, and waits while it is above the high-water mark. A prepare that
+    did not wait would let a client that never reads grow the buffer without bound."""
+    body = b"x" * (32 * 1024 * 1024)  # more than the kernel's socket buffers hold
+    message = (b"HTTP/1.1 200 OK\r\n", f"Content-Length: {len(body)}\r\n\r\n".encode(), body)
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    class Watched(Prewritten):
+        async def prepare(self, request: web.BaseRequest) -> Any:
+            started.set()
+            result = await super().prepare(request)
+            finished.set()
+            return result
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        return Watched(message)
+
+    server = await aiohttp_raw_server(handler, access_log=None)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port or 0)
+    try:
+        writer.write(GET)
+        await until(started.is_set)
+        # prepare runs to its end in the step that started it unless drain waits.
+        assert not finished.is_set()
+        async with asyncio.timeout(30):  # a bound, not a wait
+            received = await reader.readexactly(len(b"".join(message)))
+            await finished.wait()
+        assert received == b"".join(message)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+# -- the client side: OriginConnector ------------------------------------------------------------
+
+
+def test_connect_has_the_signature_origin_connector_overrides() -> None:
+    expected = ["self", "req", "traces", "timeout"]
+    assert list(inspect.signature(aiohttp.TCPConnector.connect).parameters) == expected
+    assert list(inspect.signature(OriginConnector.connect).parameters) == expected
+    assert isinstance(inspect.getattr_static(Connection, "protocol"), property)
+    assert isinstance(inspect.getattr_static(ResponseHandler, "should_close"), property)
+
+
+async def test_an_idle_client_connection_that_receives_bytes_should_close() -> None:
+    """What OriginConnector reads: bytes arriving on a connection no request is waiting on
+    make aiohttp's client protocol say it should close."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    transport, protocol = await loop.create_connection(lambda: ResponseHandler(loop), sock=ours)
+    try:
+        assert not protocol.should_close
+        theirs.send(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON")
+        await until(lambda: protocol.should_close)
+    finally:
+        transport.close()
+        theirs.close()
+
+
+# -- the pin -------------------------------------------------------------------------------------
+
+
+def test_aiohttp_is_pinned_to_the_minor_version_these_tests_ran_on() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    pins = [pin for pin in pyproject["project"]["dependencies"] if pin.startswith("aiohttp>")]
+    major, minor = (int(part) for part in aiohttp.__version__.split(".")[:2])
+    assert pins == [f"aiohttp>={major}.{minor},<{major}.{minor + 1}"]
