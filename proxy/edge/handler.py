@@ -166,6 +166,10 @@ class Edge:
     ) -> web.StreamResponse:
         now = self._clock()
         found = await self._store.lookup(config.name, target)
+        if found.bypass is not None:
+            # The store cannot answer for now (a fleet member whose lease ran out: decision
+            # 0014): the origin answers, and nothing is stored.
+            return await self._forward(request, config, target, "bypass", found.bypass)
         key = found.key
         decision = decide_lookup(found.variants, request.headers, now)
         if isinstance(decision, Serve):
@@ -367,11 +371,16 @@ class Edge:
     # -- the forwarded path ------------------------------------------------------------------------
 
     async def _forward(
-        self, request: web.BaseRequest, config: DomainConfig, target: str, fwd: str
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        fwd: str,
+        detail: str | None = None,
     ) -> web.StreamResponse:
         headers = self._origin_headers(request, config, cacheable=False)
         data = request.content if request.body_exists else None
-        status = cache_status(self._name, fwd=fwd)
+        status = cache_status(self._name, fwd=fwd, detail=detail)
         try:
             async with origin_request(
                 self._session,

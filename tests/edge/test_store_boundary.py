@@ -19,6 +19,7 @@ from aiohttp.test_utils import RawTestServer
 from proxy.core.entry import CacheKey, StoredResponse
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
+from proxy.fleet.store import FleetStore
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
 from tests.conftest import Origin, make_config
@@ -136,3 +137,44 @@ async def test_a_fill_that_began_before_a_clear_is_not_stored(
     assert (status, body) == ("cdn-proxy; fwd=uri-miss", b"v1")
     assert await get("/a") == ("cdn-proxy; fwd=uri-miss; stored", b"v1")
     assert origin.count("/a") == 2
+
+
+class Lease:
+    """What a FleetStore reads of its fleet member: the monotonic deadline of its lease."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+
+async def test_a_fenced_store_sends_every_request_to_the_origin_and_says_why(
+    tmp_path: Path,
+    origin: Origin,
+    aiohttp_raw_server: Callable[..., Awaitable[RawTestServer]],
+) -> None:
+    """Decision 0014: past its lease an edge process serves nothing from its cache and
+    stores nothing; the origin answers, with Cache-Status saying why."""
+    config = make_config(tmp_path, origin.url)
+    memory = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
+    lease = Lease(deadline=float("inf"))
+    session = new_session()
+    edge = Edge(config=config, store=FleetStore(memory, lease), session=session)
+    server = await aiohttp_raw_server(edge.handle)
+    origin.reply("/a", b"one", headers={"Cache-Control": "max-age=60"})
+    try:
+        async with aiohttp.ClientSession() as client:
+
+            async def get() -> tuple[str, bytes]:
+                url = server.make_url("/a")
+                async with client.get(url, headers={"Host": "example.com"}) as answer:
+                    return answer.headers["Cache-Status"], await answer.read()
+
+            assert await get() == ("cdn-proxy; fwd=uri-miss; stored", b"one")
+            assert await get() == ("cdn-proxy; hit", b"one")
+            lease.deadline = float("-inf")  # the lease has run out
+            fenced = ('cdn-proxy; fwd=bypass; detail="fenced"', b"one")
+            assert [await get(), await get()] == [fenced, fenced]
+            assert origin.count("/a") == 3
+            assert len(memory.items()) == 1  # the entry from before, not served, not replaced
+    finally:
+        await edge.close()
+        await session.close()
