@@ -45,7 +45,7 @@ from proxy.core.tokens import (
     Scope,
     parse_authorization,
 )
-from proxy.errors import StateError
+from proxy.errors import ClearNotConfirmed, FleetUnavailable, StateError
 from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
@@ -63,6 +63,7 @@ OUTCOMES = (
     "too_large",
     "unsupported_media_type",
     "rate_limited",
+    "unconfirmed",
     "error",
 )
 
@@ -108,6 +109,8 @@ class Attempt:
     actor: str | None = None
     domain: str | None = None
     entries_dropped: int = 0
+    acked: int | None = None  # with a fleet: edge processes that applied the clear in time
+    live: int | None = None  # of those whose lease was live
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,9 @@ async def audited_clear(
         status=answer.status,
         entries_dropped=answer.entries_dropped,
         duration_ms=(time.perf_counter() - started) * 1000.0,
+        acked=attempt.acked,
+        live=attempt.live,
+        answered_by=ctx.purger.name,
     )
     if ctx.telemetry is not None:
         ctx.telemetry.clear(attempt.domain, answer.outcome, record.duration_ms / 1000.0)
@@ -253,12 +259,35 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
 
     try:
         result = await ctx.purger.clear_domain(domain)
+    except ClearNotConfirmed as exc:
+        # Recorded in the fleet, but not every live edge process could be shown to have
+        # applied it in time: no 200 (decision 0014). Retrying is safe.
+        log.warning("%s", exc)
+        attempt.acked, attempt.live = exc.acked, exc.live
+        _reject(
+            "unconfirmed",
+            503,
+            f"the clear of {domain!r} is recorded and was applied by {exc.acked} of {exc.live}"
+            " live edge processes in time; the others apply it when they next reach the fleet,"
+            f" or stop serving from their cache within {exc.retry_after} s. Retrying is safe.",
+            {"Retry-After": str(exc.retry_after)},
+        )
+    except FleetUnavailable as exc:
+        log.warning("clearing %s: %s", domain, exc)
+        _reject(
+            "error",
+            503,
+            f"the cache of {domain!r} could not be cleared: the fleet's Valkey did not answer;"
+            " nothing is confirmed. Retrying is safe.",
+            {"Retry-After": "1"},
+        )
     except Exception:
-        # A fleet purger can fail (network, Valkey). Nothing was confirmed, so say so
-        # plainly and let the caller retry; the audit log records the failure.
+        # Nothing was confirmed, so say so plainly and let the caller retry; the audit log
+        # records the failure.
         log.exception("clearing %s failed", domain)
         _reject("error", 503, f"the cache of {domain!r} could not be cleared; try again")
     attempt.entries_dropped = result.entries_dropped
+    attempt.acked, attempt.live = result.acked, result.live
     return result.entries_dropped
 
 

@@ -96,11 +96,19 @@ class Store(Protocol):
 class Purger(Protocol):
     """What the clear-cache API calls. Returns only once the clear is in effect."""
 
+    @property
+    def name(self) -> str | None:
+        """The control plane that answers, in the audit log (a fleet may have several)."""
+        ...
+
     async def clear_domain(self, domain: str) -> ClearResult: ...
 
 
 class LocalPurger:
-    """Purges this process's store. A fleet purger (Valkey pub/sub) can replace it."""
+    """Purges this process's store (one process, no fleet: proxy/fleet/purger.py is the
+    fleet's)."""
+
+    name = None
 
     def __init__(self, store: Store) -> None:
         self._store = store

@@ -145,6 +145,8 @@ async def test_unavailable_database_is_a_503_not_a_500(api: ApiUnderTest) -> Non
 class BrokenPurger:
     """A purger whose backend is down, as a fleet purger's Valkey can be."""
 
+    name = None  # one process, no fleet
+
     async def clear_domain(self, domain: str) -> ClearResult:
         raise ConnectionError("backend down")
 

@@ -141,6 +141,8 @@ async def test_a_refused_clear_is_a_clear_error_and_audited_too(
 
 
 class BrokenPurger:
+    name = None  # one process, no fleet
+
     async def clear_domain(self, domain: str) -> ClearResult:
         raise ConnectionError("the fleet is unreachable")
 
