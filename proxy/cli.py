@@ -81,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", parents=[with_config], help="run the proxy and the API")
     serve.set_defaults(run=_serve)
+    # Internal: one edge worker process, started by a node's supervisor (proxy/node.py).
+    worker = commands.add_parser(
+        "worker", parents=[with_config], help="(internal) one edge worker process of a node"
+    )
+    worker.add_argument("--index", type=int, required=True)
+    worker.add_argument("--port", type=int, required=True)
+    worker.add_argument("--fleet-url", required=True)
+    worker.set_defaults(run=_worker)
 
     token = commands.add_parser("token", help="manage clear-cache API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
@@ -159,9 +167,21 @@ def _admin_parser(
 
 def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    from proxy import service  # the server stack is only imported by the command that runs it
+    # The server stack is only imported by the command that runs it.
+    if config.fleet is None:
+        from proxy import service
 
-    return service.serve(config)
+        return service.serve(config)
+    from proxy import node
+
+    return node.serve(config, args.config)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    from proxy import worker
+
+    return worker.run(config, index=args.index, port=args.port, fleet_url=args.fleet_url)
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -211,16 +211,20 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-def serve(config: Config) -> int:
-    """Run until SIGTERM/SIGINT; return the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def event_loop_runner() -> asyncio.Runner:
+    """The process's event loop: uvloop where it is installed."""
     try:
         import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     except ImportError:
-        runner = asyncio.Runner()
-    with runner:
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def serve(config: Config) -> int:
+    """Run one process with both roles until SIGTERM/SIGINT; return the exit code. (A node
+    with workers or a fleet is run by proxy/node.py instead.)"""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    with event_loop_runner() as runner:
         try:
             return runner.run(_serve(config))
         except ProxyError as exc:

@@ -137,6 +137,12 @@ class Telemetry:
             buckets=CLEAR_BUCKETS,
             registry=self.registry,
         )
+        self._worker_restarts = Counter(
+            PREFIX + "worker_restarts",
+            "Edge worker processes started again after they exited, by worker index.",
+            ["worker"],
+            registry=self.registry,
+        )
         self.registry.register(_ScrapeCollector(self))
 
     # -- what the edge, the origin client and the API report ---------------------------------
@@ -165,6 +171,10 @@ class Telemetry:
         self._clear_seconds.observe(seconds)
         if outcome == CLEARED and domain is not None:
             self._traffic.record_clear(domain, self._clock())
+
+    def worker_restarted(self, index: int) -> None:
+        """The node's supervisor started edge worker ``index`` again after it exited."""
+        self._worker_restarts.labels(str(index)).inc()
 
     # -- what the dashboard reads --------------------------------------------------------------
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +16,7 @@ from aiohttp import web
 from proxy.core.tokens import Scope
 from proxy.service import Service, StartError, running
 from tests.conftest import Origin, make_config
+from tests.nodes import Node, alive, cli, write_config
 
 CACHEABLE = {"Cache-Control": "max-age=60"}
 JSON = {"Content-Type": "application/json"}
@@ -175,43 +173,6 @@ async def test_a_port_in_use_stops_start_up_and_leaves_nothing_listening(
 # -- the command line, as an operator runs it --------------------------------------------------
 
 
-def write_config(tmp_path: Path, origin_url: str, **extra: Any) -> Path:
-    path = tmp_path / "proxy.toml"
-    path.write_text(
-        f"""
-[edge]
-listen = "127.0.0.1:0"
-shutdown_timeout = 10
-[api]
-listen = "127.0.0.1:0"
-[cache]
-max_bytes = "8MiB"
-[state]
-path = "state.db"
-[[domains]]
-name = "example.com"
-origin = "{origin_url}"
-""",
-        encoding="utf-8",
-    )
-    return path
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "proxy",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "CDN_PROXY_URL": "", "CDN_PROXY_TOKEN": ""},
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -246,44 +207,19 @@ async def test_a_broken_config_stops_start_up_with_one_message(
     assert "Traceback" not in err
 
 
-class Server:
-    """``cdn-proxy serve`` in a child process, with the addresses it printed."""
-
-    def __init__(self, process: asyncio.subprocess.Process, edge: str, api: str) -> None:
-        self.process = process
-        self.edge = edge
-        self.api = api
-
-
-@pytest.fixture
-async def server(tmp_path: Path, origin: Origin) -> AsyncIterator[Server]:
-    config = write_config(tmp_path, origin.url)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--config",
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    addresses: dict[str, str] = {}
-    async with asyncio.timeout(30):
-        while len(addresses) < 2:
-            line = (await process.stdout.readline()).decode()
-            assert line, "the server exited before it was listening"
-            name, _, url = line.strip().partition(" ")
-            addresses[name] = url
-    yield Server(process, addresses["edge"], addresses["api"])
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
+@pytest.fixture(params=[1, 2], ids=["one-process", "two-workers"])
+async def server(
+    request: pytest.FixtureRequest, tmp_path: Path, origin: Origin
+) -> AsyncIterator[Node]:
+    """The node as an operator runs it: one process, or two edge workers and a control
+    process coordinated through the embedded Valkey (the same tests hold for both)."""
+    node = await Node.start(write_config(tmp_path, origin.url, workers=request.param))
+    yield node
+    await node.kill()  # the node, and anything of its group still running
 
 
 async def test_sigterm_drains_in_flight_requests_and_exits_cleanly(
-    server: Server, origin: Origin, client: aiohttp.ClientSession
+    server: Node, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
     arrived = asyncio.Event()
     release = asyncio.Event()
@@ -298,6 +234,8 @@ async def test_sigterm_drains_in_flight_requests_and_exits_cleanly(
         client.get(server.edge + "/slow", headers={"Host": "example.com"})
     )
     await arrived.wait()
+    workers = server.worker_pids()
+    assert len(workers) == server.workers
     server.process.send_signal(signal.SIGTERM)
     release.set()
     response = await in_flight
@@ -306,10 +244,11 @@ async def test_sigterm_drains_in_flight_requests_and_exits_cleanly(
     response.release()
     async with asyncio.timeout(20):
         assert await server.process.wait() == 0
+    assert not any(map(alive, workers))  # the node stopped them, and waited for them
 
 
 async def test_tokens_from_the_cli_work_at_once_in_a_running_server(
-    server: Server, tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
+    server: Node, tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
     config = str(tmp_path / "proxy.toml")
     status, token, err = await cli("token", "create", "deploy", "--all-domains", "--config", config)

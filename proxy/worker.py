@@ -1,0 +1,94 @@
+"""One edge worker process of a fleet: ``python -m proxy worker --config PATH --index N --port P
+--fleet-url URL``, started by the node's supervisor (proxy/supervisor.py), never by hand.
+
+It owns a memory store of its own (``cache.max_bytes`` divided by ``edge.workers``), joins the
+fleet as a member (proxy/fleet/member.py: lease, generations, acknowledgements), and listens
+on the shared edge port with SO_REUSEPORT. Its cache answers only while its lease holds
+(proxy/fleet/store.py). It prints ``ready`` on standard output once it listens, and on SIGTERM
+drains its connections (``edge.shutdown_timeout``) and exits 0; so it does when its node
+is gone (its standard input, a pipe from the node, reaches its end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+from contextlib import AsyncExitStack
+
+from proxy.config import Config, FleetConfig
+from proxy.fleet.member import FleetMember
+from proxy.fleet.settings import FleetSettings
+from proxy.fleet.store import FleetStore
+from proxy.service import edge_listening, event_loop_runner, memory_store
+from proxy.telemetry import Telemetry
+
+log = logging.getLogger("proxy.worker")
+
+
+def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
+    return FleetSettings(
+        url=url, lease=fleet.lease, renew=fleet.renew, clear_timeout=fleet.clear_timeout
+    )
+
+
+def run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
+    """The worker's life: returns its exit status."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s %(levelname)s %(name)s[worker {index}] %(message)s",
+    )
+    with event_loop_runner() as runner:
+        return runner.run(_run(config, index=index, port=port, fleet_url=fleet_url))
+
+
+async def _run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
+    edge, cache = config.edge_role()
+    assert config.fleet is not None  # a worker is only started for a fleet
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    _stop_when_orphaned(loop, stop)
+    async with AsyncExitStack() as stack:
+        memory = await stack.enter_async_context(memory_store(cache.max_bytes // edge.workers))
+        member = FleetMember(
+            settings=fleet_settings(config.fleet, fleet_url),
+            store=memory,
+            domains=[domain.name for domain in config.domains],
+            node=config.fleet.node,
+            worker=index,
+            address=f"{edge.listen.host}:{port}",
+        )
+        await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
+        stack.push_async_callback(member.close)
+        store = FleetStore(memory, member)
+        telemetry = Telemetry(store=store, domains=[d.name for d in config.domains])
+        _, url = await stack.enter_async_context(
+            edge_listening(config, store=store, telemetry=telemetry, port=port, reuse_port=True)
+        )
+        gc.collect()
+        gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach
+        log.info("edge worker listening on %s as %s", url, member.name)
+        print("ready", flush=True)
+        await stop.wait()
+        log.info("stopping: draining in-flight requests")
+    return 0
+
+
+def _stop_when_orphaned(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """The supervisor holds the other end of this process's standard input and never writes
+    to it: end of file means the node is gone (killed, even with SIGKILL), and a worker
+    without its node drains and exits like on SIGTERM instead of serving unsupervised."""
+    fd = sys.stdin.fileno()
+
+    def readable() -> None:
+        if not os.read(fd, 4096):
+            loop.remove_reader(fd)
+            log.warning("the node is gone: stopping")
+            stop.set()
+
+    loop.add_reader(fd, readable)
