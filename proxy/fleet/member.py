@@ -79,9 +79,9 @@ class FleetMember:
         tasks = [*self._tasks, *self._stopping, *([self._listener] if self._listener else [])]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            # Bounded: a client call stuck on a black-holed socket must not hold up shutdown.
+            await asyncio.wait(tasks, timeout=2 * self.settings.timeout)
         self._tasks.clear()
         self._listener = None
         if self._scripts is not None:

@@ -103,12 +103,12 @@ class Fleet:
         return client
 
     async def close(self) -> None:
+        for relay in self.relays:  # first: broken links wake whatever waits on them
+            await relay.close()
         for node in self.nodes:
             await node.member.close()
         for purger in self.purgers:
             await purger.aclose()
-        for relay in self.relays:
-            await relay.close()
         for client in self.clients:
             await client.aclose()
 
