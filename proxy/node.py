@@ -29,7 +29,9 @@ from pathlib import Path
 
 from proxy.config import Config, FleetConfig, Listen
 from proxy.errors import ProxyError
+from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
+from proxy.fleet.scripts import FleetScripts, connect
 from proxy.service import StartError, control_listening, event_loop_runner
 from proxy.supervisor import Workers
 from proxy.telemetry import Telemetry
@@ -64,12 +66,24 @@ async def _serve(config: Config, config_path: Path) -> int:
         url = fleet.url
         if url is None:
             url = await stack.enter_async_context(embedded_valkey(config))
-        telemetry = Telemetry(domains=[d.name for d in config.domains])
+        settings = fleet_settings(fleet, url)
+        # The fleet's figures (every edge process's report) for /metrics and the dashboard.
+        figures = FleetFigures(
+            FleetScripts(connect(url, timeout=settings.timeout), timeout=settings.timeout),
+            lease=fleet.lease,
+        )
+        figures.start()
+        stack.push_async_callback(figures.close)
+        telemetry = Telemetry(
+            store=figures, domains=[d.name for d in config.domains], remote=figures
+        )
         if config.api is not None:
-            purger = FleetPurger(settings=fleet_settings(fleet, url), name=f"{fleet.node}/control")
+            purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
             stack.push_async_callback(purger.aclose)
             _, api_url = await stack.enter_async_context(
-                control_listening(config, purger=purger, telemetry=telemetry)
+                control_listening(
+                    config, purger=purger, telemetry=telemetry, store=figures, fleet=figures
+                )
             )
             print(f"api {api_url}", flush=True)
         if config.edge is not None:

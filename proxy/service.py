@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -33,7 +34,10 @@ from proxy.errors import ProxyError
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
+from proxy.telemetry import StoreFigures, Telemetry
+
+if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
+    from proxy.fleet.figures import FleetFigures
 
 log = logging.getLogger("proxy")
 
@@ -137,8 +141,9 @@ async def control_listening(
     *,
     purger: Purger,
     telemetry: Telemetry,
-    store: Store | None = None,
+    store: StoreFigures | None = None,
     clock: Callable[[], float] = time.time,
+    fleet: FleetFigures | None = None,
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
     /metrics, /healthz), closed in reverse order."""
@@ -153,6 +158,7 @@ async def control_listening(
             telemetry=telemetry,
             store=store,
             clock=clock,
+            fleet=fleet,
         )
         runner = web.AppRunner(
             app,

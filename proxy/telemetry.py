@@ -22,13 +22,20 @@ Metrics (all prefixed ``cdn_proxy_``):
   audit outcome (cleared, unauthorized, forbidden, not_found, ...).
 - ``store_entries``, ``store_bytes``, ``store_max_bytes``, ``store_pending_reclaim_entries``,
   ``store_evictions_total``; and ``domain_entries{domain}``, ``domain_bytes{domain}``.
+- ``worker_restarts_total{worker}``: edge worker processes the node started again.
+- With workers or a fleet (the control process serves no edge traffic itself), requests and
+  store figures are those every edge process reports (proxy/fleet/figures.py), and:
+  ``purge_ack_duration_seconds`` (from a clear to the last live edge process's
+  acknowledgement), ``fleet_live_processes``, ``fleet_fenced_processes`` and
+  ``fleet_lease_renew_failures_total``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -36,14 +43,19 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 
 from proxy.core.traffic import (
+    BYPASS,
     CLEARED,
+    ERROR,
+    HIT,
+    MISS,
     OUTCOMES,
+    STALE,
     DomainCounts,
     MinuteCounts,
     Traffic,
 )
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
-from proxy.store.base import DomainStats, Store, StoreStats
+from proxy.store.base import DomainStats, StoreStats
 
 __all__ = [
     "METRICS_PATH",
@@ -90,6 +102,27 @@ def error_kind(exc: OriginError) -> str:
     return "other"
 
 
+class RemoteFigures(Protocol):
+    """The figures of edge processes other than this one (a fleet: proxy/fleet/figures.py)."""
+
+    def outcomes(self) -> Mapping[str, Mapping[str, int]]: ...
+
+    def timeline(self, minutes: Sequence[MinuteCounts]) -> list[MinuteCounts]: ...
+
+    def live_and_fenced(self) -> tuple[int, int]: ...
+
+    @property
+    def renew_failures(self) -> int: ...
+
+
+class StoreFigures(Protocol):
+    """What /metrics and the dashboard read of a store (or of a whole fleet's stores)."""
+
+    async def stats(self) -> StoreStats: ...
+
+    async def domain_stats(self, domain: str) -> DomainStats: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _StoreSnapshot:
     stats: StoreStats
@@ -100,14 +133,17 @@ class Telemetry:
     def __init__(
         self,
         *,
-        store: Store | None = None,
+        store: StoreFigures | None = None,
         domains: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
+        remote: RemoteFigures | None = None,
     ) -> None:
         """``store`` and ``domains`` are read at scrape time; ``clock`` gives wall-clock
-        seconds for the timeline."""
+        seconds for the timeline; ``remote`` adds the edge processes of a fleet (the control
+        plane of a node with workers, or of a fleet, serves no edge traffic itself)."""
         self.registry = CollectorRegistry()
         self._store = store
+        self._remote = remote
         self._domains = tuple(domains)
         self._clock = clock
         self._traffic = Traffic()
@@ -134,6 +170,12 @@ class Telemetry:
         self._clear_seconds = Histogram(
             PREFIX + "clear_duration_seconds",
             "Duration of clear-cache attempts, as written to the audit log.",
+            buckets=CLEAR_BUCKETS,
+            registry=self.registry,
+        )
+        self._ack_seconds = Histogram(
+            PREFIX + "purge_ack_duration_seconds",
+            "From a fleet clear to the last live edge process's acknowledgement.",
             buckets=CLEAR_BUCKETS,
             registry=self.registry,
         )
@@ -172,6 +214,10 @@ class Telemetry:
         if outcome == CLEARED and domain is not None:
             self._traffic.record_clear(domain, self._clock())
 
+    def purge_acknowledged(self, seconds: float) -> None:
+        """A fleet clear was confirmed by every live edge process after ``seconds``."""
+        self._ack_seconds.observe(seconds)
+
     def worker_restarted(self, index: int) -> None:
         """The node's supervisor started edge worker ``index`` again after it exited."""
         self._worker_restarts.labels(str(index)).inc()
@@ -179,11 +225,27 @@ class Telemetry:
     # -- what the dashboard reads --------------------------------------------------------------
 
     def domain_counts(self, domain: str) -> DomainCounts:
-        return self._traffic.domain_counts(domain)
+        mine = self._traffic.domain_counts(domain)
+        if self._remote is None:
+            return mine
+        theirs = self._remote.outcomes().get(domain, {})
+        return DomainCounts(
+            hits=mine.hits + theirs.get(HIT, 0),
+            misses=mine.misses + theirs.get(MISS, 0) + theirs.get(STALE, 0),
+            stale=mine.stale + theirs.get(STALE, 0),
+            bypassed=mine.bypassed + theirs.get(BYPASS, 0),
+            errors=mine.errors + theirs.get(ERROR, 0),
+            clears=mine.clears,
+        )
+
+    def outcomes(self) -> Mapping[str, Mapping[str, int]]:
+        """This process's responses: domain → outcome → count (an edge process's report)."""
+        return self._traffic.outcomes()
 
     def timeline(self, now: float, minutes: int = 60) -> list[MinuteCounts]:
         """The last ``minutes`` minutes (at most 60), oldest first, all domains together."""
-        return self._traffic.timeline(now, minutes)
+        mine = self._traffic.timeline(now, minutes)
+        return mine if self._remote is None else self._remote.timeline(mine)
 
     # -- scraping --------------------------------------------------------------------------------
 
@@ -205,7 +267,7 @@ class Telemetry:
             "Edge responses, by domain and cache status (hit, miss, stale, bypass, error).",
             labels=["domain", "cache_status"],
         )
-        counts = self._traffic.outcomes()
+        counts = _summed(self._traffic.outcomes(), self._remote)
         for domain in self._domains:
             if domain not in counts:
                 for outcome in OUTCOMES:
@@ -214,6 +276,8 @@ class Telemetry:
             for outcome, count in by_outcome.items():
                 requests.add_metric([domain, outcome], count)
         yield requests
+        if self._remote is not None:
+            yield from _fleet_metrics(self._remote)
 
         snapshot = self._snapshot
         if snapshot is None:
@@ -255,6 +319,38 @@ class Telemetry:
             size.add_metric([domain], domain_stats.bytes)
         yield entries
         yield size
+
+
+def _summed(
+    mine: Mapping[str, Mapping[str, int]], remote: RemoteFigures | None
+) -> Mapping[str, Mapping[str, int]]:
+    if remote is None:
+        return mine
+    total = {domain: dict(counts) for domain, counts in mine.items()}
+    for domain, counts in remote.outcomes().items():
+        into = total.setdefault(domain, dict.fromkeys(OUTCOMES, 0))
+        for outcome, count in counts.items():
+            into[outcome] = into.get(outcome, 0) + count
+    return total
+
+
+def _fleet_metrics(remote: RemoteFigures) -> Iterable[Metric]:
+    live, fenced = remote.live_and_fenced()
+    yield GaugeMetricFamily(
+        PREFIX + "fleet_live_processes",
+        "Edge processes whose lease is live and which may serve from their cache.",
+        live,
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "fleet_fenced_processes",
+        "Edge processes still listed in Valkey that may not serve from their cache.",
+        fenced,
+    )
+    yield CounterMetricFamily(
+        PREFIX + "fleet_lease_renew_failures",
+        "Lease renewals (syncs) that failed, summed over the listed edge processes.",
+        remote.renew_failures,
+    )
 
 
 class _ScrapeCollector:

@@ -17,9 +17,11 @@ import logging
 import os
 import signal
 import sys
+import time
 from contextlib import AsyncExitStack
 
 from proxy.config import Config, FleetConfig
+from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
@@ -55,18 +57,20 @@ async def _run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
     _stop_when_orphaned(loop, stop)
     async with AsyncExitStack() as stack:
         memory = await stack.enter_async_context(memory_store(cache.max_bytes // edge.workers))
+        domains = [domain.name for domain in config.domains]
+        telemetry = Telemetry(store=memory, domains=domains)
         member = FleetMember(
             settings=fleet_settings(config.fleet, fleet_url),
             store=memory,
-            domains=[domain.name for domain in config.domains],
+            domains=domains,
             node=config.fleet.node,
             worker=index,
             address=f"{edge.listen.host}:{port}",
+            report=lambda: edge_report(telemetry, memory, domains, time.time()),
         )
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
-        telemetry = Telemetry(store=store, domains=[d.name for d in config.domains])
         _, url = await stack.enter_async_context(
             edge_listening(config, store=store, telemetry=telemetry, port=port, reuse_port=True)
         )

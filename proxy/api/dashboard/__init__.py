@@ -5,7 +5,7 @@ pages) and response hook (security headers) apply to every response under /dashb
 nothing else. Templates (Jinja2, autoescaped) and the two static files are package data.
 
 Layout: ``context`` (what handlers share), ``pages`` (rendering, errors, headers), ``auth``
-(sign-in, sessions, CSRF), ``tokens``, ``views`` (overview, domains, history), ``chart``.
+(sign-in, sessions, CSRF), ``tokens``, ``views`` (overview, domains, history, nodes), ``chart``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import aiohttp_jinja2
 import jinja2
@@ -27,8 +28,10 @@ from proxy.api.dashboard.pages import error_pages, percent, security_headers, si
 from proxy.core.ratelimit import DoublingDelay, FailureThrottle
 from proxy.core.sessions import SessionPolicy
 from proxy.state.admins import password_hasher
-from proxy.store.base import Store
-from proxy.telemetry import Telemetry
+from proxy.telemetry import StoreFigures, Telemetry
+
+if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
+    from proxy.fleet.figures import FleetFigures
 
 __all__ = ["PREFIX", "create_dashboard"]
 
@@ -39,10 +42,11 @@ _STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 def create_dashboard(
     *,
     clear: ClearCacheContext,
-    store: Store | None,
+    store: StoreFigures | None,
     telemetry: Telemetry | None,
     clock: Callable[[], float] = time.time,
     hasher: PasswordHasher | None = None,
+    fleet: FleetFigures | None = None,
 ) -> web.Application:
     """The dashboard app, to mount at PREFIX. ``hasher`` checks passwords (any argon2 hash
     verifies whatever its parameters) and rehashes those made with other parameters."""
@@ -58,6 +62,7 @@ def create_dashboard(
         state=clear.state,
         store=store,
         telemetry=telemetry,
+        fleet=fleet,
         clear=clear,
         clock=clock,
         policy=SessionPolicy(config.session_idle_timeout, config.session_lifetime),

@@ -6,6 +6,7 @@ import asyncio
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from argon2 import PasswordHasher
@@ -15,8 +16,10 @@ from proxy.config import Config
 from proxy.core.ratelimit import FailureThrottle
 from proxy.core.sessions import SessionPolicy
 from proxy.state.sqlite import AsyncState
-from proxy.store.base import Store
-from proxy.telemetry import Telemetry
+from proxy.telemetry import StoreFigures, Telemetry
+
+if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
+    from proxy.fleet.figures import FleetFigures
 
 PREFIX = "/dashboard"
 SESSION_COOKIE = "cdnp_session"
@@ -44,8 +47,9 @@ class DashboardContext:
 
     config: Config
     state: AsyncState
-    store: Store | None  # None: the Domains page shows no entries or bytes
+    store: StoreFigures | None  # None: the Domains page shows no entries or bytes
     telemetry: Telemetry | None  # None: no chart and no hit ratios
+    fleet: FleetFigures | None  # None: one process serves the edge (the Nodes page says so)
     clear: ClearCacheContext  # the API's own clear path, shared
     clock: Callable[[], float]
     policy: SessionPolicy

@@ -1,4 +1,4 @@
-"""The Overview (chart), Domains (with "Clear cache") and History pages.
+"""The Overview (chart), Domains (with "Clear cache"), History and Nodes pages.
 
 "Clear cache" calls ``proxy.api.clear_cache.audited_clear``, the API's own path, with the
 admin as the caller: the same domain checks, the same purger, the same one audit record per
@@ -150,8 +150,23 @@ async def history_page(request: web.Request, session: Session) -> web.StreamResp
     )
 
 
+@signed_in
+async def nodes_page(request: web.Request, session: Session) -> web.StreamResponse:
+    """Every edge process of the fleet (proxy/fleet/figures.py), or a word that there is
+    none (one process serves the edge itself)."""
+    ctx = request.app[DASHBOARD]
+    processes = ctx.fleet.processes() if ctx.fleet is not None else None
+    return render(
+        request,
+        "nodes.html",
+        {"title": "Nodes", "active": "nodes", "processes": processes},
+        session=session,
+    )
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("", overview)
     app.router.add_get("/domains", domains_page)
     app.router.add_post("/domains/clear", clear_domain)
     app.router.add_get("/history", history_page)
+    app.router.add_get("/nodes", nodes_page)

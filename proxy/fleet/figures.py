@@ -1,0 +1,214 @@
+"""The whole fleet's figures on the control plane: what each edge process reports with every
+sync, summed for /metrics, the dashboard's Overview and Domains pages, and listed per process
+for the Nodes page.
+
+An edge process sends its report (``edge_report``) in the member info it writes at each sync
+(proxy/fleet/member.py), every ``fleet.renew`` seconds. The control plane reads every
+member's info from Valkey once a second (``FleetFigures.refresh``), and answers from that
+copy, so a scrape or a page costs no round trip. A member whose lease has run out still counts
+until Valkey drops it (at the next clear): a report is the process's counters since it
+started, and dropping it would make the sums go back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from proxy.core.traffic import OUTCOMES, MinuteCounts
+from proxy.errors import FleetUnavailable
+from proxy.fleet.scripts import FleetScripts, MembersView
+from proxy.store.base import DomainStats, Store, StoreStats
+from proxy.telemetry import Telemetry
+
+log = logging.getLogger("proxy.fleet")
+
+REFRESH_SECONDS = 1.0
+MINUTES = 60
+
+
+async def edge_report(
+    telemetry: Telemetry, store: Store, domains: Sequence[str], now: float
+) -> dict[str, object]:
+    """What an edge process tells the control plane about itself: its responses by domain
+    and outcome, its last hour's hits and misses per minute (only minutes with any), and its
+    store's figures."""
+    stats = await store.stats()
+    return {
+        "counts": {domain: dict(counts) for domain, counts in telemetry.outcomes().items()},
+        "minutes": [
+            [minute.start, minute.hits, minute.misses]
+            for minute in telemetry.timeline(now, MINUTES)
+            if minute.hits or minute.misses
+        ],
+        "store": [stats.entries, stats.bytes, stats.max_bytes, stats.evictions],
+        "domains": {
+            domain: [figures.entries, figures.bytes]
+            for domain in domains
+            if (figures := await store.domain_stats(domain)).entries
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeProcess:
+    """One row of the Nodes page."""
+
+    member: str
+    node: str
+    worker: int
+    pid: int
+    address: str
+    lease_age: float | None  # seconds since its lease was last renewed; None: no live lease
+    applied: int  # the number of the last clear it applied
+    acked: int  # the number Valkey holds as its acknowledgement
+    fenced: bool
+    renew_failures: int
+
+
+class FleetFigures:
+    """Implements the store figures the dashboard and /metrics read (``stats`` and
+    ``domain_stats``), and ``Telemetry``'s remote counts, for the whole fleet."""
+
+    def __init__(self, scripts: FleetScripts, *, lease: float) -> None:
+        self._scripts = scripts
+        self._lease = lease
+        self._view = MembersView(now_ms=0, members=())
+        self._reports: dict[str, Mapping[str, object]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # -- keeping the copy ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._refresh_loop(), name="fleet-figures")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._scripts.aclose()
+
+    async def refresh(self) -> None:
+        view = await self._scripts.members()
+        reports: dict[str, Mapping[str, object]] = {}
+        for row in view.members:
+            try:
+                info = json.loads(row.info)
+            except ValueError:
+                continue
+            if isinstance(info, dict):
+                reports[row.member] = info
+        self._view, self._reports = view, reports
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except FleetUnavailable as exc:
+                log.warning("fleet figures not refreshed: %s", exc)
+            await asyncio.sleep(REFRESH_SECONDS)  # a period, not a synchronisation
+
+    # -- what the pages and /metrics read -----------------------------------------------------
+
+    def processes(self) -> list[EdgeProcess]:
+        now_ms = self._view.now_ms
+        rows = []
+        for row in self._view.members:
+            info = self._reports.get(row.member, {})
+            live = row.expires_ms > now_ms
+            renewed_ms = row.expires_ms - self._lease * 1000
+            rows.append(
+                EdgeProcess(
+                    member=row.member,
+                    node=str(info.get("node", "")),
+                    worker=_int(info.get("worker")),
+                    pid=_int(info.get("pid")),
+                    address=str(info.get("address", "")),
+                    lease_age=max(0.0, (now_ms - renewed_ms) / 1000) if live else None,
+                    applied=_int(info.get("applied")),
+                    acked=row.ack,
+                    fenced=not live or bool(info.get("fenced")),
+                    renew_failures=_int(info.get("renew_failures")),
+                )
+            )
+        return sorted(rows, key=lambda p: (p.node, p.worker, p.member))
+
+    def outcomes(self) -> dict[str, dict[str, int]]:
+        total: dict[str, dict[str, int]] = {}
+        for report in self._reports.values():
+            counts = report.get("counts")
+            if not isinstance(counts, dict):
+                continue
+            for domain, by_outcome in counts.items():
+                mine = total.setdefault(str(domain), dict.fromkeys(OUTCOMES, 0))
+                if isinstance(by_outcome, dict):
+                    for outcome in OUTCOMES:
+                        mine[outcome] += _int(by_outcome.get(outcome))
+        return total
+
+    def timeline(self, minutes: Sequence[MinuteCounts]) -> list[MinuteCounts]:
+        """``minutes`` (the control plane's own: its clears) with every process's hits and
+        misses added."""
+        added: dict[float, list[int]] = {}
+        for report in self._reports.values():
+            for entry in _list(report.get("minutes")):
+                if isinstance(entry, list) and len(entry) == 3:
+                    start, hits, misses = entry
+                    pair = added.setdefault(float(start), [0, 0])
+                    pair[0] += _int(hits)
+                    pair[1] += _int(misses)
+        return [
+            MinuteCounts(
+                m.start,
+                m.hits + added.get(m.start, (0, 0))[0],
+                m.misses + added.get(m.start, (0, 0))[1],
+                m.clears,
+            )
+            for m in minutes
+        ]
+
+    async def stats(self) -> StoreStats:
+        entries = size = limit = evictions = 0
+        for report in self._reports.values():
+            figures = _list(report.get("store"))
+            if len(figures) == 4:
+                entries += _int(figures[0])
+                size += _int(figures[1])
+                limit += _int(figures[2])
+                evictions += _int(figures[3])
+        return StoreStats(
+            entries=entries, bytes=size, max_bytes=limit, evictions=evictions, pending_reclaim=0
+        )
+
+    async def domain_stats(self, domain: str) -> DomainStats:
+        entries = size = 0
+        for report in self._reports.values():
+            domains = report.get("domains")
+            if isinstance(domains, dict):
+                figures = _list(domains.get(domain))
+                if len(figures) == 2:
+                    entries += _int(figures[0])
+                    size += _int(figures[1])
+        return DomainStats(entries=entries, bytes=size)
+
+    def live_and_fenced(self) -> tuple[int, int]:
+        processes = self.processes()
+        fenced = sum(1 for process in processes if process.fenced)
+        return len(processes) - fenced, fenced
+
+    @property
+    def renew_failures(self) -> int:
+        return sum(_int(report.get("renew_failures")) for report in self._reports.values())
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []

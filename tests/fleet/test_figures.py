@@ -1,0 +1,103 @@
+"""The whole fleet on the control plane: each edge process reports its figures with every sync,
+and the control plane sums them for /metrics and the dashboard, and lists the processes on
+the Nodes page."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from proxy.core.traffic import HIT, MISS
+from proxy.fleet.figures import FleetFigures, edge_report
+from proxy.fleet.member import FleetMember
+from proxy.fleet.scripts import FleetScripts, connect
+from proxy.store.memory import MemoryStore
+from proxy.telemetry import Telemetry
+from tests.dashboard.support import DashboardFactory
+from tests.fleet.conftest import DOMAINS, LEASE, Fleet, response, settings
+
+
+@pytest.fixture
+async def figures(fleet: Fleet) -> AsyncIterator[FleetFigures]:
+    url = fleet.server.url
+    made = FleetFigures(FleetScripts(connect(url, timeout=0.5), timeout=0.5), lease=LEASE)
+    yield made
+    await made.close()
+
+
+async def reporting_member(fleet: Fleet, node: str, hits: int) -> FleetMember:
+    """A member whose process served ``hits`` hits and one miss of a.test and stores one
+    entry of it, and has reported that in a sync."""
+    memory = MemoryStore(max_bytes=1 << 20)
+    telemetry = Telemetry(store=memory, domains=DOMAINS)
+    for _ in range(hits):
+        telemetry.request("a.test", HIT)
+    telemetry.request("a.test", MISS)
+    member = FleetMember(
+        settings=settings(fleet.server.url),
+        store=memory,
+        domains=DOMAINS,
+        node=node,
+        report=lambda: edge_report(telemetry, memory, DOMAINS, time.time()),
+    )
+    await member.start()  # joining a new epoch empties the store: fill it after
+    found = await memory.lookup("a.test", "/x")
+    assert await memory.put(found.key, response(b"x"))
+    assert await member.sync()  # reports the figures as they are now
+    return member
+
+
+async def test_the_control_plane_sums_every_edge_process(
+    fleet: Fleet, figures: FleetFigures
+) -> None:
+    members = [await reporting_member(fleet, "n1", 3), await reporting_member(fleet, "n2", 4)]
+    try:
+        await figures.refresh()
+        assert figures.outcomes()["a.test"][HIT] == 7
+        assert figures.outcomes()["a.test"][MISS] == 2
+        assert (await figures.domain_stats("a.test")).entries == 2
+        assert (await figures.domain_stats("b.test")).entries == 0
+        assert (await figures.stats()).max_bytes == 2 << 20
+        assert figures.live_and_fenced() == (2, 0)
+        control = Telemetry(store=figures, domains=DOMAINS, remote=figures)
+        counts = control.domain_counts("a.test")
+        assert (counts.hits, counts.misses) == (7, 2)
+        exposition = (await control.exposition()).decode()
+        assert 'cdn_proxy_requests_total{cache_status="hit",domain="a.test"} 7.0' in exposition
+        assert "cdn_proxy_fleet_live_processes 2.0" in exposition
+        assert 'cdn_proxy_domain_entries{domain="a.test"} 2.0' in exposition
+        rows = figures.processes()
+        assert [(row.node, row.fenced) for row in rows] == [("n1", False), ("n2", False)]
+        assert all(row.lease_age is not None and row.lease_age < LEASE for row in rows)
+    finally:
+        for member in members:
+            await member.close()
+
+
+async def test_the_nodes_page_lists_every_edge_process(
+    fleet: Fleet, figures: FleetFigures, make_dashboard: DashboardFactory
+) -> None:
+    member = await reporting_member(fleet, "edge-7", 1)
+    try:
+        await figures.refresh()
+        dashboard = await make_dashboard(fleet=figures)
+        await dashboard.sign_in()
+        page = await dashboard.get("/dashboard/nodes")
+        assert page.status == 200
+        [row] = page.html.find("table").find_all("tr", data_member=member.name)
+        cells = [cell.text for cell in row.find_all("td")]
+        assert cells[0] == "edge-7"
+        assert cells[7] == "serving"
+        assert cells[5] == str(member.applied.seq)
+    finally:
+        await member.close()
+
+
+async def test_without_a_fleet_the_nodes_page_says_so(make_dashboard: DashboardFactory) -> None:
+    dashboard = await make_dashboard()
+    await dashboard.sign_in()
+    page = await dashboard.get("/dashboard/nodes")
+    assert page.status == 200
+    assert "there is no fleet to show" in page.words
