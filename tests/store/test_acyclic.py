@@ -149,12 +149,12 @@ TOKEN = st.text(
     min_size=1,
     max_size=12,
 )
+# Mostly values a hit can send as lines; now and then one it cannot (kept as pairs).
 VALUE = st.text(
     alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E)
-    | st.characters(min_codepoint=0xA0, max_codepoint=0x2FFF, blacklist_categories=["Cs"])
-    | st.sampled_from(["\t", "\x00", "\udc80"]),
+    | st.characters(min_codepoint=0xA0, max_codepoint=0x2FFF, blacklist_categories=["Cs"]),
     max_size=40,
-)
+) | st.sampled_from(["a\tb", "\x00", "\udc80"])
 # aiohttp hands known header names over as its istr constants; others as plain strings.
 NAME = st.sampled_from([hdrs.CONTENT_TYPE, hdrs.ETAG, hdrs.LAST_MODIFIED, hdrs.DATE]) | TOKEN
 CACHE_CONTROL = st.lists(
@@ -179,8 +179,14 @@ CACHE_CONTROL = st.lists(
 def responses(draw: st.DrawFn) -> tuple[Headers, CIMultiDict[str], int]:
     """A response's fields, the request's, and its status."""
     headers = [(istr("Cache-Control"), draw(CACHE_CONTROL))]
+    if draw(st.integers(0, 3)):  # mostly: without Date a hit is not sent as lines
+        headers.append((hdrs.DATE, "Tue, 14 Nov 2023 22:13:20 GMT"))
     headers += draw(st.lists(st.tuples(NAME, VALUE), max_size=6))
-    vary = draw(st.lists(st.sampled_from(["Accept-Encoding", "Accept", "X-Variant"]), max_size=2))
+    vary: list[str] = []
+    if not draw(st.integers(0, 2)):
+        vary = draw(
+            st.lists(st.sampled_from(["Accept-Encoding", "Accept", "X-Variant"]), max_size=3)
+        )
     if vary:
         headers.append((hdrs.VARY, ", ".join(vary)))
     request: CIMultiDict[str] = CIMultiDict()
@@ -198,7 +204,7 @@ async def test_every_entry_the_edge_builds_holds_no_cycle_and_is_untracked(
     """Whatever the origin answers: the entry as a miss stores it (``with_body``, then
     ``respond.prepared``), as a revalidation refreshes it (``refreshed``), and with the
     store's defaults applied all pass ``holds_no_cycle``, and the store untracks them."""
-    headers, request, status = response
+    headers, request, status = response  # about half stored, one in six of those as lines
     verdict = assess_response(
         method="GET",
         target="/a?b=c",
