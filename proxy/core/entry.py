@@ -17,7 +17,8 @@ kept to eight slots:
 
 The store takes stored entries out of the garbage collector's reach (decision 0011), so an
 entry must refer only to strings, bytes, numbers, None and tuples of them: nothing that could
-put it in a reference cycle.
+put it in a reference cycle. ``holds_no_cycle`` checks that, slot by slot, and the store
+leaves an entry it does not pass to the collector.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 # (domain, generation, request-target as received). Callers pass the parts, never a string
@@ -300,3 +302,37 @@ def last_field(fields: Iterable[tuple[str, str]], lowered_name: str) -> str | No
         if name.lower() == lowered_name:
             found = value
     return found
+
+
+# -- acyclicity (decision 0011) ------------------------------------------------------------------
+
+# What an entry's slots may hold, directly or in tuples (nested to any depth): objects that
+# refer to no other object, so no reference cycle can run through them. Exact types: a
+# subclass made in Python has a __dict__, which can refer to anything.
+_LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
+_HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC: the type's objects can refer to others
+_slots = attrgetter(*StoredResponse.__slots__)
+
+
+def _leaf(value: object) -> bool:
+    kind = type(value)
+    if kind in _LEAVES:
+        return True
+    if kind is tuple:
+        leaves = _LEAVES
+        for item in cast(tuple[object, ...], value):
+            if type(item) not in leaves and not _leaf(item):
+                return False
+        return True
+    # A str subclass written in C without the collector's support: aiohttp's header-name
+    # constants (multidict's istr, which holds only its canonical str). The collector never
+    # looks inside such an object, so it cannot carry a cycle the collector could free.
+    return issubclass(kind, str) and not kind.__flags__ & _HAVE_GC
+
+
+def holds_no_cycle(entry: object) -> bool:
+    """True when ``entry`` is a ``StoredResponse`` whose every slot holds only str, bytes,
+    int, float, bool, None or tuples of them: then no reference cycle can run through it, and
+    the collector need never visit it (the store untracks it, decision 0011). Anything else
+    (a list, a dict, an object of another class) could refer back to the entry."""
+    return type(entry) is StoredResponse and _leaf(_slots(entry))
