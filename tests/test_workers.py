@@ -110,9 +110,12 @@ async def test_a_killed_worker_is_restarted_logged_and_counted(node: Node, origi
     assert len(restarts) == 1 and restarts[0].endswith(" 1.0"), restarts
 
 
-async def test_a_node_killed_outright_takes_its_workers_with_it(node: Node) -> None:
+async def test_a_node_killed_outright_takes_its_workers_with_it_and_starts_again(
+    node: Node, origin: Origin, tmp_path: Path
+) -> None:
     """SIGKILL leaves the node no time to stop its workers; each notices its node is gone
-    (its standard input closes) and exits rather than serve unsupervised."""
+    (its standard input closes) and exits rather than serve unsupervised. The node starts
+    again with the same config: it stops the embedded Valkey the killed run left behind."""
     workers = node.worker_pids()
     assert len(workers) == 2
     node.process.send_signal(signal.SIGKILL)
@@ -120,6 +123,13 @@ async def test_a_node_killed_outright_takes_its_workers_with_it(node: Node) -> N
     async with asyncio.timeout(30):
         for pid in workers:
             await exited(pid)
+    Versioned(origin, "/page")
+    again = await Node.start(tmp_path / "proxy.toml")
+    try:
+        assert len(again.worker_pids()) == 2
+        assert await read_fresh(again, "/page") == "v1"
+    finally:
+        await again.kill()
 
 
 async def test_metrics_show_the_whole_machine(node: Node, origin: Origin) -> None:
