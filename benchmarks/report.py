@@ -14,7 +14,17 @@ from typing import Any
 
 Row = dict[str, Any]
 OURS = "cdn-proxy"
-ORDER = ("cdn-proxy", "floor", "client-cache", "nginx", "varnish")
+MACHINE_OURS = "cdn-proxy-2w"  # what scenario 6's ratios divide
+ORDER = (
+    "cdn-proxy-2w",
+    "cdn-proxy",
+    "cdn-proxy-before",
+    "floor",
+    "client-cache",
+    "nginx",
+    "nginx-2w",
+    "varnish",
+)
 COLORS = {"cdn-proxy": "C0", "floor": "C7", "client-cache": "C2", "nginx": "C3", "varnish": "C4"}
 
 # The budget issue 4 commits to.
@@ -53,14 +63,14 @@ def verdict(ok: bool) -> str:
 # -- summaries shared by the table and the chart ------------------------------------------------
 
 
-def hit_summary(hits: Row) -> dict[int, dict[str, Row]]:
-    """size -> system -> medians, and the same-run ratio of cdn-proxy's req/s to the system's."""
+def hit_summary(hits: Row, ours: str = OURS) -> dict[int, dict[str, Row]]:
+    """size -> system -> medians, and the same-run ratio of ``ours``'s req/s to the system's."""
     by_size: dict[int, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for row in hits["rows"]:
         by_size[row["size"]][row["system"]].append(row)
     out: dict[int, dict[str, Row]] = {}
     for size, systems in by_size.items():
-        ours_by_run = {r["run"]: r["rps"] for r in systems.get(OURS, [])}
+        ours_by_run = {r["run"]: r["rps"] for r in systems.get(ours, [])}
         out[size] = {}
         for name, rows in sorted(systems.items(), key=lambda item: _order(item[0])):
             ratios = [ours_by_run[r["run"]] / r["rps"] for r in rows if r["run"] in ours_by_run]
@@ -225,6 +235,66 @@ def _commands(commands: Iterable[str]) -> list[str]:
     return ["", "```sh", *commands, "```"]
 
 
+def _hit_table(summary: dict[int, dict[str, Row]], ours: str) -> list[str]:
+    """Sizes and systems with medians; the ratio column divides ``ours``'s req/s."""
+    rows = []
+    for size, systems in summary.items():
+        for name, s in systems.items():
+            ratio = "—" if name == ours or s["ratio"] is None else f"{s['ratio']:.2f}x"
+            runs = ", ".join(f"{v:,.0f}" for v in s["runs"])
+            rows.append(
+                [
+                    size_label(size),
+                    f"**{name}**" if name == ours else name,
+                    f"{s['rps']:,.0f}",
+                    f"{s['p50_ms']:.2f}",
+                    f"{s['p99_ms']:.2f}",
+                    ratio,
+                    runs,
+                    str(s["origin_requests"]),
+                ]
+            )
+    return _table(
+        [
+            "object",
+            "system",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            f"{ours} ÷ system",
+            "req/s per run",
+            "origin req",
+        ],
+        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        rows,
+    )
+
+
+def _machine_section(data: Row, profile: Row) -> list[str]:
+    lines = [
+        "",
+        "## 6. Whole-machine hits (every core)",
+        "",
+        f"Every server may use cores {data['cpus']}, and so does wrk (`-t2`, "
+        f"{profile['connections'] * 2} connections): load generator and servers share the "
+        "cores, as they would on a machine with as many busy workers as cores, so each "
+        "system's req/s is what it leaves wrk room for. The ratio column divides the "
+        "two-worker cdn-proxy's req/s by the system's, run by run, then the median.",
+        "",
+        "Systems:",
+        "",
+    ]
+    for name, info in sorted(data["systems"].items(), key=lambda i: _order(i[0])):
+        notes = f" ({'; '.join(info['notes'])})" if info["notes"] else ""
+        lines.append(f"- **{name}**{notes}: `{info['command']}`")
+    for name in data["skipped"]:
+        lines.append(f"- **{name}**: skipped (not installed)")
+    lines.append("")
+    lines += _hit_table(hit_summary(data, MACHINE_OURS), MACHINE_OURS)
+    lines += _commands(data["commands"])
+    return lines
+
+
 def markdown(results: Row, chart_name: str | None) -> str:
     m = results["machine"]
     code = results.get("code", {})
@@ -286,38 +356,11 @@ def markdown(results: Row, chart_name: str | None) -> str:
             "reached the origin during the runs (0: every answer was a hit).",
             "",
         ]
-        rows = []
-        for size, systems in hit_summary(hits).items():
-            for name, s in systems.items():
-                ratio = "—" if name == OURS or s["ratio"] is None else f"{s['ratio']:.2f}x"
-                runs = ", ".join(f"{v:,.0f}" for v in s["runs"])
-                rows.append(
-                    [
-                        size_label(size),
-                        f"**{name}**" if name == OURS else name,
-                        f"{s['rps']:,.0f}",
-                        f"{s['p50_ms']:.2f}",
-                        f"{s['p99_ms']:.2f}",
-                        ratio,
-                        runs,
-                        str(s["origin_requests"]),
-                    ]
-                )
-        lines += _table(
-            [
-                "object",
-                "system",
-                "req/s",
-                "p50 ms",
-                "p99 ms",
-                "cdn-proxy ÷ system",
-                "req/s per run",
-                "origin req",
-            ],
-            ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
-            rows,
-        )
+        lines += _hit_table(hit_summary(hits), OURS)
         lines += _commands(hits["commands"])
+
+    if results.get("machine_hits"):
+        lines += _machine_section(results["machine_hits"], profile)
 
     if results.get("clear_inproc") or results.get("clear_http"):
         lines += ["", "## 2. Clearing a domain"]

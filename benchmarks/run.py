@@ -6,7 +6,10 @@ Run:
     .venv/bin/python -m benchmarks.run --smoke            # every path, tiny sizes, seconds
     .venv/bin/python -m benchmarks.run --scenarios hit,memory --runs 5
 
-Scenarios: hit (1), clear (2), during (3), memory (4), origin (5); numbers work too.
+Scenarios: hit (1), clear (2), during (3), memory (4), origin (5), machine (6); numbers work
+too. machine: hits with every core for the servers and wrk -t2 on the same cores, for
+cdn-proxy with [edge] workers = 2, one-process cdn-proxy, nginx worker_processes 2 and Varnish.
+--before DIR adds cdn-proxy run from another checkout to the hit scenario (a same-run ratio).
 Writes OUT/latest.md, OUT/latest.png and OUT/raw/<time>.json. OUT is benchmarks/results for a
 full run; a smoke run writes to a fresh temporary directory unless --out is given, so it never
 touches the tracked results.
@@ -40,6 +43,7 @@ from benchmarks.scenarios import Context, Profile
 from benchmarks.systems import (
     ALL_SYSTEMS,
     CACHES,
+    EXTRA_SYSTEMS,
     ROOT,
     Fleet,
     Origin,
@@ -50,7 +54,9 @@ from benchmarks.systems import (
     missing_reason,
 )
 
-SCENARIOS = {"1": "hit", "2": "clear", "3": "during", "4": "memory", "5": "origin"}
+SCENARIOS = {"1": "hit", "2": "clear", "3": "during", "4": "memory", "5": "origin", "6": "machine"}
+# Scenario 6, on every core; cdn-proxy-2w first: its req/s is what the ratios divide.
+MACHINE_SYSTEMS = ("cdn-proxy-2w", "cdn-proxy", "nginx-2w", "varnish")
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -62,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     parser.add_argument(
-        "--scenarios", default="hit,clear,during,memory,origin", help="comma-separated"
+        "--scenarios", default="hit,clear,during,memory,origin,machine", help="comma-separated"
     )
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="comma-separated")
     parser.add_argument(
@@ -77,6 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--server-cpu", default="1", help="core for the servers under test")
     parser.add_argument("--load-cpu", default="0", help="core for wrk, the runner, the origin")
     parser.add_argument(
+        "--machine-cpus", help="cores for scenario 6's servers and wrk (default: every core)"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="checkout to run cdn-proxy-before from (hit scenario)"
+    )
+    parser.add_argument(
         "--from-raw", type=Path, help="only re-render latest.md/png from a raw JSON file"
     )
     args = parser.parse_args(argv)
@@ -89,9 +101,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         names.append(name)
     args.scenario_names = names
     args.system_names = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if args.before is not None and "cdn-proxy-before" not in args.system_names:
+        args.system_names.append("cdn-proxy-before")
     for name in args.system_names:
-        if name not in ALL_SYSTEMS:
-            parser.error(f"unknown system {name!r} (one of {', '.join(ALL_SYSTEMS)})")
+        if name not in ALL_SYSTEMS + EXTRA_SYSTEMS:
+            known = ", ".join(ALL_SYSTEMS + EXTRA_SYSTEMS)
+            parser.error(f"unknown system {name!r} (one of {known})")
+    if "cdn-proxy-before" in args.system_names and args.before is None:
+        parser.error("cdn-proxy-before needs --before DIR")
     if "cdn-proxy" not in args.system_names:
         parser.error("the systems must include cdn-proxy")
     return args
@@ -186,7 +203,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     started = time.monotonic()
     origin = Origin(tmp, args.load_cpu, profile.slow_ms)
     results["origin_command"] = origin.server.command
-    setting = Setting(tmp, origin.port, args.server_cpu, list(profile.hit_sizes))
+    setting = Setting(
+        tmp, origin.port, args.server_cpu, list(profile.hit_sizes), before_root=args.before
+    )
     ctx = Context(
         profile=profile, origin=origin, load_cpu=args.load_cpu, server_cpu=args.server_cpu, log=log
     )
@@ -200,7 +219,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         chosen = args.scenario_names
         shared = [s for s in ("hit", "origin", "during", "clear") if s in chosen]
         if shared:
-            names = [n for n in wanted if n != "floor" or "hit" in chosen]
+            names = [n for n in wanted if n in ALL_SYSTEMS and (n != "floor" or "hit" in chosen)]
+            if "hit" in chosen and "cdn-proxy-before" in wanted:
+                names.append("cdn-proxy-before")
             log(f"starting {', '.join(names)}")
             fleet = Fleet(setting, names)
             fleets.append(fleet)
@@ -232,6 +253,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             caches_fresh: list[System] = list(fleet.systems.values())
             results["memory"] = await scenarios.memory(ctx, caches_fresh)
             fleet.stop()
+        if "machine" in chosen:
+            cpus = args.machine_cpus
+            results["machine_hits"] = await machine_hits(ctx, setting, cpus, tmp, fleets)
     finally:
         for fleet in fleets:
             fleet.stop()
@@ -244,6 +268,27 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             + "; ".join(f"{k}: {v}" for k, v in results["skipped_systems"].items())
         )
     return results
+
+
+async def machine_hits(
+    ctx: Context, setting: Setting, cpus: str, tmp: Path, fleets: list[Fleet]
+) -> dict[str, Any]:
+    """Scenario 6: the two-worker cdn-proxy, one-process cdn-proxy, nginx with two workers and
+    Varnish, each given the cores ``cpus``, with wrk -t2 on the same cores."""
+    names = [n for n in MACHINE_SYSTEMS if missing_reason(n) is None]
+    log(f"6. whole-machine hits on cores {cpus} ({', '.join(names)})")
+    home = tmp / "machine"
+    home.mkdir()
+    home.chmod(0o755)
+    fleet = Fleet(dataclasses.replace(setting, tmp=home, server_cpu=cpus), names)
+    fleets.append(fleet)
+    systems = list(fleet.systems.values())
+    data = await scenarios.hits(dataclasses.replace(ctx, server_cpu=cpus), systems, machine=True)
+    data["cpus"] = cpus
+    data["systems"] = {s.name: {"command": s.command, "notes": s.notes} for s in systems}
+    data["skipped"] = [n for n in MACHINE_SYSTEMS if n not in names]
+    fleet.stop()
+    return data
 
 
 def setting_for_memory(setting: Setting, tmp: Path) -> Setting:
@@ -297,6 +342,8 @@ def choose_cpus(args: argparse.Namespace) -> None:
         print(f"note: using core {args.load_cpu} for load, {args.server_cpu} for servers")
     if args.load_cpu == args.server_cpu:
         print("note: one core only: servers and load share it", flush=True)
+    if args.machine_cpus is None:
+        args.machine_cpus = ",".join(str(cpu) for cpu in allowed)
     os.sched_setaffinity(0, {int(args.load_cpu)})
 
 

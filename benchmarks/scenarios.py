@@ -91,33 +91,47 @@ def _add(commands: list[str], command: str) -> None:
         commands.append(command)
 
 
-async def _prime(system: System, host: str, path: str) -> None:
-    """Two GETs: the first may be a miss, the second must be answered."""
-    for _ in range(2):
+async def _prime(system: System, host: str, path: str, requests: int = 2) -> None:
+    """GETs, each on a new connection: the first may be a miss, the others must be answered.
+    With several processes on one port, enough of them reach every process (the kernel
+    spreads connections by their addresses), so each has the object cached."""
+    for _ in range(requests):
         reply = await load.get(system.port, path, host)
         if reply.status != 200:
             raise RuntimeError(f"{system.name}: GET {host}{path} answered {reply.status}")
 
 
-# -- 1. hit throughput and latency -----------------------------------------------------------
+# -- 1. hit throughput and latency (and 6, on the whole machine) ------------------------------
+
+PRIME_MACHINE = 16  # connections: all miss a process with odds of 2**-15 with two processes
 
 
-async def hits(ctx: Context, systems: Sequence[System]) -> Row:
-    """wrk -t1 -c32 on one cached object per size; origin requests during each run counted."""
+async def hits(ctx: Context, systems: Sequence[System], machine: bool = False) -> Row:
+    """wrk -t1 -c32 on one cached object per size; origin requests during each run counted.
+    ``machine``: wrk -t2 with twice the connections, on the servers' cores too (scenario 6)."""
     p = ctx.profile
     host = "h.example"
     rows: list[Row] = []
     commands: list[str] = []
+    cpu = ctx.server_cpu if machine else ctx.load_cpu
+    threads = 2 if machine else 1
     for size in p.hit_sizes:
         path = f"/o/{size}/0"
         for system in systems:
-            await _prime(system, host, path)
+            await _prime(system, host, path, requests=PRIME_MACHINE if machine else 2)
             if p.warmup:
-                await wrk.run(wrk.command(system.port, path, host, p.warmup, cpu=ctx.load_cpu))
+                warmup = wrk.command(system.port, path, host, p.warmup, cpu=cpu, threads=threads)
+                await wrk.run(warmup)
         for run in range(p.runs):
             for system in rotated(systems, run):
                 argv = wrk.command(
-                    system.port, path, host, p.duration, p.connections, cpu=ctx.load_cpu
+                    system.port,
+                    path,
+                    host,
+                    p.duration,
+                    p.connections * threads,
+                    cpu=cpu,
+                    threads=threads,
                 )
                 _add(commands, shlex.join(argv))
                 before = await ctx.origin.count()

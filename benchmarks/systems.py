@@ -12,6 +12,14 @@ its configuration generated into the run's temporary directory, listening on loo
   module, so "clearing" a domain is deleting its cache directory's files.
 - ``varnish``: ``varnishd -F`` with malloc storage; cleared by an HTTP BAN handled in VCL
   (a lurker-friendly ``obj.http.x-host`` ban).
+
+Beside them, for the whole-machine and before/after comparisons (not in ``ALL_SYSTEMS``, so
+a default run does not start them in its shared fleet):
+
+- ``cdn-proxy-2w``: cdn-proxy with ``[edge] workers = 2`` (a control process, the embedded
+  Valkey and two edge worker processes on one port).
+- ``nginx-2w``: the nginx configuration above with ``worker_processes 2``.
+- ``cdn-proxy-before``: cdn-proxy run from another checkout (``Setting.before_root``).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 DOMAINS = ("h.example", "a.example", "b.example", "c.example", "p.example", "m.example")
 ALL_SYSTEMS = ("cdn-proxy", "floor", "client-cache", "nginx", "varnish")
+EXTRA_SYSTEMS = ("cdn-proxy-2w", "nginx-2w", "cdn-proxy-before")
 CACHES = ("cdn-proxy", "client-cache", "nginx", "varnish")
 
 
@@ -54,7 +63,7 @@ def find_binary(name: str) -> str | None:
 
 def missing_reason(system: str) -> str | None:
     """Why a system cannot run here, or None if it can."""
-    if system == "nginx" and find_binary("nginx") is None:
+    if system in ("nginx", "nginx-2w") and find_binary("nginx") is None:
         return "nginx is not installed (apt-get install nginx)"
     if system == "varnish" and find_binary("varnishd") is None:
         return "varnishd is not installed (apt-get install varnish)"
@@ -165,6 +174,7 @@ class Setting:
     origin_port: int
     server_cpu: str
     floor_sizes: list[int]
+    before_root: Path | None = None  # the checkout cdn-proxy-before runs from
 
 
 class System:
@@ -197,15 +207,18 @@ class System:
         self.server.stop()
 
 
-def proxy_config(home: Path, origin_port: int) -> Path:
+def proxy_config(home: Path, origin_port: int, workers: int = 1) -> Path:
     """A cdn-proxy config in ``home``: every benchmark domain on the origin, both listeners on
-    ports the OS chooses (``proxy_addresses`` reads them back)."""
+    ports the OS chooses (``proxy_addresses`` reads them back), ``workers`` edge processes."""
     config = home / "proxy.toml"
     domains = "".join(
         f'\n[[domains]]\nname = "{d}"\norigin = "http://127.0.0.1:{origin_port}"\n' for d in DOMAINS
     )
     config.write_text(
-        '[edge]\nlisten = "127.0.0.1:0"\n\n[api]\nlisten = "127.0.0.1:0"\n\n'
+        '[edge]\nlisten = "127.0.0.1:0"\n'
+        # Written only when above 1: a checkout from before workers existed runs this too.
+        + (f"workers = {workers}\n" if workers > 1 else "")
+        + '\n[api]\nlisten = "127.0.0.1:0"\n\n'
         '[cache]\nmax_bytes = "8GiB"\nmax_object_bytes = "8MiB"\n\n'
         '[state]\npath = "state.db"\n' + domains
     )
@@ -266,17 +279,28 @@ def client_cache_argv(port: int, origin_port: int, backend: str, tmp: Path) -> l
 class Ours(System):
     name = "cdn-proxy"
     clear_method = "clear-cache API (HTTP POST, token auth, audit row)"
+    workers = 1
 
     def __init__(self, setting: Setting) -> None:
-        home = setting.tmp / "cdn-proxy"
+        home = setting.tmp / self.name
         home.mkdir()
-        config = self.config = proxy_config(home, setting.origin_port)
-        self.token = create_token(config)
-        server = Server(self.name, proxy_argv(config), home / "serve.log", setting.server_cpu)
+        root = self.root(setting)
+        config = self.config = proxy_config(home, setting.origin_port, self.workers)
+        self.token = create_token(config, root)
+        log = home / "serve.log"
+        server = Server(self.name, proxy_argv(config), log, setting.server_cpu, cwd=root)
         server.start()
         edge, api = proxy_addresses(server)
         super().__init__(setting, server, edge)
         self.api_port = api
+        if self.workers > 1:
+            self.notes.append(f"[edge] workers = {self.workers}, embedded Valkey")
+        if root != ROOT:
+            self.notes.append(f"run from {root}")
+
+    def root(self, setting: Setting) -> Path:
+        """The checkout whose ``proxy`` package runs."""
+        return ROOT
 
     def clear_request(self, domain: str) -> tuple[list[tuple[str, str]], bytes]:
         headers = [("Authorization", f"Bearer {self.token}"), ("Content-Type", "application/json")]
@@ -303,6 +327,20 @@ class Ours(System):
         if reply.status != 200 or reply.body.strip() != b"Cache cleared":
             raise RuntimeError(f"clear-cache answered {reply.status}: {reply.body[:200]!r}")
         return seconds
+
+
+class OursTwoWorkers(Ours):
+    name = "cdn-proxy-2w"
+    workers = 2
+
+
+class OursBefore(Ours):
+    name = "cdn-proxy-before"
+
+    def root(self, setting: Setting) -> Path:
+        if setting.before_root is None:
+            raise RuntimeError("cdn-proxy-before needs a checkout to run from (--before DIR)")
+        return setting.before_root
 
 
 class Floor(System):
@@ -347,7 +385,7 @@ class ClientCache(System):
 
 
 NGINX_CONF = """\
-worker_processes 1;
+worker_processes {workers};
 daemon off;
 pid {home}/nginx.pid;
 error_log {home}/error.log error;
@@ -396,9 +434,10 @@ NGINX_SERVER = """\
 class Nginx(System):
     name = "nginx"
     clear_method = "delete the domain's cache files (no purge in Debian's nginx)"
+    workers = 1
 
     def __init__(self, setting: Setting) -> None:
-        home = setting.tmp / "nginx"
+        home = setting.tmp / self.name
         for sub in ("tmp", "cache"):
             (home / sub).mkdir(parents=True)
         # Run as root, nginx's workers drop to an unprivileged user: let them reach the cache.
@@ -414,7 +453,12 @@ class Nginx(System):
         conf = home / "nginx.conf"
         conf.write_text(
             NGINX_CONF.format(
-                home=home, zones=zones, servers=servers, origin=setting.origin_port, port=port
+                home=home,
+                zones=zones,
+                servers=servers,
+                origin=setting.origin_port,
+                port=port,
+                workers=self.workers,
             )
         )
         self.home = home
@@ -426,6 +470,8 @@ class Nginx(System):
         wait_for_port(server, port)
         super().__init__(setting, server, port)
         self.notes.append("proxy_cache_lock on; bodies in files (page cache), index in keys_zone")
+        if self.workers > 1:
+            self.notes.append(f"worker_processes {self.workers}")
 
     def cache_pid(self) -> int:
         for pid in children(self.server.pid):
@@ -468,6 +514,11 @@ sub vcl_recv {{
 sub vcl_backend_response {{ set beresp.http.x-host = bereq.http.host; }}
 sub vcl_deliver {{ unset resp.http.x-host; }}
 """
+
+
+class NginxTwoWorkers(Nginx):
+    name = "nginx-2w"
+    workers = 2
 
 
 class Varnish(System):
@@ -517,6 +568,9 @@ STARTERS: dict[str, Callable[[Setting], System]] = {
     "client-cache": ClientCache,
     "nginx": Nginx,
     "varnish": Varnish,
+    "cdn-proxy-2w": OursTwoWorkers,
+    "nginx-2w": NginxTwoWorkers,
+    "cdn-proxy-before": OursBefore,
 }
 
 

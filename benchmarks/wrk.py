@@ -45,14 +45,20 @@ def wrk_binary() -> str | None:
 
 
 def command(
-    port: int, path: str, host: str, seconds: int, connections: int = 32, cpu: str = "0"
+    port: int,
+    path: str,
+    host: str,
+    seconds: int,
+    connections: int = 32,
+    cpu: str = "0",
+    threads: int = 1,
 ) -> list[str]:
     return [
         "taskset",
         "-c",
         cpu,
         wrk_binary() or "wrk",
-        "-t1",
+        f"-t{threads}",
         f"-c{connections}",
         f"-d{seconds}s",
         "--latency",

@@ -22,6 +22,7 @@ SECTIONS = {
     "3. Hits on one domain while another is cleared": "clearing",
     "4. Memory per cached object": "cdn-proxy",
     "5. Origin protection right after a clear": "cdn-proxy",
+    "6. Whole-machine hits": "cdn-proxy-2w",
 }
 
 
@@ -75,6 +76,10 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     assert data["profile"]["name"] == "smoke"
     # Every hit was a hit: nothing reached the origin during the wrk runs.
     assert all(row["origin_requests"] == 0 for row in data["hits"]["rows"]), data["hits"]["rows"]
+    # ... on every core too, with two cdn-proxy workers each holding the object.
+    machine = data["machine_hits"]["rows"]
+    assert {row["system"] for row in machine} >= {"cdn-proxy-2w", "cdn-proxy"}, machine
+    assert all(row["origin_requests"] == 0 for row in machine), machine
     # Clears are real: the next request after each clear went to the origin.
     assert all(row["verified"] for row in data["clear_http"]["rows"])
 
