@@ -37,13 +37,14 @@ from pathlib import Path
 import aiohttp
 import valkey.asyncio
 
-from benchmarks.fleet_cluster import Cluster
+from benchmarks.fleet_cluster import Cluster, Edge
 from benchmarks.fleet_history import Clear, Fault, History, Read
 
 KILL_EDGE, STOP_EDGE, DROP, BLACKHOLE = "kill-edge", "stop-edge", "drop", "blackhole"
 RESTART_VALKEY, KILL_CONTROL = "restart-valkey", "kill-control"
 FAULTS = (KILL_EDGE, STOP_EDGE, DROP, BLACKHOLE, RESTART_VALKEY, KILL_CONTROL)
-READ_TIMEOUT = 2.0  # a read of a stopped node fails after this; it is no violation
+READ_TIMEOUT = 3.0  # a read of a stopped node fails after this; it is no violation
+PROBE_EVERY = 0.05  # seconds between the reads sent to a stopped node
 PAUSE_AFTER_FAILURE = 0.05  # pacing, so a node that is down is not hammered in a loop
 RECOVERY_TIMEOUT = 20.0  # after a fault is healed, a clear must be answered 200 within it
 
@@ -133,10 +134,19 @@ class Checker:
         return edge.node.name
 
     async def _stop_edge(self) -> str:
+        """SIGSTOP an edge node, then SIGCONT it. While it is stopped, a new read is sent to
+        it every PROBE_EVERY seconds: the readers' own reads block on the stopped node, and
+        these queue up after the clears answered 200 meanwhile, to be served when it wakes."""
         edge = self.cluster.edges[self._next_edge()]
         edge.node.signal(signal.SIGSTOP)
-        await asyncio.sleep(self._hold())
-        edge.node.signal(signal.SIGCONT)
+        until = time.monotonic() + self._hold()
+        async with self._session() as session:
+            probes = []
+            while time.monotonic() < until:
+                probes.append(asyncio.create_task(self._read(session, edge)))
+                await asyncio.sleep(PROBE_EVERY)
+            edge.node.signal(signal.SIGCONT)
+            await asyncio.gather(*probes)
         return edge.node.name
 
     async def _partition(self, how: str) -> str:
@@ -179,37 +189,36 @@ class Checker:
             await client.aclose()
         return "control"
 
+    def _session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(force_close=True)  # a fresh connection per read
+        timeout = aiohttp.ClientTimeout(total=READ_TIMEOUT)
+        return aiohttp.ClientSession(connector=connector, timeout=timeout)
+
     async def _reader(self, index: int) -> None:
         edge = self.cluster.edges[index]
-        timeout = aiohttp.ClientTimeout(total=READ_TIMEOUT)
-        connector = aiohttp.TCPConnector(force_close=True)  # a fresh connection per read
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async with self._session() as session:
             while not self._stop.is_set():
-                domain = self.rng.choice(self.cluster.domains)
-                url = f"{edge.url}/{domain}/page{self.rng.randrange(2)}"
-                start = time.monotonic()
-                status, body, cache, error = None, "", "", ""
-                try:
-                    async with session.get(url, headers={"Host": domain}) as response:
-                        status, body = response.status, await response.text()
-                        cache = response.headers.get("Cache-Status", "")
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    error = type(exc).__name__
-                version = int(body) if status == 200 and body.isdigit() else None
-                self.history.reads.append(
-                    Read(
-                        edge.node.name,
-                        domain,
-                        start,
-                        time.monotonic(),
-                        status,
-                        version,
-                        "; hit" in cache,
-                        error,
-                    )
-                )
-                if version is None:
+                read = await self._read(session, edge)
+                if read.version is None:
                     await asyncio.sleep(PAUSE_AFTER_FAILURE)
+
+    async def _read(self, session: aiohttp.ClientSession, edge: Edge) -> Read:
+        """One GET of a random page of a random domain from ``edge``, recorded."""
+        domain = self.rng.choice(self.cluster.domains)
+        url = f"{edge.url}/{domain}/page{self.rng.randrange(2)}"
+        start = time.monotonic()
+        status, body, cache, error = None, "", "", ""
+        try:
+            async with session.get(url, headers={"Host": domain}) as response:
+                status, body = response.status, await response.text()
+                cache = response.headers.get("Cache-Status", "")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = type(exc).__name__
+        version = int(body) if status == 200 and body.isdigit() else None
+        hit = "; hit" in cache
+        read = Read(edge.node.name, domain, start, time.monotonic(), status, version, hit, error)
+        self.history.reads.append(read)
+        return read
 
     async def _clearer(self, domain: str) -> None:
         async with aiohttp.ClientSession() as session:

@@ -8,8 +8,8 @@ version); then each fault has its own run, whose docstring names the protection 
 The in-process tests beside this file (test_fence.py, test_epoch.py, test_clear.py) cover
 the same protections one step at a time.
 
-Shown once by hand (see benchmarks/README.md, "Fleet checker"): with the fence removed from
-``FleetStore``, the checker finds violations.
+Each protection named below was removed once by hand, and the run of its fault failed (the
+counts are in benchmarks/README.md, "Fleet checker").
 """
 
 from __future__ import annotations
@@ -94,11 +94,10 @@ async def test_kill_edge(cluster: Cluster) -> None:
 
 async def test_stop_edge(cluster: Cluster) -> None:
     """SIGSTOP an edge node's process group, then SIGCONT it. Protection: the fence is a
-    clock comparison made per request (FleetStore), not a timer: requests queued while the
-    node was stopped, and served after it wakes past its lease deadline, go to the origin.
-    Without the fence they are served from the cache filled before the clears that were
-    answered 200 while the node was stopped (the checker finds violations: see the module's
-    docstring)."""
+    clock comparison made per request (FleetStore), not a timer: reads sent while the node
+    is stopped (the checker sends one every 50 ms), after clears answered 200 once its lease
+    ran out, are served when it wakes past its deadline, and go to the origin. Without the
+    fence they are served from the cache filled before those clears: violations."""
     history = await Checker(cluster, seed=3).run((STOP_EDGE,), rounds=2)
     assert_sound(history, (STOP_EDGE,))
 
@@ -132,8 +131,11 @@ async def test_kill_control_plane_mid_clear(cluster: Cluster) -> None:
     """kill -9 the control plane while a clear waits for the fleet (one edge is black-holed
     so that the wait lasts), then restart it. Protection: a clear is one atomic script in
     Valkey (recorded, numbered and published together), and the wait for the fleet keeps no
-    state in the control plane: the killed clear never answers 200, the edges apply it
-    anyway, and the restarted control plane answers 200 again, as true as before."""
+    state in the control plane: the killed clear never answers 200 (asserted: it got no
+    answer), the edges apply it anyway, and the restarted control plane answers 200 again,
+    as true as before (a control plane that needed state lost in the kill would not recover:
+    asserted). No violation can come from the kill itself, since the killed clear promised
+    nothing; the test is for the clears after it."""
     history = await Checker(cluster, seed=6).run((KILL_CONTROL,), rounds=2)
     assert_sound(history, (KILL_CONTROL,))
     killed = [fault for fault in history.faults if fault.kind == KILL_CONTROL]
