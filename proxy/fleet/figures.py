@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.core.traffic import OUTCOMES, MinuteCounts
@@ -79,6 +79,7 @@ class FleetFigures:
         self._lease = lease
         self._view = MembersView(now_ms=0, members=())
         self._reports: dict[str, Mapping[str, object]] = {}
+        self._totals = _Totals.of(())
         self._task: asyncio.Task[None] | None = None
 
     # -- keeping the copy ------------------------------------------------------------------------
@@ -103,7 +104,7 @@ class FleetFigures:
                 continue
             if isinstance(info, dict):
                 reports[row.member] = info
-        self._view, self._reports = view, reports
+        self._view, self._reports, self._totals = view, reports, _Totals.of(reports.values())
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -138,30 +139,13 @@ class FleetFigures:
             )
         return sorted(rows, key=lambda p: (p.node, p.worker, p.member))
 
-    def outcomes(self) -> dict[str, dict[str, int]]:
-        total: dict[str, dict[str, int]] = {}
-        for report in self._reports.values():
-            counts = report.get("counts")
-            if not isinstance(counts, dict):
-                continue
-            for domain, by_outcome in counts.items():
-                mine = total.setdefault(str(domain), dict.fromkeys(OUTCOMES, 0))
-                if isinstance(by_outcome, dict):
-                    for outcome in OUTCOMES:
-                        mine[outcome] += _int(by_outcome.get(outcome))
-        return total
+    def outcomes(self) -> Mapping[str, Mapping[str, int]]:
+        return self._totals.outcomes
 
     def timeline(self, minutes: Sequence[MinuteCounts]) -> list[MinuteCounts]:
         """``minutes`` (the control plane's own: its clears) with every process's hits and
         misses added."""
-        added: dict[float, list[int]] = {}
-        for report in self._reports.values():
-            for entry in _list(report.get("minutes")):
-                if isinstance(entry, list) and len(entry) == 3:
-                    start, hits, misses = entry
-                    pair = added.setdefault(float(start), [0, 0])
-                    pair[0] += _int(hits)
-                    pair[1] += _int(misses)
+        added = self._totals.minutes
         return [
             MinuteCounts(
                 m.start,
@@ -173,28 +157,10 @@ class FleetFigures:
         ]
 
     async def stats(self) -> StoreStats:
-        entries = size = limit = evictions = 0
-        for report in self._reports.values():
-            figures = _list(report.get("store"))
-            if len(figures) == 4:
-                entries += _int(figures[0])
-                size += _int(figures[1])
-                limit += _int(figures[2])
-                evictions += _int(figures[3])
-        return StoreStats(
-            entries=entries, bytes=size, max_bytes=limit, evictions=evictions, pending_reclaim=0
-        )
+        return self._totals.store
 
     async def domain_stats(self, domain: str) -> DomainStats:
-        entries = size = 0
-        for report in self._reports.values():
-            domains = report.get("domains")
-            if isinstance(domains, dict):
-                figures = _list(domains.get(domain))
-                if len(figures) == 2:
-                    entries += _int(figures[0])
-                    size += _int(figures[1])
-        return DomainStats(entries=entries, bytes=size)
+        return self._totals.domains.get(domain, _NO_ENTRIES)
 
     def live_and_fenced(self) -> tuple[int, int]:
         processes = self.processes()
@@ -203,7 +169,66 @@ class FleetFigures:
 
     @property
     def renew_failures(self) -> int:
-        return sum(_int(report.get("renew_failures")) for report in self._reports.values())
+        return self._totals.renew_failures
+
+
+_NO_ENTRIES = DomainStats(entries=0, bytes=0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """The reports summed once, when they are read from Valkey: every scrape and page reads
+    these, not the reports."""
+
+    outcomes: dict[str, dict[str, int]]
+    minutes: dict[float, tuple[int, int]]  # minute start -> hits, misses
+    store: StoreStats
+    domains: dict[str, DomainStats]
+    renew_failures: int
+
+    @classmethod
+    def of(cls, reports: Iterable[Mapping[str, object]]) -> _Totals:
+        outcomes: dict[str, dict[str, int]] = {}
+        minutes: dict[float, tuple[int, int]] = {}
+        store = [0, 0, 0, 0]  # entries, bytes, max_bytes, evictions
+        domains: dict[str, DomainStats] = {}
+        renew_failures = 0
+        for report in reports:
+            counts = report.get("counts")
+            for domain, by_outcome in counts.items() if isinstance(counts, dict) else ():
+                mine = outcomes.setdefault(str(domain), dict.fromkeys(OUTCOMES, 0))
+                if isinstance(by_outcome, dict):
+                    for outcome in OUTCOMES:
+                        mine[outcome] += _int(by_outcome.get(outcome))
+            for entry in _list(report.get("minutes")):
+                if isinstance(entry, list) and len(entry) == 3:
+                    hits, misses = minutes.get(float(entry[0]), (0, 0))
+                    minutes[float(entry[0])] = (hits + _int(entry[1]), misses + _int(entry[2]))
+            figures = _list(report.get("store"))
+            if len(figures) == 4:
+                store = [total + _int(value) for total, value in zip(store, figures, strict=True)]
+            per_domain = report.get("domains")
+            for domain, pair in per_domain.items() if isinstance(per_domain, dict) else ():
+                pair = _list(pair)
+                if len(pair) == 2:
+                    had = domains.get(str(domain), _NO_ENTRIES)
+                    domains[str(domain)] = DomainStats(
+                        entries=had.entries + _int(pair[0]), bytes=had.bytes + _int(pair[1])
+                    )
+            renew_failures += _int(report.get("renew_failures"))
+        return cls(
+            outcomes=outcomes,
+            minutes=minutes,
+            store=StoreStats(
+                entries=store[0],
+                bytes=store[1],
+                max_bytes=store[2],
+                evictions=store[3],
+                pending_reclaim=0,
+            ),
+            domains=domains,
+            renew_failures=renew_failures,
+        )
 
 
 def _int(value: object) -> int:
