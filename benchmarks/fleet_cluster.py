@@ -51,6 +51,7 @@ class Timing:
     lease: float = 0.6
     renew: float = 0.15
     clear_timeout: float = 3.0
+    timeout: float = 0.2  # each Valkey call: a third of the lease
 
 
 def free_port() -> int:
@@ -208,6 +209,7 @@ class Cluster:
         )
         text += f'[fleet]\nurl = "{fleet_url}"\nnode = "{node}"\nlease = {timing.lease}\n'
         text += f"renew = {timing.renew}\nclear_timeout = {timing.clear_timeout}\n"
+        text += f"timeout = {timing.timeout}\n"
         return text
 
     async def restart_valkey(self) -> None:

@@ -139,6 +139,9 @@ class FleetConfig:
     renew: Annotated[float, _seconds] = 0.5  # how often an edge process renews its lease
     # How long a clear may wait for every live edge process before it answers 503.
     clear_timeout: Annotated[float, _seconds] = 5.0
+    # How often a waiting clear asks Valkey again when no ack hint has come (hints are lost).
+    poll_interval: Annotated[float, _seconds] = 0.05
+    timeout: Annotated[float, _seconds] = 0.5  # the longest any one Valkey call may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +239,11 @@ def _fleet(
         raise ConfigError("fleet.renew", "must be at most half of fleet.lease")
     if fleet.clear_timeout <= fleet.lease:
         raise ConfigError("fleet.clear_timeout", "must be longer than fleet.lease")
+    if fleet.poll_interval > fleet.clear_timeout:
+        raise ConfigError("fleet.poll_interval", "must be at most fleet.clear_timeout")
+    if fleet.timeout >= fleet.lease:
+        # A renewal allowed to take the whole lease could never keep the lease live.
+        raise ConfigError("fleet.timeout", "must be shorter than fleet.lease")
     if not fleet.node:
         fleet = dataclasses.replace(fleet, node=_host_name())
     return fleet

@@ -33,7 +33,12 @@ log = logging.getLogger("proxy.worker")
 
 def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
     return FleetSettings(
-        url=url, lease=fleet.lease, renew=fleet.renew, clear_timeout=fleet.clear_timeout
+        url=url,
+        lease=fleet.lease,
+        renew=fleet.renew,
+        clear_timeout=fleet.clear_timeout,
+        poll_interval=fleet.poll_interval,
+        timeout=fleet.timeout,
     )
 
 

@@ -22,6 +22,7 @@ from proxy.config import (
     parse_config,
 )
 from proxy.errors import ConfigError
+from proxy.worker import fleet_settings
 
 
 def base() -> dict[str, Any]:
@@ -111,6 +112,10 @@ BAD = [
     ("fleet.renew", 1.5, "fleet.renew: must be at most half of fleet.lease"),
     ("fleet.clear_timeout", 2, "fleet.clear_timeout: must be longer than fleet.lease"),
     ("fleet.lease", 0, "fleet.lease: must be a number of seconds greater than zero"),
+    ("fleet.poll_interval", 0, "fleet.poll_interval: must be a number of seconds greater than"),
+    ("fleet.poll_interval", 6, "fleet.poll_interval: must be at most fleet.clear_timeout"),
+    ("fleet.timeout", 2, "fleet.timeout: must be shorter than fleet.lease"),
+    ("fleet.timeout", "1s", "fleet.timeout: must be a number of seconds"),
     ("fleet.node", "a b", "fleet.node: must be 1-64 letters, digits"),
     ("fleet.peers", 1, "fleet.peers: unknown key (expected one of: clear_timeout, lease, node"),
     ("api", "x", "api: must be a table"),
@@ -228,6 +233,7 @@ def test_several_workers_make_a_fleet_on_an_embedded_valkey(tmp_path: Path) -> N
     assert config.fleet is not None
     assert config.fleet.url is None  # the control process starts one beside the state db
     assert (config.fleet.lease, config.fleet.renew, config.fleet.clear_timeout) == (2.0, 0.5, 5.0)
+    assert (config.fleet.poll_interval, config.fleet.timeout) == (0.05, 0.5)
     assert config.fleet.node  # the host name, made a token
 
 
@@ -270,3 +276,16 @@ def test_a_node_needs_a_role(tmp_path: Path) -> None:
     del data["edge"], data["api"]
     with pytest.raises(ConfigError, match="needs an \\[edge\\] table, an \\[api\\] table, or both"):
         parse_config(data, base_dir=tmp_path)
+
+
+def test_fleet_settings_carry_every_fleet_key(tmp_path: Path) -> None:
+    """Every [fleet] key reaches the protocol's settings (workers and control planes)."""
+    data = base()
+    data["edge"]["workers"] = 2
+    data["fleet"] = {"lease": 3.0, "renew": 1.0, "clear_timeout": 4.0}
+    data["fleet"] |= {"poll_interval": 0.2, "timeout": 0.25}
+    config = parse_config(data, base_dir=tmp_path)
+    assert config.fleet is not None
+    settings = fleet_settings(config.fleet, "unix:///tmp/v.sock")
+    assert (settings.lease, settings.renew, settings.clear_timeout) == (3.0, 1.0, 4.0)
+    assert (settings.poll_interval, settings.timeout) == (0.2, 0.25)
