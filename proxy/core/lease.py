@@ -17,7 +17,7 @@ where a name says Valkey milliseconds (``*_ms``: Valkey's ``TIME``, one clock fo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 MARGIN_FRACTION = 0.1  # of the lease
@@ -106,6 +106,57 @@ def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
     return SyncPlan(clear_all=False, clear=changed, applied=new, ack=True)
 
 
+@dataclass(frozen=True, slots=True)
+class ClearHint:
+    """What a clear publishes on ``{cdn}:clears``: the epoch it was made in, the number of the
+    clear before it (``seq`` just before the clear script ran), its own number, and its
+    domain. Clear numbers in one epoch form a chain: each clear's ``previous`` is the number
+    of the clear before it."""
+
+    epoch: str
+    previous: int
+    number: int
+    domain: str
+
+
+def parse_clear_hint(text: str) -> ClearHint | None:
+    """The hint as the clear script writes it (``epoch previous number domain``), or None for
+    anything else: a hint that cannot be read only means a full sync."""
+    parts = text.split(" ")
+    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return ClearHint(epoch=parts[0], previous=int(parts[1]), number=int(parts[2]), domain=parts[3])
+
+
+def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
+    """0014 "Applying hints": apply published clears without a sync when they continue,
+    with no gap, the chain of clears the member has applied. Then ``applied.seq`` can move to
+    the last one and be acknowledged, as a sync would have done. None when they do not (a
+    hint was lost, the epoch changed, or the member has not synced yet): the member syncs.
+    Hints for clears it has already applied are skipped."""
+    if applied.epoch is None:
+        return None
+    seq = applied.seq
+    generations = dict(applied.generations)
+    cleared: list[str] = []
+    for hint in hints:
+        if hint.epoch != applied.epoch:
+            return None
+        if hint.number <= seq:
+            continue  # a sync read it already
+        if hint.previous != seq:
+            return None  # a clear in between was not seen
+        seq = hint.number
+        if hint.domain in generations:  # one of the member's domains
+            generations[hint.domain] = hint.number
+            if hint.domain not in cleared:
+                cleared.append(hint.domain)
+    if seq == applied.seq:
+        return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
+    new = Applied(epoch=applied.epoch, seq=seq, generations=generations)
+    return SyncPlan(clear_all=False, clear=tuple(cleared), applied=new, ack=True)
+
+
 # -- the control plane's side --------------------------------------------------------------------
 
 
@@ -132,8 +183,13 @@ def pending_members(number: int, epoch_at_clear: str, view: FleetView) -> tuple[
     ``epoch_at_clear``). Acks are recorded only under the epoch the member has adopted, so
     once the epoch has changed, any ack (> 0) means the member dropped its whole cache after
     the clear; this holds whatever the clocks of an old and a new Valkey say."""
-    threshold = number if view.epoch == epoch_at_clear else 1
+    threshold = ack_threshold(number, epoch_at_clear, view)
     return tuple(m for m in view.live if m.ack < threshold)
+
+
+def ack_threshold(number: int, epoch_at_clear: str, view: FleetView) -> int:
+    """The lowest ack that shows a member applied clear ``number`` (see pending_members)."""
+    return number if view.epoch == epoch_at_clear else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +202,21 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Ask again after at most ``seconds`` (sooner when an ack hint arrives)."""
+    """Ask again after at most ``seconds``, or sooner: once an ack hint says the members
+    waited for (``pending``) have acked a number of at least ``threshold`` (``hints_cover``)."""
 
     acked: int
     live: int
     seconds: float
+    pending: tuple[str, ...] = ()
+    threshold: int = 0
+
+
+def hints_cover(wait: Wait, hinted: int) -> bool:
+    """Whether an ack hint received (``hinted``: the highest clear number that every member
+    it waited for has acked) covers the clear, so that asking Valkey again should find it
+    done. Hints only decide *when* to ask: the answer is always Valkey's."""
+    return bool(wait.pending) and hinted >= wait.threshold
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,4 +258,10 @@ def wait_decision(
         return GiveUp(acked=acked, live=live, retry_after=max(1, math.ceil(left_ms / 1000)))
     # Nothing pending: only the grace is left to run out, and nothing but time ends it.
     seconds = poll_interval if pending else grace_left_ms / 1000
-    return Wait(acked=acked, live=live, seconds=max(0.0, min(seconds, deadline - now)))
+    return Wait(
+        acked=acked,
+        live=live,
+        seconds=max(0.0, min(seconds, deadline - now)),
+        pending=tuple(m.member for m in pending),
+        threshold=ack_threshold(number, epoch_at_clear, view),
+    )

@@ -1,10 +1,13 @@
 """The edge process's side of the fleet: sync, renew, apply, ack (docs/decisions/0014).
 
-One task syncs: at start, every ``renew`` seconds, and at once when a hint arrives on
-``{cdn}:clears``. Syncs never overlap, so results are applied in the order they were read.
-A second task listens for the hints, and subscribes again whenever its connection is lost or
-a sync has failed (a black-holed connection would otherwise wait forever in silence). Hints
-only make acks fast; the renewal alone keeps the member correct.
+One task syncs: at start and every ``renew`` seconds. A second task listens for the hints
+on ``{cdn}:clears``, and subscribes again whenever its connection is lost or a sync has
+failed (a black-holed connection would otherwise wait forever in silence). Each hint names
+the clear before it; when the hints continue the chain of clears the member has applied,
+the first task applies them at once and acks, without a sync (0014 "Applying hints");
+otherwise (a hint lost, a new epoch) it syncs at once. Syncs and applied hints never
+overlap, so results are applied in the order they were read. Hints only make acks fast;
+the renewal alone keeps the member correct.
 
 The member's ``deadline`` is the fence: the store serves from its cache only while the
 monotonic clock is before it (``proxy.fleet.store``). It starts at -inf (a process serves
@@ -22,7 +25,17 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from proxy.core.lease import NOTHING_APPLIED, Applied, lease_deadline, may_serve, plan_sync
+from proxy.core.lease import (
+    NOTHING_APPLIED,
+    Applied,
+    ClearHint,
+    SyncPlan,
+    lease_deadline,
+    may_serve,
+    parse_clear_hint,
+    plan_hints,
+    plan_sync,
+)
 from proxy.errors import FleetUnavailable
 from proxy.fleet.scripts import CLEARS, FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
@@ -51,6 +64,7 @@ class FleetMember:
         self.deadline = float("-inf")  # the fence: serve from cache only before it
         self.renew_failures = 0
         self.syncs = 0  # successful ones
+        self.hints_applied = 0  # times published clears were applied without a sync
         self.applied: Applied = NOTHING_APPLIED
         self._node = node
         self._worker = worker
@@ -60,7 +74,10 @@ class FleetMember:
         # plane can show the whole fleet (proxy/fleet/figures.py).
         self._report = report
         self._scripts: FleetScripts | None = None
-        self._hint = asyncio.Event()
+        self._hint = asyncio.Event()  # set when hints arrived or a sync is needed
+        self._hints: list[ClearHint] = []  # arrived, not yet applied
+        self._must_sync = False  # a hint could not be read, or some may have been lost
+        self._next_sync = float("-inf")  # when the next renewal is due
         self._synced = asyncio.Event()  # set after each successful sync (for waiters)
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: asyncio.Task[None] | None = None
@@ -100,6 +117,7 @@ class FleetMember:
         """One sync (0014 "Sync"): register and read, apply, extend the deadline, ack."""
         assert self._scripts is not None, "start() first"
         sent_at = self._clock()
+        self._next_sync = sent_at + self.settings.renew
         try:
             result = await self._scripts.sync(
                 member=self.name,
@@ -116,23 +134,43 @@ class FleetMember:
         plan = plan_sync(self.applied, result)
         # No await from here until the deadline is set: the store is never seen with the new
         # deadline and the old generations.
-        # MemoryStore.clear_domain never suspends, so these awaits do not yield either.
-        for domain in self.domains if plan.clear_all else plan.clear:
-            await self.store.clear_domain(domain)
-        self.applied = plan.applied
+        await self._apply(plan)
         self.deadline = max(
             self.deadline, lease_deadline(sent_at, self.settings.lease, self.settings.margin)
         )
         self.syncs += 1
         self._synced.set()
-        if plan.ack:
-            try:
-                await self._scripts.ack(
-                    member=self.name, epoch=plan.applied.epoch or "", number=plan.applied.seq
-                )
-            except FleetUnavailable:
-                self.renew_failures += 1  # the next sync records the ack instead
+        await self._ack(plan)
         return True
+
+    async def apply_hints(self, hints: list[ClearHint]) -> bool:
+        """Apply published clears without a sync, and ack them; False when they do not
+        continue what the member applied (it must sync instead). The deadline is not
+        extended: only a sync renews the lease."""
+        plan = plan_hints(self.applied, hints)
+        if plan is None:
+            return False
+        await self._apply(plan)
+        self.hints_applied += 1
+        await self._ack(plan)
+        return True
+
+    async def _apply(self, plan: SyncPlan) -> None:
+        # MemoryStore.clear_domain never suspends, so these awaits do not yield.
+        for domain in self.domains if plan.clear_all else plan.clear:
+            await self.store.clear_domain(domain)
+        self.applied = plan.applied
+
+    async def _ack(self, plan: SyncPlan) -> None:
+        if not plan.ack:
+            return
+        assert self._scripts is not None
+        try:
+            await self._scripts.ack(
+                member=self.name, epoch=plan.applied.epoch or "", number=plan.applied.seq
+            )
+        except FleetUnavailable:
+            self.renew_failures += 1  # the next sync records the ack instead
 
     async def _info(self) -> str:
         report = await self._report() if self._report is not None else {}
@@ -153,9 +191,18 @@ class FleetMember:
     async def _sync_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.renew):
+                async with asyncio.timeout(max(0.0, self._next_sync - self._clock())):
                     await self._hint.wait()
             self._hint.clear()
+            hints, self._hints = self._hints, []
+            must_sync, self._must_sync = self._must_sync, False
+            if (
+                hints
+                and not must_sync
+                and self._clock() < self._next_sync
+                and await self.apply_hints(hints)
+            ):
+                continue
             await self.sync()
 
     def _restart_listener(self) -> None:
@@ -175,10 +222,18 @@ class FleetMember:
             hints = self._scripts.hints(CLEARS)
             try:
                 await hints.subscribe()
+                self._must_sync = True  # hints published while unsubscribed are lost
                 self._hint.set()
                 while True:
-                    if await hints.next(self.settings.renew):
-                        self._hint.set()
+                    text = await hints.next(self.settings.renew)
+                    if text is None:
+                        continue
+                    hint = parse_clear_hint(text)
+                    if hint is None:
+                        self._must_sync = True
+                    else:
+                        self._hints.append(hint)
+                    self._hint.set()
             except FleetUnavailable:
                 pass
             finally:

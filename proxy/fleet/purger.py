@@ -1,12 +1,16 @@
 """The control plane's clear: record it in one step, then wait for the fleet (0014).
 
-``clear_domain`` runs the clear script (the clear is then recorded, numbered and published),
-then asks the pending script who has not applied it, again whenever an ack hint arrives on
-``{cdn}:acked`` and every ``poll_interval`` regardless, until ``proxy.core.lease`` decides:
-done (return, so the API answers 200), or give up at ``clear_timeout`` (raise
-``ClearNotConfirmed``, so the API answers 503 with Retry-After). It subscribes to the ack
-hints before the clear, so no hint of this clear can be missed; a hint lost anyway costs at
-most one poll interval.
+``clear_domain`` runs the clear script (the clear is then recorded, numbered and published,
+and the script's reply already says which live members have not applied it), then waits
+until ``proxy.core.lease`` decides: done (return, so the API answers 200), or give up at
+``clear_timeout`` (raise ``ClearNotConfirmed``, so the API answers 503 with Retry-After).
+Valkey is asked again (the pending script) when an ack hint says every member the clear
+waited for has acked it, and every ``poll_interval`` regardless.
+
+The ack hints come through one subscription to ``{cdn}:acked`` that lives as long as the
+purger (``AckHints``); each clear registers a waiter with it *before* the clear script runs,
+so no hint of this clear can be missed while the subscription holds. A hint lost anyway
+costs at most one poll interval: hints decide when to ask Valkey, never the answer.
 """
 
 from __future__ import annotations
@@ -14,13 +18,96 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from proxy.core.lease import Done, GiveUp, wait_decision
+from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
 from proxy.errors import ClearNotConfirmed, FleetUnavailable
-from proxy.fleet.scripts import ACKED, FleetScripts, Hints, MembersView, connect
+from proxy.fleet.scripts import ACKED, FleetScripts, MembersView, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult
+
+
+class AckWaiter:
+    """One clear's view of the ack hints: the highest clear number hinted as acked by every
+    member it waited for."""
+
+    def __init__(self) -> None:
+        self.hinted = 0
+        self.arrived = asyncio.Event()
+
+    def add(self, number: int) -> None:
+        self.hinted = max(self.hinted, number)
+        self.arrived.set()
+
+
+class AckHints:
+    """The control plane's one subscription to the ack hints, started at the first clear and
+    subscribed again after it breaks or after any failed Valkey call (a black-holed
+    connection would otherwise wait in silence). Each hint is a clear's number."""
+
+    def __init__(self, scripts: FleetScripts, settings: FleetSettings) -> None:
+        self._scripts = scripts
+        self._settings = settings
+        self._waiters: set[AckWaiter] = set()
+        self._subscribed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()  # cancelled, until they are done
+
+    @contextlib.contextmanager
+    def waiter(self) -> Iterator[AckWaiter]:
+        waiter = AckWaiter()
+        self._waiters.add(waiter)
+        try:
+            yield waiter
+        finally:
+            self._waiters.discard(waiter)
+
+    async def ready(self) -> None:
+        """Start the subscription if it is not running, and wait (at most one Valkey call's
+        timeout) until it holds. If it does not, the clear goes on and polls."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._listen(), name="fleet-ack-hints")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._settings.timeout):
+                await self._subscribed.wait()
+
+    def restart(self) -> None:
+        """Drop the subscription; the next clear subscribes again."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        self._subscribed.clear()
+
+    async def aclose(self) -> None:
+        self.restart()
+        if self._stopping:
+            # Bounded: a call stuck on a black-holed socket must not hold up shutdown.
+            await asyncio.wait(self._stopping, timeout=2 * self._settings.timeout)
+
+    async def _listen(self) -> None:
+        while True:
+            hints = self._scripts.hints(ACKED)
+            try:
+                await hints.subscribe()
+                self._subscribed.set()
+                while True:
+                    text = await hints.next(self._settings.renew)
+                    if text is not None:
+                        self._dispatch(text)
+            except FleetUnavailable:
+                pass
+            finally:
+                self._subscribed.clear()
+                await hints.aclose()
+            await asyncio.sleep(self._settings.poll_interval)  # back off, then subscribe again
+
+    def _dispatch(self, text: str) -> None:
+        if not text.isdigit():
+            return
+        for waiter in self._waiters:
+            waiter.add(int(text))
 
 
 class FleetPurger:
@@ -40,8 +127,11 @@ class FleetPurger:
         self._scripts = FleetScripts(
             connect(settings.url, timeout=settings.timeout), timeout=settings.timeout
         )
+        self._hints = AckHints(self._scripts, settings) if settings.hints else None
 
     async def aclose(self) -> None:
+        if self._hints is not None:
+            await self._hints.aclose()
         await self._scripts.aclose()
 
     async def members(self) -> MembersView:
@@ -51,77 +141,81 @@ class FleetPurger:
     async def clear_domain(self, domain: str) -> ClearResult:
         """Raises FleetUnavailable when the clear could not be recorded (or it is unknown
         whether it was), ClearNotConfirmed when it was but the fleet did not confirm it."""
-        settings = self.settings
-        deadline = self._clock() + settings.clear_timeout
-        hints = self._scripts.hints(ACKED) if settings.hints else None
-        try:
-            if hints is not None:
-                with contextlib.suppress(FleetUnavailable):  # polling does without hints
-                    await hints.subscribe()
-            record = await self._scripts.clear(domain, by=self.name)
-            decision = await self._wait(domain, record.number, record.epoch, deadline, hints)
-        finally:
-            if hints is not None:
-                await hints.aclose()
-        return ClearResult(
-            domain=domain,
-            entries_dropped=0,  # each edge process drops its own; none is counted here
-            generation=record.number,
-            acked=decision.acked,
-            live=decision.live,
-        )
+        deadline = self._clock() + self.settings.clear_timeout
+        if self._hints is None:
+            return await self._clear(domain, deadline, None)
+        await self._hints.ready()
+        with self._hints.waiter() as waiter:
+            return await self._clear(domain, deadline, waiter)
 
-    async def _wait(
-        self, domain: str, number: int, epoch: str, deadline: float, hints: Hints | None
-    ) -> Done:
+    async def _clear(self, domain: str, deadline: float, waiter: AckWaiter | None) -> ClearResult:
+        try:
+            record = await self._scripts.clear(domain, by=self.name)
+        except FleetUnavailable:
+            self._restart_hints()
+            raise
         settings = self.settings
-        acked = live = 0
-        retry_after = max(1, round(settings.lease + 0.5))
+        view: FleetView | None = record.view
+        acked, live = 0, len(record.view.live)
         while True:
+            now = self._clock()
+            if view is not None:
+                decision = wait_decision(
+                    number=record.number,
+                    epoch_at_clear=record.epoch,
+                    view=view,
+                    grace=settings.lease,
+                    poll_interval=settings.poll_interval,
+                    now=now,
+                    deadline=deadline,
+                )
+                if isinstance(decision, Done):
+                    return ClearResult(
+                        domain=domain,
+                        entries_dropped=0,  # each edge process drops its own; none counted here
+                        generation=record.number,
+                        acked=decision.acked,
+                        live=decision.live,
+                    )
+                if isinstance(decision, GiveUp):
+                    raise ClearNotConfirmed(
+                        domain=domain,
+                        number=record.number,
+                        acked=decision.acked,
+                        live=decision.live,
+                        retry_after=decision.retry_after,
+                    )
+                acked, live = decision.acked, decision.live
+                await self._pause(decision, waiter)
+            elif now >= deadline:
+                raise ClearNotConfirmed(
+                    domain=domain,
+                    number=record.number,
+                    acked=acked,
+                    live=live,
+                    retry_after=max(1, round(settings.lease + 0.5)),
+                )
+            else:
+                await asyncio.sleep(min(settings.poll_interval, deadline - now))
             try:
                 view = await self._scripts.pending()
             except FleetUnavailable:
+                self._restart_hints()
                 view = None
-            now = self._clock()
-            if view is None:
-                if now >= deadline:
-                    raise ClearNotConfirmed(
-                        domain=domain,
-                        number=number,
-                        acked=acked,
-                        live=live,
-                        retry_after=retry_after,
-                    )
-                await asyncio.sleep(min(settings.poll_interval, deadline - now))
-                continue
-            decision = wait_decision(
-                number=number,
-                epoch_at_clear=epoch,
-                view=view,
-                grace=settings.lease,
-                poll_interval=settings.poll_interval,
-                now=now,
-                deadline=deadline,
-            )
-            if isinstance(decision, Done):
-                return decision
-            if isinstance(decision, GiveUp):
-                raise ClearNotConfirmed(
-                    domain=domain,
-                    number=number,
-                    acked=decision.acked,
-                    live=decision.live,
-                    retry_after=decision.retry_after,
-                )
-            acked, live = decision.acked, decision.live
-            await self._pause(decision.seconds, hints)
 
-    async def _pause(self, seconds: float, hints: Hints | None) -> None:
-        """Until an ack hint arrives or ``seconds`` pass."""
-        if hints is None or seconds <= 0:
-            await asyncio.sleep(max(seconds, 0))
+    async def _pause(self, wait: Wait, waiter: AckWaiter | None) -> None:
+        """Until an ack hint covers the clear, or ``wait.seconds`` pass."""
+        if waiter is None or not wait.pending:
+            await asyncio.sleep(wait.seconds)
             return
-        try:
-            await hints.next(seconds)
-        except FleetUnavailable:
-            await asyncio.sleep(seconds)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait.seconds):
+                while not hints_cover(wait, waiter.hinted):
+                    waiter.arrived.clear()
+                    await waiter.arrived.wait()
+        # Valkey is asked next. If it still shows members pending, only a new hint counts.
+        waiter.hinted = 0
+
+    def _restart_hints(self) -> None:
+        if self._hints is not None:
+            self._hints.restart()

@@ -35,9 +35,11 @@ KEYS = (
     "{cdn}:acks",  # KEYS[5] hash: member -> last applied number in this epoch
     "{cdn}:members",  # KEYS[6] hash: member -> JSON for the Nodes page
     "{cdn}:log",  # KEYS[7] stream: one entry per clear
+    "{cdn}:waiting",  # KEYS[8] set: the live members the latest clear waits for
+    "{cdn}:waitfor",  # KEYS[9] the latest clear's number
 )
-CLEARS = "{cdn}:clears"  # pub/sub hint: a clear's number
-ACKED = "{cdn}:acked"  # pub/sub hint: a member that acked
+CLEARS = "{cdn}:clears"  # pub/sub hint: "epoch previous number domain" of each clear
+ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
 LOG_CAP = 10_000
 
 _PRELUDE = """
@@ -57,21 +59,58 @@ local function epoch(nowus, nowms, fresh)
   redis.call('SET', KEYS[2], fmt(math.max(seq, nowus)))
   return fresh, nowms
 end
-"""
+-- Drops expired members (their lease is over: they are fenced), then appends every live
+-- member's name, lease expiry and ack to the reply.
+local function live_view(nowms, reply)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(nowms))
+  for _, m in ipairs(expired) do
+    redis.call('ZREM', KEYS[4], m)
+    redis.call('HDEL', KEYS[5], m)
+    redis.call('HDEL', KEYS[6], m)
+    redis.call('SREM', KEYS[8], m)
+  end
+  local live = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+  for i = 1, #live, 2 do
+    reply[#reply + 1] = live[i]
+    reply[#reply + 1] = live[i + 1]
+    reply[#reply + 1] = redis.call('HGET', KEYS[5], live[i]) or '0'
+  end
+  return reply
+end
+-- Records a member's ack. The latest clear keeps the set of live members it waits for; the
+-- ack that empties the set publishes one hint with the clear's number, so the control plane
+-- hears once per clear, however many members there are (0014 "Ack hints").
+local function record_ack(member, number)
+  redis.call('HSET', KEYS[5], member, number)
+  local waitfor = tonumber(redis.call('GET', KEYS[9]) or '0')
+  if waitfor > 0 and tonumber(number) >= waitfor and redis.call('SREM', KEYS[8], member) == 1
+      and redis.call('SCARD', KEYS[8]) == 0 then
+    redis.call('PUBLISH', '@ACKED@', fmt(waitfor))
+  end
+end
+""".replace("@ACKED@", ACKED)
 
-# ARGV: domain, fresh epoch id, control plane name, log cap, channel.
+# ARGV: domain, fresh epoch id, control plane name, log cap, channel. The hint names the
+# epoch, the number before this one and this one, and the domain: a member that applied the
+# one before can apply this one without a sync (0014 "Applying hints"). The reply ends with
+# the live members, as the pending script's does: the first look at who must ack is free.
 _CLEAR = (
     _PRELUDE
     + """
 local nowus, nowms = clock()
 local id, born = epoch(nowus, nowms, ARGV[2])
-local n = fmt(math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, nowus))
+local previous = redis.call('GET', KEYS[2]) or '0'
+local n = fmt(math.max(tonumber(previous) + 1, nowus))
 redis.call('SET', KEYS[2], n)
 redis.call('HSET', KEYS[3], ARGV[1], n)
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*', 'number', n, 'domain', ARGV[1],
   'by', ARGV[3])
-redis.call('PUBLISH', ARGV[5], n)
-return {n, id, fmt(born), fmt(nowms)}
+redis.call('PUBLISH', ARGV[5], id .. ' ' .. previous .. ' ' .. n .. ' ' .. ARGV[1])
+local reply = live_view(nowms, {n, id, fmt(born), fmt(nowms)})
+redis.call('DEL', KEYS[8])
+for i = 5, #reply, 3 do redis.call('SADD', KEYS[8], reply[i]) end
+redis.call('SET', KEYS[9], n)
+return reply
 """
 )
 
@@ -87,7 +126,7 @@ redis.call('ZADD', KEYS[4], fmt(nowms + tonumber(ARGV[2])), ARGV[1])
 -- An ack counts only under the epoch the member has adopted (0014: acks carry the epoch).
 local ack = '0'
 if ARGV[3] == id then ack = ARGV[4] end
-redis.call('HSET', KEYS[5], ARGV[1], ack)
+record_ack(ARGV[1], ack)
 redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 local seq = redis.call('GET', KEYS[2])
 local reply = {id, seq, '0'}
@@ -102,14 +141,17 @@ return reply
 """
 )
 
-# ARGV: member, epoch, number, channel. Recorded only for a live member of the same epoch.
-_ACK = """
+# ARGV: member, epoch, number. Recorded only for a live member of the same epoch.
+_ACK = (
+    _PRELUDE
+    + """
 if redis.call('HGET', KEYS[1], 'id') ~= ARGV[2] then return 0 end
-if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
-redis.call('PUBLISH', ARGV[4], ARGV[1])
+local nowus, nowms = clock()
+if tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0') <= nowms then return 0 end
+record_ack(ARGV[1], ARGV[3])
 return 1
 """
+)
 
 # ARGV: fresh epoch id. Drops expired members (their lease is over: they are fenced), then
 # returns the epoch, its birth, Valkey's time, and every live member's expiry and ack.
@@ -118,20 +160,7 @@ _PENDING = (
     + """
 local nowus, nowms = clock()
 local id, born = epoch(nowus, nowms, ARGV[1])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(nowms))
-for _, m in ipairs(expired) do
-  redis.call('ZREM', KEYS[4], m)
-  redis.call('HDEL', KEYS[5], m)
-  redis.call('HDEL', KEYS[6], m)
-end
-local live = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-local reply = {id, fmt(born), fmt(nowms)}
-for i = 1, #live, 2 do
-  reply[#reply + 1] = live[i]
-  reply[#reply + 1] = live[i + 1]
-  reply[#reply + 1] = redis.call('HGET', KEYS[5], live[i]) or '0'
-end
-return reply
+return live_view(nowms, {id, fmt(born), fmt(nowms)})
 """
 )
 
@@ -155,10 +184,11 @@ _FAILURES = (valkey.exceptions.ValkeyError, OSError, TimeoutError)
 
 @dataclass(frozen=True, slots=True)
 class ClearRecord:
+    """A recorded clear: its number and epoch, and the fleet as the clear script saw it."""
+
     number: int
     epoch: str
-    born_ms: int
-    now_ms: int
+    view: FleetView
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +211,19 @@ def _text(value: Any) -> str:
 
 def _int(value: Any) -> int:
     return int(float(_text(value)))  # scores come back as "1.7e+12" from some servers
+
+
+def _view(reply: Sequence[Any]) -> FleetView:
+    """The scripts' view of the fleet: epoch, birth, Valkey's time, then each live member's
+    name, lease expiry and ack."""
+    rest = reply[3:]
+    live = tuple(
+        LiveMember(member=_text(rest[i]), expires_ms=_int(rest[i + 1]), ack=_int(rest[i + 2]))
+        for i in range(0, len(rest), 3)
+    )
+    return FleetView(
+        epoch=_text(reply[0]), born_ms=_int(reply[1]), now_ms=_int(reply[2]), live=live
+    )
 
 
 def connect(url: str, *, timeout: float) -> valkey.asyncio.Valkey:
@@ -206,8 +249,9 @@ class FleetScripts:
 
     async def clear(self, domain: str, *, by: str) -> ClearRecord:
         args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS)
-        number, epoch, born, now = await self._call(self._clear, args)
-        return ClearRecord(_int(number), _text(epoch), _int(born), _int(now))
+        reply = await self._call(self._clear, args)
+        view = _view(reply[1:])
+        return ClearRecord(number=_int(reply[0]), epoch=view.epoch, view=view)
 
     async def sync(
         self,
@@ -227,18 +271,10 @@ class FleetScripts:
         return SyncResult(epoch=_text(reply[0]), seq=_int(reply[1]), generations=generations)
 
     async def ack(self, *, member: str, epoch: str, number: int) -> bool:
-        return bool(await self._call(self._ack, (member, epoch, number, ACKED)))
+        return bool(await self._call(self._ack, (member, epoch, number)))
 
     async def pending(self) -> FleetView:
-        reply = await self._call(self._pending, (_fresh_epoch(),))
-        rest = reply[3:]
-        live = tuple(
-            LiveMember(member=_text(rest[i]), expires_ms=_int(rest[i + 1]), ack=_int(rest[i + 2]))
-            for i in range(0, len(rest), 3)
-        )
-        return FleetView(
-            epoch=_text(reply[0]), born_ms=_int(reply[1]), now_ms=_int(reply[2]), live=live
-        )
+        return _view(await self._call(self._pending, (_fresh_epoch(),)))
 
     async def members(self) -> MembersView:
         reply = await self._call(self._members, ())
@@ -269,9 +305,17 @@ class FleetScripts:
             pass
 
     async def _call(self, script: Any, args: Sequence[object]) -> Any:
+        """One script call within ``timeout``. A connection the server closed (Valkey
+        restarted since the pool last used it) is dropped and the call made once more on a
+        fresh one, within the same timeout: every script may run twice (a clear twice is
+        two clears of the domain; a sync or an ack twice changes nothing)."""
         try:
             async with asyncio.timeout(self.timeout):
-                return await script(keys=KEYS, args=args)
+                try:
+                    return await script(keys=KEYS, args=args)
+                except valkey.exceptions.ConnectionError:
+                    await self.client.connection_pool.disconnect()
+                    return await script(keys=KEYS, args=args)
         except _FAILURES as exc:
             await self.reset()
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
@@ -293,8 +337,9 @@ class Hints:
         except _FAILURES as exc:
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
 
-    async def next(self, within: float) -> bool:
-        """Whether a hint arrived within ``within`` seconds."""
+    async def next(self, within: float) -> str | None:
+        """The next hint's text, or None if none arrived within ``within`` seconds (or the
+        message was not a hint)."""
         try:
             async with asyncio.timeout(within + self._timeout):
                 message = await self._pubsub.get_message(
@@ -302,7 +347,9 @@ class Hints:
                 )
         except _FAILURES as exc:
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
-        return message is not None
+        if message is None or message.get("type") != "message":
+            return None
+        return _text(message["data"])
 
     async def aclose(self) -> None:
         try:

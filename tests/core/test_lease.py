@@ -7,6 +7,7 @@ import pytest
 from proxy.core.lease import (
     NOTHING_APPLIED,
     Applied,
+    ClearHint,
     Done,
     FleetView,
     GiveUp,
@@ -14,10 +15,13 @@ from proxy.core.lease import (
     SyncPlan,
     SyncResult,
     Wait,
+    hints_cover,
     lease_deadline,
     lease_margin,
     may_serve,
+    parse_clear_hint,
     pending_members,
+    plan_hints,
     plan_sync,
     wait_decision,
 )
@@ -155,16 +159,30 @@ def test_after_an_epoch_change_any_ack_means_the_cache_was_dropped() -> None:
         # No live member at all: done (nobody can serve from cache).
         (view(), 1.0, Done(acked=0, live=0)),
         # One pending: poll again.
-        (view(("a", 11_000, 500), ("b", 11_000, 1)), 1.0, Wait(acked=1, live=2, seconds=0.05)),
+        (
+            view(("a", 11_000, 500), ("b", 11_000, 1)),
+            1.0,
+            Wait(acked=1, live=2, seconds=0.05, pending=("b",), threshold=500),
+        ),
         # Pending, and the poll would pass the deadline: wait only until the deadline.
-        (view(("b", 11_000, 1)), 4.96875, Wait(acked=0, live=1, seconds=0.03125)),
+        (
+            view(("b", 11_000, 1)),
+            4.96875,
+            Wait(acked=0, live=1, seconds=0.03125, pending=("b",), threshold=500),
+        ),
+        # The epoch changed since the clear: any ack counts (threshold 1).
+        (
+            view(("a", 11_000, 3), ("b", 11_000, 0), epoch="e2"),
+            1.0,
+            Wait(acked=1, live=2, seconds=0.05, pending=("b",), threshold=1),
+        ),
         # Deadline reached with one pending: give up; retry once its lease has run out.
         (view(("a", 11_000, 500), ("b", 12_500, 1)), 5.0, GiveUp(acked=1, live=2, retry_after=3)),
         # All acked but the epoch is 0.5 s old: wait out the rest of the grace.
         (
             view(("a", 11_000, 500), born=9_500),
             1.0,
-            Wait(acked=1, live=1, seconds=1.5),
+            Wait(acked=1, live=1, seconds=1.5, threshold=500),  # no one to hear from
         ),
         # ...and exactly at the end of the grace: done.
         (view(("a", 11_000, 500), born=8_000), 1.0, Done(acked=1, live=1)),
@@ -186,3 +204,94 @@ def test_wait_decision(fleet: FleetView, now: float, decision: object) -> None:
         deadline=5.0,
     )
     assert got == decision
+
+
+def hint(previous: int, number: int, domain: str = "a.test", epoch: str = E1) -> ClearHint:
+    return ClearHint(epoch=epoch, previous=previous, number=number, domain=domain)
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("e1 100 120 a.test", hint(100, 120)),
+        ("e1 0 5 b.test", hint(0, 5, "b.test")),
+        ("120", None),  # the bare number of an older control plane: sync instead
+        ("e1 100 x a.test", None),
+        ("e1 -1 5 a.test", None),
+        ("e1 100 120 a.test extra", None),
+        ("", None),
+    ],
+)
+def test_parse_clear_hint(text: str, parsed: ClearHint | None) -> None:
+    assert parse_clear_hint(text) == parsed
+
+
+@pytest.mark.parametrize(
+    ("hints", "plan"),
+    [
+        # The next clear in the chain, of one of the member's domains: clear it, ack.
+        (
+            [hint(100, 120)],
+            SyncPlan(
+                clear_all=False,
+                clear=("a.test",),
+                applied=Applied(E1, 120, {"a.test": 120, "b.test": 100}),
+                ack=True,
+            ),
+        ),
+        # Several in a row, one of a domain the member does not serve: all applied, in order.
+        (
+            [hint(100, 120), hint(120, 130, "other.test"), hint(130, 140, "b.test")],
+            SyncPlan(
+                clear_all=False,
+                clear=("a.test", "b.test"),
+                applied=Applied(E1, 140, {"a.test": 120, "b.test": 140}),
+                ack=True,
+            ),
+        ),
+        # Already applied (a sync read it first): nothing to do, nothing to ack.
+        ([hint(90, 100)], SyncPlan(clear_all=False, clear=(), applied=APPLIED, ack=False)),
+        # Already applied, then the next one: only the next one counts.
+        (
+            [hint(90, 100), hint(100, 110, "b.test")],
+            SyncPlan(
+                clear_all=False,
+                clear=("b.test",),
+                applied=Applied(E1, 110, {"a.test": 50, "b.test": 110}),
+                ack=True,
+            ),
+        ),
+        # A gap (the hint of clear 110 was lost): the member must sync.
+        ([hint(110, 120)], None),
+        ([hint(100, 110), hint(115, 120)], None),
+        # Another epoch: the data set changed; only a sync can say what to drop.
+        ([hint(100, 120, epoch="e2")], None),
+    ],
+)
+def test_plan_hints(hints: list[ClearHint], plan: SyncPlan | None) -> None:
+    """0014 "Applying hints": only a gap-free continuation of the applied chain is applied
+    without a sync; acking past a gap would claim a clear the member never saw."""
+    assert plan_hints(APPLIED, hints) == plan
+
+
+def test_no_hint_is_applied_before_the_first_sync() -> None:
+    assert plan_hints(NOTHING_APPLIED, [hint(0, 5)]) is None
+
+
+@pytest.mark.parametrize(
+    ("hinted", "covered"),
+    [
+        (500, True),
+        (501, True),  # a later clear acked by all: this one too
+        (499, False),  # an earlier clear's hint
+        (0, False),
+    ],
+)
+def test_hints_cover_a_clear_acked_by_everyone_waited_for(hinted: int, covered: bool) -> None:
+    wait = Wait(acked=1, live=3, seconds=0.05, pending=("b", "c"), threshold=500)
+    assert hints_cover(wait, hinted) is covered
+
+
+def test_hints_never_cover_a_wait_with_nobody_pending() -> None:
+    """A wait for the grace of a new epoch: no hint can end it, only time."""
+    assert not hints_cover(Wait(acked=1, live=1, seconds=1.5), 900)

@@ -14,6 +14,8 @@ import pytest
 
 from proxy.errors import ClearNotConfirmed, FleetUnavailable
 from proxy.fleet.purger import FleetPurger
+from proxy.fleet.scripts import _CLEAR as CLEAR_SCRIPT
+from proxy.fleet.scripts import ACKED, CLEARS, KEYS
 from proxy.fleet.settings import FleetSettings
 from tests.fleet.conftest import LEASE, Fleet, Node, until
 
@@ -165,3 +167,85 @@ async def test_members_view_for_the_nodes_page(fleet: Fleet) -> None:
         assert row.expires_ms > view.now_ms
         assert row.expires_ms <= view.now_ms + LEASE * 1000
         assert json.loads(row.info)["fenced"] is False
+
+
+async def test_members_apply_hints_and_ack_without_a_sync(fleet: Fleet) -> None:
+    """0014 "Applying hints": a hint that continues the member's chain of applied clears is
+    applied and acked at once, with no sync (no renewal, no read of every generation)."""
+    nodes = [await fleet.node() for _ in range(3)]
+    for node in nodes:
+        assert await node.fill("a.test", "/x", b"v1")
+    purger = fleet.purger()
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    before = [node.member.hints_applied for node in nodes]
+    result = await purger.clear_domain("a.test")
+    assert (result.acked, result.live) == (3, 3)
+    assert [node.member.hints_applied for node in nodes] == [n + 1 for n in before]
+    assert_true_everywhere(nodes, "a.test", result.generation)
+
+
+async def test_a_lost_hint_makes_the_member_sync(fleet: Fleet) -> None:
+    """Protection: the chain check of 0014 "Applying hints". The hint of a clear of a.test
+    is lost (the clear script runs with its hint sent nowhere); the hint of the next clear,
+    of b.test, names a.test's clear as the one before it. The member must sync and so clear
+    a.test too: acking b.test's number after applying only its hint would claim a clear it
+    never saw, and the 200 of b.test's clear would cover a.test's old entries."""
+    node = await fleet.node(renew=0.5)
+    purger = fleet.purger(poll_interval=1.0)
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    assert await node.fill("a.test", "/x", b"v1")
+    syncs = node.member.syncs
+    client = fleet.client()
+    lost = client.register_script(CLEAR_SCRIPT)
+    reply = await lost(keys=KEYS, args=("a.test", "unused", "cp-test", 100, "{cdn}:nowhere"))
+    await purger.clear_domain("b.test")
+    assert node.member.syncs > syncs  # the hint did not continue the chain: it synced
+    assert node.read("a.test", "/x") is None
+    assert_true_everywhere([node], "a.test", int(reply[0]))
+
+
+async def test_one_ack_hint_per_clear(fleet: Fleet) -> None:
+    """The control plane hears one ack hint per clear, from the ack that completes it, not
+    one per member: the number of the clear every member it waited for has applied."""
+    nodes = [await fleet.node() for _ in range(3)]
+    purger = fleet.purger()
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    pubsub = fleet.client().pubsub()
+    await pubsub.subscribe(ACKED)
+    try:
+        result = await purger.clear_domain("a.test")
+        assert_true_everywhere(nodes, "a.test", result.generation)
+        hints = []
+        quiet_until = time.monotonic() + 0.3  # long enough for any later hint to arrive
+        while (left := quiet_until - time.monotonic()) > 0:
+            message = await pubsub.get_message(True, timeout=left)
+            if message is not None:
+                hints.append(message["data"])
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+    assert hints == [str(result.generation).encode()]
+
+
+async def test_the_purger_resubscribes_after_losing_its_ack_connection(fleet: Fleet) -> None:
+    """Protection: the control plane's one ack subscription is made again after it breaks
+    (else every later clear waits a poll interval for want of the hint)."""
+    nodes = [await fleet.node() for _ in range(2)]
+    purger = fleet.purger(poll_interval=1.0)
+    await purger.clear_domain("b.test")  # waits out the grace; subscribes
+    client = fleet.client()
+    await client.client_kill_filter(_type="pubsub")
+
+    async def subscribed() -> bool:
+        acked = dict(await client.pubsub_numsub(ACKED))
+        clears = dict(await client.pubsub_numsub(CLEARS))
+        return bool(acked[ACKED.encode()] == 1 and clears[CLEARS.encode()] == 2)
+
+    deadline = time.monotonic() + 5
+    while not await subscribed():  # another process's state: no event to wait on
+        assert time.monotonic() < deadline, "not subscribed again within 5 s"
+        await asyncio.sleep(0.02)
+    await until(lambda: all(n.member.syncs >= 1 for n in nodes))
+    started = time.monotonic()
+    result = await purger.clear_domain("a.test")
+    assert time.monotonic() - started < 0.5  # not a poll interval
+    assert_true_everywhere(nodes, "a.test", result.generation)
