@@ -4,6 +4,15 @@ The first request to miss a key leads a Flight; the others wait on it. The leade
 the flight with what the waiters may use: the stored response, the origin error (so an origin
 outage is not multiplied by the number of waiting clients), or None when the response could
 not be shared (not storable, or too large), in which case each waiter asks the origin itself.
+The leader finishes it as soon as it knows, so waiters are never held behind a response that
+can never be shared (one streamed to its client because it is too large, for instance).
+
+Waiters follow the leader while its response makes progress, not for a fixed time: the
+leader records each step (``progress``: the headers arrived, body bytes arrived) in the
+flight, and a waiter gives up, as if the answer were not shareable, only once the leader has
+made none for as long as ``proxy.core.collapsing.give_up_at`` allows. A waiter sleeps until
+that moment and then looks at the record again, so a body arriving in many pieces costs the
+leader one clock read per piece and wakes no waiter.
 
 Keys carry the domain's generation, so a request that arrives after a clear never joins a
 flight that started before it.
@@ -13,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 
+from proxy.core.collapsing import give_up_at
 from proxy.core.entry import CacheKey, StoredResponse
 from proxy.errors import OriginError
 
@@ -20,24 +30,45 @@ FlightResult = StoredResponse | OriginError | None
 
 
 class Flight:
-    __slots__ = ("_future", "waiters")
+    __slots__ = ("_future", "_loop", "progressed", "started", "waiters")
 
     def __init__(self) -> None:
-        self._future: asyncio.Future[FlightResult] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[FlightResult] = self._loop.create_future()
+        # The record of progress, on the loop's monotonic clock: when the leader started,
+        # and when its response last moved (None until its headers arrive).
+        self.started = self._loop.time()
+        self.progressed: float | None = None
         self.waiters = 0  # requests waiting on the leader; for metrics and tests
+
+    def progress(self) -> None:
+        """The leader's response moved: its headers arrived, or more of its body did."""
+        self.progressed = self._loop.time()
 
     def finish(self, result: FlightResult) -> None:
         if not self._future.done():
             self._future.set_result(result)
 
-    async def wait(self, patience: float) -> FlightResult:
-        """The leader's result, or None if it takes longer than ``patience`` seconds."""
+    async def wait(self, *, connect_timeout: float, read_timeout: float) -> FlightResult:
+        """The leader's result, or None once the leader has made no progress for too long
+        (see ``give_up_at``)."""
         self.waiters += 1
         try:
-            async with asyncio.timeout(patience):
-                return await asyncio.shield(self._future)
-        except TimeoutError:
-            return None
+            while not self._future.done():
+                deadline = give_up_at(
+                    started=self.started,
+                    progressed=self.progressed,
+                    connect_timeout=connect_timeout,
+                    read_timeout=read_timeout,
+                )
+                if deadline <= self._loop.time():
+                    return None
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        return await asyncio.shield(self._future)
+                except TimeoutError:
+                    continue  # the leader may have moved since: look at the record again
+            return self._future.result()
         finally:
             self.waiters -= 1
 

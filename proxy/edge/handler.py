@@ -194,7 +194,9 @@ class Edge:
         flight, leading = self.flights.join(key)
         if leading:
             return await self._fill(_Fill(request, config, key, stale, fwd, flight))
-        result = await flight.wait(config.connect_timeout + config.read_timeout)
+        result = await flight.wait(
+            connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
+        )
         if isinstance(result, OriginError):
             self._telemetry.request(config.name, ERROR)
             return respond.origin_failed(result, cache_status=cache_status(self._name, fwd=fwd))
@@ -231,6 +233,8 @@ class Edge:
             async with origin_request(
                 self._session, job.config, "GET", job.key[2], headers, telemetry=self._telemetry
             ) as origin:
+                if job.flight is not None:
+                    job.flight.progress()  # the headers: waiters now follow the body's pace
                 return await self._answered(job, origin, request_time, self._clock())
         except OriginError as exc:
             return self._origin_failed(job, exc)
@@ -262,7 +266,8 @@ class Edge:
         length = origin.content_length
         if length is not None and length > self._max_object:
             return await self._pass_on(job, origin, "too-large")
-        body, complete = await origin.read_up_to(self._max_object)
+        progress = job.flight.progress if job.flight is not None else None
+        body, complete = await origin.read_up_to(self._max_object, progress)
         if not complete:
             return await self._pass_on(job, origin, "too-large", prefix=body)
         entry = self._ready(verdict.with_body(body, job.key[2]))

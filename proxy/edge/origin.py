@@ -12,7 +12,7 @@ connection.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -80,14 +80,19 @@ class OriginResponse:
                 self._telemetry.origin_error(self._domain, error_kind(error))
             raise error from None
 
-    async def read_up_to(self, limit: int) -> tuple[bytes, bool]:
-        """Read the body until it ends or passes ``limit``; return it and whether it ended."""
+    async def read_up_to(
+        self, limit: int, progress: Callable[[], None] | None = None
+    ) -> tuple[bytes, bool]:
+        """Read the body until it ends or passes ``limit``; return it and whether it ended.
+        ``progress`` is called on each piece that arrives (collapsed requests follow it)."""
         parts: list[bytes] = []
         size = 0
         while True:
             chunk = await self.read_chunk()
             if not chunk:
                 return b"".join(parts), True
+            if progress is not None:
+                progress()
             parts.append(chunk)
             size += len(chunk)
             if size > limit:
