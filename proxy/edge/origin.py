@@ -215,9 +215,10 @@ async def _origin_request(
     except Exception as exc:
         if isinstance(exc, OriginError):
             raise  # from OriginResponse, already counted
-        if isinstance(data, Streamed) and data.failed is not None:
+        if not answered and isinstance(data, Streamed) and data.failed is not None:
             # The client's body stopped, not the origin: aiohttp reports it as its own
-            # connection error.
+            # connection error. (Once the origin has answered, the response is being relayed
+            # and its own errors are what count.)
             raise data.failed from None
         error = _translate(exc, domain.name)
         if telemetry is not None and isinstance(error, OriginError):
