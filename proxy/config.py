@@ -77,6 +77,10 @@ class DomainConfig:
     # reached (RFC 9111 §4.2.4), unless the response forbids it. Off (0) unless configured:
     # the origin's own stale-if-error (RFC 5861) applies either way.
     stale_if_error: Annotated[float, _seconds_or_zero] = 0.0
+    # Connections to the origin this edge process holds at once for the domain, and how long a
+    # request waits for one before it is answered 503 (decision 0015).
+    origin_connections: Annotated[int, _count] = 256
+    origin_queue_timeout: Annotated[float, _seconds] = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,11 @@ class EdgeConfig:
     # Edge processes sharing the listen port (SO_REUSEPORT); "auto" is one per usable core.
     # More than one makes them a fleet: see [fleet].
     workers: Annotated[int, _workers] = 1
+    # Request bodies (decision 0015): the longest wait for the next piece of one (nginx's
+    # client_body_timeout), and how much of one is read before the origin is asked (nginx's
+    # proxy_request_buffering); a longer one is streamed.
+    body_timeout: Annotated[float, _seconds] = 60.0
+    request_buffer_bytes: Annotated[int, _size] = 1024**2
 
 
 @dataclass(frozen=True, slots=True)

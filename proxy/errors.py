@@ -9,7 +9,12 @@
     ├── OriginError                 the origin did not give a usable answer
     │   ├── OriginTimeout           → 504
     │   ├── OriginUnreachable       → 502
-    │   └── OriginProtocolError     broken framing or headers → 502
+    │   ├── OriginProtocolError     broken framing or headers → 502
+    │   └── OriginBusy              no origin connection free in time, or the domain's share
+    │                               for streamed uploads is taken → 503
+    ├── RequestBodyError            the client's request body did not arrive → 4xx, closed
+    │   ├── RequestBodyTimeout      nothing of it came for edge.body_timeout seconds → 408
+    │   └── RequestBodyIncomplete   it ended before its length (the client left) → 400
     └── FleetError                  the fleet (Valkey) could not do what was asked → 503
         ├── FleetUnavailable        Valkey did not answer, or answered with an error
         └── ClearNotConfirmed       a clear is recorded, but not every live edge process has
@@ -65,6 +70,34 @@ class OriginProtocolError(OriginError):
     status = 502
     reason = "Bad Gateway"
     public = "the origin sent a broken response"
+
+
+class OriginBusy(OriginError):
+    """The request was not sent: the origin had no connection to spare for it (decision
+    0015). Said apart from the origin's own failures, so an operator can tell them apart."""
+
+    status = 503
+    reason = "Service Unavailable"
+    public = "too many requests are waiting for the origin; retry later"
+
+
+class RequestBodyError(ProxyError):
+    """The client's request body did not arrive as framed; the connection is closed after the
+    answer, since the rest of the body is unread."""
+
+    status = 400
+    reason = "Bad Request"
+    public = "the request body ended before its length"
+
+
+class RequestBodyTimeout(RequestBodyError):
+    status = 408
+    reason = "Request Timeout"
+    public = "the request body stopped arriving"
+
+
+class RequestBodyIncomplete(RequestBodyError):
+    pass
 
 
 class FleetError(ProxyError):

@@ -124,7 +124,10 @@ async def edge_listening(
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
         stack.push_async_callback(edge.close)
-        server = web.Server(edge.handle, access_log=None, handler_cancellation=False)
+        # auto_decompress=False: request bodies reach the origin as the client encoded them.
+        server = web.Server(
+            edge.handle, access_log=None, handler_cancellation=False, auto_decompress=False
+        )
         runner = web.ServerRunner(
             server, shutdown_timeout=edge_config.shutdown_timeout, handle_signals=False
         )

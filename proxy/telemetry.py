@@ -18,6 +18,12 @@ Metrics (all prefixed ``cdn_proxy_``):
 - ``origin_request_duration_seconds{domain}``: time to the origin's response headers, or to
   the failure when none came.
 - ``origin_errors_total{domain, kind}``: kind is timeout, unreachable or protocol.
+- ``origin_busy_total{domain, reason}``: requests answered 503 without asking the origin
+  (decision 0015); reason is queue_timeout (no origin connection free within
+  origin_queue_timeout) or uploads (the domain's or client's share for streamed uploads
+  was taken).
+- ``request_body_timeouts_total{domain}``: request bodies that stopped arriving for
+  edge.body_timeout seconds (answered 408, or cut off on the way to the origin).
 - ``clears_total{outcome}``, ``clear_duration_seconds``: every clear-cache attempt, with its
   audit outcome (cleared, unauthorized, forbidden, not_found, ...).
 - ``store_entries``, ``store_bytes``, ``store_max_bytes``, ``store_pending_reclaim_entries``,
@@ -161,6 +167,18 @@ class Telemetry:
             ["domain", "kind"],
             registry=self.registry,
         )
+        self._origin_busy = Counter(
+            PREFIX + "origin_busy",
+            "Requests answered 503 without asking the origin: queue_timeout or uploads.",
+            ["domain", "reason"],
+            registry=self.registry,
+        )
+        self._body_timeouts = Counter(
+            PREFIX + "request_body_timeouts",
+            "Request bodies that stopped arriving for edge.body_timeout seconds.",
+            ["domain"],
+            registry=self.registry,
+        )
         self._clears = Counter(
             PREFIX + "clears",
             "Clear-cache attempts, by audit outcome.",
@@ -206,6 +224,14 @@ class Telemetry:
     def origin_error(self, domain: str, error: str) -> None:
         """A failure after the origin's headers came (reading the body): counted, not timed."""
         self._origin_errors.labels(domain, error).inc()
+
+    def origin_busy(self, domain: str, reason: str) -> None:
+        """A request answered 503 for want of an origin connection or an upload share."""
+        self._origin_busy.labels(domain, reason).inc()
+
+    def body_timeout(self, domain: str) -> None:
+        """A request body stopped arriving for edge.body_timeout seconds."""
+        self._body_timeouts.labels(domain).inc()
 
     def clear(self, domain: str | None, outcome: str, seconds: float) -> None:
         """One clear-cache attempt. ``domain`` is what it named (None if it named none)."""

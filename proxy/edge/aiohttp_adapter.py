@@ -18,6 +18,11 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   says it need not close (``ResponseHandler.should_close``, a public name on a class aiohttp
   does not document). Assumed: ``connect``'s signature, and that bytes arriving on an idle
   connection make it true.
+- ``answer_and_close``: a response sent at once, then the client connection closed through
+  the server protocol's ``force_close`` (``request.protocol``: ``RequestHandler``, which
+  aiohttp does not document), skipping aiohttp's lingering read of an unread body (up to
+  ``lingering_time``, 10 s). Assumed: after ``force_close`` the request loop neither reads
+  the body nor logs an error, and the bytes written before it still reach the client.
 """
 
 from __future__ import annotations
@@ -142,3 +147,12 @@ class OriginConnector(TCPConnector):
             if protocol is None or not protocol.should_close:
                 return connection
             connection.close()
+
+
+async def answer_and_close(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """Send ``response`` now, then close the connection without reading the rest of the
+    request body: for a body that stopped arriving, where lingering would only hold the
+    connection open. The transport sends what it was given before it closes."""
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()

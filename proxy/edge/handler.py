@@ -6,7 +6,8 @@
   it from the origin under request collapsing (``fill``), revalidating a stale one;
 - forwarded (every other method, and requests the cache must not answer): sent to the origin
   as they are, streamed back, and for unsafe methods the URL's entries invalidated
-  (RFC 9111 §4.4).
+  (RFC 9111 §4.4). A request body is read before the origin is asked, up to
+  edge.request_buffer_bytes, and a longer one streamed within its share (edge/bodies.py).
 
 A response body is read into memory only up to cache.max_object_bytes. One that ends within
 that is sent whole (so a framing error found while reading it still becomes a clean 502);
@@ -17,6 +18,7 @@ connection instead of sending a truncated body that looks complete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -49,10 +51,11 @@ from proxy.core.policy import (
 from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.edge import respond
+from proxy.edge import bodies, respond
+from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.flights import Flight, FlightResult, Flights
-from proxy.edge.origin import OriginResponse, origin_request
-from proxy.errors import OriginError
+from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
+from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
 from proxy.store.base import Store
 from proxy.telemetry import Telemetry
 
@@ -94,6 +97,10 @@ class Edge:
         self._name = cache.name
         self._capability = surrogate_capability(cache.name)
         self._via = edge.via
+        self._body_timeout = edge.body_timeout
+        self._buffer_bytes = edge.request_buffer_bytes
+        self._slots = ConnectionSlots(config.domains)
+        self._uploads = bodies.UploadShares({d.name: d.origin_connections for d in config.domains})
         self._max_object = cache.max_object_bytes
         self._store = store
         self._session = session
@@ -231,7 +238,13 @@ class Edge:
         request_time = self._clock()
         try:
             async with origin_request(
-                self._session, job.config, "GET", job.key[2], headers, telemetry=self._telemetry
+                self._session,
+                job.config,
+                "GET",
+                job.key[2],
+                headers,
+                telemetry=self._telemetry,
+                slots=self._slots,
             ) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
@@ -384,8 +397,55 @@ class Edge:
         detail: str | None = None,
     ) -> web.StreamResponse:
         headers = self._origin_headers(request, config, cacheable=False)
-        data = request.content if request.body_exists else None
         status = cache_status(self._name, fwd=fwd, detail=detail)
+        if not request.body_exists:
+            return await self._send(request, config, target, headers, None, status, fwd)
+        try:
+            if _expects_continue(request):
+                # The body is read here, before the origin is asked, so the 100 is ours to
+                # send, and the origin gets no Expect (RFC 9110 §10.1.1).
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                headers = [(n, v) for n, v in headers if n.lower() != "expect"]
+            data, complete = await bodies.buffer(
+                request.content, limit=self._buffer_bytes, seconds=self._body_timeout
+            )
+            if complete:
+                return await self._send(request, config, target, headers, data, status, fwd)
+            with self._uploads.taken(config.name, request.remote or ""):
+                streamed = bodies.Streamed(data, request.content, self._body_timeout)
+                return await self._send(request, config, target, headers, streamed, status, fwd)
+        except bodies.UploadsBusy as exc:
+            self._telemetry.origin_busy(config.name, "uploads")
+            return self._refused(config, exc, status)
+        except RequestBodyError as exc:
+            response = self._refused(config, exc, status)
+            if isinstance(exc, RequestBodyTimeout):
+                # Nothing came for body_timeout: close now, not after lingering on the body.
+                self._telemetry.body_timeout(config.name)
+                with contextlib.suppress(ConnectionError):
+                    await answer_and_close(request, response)
+            return response
+
+    def _refused(
+        self, config: DomainConfig, exc: RequestBodyError | OriginError, status: str
+    ) -> web.StreamResponse:
+        """The request's body was not (all) read: answer, and keep the connection no longer
+        (aiohttp reads and drops what is still coming, for at most lingering_time)."""
+        self._telemetry.request(config.name, ERROR)
+        response = respond.failed(exc, cache_status=status)
+        response.force_close()
+        return response
+
+    async def _send(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        headers: list[tuple[str, str]],
+        data: bytes | bodies.Streamed | None,
+        status: str,
+        fwd: str,
+    ) -> web.StreamResponse:
         try:
             async with origin_request(
                 self._session,
@@ -395,6 +455,7 @@ class Edge:
                 headers,
                 data,
                 telemetry=self._telemetry,
+                slots=self._slots,
             ) as origin:
                 if request.method not in SAFE_METHODS:
                     for stale_target in invalidation_targets(
@@ -409,7 +470,10 @@ class Edge:
                 return response
         except OriginError as exc:
             self._telemetry.request(config.name, ERROR)
-            return respond.origin_failed(exc, cache_status=status)
+            response = respond.origin_failed(exc, cache_status=status)
+            if isinstance(data, bodies.Streamed):
+                response.force_close()  # the rest of the body is unread
+            return response
 
     async def _relay(
         self,
@@ -483,3 +547,8 @@ class Edge:
         return respond.from_stored(
             request, entry, now=now, via=self._via, status=status, headers=headers
         )
+
+
+def _expects_continue(request: web.BaseRequest) -> bool:
+    expect = request.headers.get(hdrs.EXPECT)
+    return expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)

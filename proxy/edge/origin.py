@@ -7,12 +7,18 @@ aiohttp closes a connection on any framing error, and ``OriginConnector`` (in th
 adapter: it reads the client protocol's state) never reuses one on which the origin sent
 bytes no request asked for, so a broken response never poisons the next request on a reused
 connection.
+
+Each domain has at most ``origin_connections`` requests at its origin at once
+(``ConnectionSlots``); a request waits at most ``origin_queue_timeout`` for one, then fails
+with OriginBusy (→ 503), so a slow origin or stalled uploads make some requests fail fast
+rather than every request hang (decision 0015).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,7 +27,14 @@ from yarl import URL
 
 from proxy.config import DomainConfig
 from proxy.edge.aiohttp_adapter import OriginConnector
-from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.edge.bodies import Streamed
+from proxy.errors import (
+    OriginBusy,
+    OriginError,
+    OriginProtocolError,
+    OriginTimeout,
+    OriginUnreachable,
+)
 from proxy.telemetry import Telemetry, error_kind
 
 CHUNK = 64 * 1024
@@ -36,8 +49,10 @@ def new_session() -> aiohttp.ClientSession:
     """
     return aiohttp.ClientSession(
         connector=OriginConnector(
+            # Per domain, ConnectionSlots bounds the requests at the origin and how long one
+            # waits; this is only the process's ceiling (origin_request bounds its wait too).
             limit=1024,
-            limit_per_host=256,
+            limit_per_host=0,
             enable_cleanup_closed=True,
             # Below the 5 s idle timeout of Node and Apache origins, so the edge does not send
             # a request on a connection the origin is closing at that moment.
@@ -103,6 +118,37 @@ class OriginResponse:
         self._response.close()
 
 
+class ConnectionSlots:
+    """Each domain's origin connections: at most ``origin_connections`` requests at its
+    origin at once, and a bounded wait for one (decision 0015). Kept here rather than left to
+    the connector's limit_per_host, so the wait is bounded on its own, apart from connecting,
+    and is told apart from an origin that does not answer."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, domains: Iterable[DomainConfig]) -> None:
+        self._slots = {d.name: asyncio.Semaphore(d.origin_connections) for d in domains}
+
+    @asynccontextmanager
+    async def taken(self, domain: DomainConfig) -> AsyncIterator[None]:
+        slots = self._slots[domain.name]
+        if slots.locked():
+            try:
+                async with asyncio.timeout(domain.origin_queue_timeout):
+                    await slots.acquire()
+            except TimeoutError:
+                raise OriginBusy(
+                    f"{domain.name}: no origin connection free within "
+                    f"{domain.origin_queue_timeout:g} s ({domain.origin_connections} in use)"
+                ) from None
+        else:
+            await slots.acquire()  # one is free: taken without waiting
+        try:
+            yield
+        finally:
+            slots.release()
+
+
 @asynccontextmanager
 async def origin_request(
     session: aiohttp.ClientSession,
@@ -113,19 +159,56 @@ async def origin_request(
     data: Any = None,
     *,
     telemetry: Telemetry | None = None,
+    slots: ConnectionSlots | None = None,
 ) -> AsyncIterator[OriginResponse]:
-    """Send one request to the domain's origin. The target is sent exactly as received."""
+    """Send one request to the domain's origin. The target is sent exactly as received.
+
+    ``data`` is the request body: bytes, or ``Streamed`` (a body still arriving), whose
+    failure leaves as the RequestBodyError it is, not as the origin's. With ``slots``, the
+    request first waits for one of the domain's connections (OriginBusy when none comes)."""
+    if slots is None:
+        async with _origin_request(session, domain, method, target, headers, data, telemetry) as r:
+            yield r
+        return
+    try:
+        async with (
+            slots.taken(domain),
+            _origin_request(session, domain, method, target, headers, data, telemetry) as response,
+        ):
+            yield response
+    except OriginBusy:
+        if telemetry is not None:
+            telemetry.origin_busy(domain.name, "queue_timeout")
+        raise
+
+
+@asynccontextmanager
+async def _origin_request(
+    session: aiohttp.ClientSession,
+    domain: DomainConfig,
+    method: str,
+    target: str,
+    headers: Sequence[tuple[str, str]],
+    data: Any,
+    telemetry: Telemetry | None,
+) -> AsyncIterator[OriginResponse]:
     url = URL(domain.origin + target, encoded=True)
     timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=domain.connect_timeout, sock_read=domain.read_timeout
+        total=None,
+        # A backstop for the connector's process-wide ceiling: ConnectionSlots bounds the
+        # wait for the domain's own connections before this starts.
+        connect=domain.origin_queue_timeout + domain.connect_timeout,
+        sock_connect=domain.connect_timeout,
+        sock_read=domain.read_timeout,
     )
     started, answered = time.perf_counter(), False
+    body = data.pieces() if isinstance(data, Streamed) else data
     try:
         async with session.request(
             method,
             url,
             headers=list(headers),
-            data=data,
+            data=body,
             allow_redirects=False,
             timeout=timeout,
             compress=None,
@@ -137,6 +220,11 @@ async def origin_request(
     except Exception as exc:
         if isinstance(exc, OriginError):
             raise  # from OriginResponse, already counted
+        if not answered and isinstance(data, Streamed) and data.failed is not None:
+            # The client's body stopped, not the origin: aiohttp reports it as its own
+            # connection error. (Once the origin has answered, the response is being relayed
+            # and its own errors are what count.)
+            raise data.failed from None
         error = _translate(exc, domain.name)
         if telemetry is not None and isinstance(error, OriginError):
             if answered:

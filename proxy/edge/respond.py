@@ -14,7 +14,7 @@ from proxy.core.entry import Headers, Lines, StoredResponse, write_lines
 from proxy.core.headers import via_value
 from proxy.core.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
 from proxy.edge.aiohttp_adapter import Prewritten
-from proxy.errors import OriginError
+from proxy.errors import OriginBusy, OriginError, RequestBodyError
 
 log = logging.getLogger("proxy.edge")
 
@@ -174,5 +174,17 @@ def text(status: int, message: str, *, cache_status: str | None = None) -> web.R
 
 
 def origin_failed(exc: OriginError, *, cache_status: str) -> web.Response:
-    log.warning("%s", exc)
-    return text(exc.status, f"{exc.status} {exc.reason}: {exc.public}", cache_status=cache_status)
+    if not isinstance(exc, OriginBusy):
+        # OriginBusy is counted (origin_busy_total) and not logged: it comes in floods.
+        log.warning("%s", exc)
+    return failed(exc, cache_status=cache_status)
+
+
+def failed(exc: OriginError | RequestBodyError, *, cache_status: str) -> web.Response:
+    """The answer to a request the edge could not carry out: its status and public reason."""
+    response = text(
+        exc.status, f"{exc.status} {exc.reason}: {exc.public}", cache_status=cache_status
+    )
+    if isinstance(exc, OriginBusy):
+        response.headers["Retry-After"] = "1"
+    return response

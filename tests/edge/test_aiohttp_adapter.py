@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import re
 import socket
 import sys
@@ -16,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.connector import Connection
 from aiohttp.helpers import HeadersMixin
 from aiohttp.test_utils import RawTestServer
 
-from proxy.edge.aiohttp_adapter import OriginConnector, Prewritten
+from proxy.edge.aiohttp_adapter import OriginConnector, Prewritten, answer_and_close
 from tests.conftest import until
 
 MESSAGE = (
@@ -159,6 +161,35 @@ async def test_drain_waits_while_the_client_reads_nothing(
     finally:
         writer.close()
         await writer.wait_closed()
+
+
+async def test_answer_and_close_sends_the_answer_then_closes_without_lingering(
+    aiohttp_raw_server: RawServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request whose body stopped: the answer arrives whole, then the connection closes at
+    once, although aiohttp would otherwise linger 10 s reading the body, and nothing is
+    logged as an error."""
+    answered = asyncio.Event()
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        response = web.Response(status=408, text="stopped")
+        await answer_and_close(request, response)
+        answered.set()
+        return response
+
+    server = await aiohttp_raw_server(handler, lingering_time=10.0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port or 0)
+    try:
+        writer.write(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
+        async with asyncio.timeout(3):  # well below lingering_time: a bound, not a wait
+            received = await reader.read()  # to EOF
+        assert received.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        assert received.endswith(b"\r\n\r\nstopped")
+        assert answered.is_set()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 # -- the client side: OriginConnector ------------------------------------------------------------

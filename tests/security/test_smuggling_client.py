@@ -126,7 +126,11 @@ async def test_a_body_that_turns_bad_midway_never_reaches_the_origin_complete(
     chunk (which would make a truncated body look complete), and the connection to it is
     dropped, never reused."""
     server = await raw_origin(lambda request: ok(b"answered"))
-    edge = await make_edge(domains=[{"name": "example.com", "origin": server.url}])
+    edge = await make_edge(
+        # A body past 1 byte streams (decision 0015): the origin has its start.
+        edge={"listen": "127.0.0.1:0", "request_buffer_bytes": 1},
+        domains=[{"name": "example.com", "origin": server.url}],
+    )
 
     async def then_break(writer: asyncio.StreamWriter) -> None:
         await until(lambda: bool(server.received) and b"hello" in server.received[0])
@@ -141,6 +145,21 @@ async def test_a_body_that_turns_bad_midway_never_reaches_the_origin_complete(
     assert not request.complete
     assert b"0\r\n\r\n" not in server.received[0]
     assert b"zz" not in server.received[0]
+
+
+async def test_a_buffered_body_that_turns_bad_never_reaches_the_origin(
+    make_edge: EdgeFactory, raw_origin: RawOriginFactory
+) -> None:
+    """A body within edge.request_buffer_bytes is read whole before the origin is asked
+    (decision 0015): when its framing breaks, the origin is never asked at all."""
+    server = await raw_origin(lambda request: ok(b"answered"))
+    edge = await make_edge(domains=[{"name": "example.com", "origin": server.url}])
+    head = post(b"Transfer-Encoding: chunked\r\n", b"5\r\nhello\r\nzz\r\n")
+    answer = await exchange(edge.url, head)
+    assert answer.closed
+    assert all(status >= 400 for status in answer.statuses)
+    assert server.requests == []
+    assert server.received == []
 
 
 async def test_request_body_is_forwarded_exactly_as_framed(
