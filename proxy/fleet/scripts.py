@@ -125,12 +125,14 @@ _SYNC = (
 local nowus, nowms = clock()
 local id, born = epoch(nowus, nowms, ARGV[5])
 redis.call('ZADD', KEYS[4], fmt(nowms + tonumber(ARGV[2])), ARGV[1])
--- An ack counts only under the epoch the member has adopted (0014: acks carry the epoch).
+local seq = redis.call('GET', KEYS[2])
+-- An ack counts only under the epoch the member has adopted (0014: acks carry the epoch),
+-- and only up to this server's last clear: after a failover to a replica that missed the
+-- last clears, a member may have applied numbers this server never handed out.
 local ack = '0'
-if ARGV[3] == id then ack = ARGV[4] end
+if ARGV[3] == id and tonumber(ARGV[4]) <= tonumber(seq or '0') then ack = ARGV[4] end
 record_ack(ARGV[1], ack)
 redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
-local seq = redis.call('GET', KEYS[2])
 local reply = {id, seq, '0'}
 if (ARGV[3] ~= id or seq ~= ARGV[4]) then
   reply[3] = '1'
@@ -143,11 +145,13 @@ return reply
 """
 )
 
-# ARGV: member, epoch, number. Recorded only for a live member of the same epoch.
+# ARGV: member, epoch, number. Recorded only for a live member of the same epoch, and only
+# for a number this server handed out (see the sync).
 _ACK = (
     _PRELUDE
     + """
 if redis.call('HGET', KEYS[1], 'id') ~= ARGV[2] then return 0 end
+if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then return 0 end
 local nowus, nowms = clock()
 if tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0') <= nowms then return 0 end
 record_ack(ARGV[1], ARGV[3])

