@@ -35,8 +35,8 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-async def measure(url: str, members: int, clears: int) -> dict[str, float]:
-    settings = FleetSettings(url=url, lease=LEASE, renew=0.5, clear_timeout=5.0)
+async def measure(url: str, members: int, clears: int, *, replicas: int = 0) -> dict[str, float]:
+    settings = FleetSettings(url=url, lease=LEASE, renew=0.5, clear_timeout=5.0, replicas=replicas)
     fleet = [
         FleetMember(
             settings=settings,

@@ -151,6 +151,9 @@ class FleetConfig:
     # How often a waiting clear asks Valkey again when no ack hint has come (hints are lost).
     poll_interval: Annotated[float, _seconds] = 0.05
     timeout: Annotated[float, _seconds] = 0.5  # the longest any one Valkey call may take
+    # How many replicas must have each clear and each sync (WAIT) before it counts, so a
+    # failover to a replica loses neither; 0: a single Valkey (0014 "Failover").
+    replicas: Annotated[int, _replicas] = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +256,8 @@ def _fleet(
     if fleet.timeout >= fleet.lease:
         # A renewal allowed to take the whole lease could never keep the lease live.
         raise ConfigError("fleet.timeout", "must be shorter than fleet.lease")
+    if fleet.replicas and fleet.url is None:
+        raise ConfigError("fleet.replicas", "needs fleet.url: the embedded Valkey has no replicas")
     if not fleet.node:
         fleet = dataclasses.replace(fleet, node=_host_name())
     return fleet
@@ -392,6 +397,12 @@ def _workers(key: str, value: object) -> int:
         return len(os.sched_getaffinity(0))
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
         raise ConfigError(key, 'must be a whole number from 1 to 256, or "auto"')
+    return value
+
+
+def _replicas(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
+        raise ConfigError(key, "must be a whole number from 0 to 16")
     return value
 
 

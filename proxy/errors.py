@@ -17,6 +17,8 @@
     │   └── RequestBodyIncomplete   it ended before its length (the client left) → 400
     └── FleetError                  the fleet (Valkey) could not do what was asked → 503
         ├── FleetUnavailable        Valkey did not answer, or answered with an error
+        │   └── NotReplicated       a write was made, but fewer than fleet.replicas replicas
+        │                           confirmed it in time (it could be lost in a failover)
         └── ClearNotConfirmed       a clear is recorded, but not every live edge process has
                                     applied it within fleet.clear_timeout
 
@@ -108,6 +110,12 @@ class FleetError(ProxyError):
 
 class FleetUnavailable(FleetError):
     """Valkey did not answer in time, refused the connection, or answered with an error."""
+
+
+class NotReplicated(FleetUnavailable):
+    """Valkey made the write (a clear, a sync), but fewer than ``fleet.replicas`` replicas
+    confirmed it within the call's timeout (``WAIT``): a failover could lose it, so it does
+    not count (docs/decisions/0014 "Failover")."""
 
 
 class ClearNotConfirmed(FleetError):

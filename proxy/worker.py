@@ -39,6 +39,7 @@ def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
         clear_timeout=fleet.clear_timeout,
         poll_interval=fleet.poll_interval,
         timeout=fleet.timeout,
+        replicas=fleet.replicas,
     )
 
 

@@ -132,6 +132,11 @@ BAD = [
     ("fleet.timeout", 2, "fleet.timeout: must be shorter than fleet.lease"),
     ("fleet.timeout", "1s", "fleet.timeout: must be a number of seconds"),
     ("fleet.node", "a b", "fleet.node: must be 1-64 letters, digits"),
+    ("fleet.replicas", 17, "fleet.replicas: must be a whole number from 0 to 16"),
+    ("fleet.replicas", -1, "fleet.replicas: must be a whole number from 0 to 16"),
+    ("fleet.replicas", True, "fleet.replicas: must be a whole number from 0 to 16"),
+    ("fleet.replicas", "1", "fleet.replicas: must be a whole number from 0 to 16"),
+    ("fleet.replicas", 1, "fleet.replicas: needs fleet.url: the embedded Valkey has no replicas"),
     ("fleet.peers", 1, "fleet.peers: unknown key (expected one of: clear_timeout, lease, node"),
     ("api", "x", "api: must be a table"),
     ("edge.port", 1, "edge.port: unknown key (expected one of: "),
@@ -309,3 +314,13 @@ def test_fleet_settings_carry_every_fleet_key(tmp_path: Path) -> None:
     settings = fleet_settings(config.fleet, "unix:///tmp/v.sock")
     assert (settings.lease, settings.renew, settings.clear_timeout) == (3.0, 1.0, 4.0)
     assert (settings.poll_interval, settings.timeout) == (0.2, 0.25)
+    assert settings.replicas == 0  # a single Valkey: no WAIT
+
+
+def test_fleet_replicas_reach_the_settings(tmp_path: Path) -> None:
+    """[fleet] replicas (0014 "Failover") with a Valkey of the operator's, which has them."""
+    data = base()
+    data["fleet"] = {"url": "redis://10.0.0.5:6379/0", "replicas": 2}
+    config = parse_config(data, base_dir=tmp_path)
+    assert config.fleet is not None and config.fleet.replicas == 2
+    assert fleet_settings(config.fleet, "redis://10.0.0.5:6379/0").replicas == 2

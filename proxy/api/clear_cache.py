@@ -45,7 +45,7 @@ from proxy.core.tokens import (
     Scope,
     parse_authorization,
 )
-from proxy.errors import ClearNotConfirmed, FleetUnavailable, StateError
+from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, StateError
 from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
@@ -275,11 +275,14 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
         )
     except FleetUnavailable as exc:
         log.warning("clearing %s: %s", domain, exc)
+        why = "the fleet's Valkey did not answer"
+        if isinstance(exc, NotReplicated):
+            why = "too few of the fleet's Valkey replicas confirmed it in time"
         _reject(
             "error",
             503,
-            f"the cache of {domain!r} could not be cleared: the fleet's Valkey did not answer;"
-            " nothing is confirmed. Retrying is safe.",
+            f"the cache of {domain!r} could not be cleared: {why}; nothing is confirmed."
+            " Retrying is safe.",
             {"Retry-After": "1"},
         )
     except Exception:

@@ -36,7 +36,7 @@ from proxy.core.lease import (
     plan_hints,
     plan_sync,
 )
-from proxy.errors import FleetUnavailable
+from proxy.errors import FleetUnavailable, NotReplicated
 from proxy.fleet.scripts import CLEARS, FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.memory import MemoryStore
@@ -91,7 +91,9 @@ class FleetMember:
         """Connect, try a first sync (a failure leaves the member fenced, and the loop keeps
         trying), and start the sync loop and the hint listener."""
         client = connect(self.settings.url, timeout=self.settings.timeout)
-        self._scripts = FleetScripts(client, timeout=self.settings.timeout)
+        self._scripts = FleetScripts(
+            client, timeout=self.settings.timeout, replicas=self.settings.replicas
+        )
         await self.sync()
         self._tasks.append(asyncio.create_task(self._sync_loop(), name=f"fleet-sync {self.name}"))
         self._restart_listener()
@@ -127,6 +129,11 @@ class FleetMember:
                 info=await self._info(),
                 domains=self.domains,
             )
+        except NotReplicated:
+            # Valkey answered, but a failover could lose this renewal: the deadline stays
+            # (0014 "Failover"). The connection is sound, so the listener is kept.
+            self.renew_failures += 1
+            return False
         except FleetUnavailable:
             self.renew_failures += 1
             self._restart_listener()

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
-from proxy.errors import ClearNotConfirmed, FleetUnavailable
+from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
 from proxy.fleet.scripts import ACKED, FleetScripts, MembersView, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult
@@ -125,7 +125,9 @@ class FleetPurger:
         self.name = name
         self._clock = clock
         self._scripts = FleetScripts(
-            connect(settings.url, timeout=settings.timeout), timeout=settings.timeout
+            connect(settings.url, timeout=settings.timeout),
+            timeout=settings.timeout,
+            replicas=settings.replicas,
         )
         self._hints = AckHints(self._scripts, settings) if settings.hints else None
 
@@ -140,7 +142,8 @@ class FleetPurger:
 
     async def clear_domain(self, domain: str) -> ClearResult:
         """Raises FleetUnavailable when the clear could not be recorded (or it is unknown
-        whether it was), ClearNotConfirmed when it was but the fleet did not confirm it."""
+        whether it was, or fewer than ``replicas`` replicas confirmed it: NotReplicated),
+        ClearNotConfirmed when it was but the fleet did not confirm it."""
         deadline = self._clock() + self.settings.clear_timeout
         if self._hints is None:
             return await self._clear(domain, deadline, None)
@@ -151,6 +154,8 @@ class FleetPurger:
     async def _clear(self, domain: str, deadline: float, waiter: AckWaiter | None) -> ClearResult:
         try:
             record = await self._scripts.clear(domain, by=self.name)
+        except NotReplicated:
+            raise  # Valkey answered: the hint subscription is sound
         except FleetUnavailable:
             self._restart_hints()
             raise

@@ -7,6 +7,8 @@ script cache is empty). All keys share the ``{cdn}`` hash tag, so every script's
 one slot of a cluster. Valkey exceptions are translated here, and nowhere else, into
 ``FleetUnavailable``; every call has a timeout, and after a failure the connections are
 dropped, so the next call starts on a fresh one (a black-holed connection never answers).
+With ``replicas`` > 0, a clear and a sync are each followed by ``WAIT replicas`` on the same
+connection, and count only when that many replicas have them (0014 "Failover").
 
 Numbers (clear numbers, generations) are microseconds of Valkey's clock or above, so they
 are formatted with ``%.0f`` in Lua: its numbers are doubles, exact to 2^53 (year 2255 in
@@ -25,7 +27,7 @@ import valkey.asyncio
 import valkey.exceptions
 
 from proxy.core.lease import FleetView, LiveMember, SyncResult
-from proxy.errors import FleetUnavailable
+from proxy.errors import FleetUnavailable, NotReplicated
 
 KEYS = (
     "{cdn}:epoch",  # KEYS[1] hash: id, born (Valkey ms)
@@ -123,12 +125,14 @@ _SYNC = (
 local nowus, nowms = clock()
 local id, born = epoch(nowus, nowms, ARGV[5])
 redis.call('ZADD', KEYS[4], fmt(nowms + tonumber(ARGV[2])), ARGV[1])
--- An ack counts only under the epoch the member has adopted (0014: acks carry the epoch).
+local seq = redis.call('GET', KEYS[2])
+-- An ack counts only under the epoch the member has adopted (0014: acks carry the epoch),
+-- and only up to this server's last clear: after a failover to a replica that missed the
+-- last clears, a member may have applied numbers this server never handed out.
 local ack = '0'
-if ARGV[3] == id then ack = ARGV[4] end
+if ARGV[3] == id and tonumber(ARGV[4]) <= tonumber(seq or '0') then ack = ARGV[4] end
 record_ack(ARGV[1], ack)
 redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
-local seq = redis.call('GET', KEYS[2])
 local reply = {id, seq, '0'}
 if (ARGV[3] ~= id or seq ~= ARGV[4]) then
   reply[3] = '1'
@@ -141,11 +145,13 @@ return reply
 """
 )
 
-# ARGV: member, epoch, number. Recorded only for a live member of the same epoch.
+# ARGV: member, epoch, number. Recorded only for a live member of the same epoch, and only
+# for a number this server handed out (see the sync).
 _ACK = (
     _PRELUDE
     + """
 if redis.call('HGET', KEYS[1], 'id') ~= ARGV[2] then return 0 end
+if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then return 0 end
 local nowus, nowms = clock()
 if tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0') <= nowms then return 0 end
 record_ack(ARGV[1], ARGV[3])
@@ -238,9 +244,13 @@ def connect(url: str, *, timeout: float) -> valkey.asyncio.Valkey:
 class FleetScripts:
     """The protocol's steps as calls, each bounded by ``timeout`` seconds."""
 
-    def __init__(self, client: valkey.asyncio.Valkey, *, timeout: float) -> None:
+    def __init__(self, client: valkey.asyncio.Valkey, *, timeout: float, replicas: int = 0) -> None:
         self.client = client
         self.timeout = timeout
+        self.replicas = replicas
+        # WAIT's own bound: half the call's, so the server answers with the count of
+        # replicas before the client gives up on the connection.
+        self._wait_ms = max(1, round(timeout * 500))
         self._clear = client.register_script(_CLEAR)
         self._sync = client.register_script(_SYNC)
         self._ack = client.register_script(_ACK)
@@ -249,7 +259,7 @@ class FleetScripts:
 
     async def clear(self, domain: str, *, by: str) -> ClearRecord:
         args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS)
-        reply = await self._call(self._clear, args)
+        reply = await self._call(self._clear, args, replicated=True)
         view = _view(reply[1:])
         return ClearRecord(number=_int(reply[0]), epoch=view.epoch, view=view)
 
@@ -264,7 +274,7 @@ class FleetScripts:
         domains: Sequence[str],
     ) -> SyncResult:
         args = (member, lease_ms, epoch or "", applied, _fresh_epoch(), info, *domains)
-        reply = await self._call(self._sync, args)
+        reply = await self._call(self._sync, args, replicated=True)
         generations = None
         if _text(reply[2]) == "1":
             generations = {d: _int(g) for d, g in zip(domains, reply[3:], strict=True)}
@@ -304,21 +314,50 @@ class FleetScripts:
         except _FAILURES:
             pass
 
-    async def _call(self, script: Any, args: Sequence[object]) -> Any:
+    async def _call(self, script: Any, args: Sequence[object], *, replicated: bool = False) -> Any:
         """One script call within ``timeout``. A connection the server closed (Valkey
         restarted since the pool last used it) is dropped and the call made once more on a
         fresh one, within the same timeout: every script may run twice (a clear twice is
-        two clears of the domain; a sync or an ack twice changes nothing)."""
+        two clears of the domain; a sync or an ack twice changes nothing). ``replicated``:
+        the write counts only once ``replicas`` replicas have it (else NotReplicated)."""
+        run = self._replicated if replicated and self.replicas else self._plain
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    return await script(keys=KEYS, args=args)
+                    return await run(script, args)
                 except valkey.exceptions.ConnectionError:
                     await self.client.connection_pool.disconnect()
-                    return await script(keys=KEYS, args=args)
+                    return await run(script, args)
         except _FAILURES as exc:
             await self.reset()
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
+
+    async def _plain(self, script: Any, args: Sequence[object]) -> Any:
+        return await script(keys=KEYS, args=args)
+
+    async def _replicated(self, script: Any, args: Sequence[object]) -> Any:
+        """The script, then ``WAIT``, in one pipeline without MULTI: both go out on the one
+        connection the pipeline holds, which WAIT needs (it waits for the replication of
+        *this connection's* writes). EVALSHA is sent as is (a pipeline that knows the script
+        would ask SCRIPT EXISTS first, one more round trip); NOSCRIPT (a restarted or newly
+        promoted server) loads it and runs the pair again: the script did not run."""
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", script.sha, len(KEYS), *KEYS, *args)
+            pipe.execute_command("WAIT", self.replicas, self._wait_ms)
+            reply, copies = await pipe.execute(raise_on_error=False)
+            if not isinstance(reply, valkey.exceptions.NoScriptError):
+                break
+            await self.client.script_load(script.script)
+        for outcome in (reply, copies):
+            if isinstance(outcome, Exception):
+                raise outcome
+        if int(copies) < self.replicas:
+            raise NotReplicated(
+                f"valkey: {int(copies)} of {self.replicas} replicas confirmed the write"
+                f" within {self._wait_ms} ms"
+            )
+        return reply
 
 
 class Hints:
