@@ -345,6 +345,9 @@ class Traffic:
             elif outcome.startswith(("answered", "closed")):
                 took = time.monotonic() - began
                 self.tally.loris_closed_after.setdefault(key, []).append(took)
+                # A slot is one slow client, not a flood: one the server ends at once (an
+                # answer before the body, say) waits a drip before it connects again.
+                await self._pause(max(0.0, self.settings.drip_every - took))
             self.tally.loris[f"{key} {outcome}"] += 1
 
     async def _drip(

@@ -121,6 +121,8 @@ def figures(tally: Tally, settings: dict[str, Any]) -> dict[str, Any]:
         "clears": {
             "outcomes": dict(sorted(tally.clears.items())),
             "answered_200": len(tally.confirmed),
+            # a valid token refused because of failures from the same address (issue 13, 5)
+            "refused_429": sum(n for k, n in tally.clears.items() if k.endswith(" 429")),
             "ms_p50": _percentile(tally.clear_ms, 0.5),
             "ms_p99": _percentile(tally.clear_ms, 0.99),
             "ms_max": max(tally.clear_ms, default=None),
@@ -189,6 +191,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"({stale['reads_checked']:,}) |",
         f"| clears answered 200 (p50 / p99 ms) | {clears['answered_200']:,} "
         f"({_ms(clears['ms_p50'])} / {_ms(clears['ms_p99'])}) |",
+        f"| clears with a valid token refused 429 | {clears['refused_429']:,} |",
         f"| token regenerations | {doc['token_regenerations']['count']} |",
         f"| connections refused while up | {_pairs(doc['connections_refused'])} |",
         f"| API probe (every second) | {_pairs(doc['api_probe']['outcomes'])} |",
