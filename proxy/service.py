@@ -165,6 +165,9 @@ async def control_listening(
             shutdown_timeout=_shutdown_timeout(config),
             handle_signals=False,
             access_log_class=ApiAccessLogger,
+            # Bodies as sent: the API refuses compressed ones (415) unread, and aiohttp
+            # decoding them anyway failed, and logged a traceback, once the answer was out.
+            auto_decompress=False,
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
