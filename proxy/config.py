@@ -111,6 +111,9 @@ class CacheConfig:
 class StateConfig:
     path: Annotated[Path, _path]
     audit_max_rows: Annotated[int, _count] = 100_000
+    # true: each audit record waits for fdatasync before its clear is answered, so that a
+    # power loss cannot lose it either (a process crash cannot without it)
+    audit_fsync: Annotated[bool, _flag] = False
 
 
 @dataclass(frozen=True, slots=True)

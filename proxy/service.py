@@ -149,7 +149,11 @@ async def control_listening(
     /metrics, /healthz), closed in reverse order."""
     api_config, state_config = config.api_role()
     async with AsyncExitStack() as stack:
-        state = await AsyncState.open(state_config.path, audit_max_rows=state_config.audit_max_rows)
+        state = await AsyncState.open(
+            state_config.path,
+            audit_max_rows=state_config.audit_max_rows,
+            audit_fsync=state_config.audit_fsync,
+        )
         stack.push_async_callback(state.close)
         app = create_api_app(
             config=config,

@@ -189,10 +189,11 @@ async def audited_clear(
     )
     if ctx.telemetry is not None:
         ctx.telemetry.clear(attempt.domain, answer.outcome, record.duration_ms / 1000.0)
-    # Written behind the answer (state.sqlite). If it cannot be written, the answer stands:
-    # after a clear the cache *is* cleared, and saying otherwise would make a deploy hook
-    # retry for nothing. The operator sees the lost record in the log.
-    ctx.state.record_audit(record)
+    # In the audit journal before the answer, so no crash can lose the record of a clear
+    # already confirmed; in SQLite behind it (state.journal). If it cannot be written, the
+    # answer stands: after a clear the cache *is* cleared, and saying otherwise would make a
+    # deploy hook retry for nothing. The operator sees the lost record in the log.
+    await ctx.state.record_audit(record)
     return answer
 
 
