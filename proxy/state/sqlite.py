@@ -572,7 +572,7 @@ class AsyncState:
             segments, self._segments = self._segments, []
             uses, self._uses = self._uses, {}
             if self._journal is not None:
-                self._journal.rotate()  # what follows goes to a segment of its own
+                self._journal.rotate()  # if full, what follows goes to a new segment
             try:
                 await self._run(self._db.write_batch, uses, records)
             except StateError as exc:

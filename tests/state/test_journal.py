@@ -69,7 +69,15 @@ def test_a_line_is_one_record_and_reads_back_the_same(record: AuditRecord) -> No
 
 @pytest.mark.parametrize(
     "line",
-    [b"", b"{", b"[]", b'{"at": 1}', encode(audit(1))[:-1], encode(audit(1)).strip()],
+    [
+        b"",
+        b"[",
+        b"{}",
+        b"[]",
+        b'["audit/1"]',
+        encode(audit(1, journal_id="a.1")).replace(b"audit/1", b"audit/9"),
+        encode(audit(1, journal_id="a.1"))[:40],
+    ],
 )
 def test_what_is_not_a_journaled_record_is_refused(line: bytes) -> None:
     with pytest.raises(ValueError):
@@ -102,7 +110,6 @@ async def test_a_record_is_in_the_journal_when_record_audit_returns(state_path: 
         assert len({r.journal_id for r in read_segment(segment)}) == 3
         await state.flush()
         assert [n for n, _ in stored(state_path)] == [0, 1, 2]
-        assert segments(state_path) == []
     finally:
         await state.close()
     assert segments(state_path) == []  # all in SQLite: nothing left to replay
@@ -174,19 +181,25 @@ async def test_with_fsync_each_record_is_synced_before_record_audit_returns(
     assert segments(state_path) == []
 
 
-def test_segments_are_retired_and_deleted_only_when_settled(tmp_path: Path) -> None:
-    journal, left = AuditJournal.open(tmp_path / "state.db")
+def test_full_segments_are_retired_and_deleted_once_settled(tmp_path: Path) -> None:
+    journal, left = AuditJournal.open(tmp_path / "state.db", rotate_bytes=200)
     assert left == []
     try:
         _, first = journal.append(audit(1))
-        journal.rotate()  # a batch is taken: what follows goes elsewhere
-        _, second = journal.append(audit(2))
-        assert first is not second
-        assert first.path.exists()
+        journal.rotate()  # a batch is taken, the segment is not full yet: kept
+        _, also_first = journal.append(audit(2))
+        assert also_first is first
+        journal.rotate()  # full now: what follows goes to a new segment
+        _, second = journal.append(audit(3))
+        assert second is not first
+        journal.settle([first])
+        assert first.path.exists()  # one of its records is not in SQLite yet
         journal.settle([first])
         assert not first.path.exists()
+        journal.append(audit(4))
         journal.rotate()
-        assert second.path.exists()  # retired but not yet in SQLite
+        assert second.path.exists()  # retired, but not yet in SQLite
     finally:
         journal.close()
     assert second.path.exists()  # kept for the next start
+    assert [r.entries_dropped for r in read_segment(second.path)] == [3, 4]
