@@ -1,7 +1,7 @@
 """Clear-to-200 latency through the real API with N edge processes (issue 12's target).
 
 Run: .venv/bin/python -m benchmarks.fleet_clear [--workers 1,2,4,8] [--clears 300]
-         [--warmup 20] [--server-cpu 1] [--load-cpu 0] [--root DIR] [--json]
+         [--warmup 20] [--server-cpu 1] [--load-cpu 0] [--root DIR] [--audit-fsync] [--json]
 
 For each N, a real node is started as an operator would: ``python -m proxy serve`` with
 ``[edge] workers = N`` and ``[api]`` in one config, so the control process starts the
@@ -73,15 +73,16 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def node_config(home: Path, workers: int) -> Path:
+def node_config(home: Path, workers: int, *, audit_fsync: bool = False) -> Path:
     """A node with N edge workers and the API; its one domain's origin is never contacted.
     The empty ``[fleet]`` table makes N = 1 a fleet too (one worker process, the embedded
     Valkey), rather than the one-process service that has nothing to coordinate."""
     config = home / "node.toml"
+    fsync = "audit_fsync = true\n" if audit_fsync else ""
     config.write_text(
         f'[edge]\nlisten = "127.0.0.1:0"\nworkers = {workers}\n\n'
         '[api]\nlisten = "127.0.0.1:0"\n\n'
-        '[cache]\nmax_bytes = "64MiB"\n\n[state]\npath = "state.db"\n\n[fleet]\n\n'
+        f'[cache]\nmax_bytes = "64MiB"\n\n[state]\npath = "state.db"\n{fsync}\n[fleet]\n\n'
         f'[[domains]]\nname = "{DOMAIN}"\norigin = "http://127.0.0.1:9"\n'
     )
     return config
@@ -128,7 +129,7 @@ async def clear_times(api_port: int, token: str, warmup: int, clears: int) -> li
 def measure(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     home = tmp / f"w{workers}"
     home.mkdir()
-    config = node_config(home, workers)
+    config = node_config(home, workers, audit_fsync=args.audit_fsync)
     token = create_token(config, args.root)
     log = home / "serve.log"
     server = Server("cdn-proxy", proxy_argv(config), log, args.server_cpu, cwd=args.root)
@@ -187,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cpu", default="1", help="cores for the node (taskset -c)")
     parser.add_argument("--load-cpu", default="0", help="core for this client")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run cdn-proxy from")
+    parser.add_argument(
+        "--audit-fsync", action="store_true", help="the node's [state] audit_fsync = true"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.clears < 1:

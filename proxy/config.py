@@ -104,6 +104,9 @@ class ApiConfig:
     max_body_bytes: Annotated[int, _size] = 4096
     auth_failures_allowed: Annotated[int, _count] = 10
     auth_failure_window: Annotated[float, _seconds] = 60.0
+    # seconds a clear-cache request's whole body may take to arrive (it is at most
+    # max_body_bytes); a body still incomplete then is answered 408 and its connection closed
+    body_timeout: Annotated[float, _seconds] = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,9 @@ class CacheConfig:
 class StateConfig:
     path: Annotated[Path, _path]
     audit_max_rows: Annotated[int, _count] = 100_000
+    # true: each audit record waits for fdatasync before its clear is answered, so that a
+    # power loss cannot lose it either (a process crash cannot without it)
+    audit_fsync: Annotated[bool, _flag] = False
 
 
 @dataclass(frozen=True, slots=True)

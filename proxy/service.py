@@ -152,7 +152,11 @@ async def control_listening(
     /metrics, /healthz), closed in reverse order."""
     api_config, state_config = config.api_role()
     async with AsyncExitStack() as stack:
-        state = await AsyncState.open(state_config.path, audit_max_rows=state_config.audit_max_rows)
+        state = await AsyncState.open(
+            state_config.path,
+            audit_max_rows=state_config.audit_max_rows,
+            audit_fsync=state_config.audit_fsync,
+        )
         stack.push_async_callback(state.close)
         app = create_api_app(
             config=config,
@@ -168,6 +172,9 @@ async def control_listening(
             shutdown_timeout=_shutdown_timeout(config),
             handle_signals=False,
             access_log_class=ApiAccessLogger,
+            # Bodies as sent: the API refuses compressed ones (415) unread, and aiohttp
+            # decoding them anyway failed, and logged a traceback, once the answer was out.
+            auto_decompress=False,
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)

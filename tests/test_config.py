@@ -55,6 +55,7 @@ def test_every_key_can_be_set(tmp_path: Path) -> None:
         "max_body_bytes": "1KiB",
         "auth_failures_allowed": 3,
         "auth_failure_window": 0.5,
+        "body_timeout": 2,
     }
     data["cache"] = {"max_bytes": 10_000, "max_object_bytes": "2 KB", "name": "c.1"}
     data["state"] = {"path": "/abs/state.db", "audit_max_rows": 7}
@@ -71,7 +72,7 @@ def test_every_key_can_be_set(tmp_path: Path) -> None:
     ]
     config = parse_config(data, base_dir=tmp_path)
     assert config.edge == EdgeConfig(Listen("::1", 80), 5.0, "edge-1")
-    assert config.api == ApiConfig(Listen("0.0.0.0", 0), 1024, 3, 0.5)
+    assert config.api == ApiConfig(Listen("0.0.0.0", 0), 1024, 3, 0.5, 2.0)
     assert config.cache == CacheConfig(10_000, 2000, "c.1")
     assert config.state == StateConfig(Path("/abs/state.db"), 7)
     assert config.domains == (
@@ -157,6 +158,7 @@ BAD = [
     ("api.auth_failures_allowed", 0, "api.auth_failures_allowed: must be a whole number"),
     ("api.auth_failures_allowed", 2.0, "api.auth_failures_allowed: must be a whole number"),
     ("api.auth_failure_window", -1, "api.auth_failure_window: must be a number of seconds"),
+    ("api.body_timeout", 0, "api.body_timeout: must be a number of seconds greater than zero"),
     ("cache.max_bytes", None, "cache.max_bytes: is required"),
     ("cache.max_bytes", "lots", "cache.max_bytes: 'lots' is not a size"),
     ("cache.max_object_bytes", "2MiB", "cache.max_object_bytes: must not be larger than"),

@@ -4,18 +4,20 @@ The checks run in a fixed order, cheapest and least revealing first, and the bod
 until the caller is known:
 
 1. Authorization: missing → 401, malformed → 400 (RFC 6750 §3.1). Both count as failures.
-2. Too many recent failures from this address → 429 with Retry-After.
-3. Unknown, regenerated or revoked token → 401 invalid_token (a failure too).
-4. Content-Type not application/json, or a compressed body → 415.
-5. Body over ``api.max_body_bytes`` (Content-Length, then counted while reading) → 413.
-6. Body not a UTF-8 JSON object with exactly one field, ``domain``, a host name → 400.
-7. Token scope does not cover the domain → 403 insufficient_scope. This comes before 8 so a
+2. Unknown, regenerated or revoked token → 401 invalid_token, a failure too; or 429 with
+   Retry-After once this address has failed too often recently. Only failed attempts are
+   throttled: a valid token is never refused because of its address's failures.
+3. Content-Type not application/json, or a compressed body → 415.
+4. Body over ``api.max_body_bytes`` (Content-Length, then counted while reading) → 413; not
+   all there within ``api.body_timeout`` → 408.
+5. Body not a UTF-8 JSON object with exactly one field, ``domain``, a host name → 400.
+6. Token scope does not cover the domain → 403 insufficient_scope. This comes before 7 so a
    scoped token cannot probe which domains exist.
-8. Domain not configured → 404.
-9. Clear, and answer 200 ``Cache cleared`` only once the purger says the clear is in effect.
+7. Domain not configured → 404.
+8. Clear, and answer 200 ``Cache cleared`` only once the purger says the clear is in effect.
 
-Steps 1-6 say who asks and for which domain; they are the API's own. Steps 6 (the host-name
-check) to 9, and the audit record, are ``audited_clear``, which the dashboard's "Clear cache"
+Steps 1-5 say who asks and for which domain; they are the API's own. Steps 5 (the host-name
+check) to 8, and the audit record, are ``audited_clear``, which the dashboard's "Clear cache"
 button calls too, with an admin as the caller: one path, one set of rules, one audit log.
 
 Every attempt writes exactly one audit record, whatever its outcome. The actor is the token's
@@ -24,6 +26,7 @@ name for the API and ``admin:<name>`` for the dashboard (neither kind of name ha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -61,6 +64,7 @@ OUTCOMES = (
     "forbidden",
     "not_found",
     "too_large",
+    "timed_out",
     "unsupported_media_type",
     "rate_limited",
     "unconfirmed",
@@ -84,6 +88,10 @@ class ClearCacheContext:
     @property
     def max_body_bytes(self) -> int:
         return self.config.api_role()[0].max_body_bytes
+
+    @property
+    def body_timeout(self) -> float:
+        return self.config.api_role()[0].body_timeout
 
 
 CLEAR_CACHE_CONTEXT = web.AppKey("clear_cache_context", ClearCacheContext)
@@ -137,7 +145,7 @@ class ClearAnswer:
         return self.outcome == "cleared"
 
 
-# Says who asks and for what (steps 1-6) at ``now``, raising _Rejected when it cannot.
+# Says who asks and for what (steps 1-5) at ``now``, raising _Rejected when it cannot.
 Authorise = Callable[[Attempt, float], Awaitable[Grant]]
 
 
@@ -181,10 +189,11 @@ async def audited_clear(
     )
     if ctx.telemetry is not None:
         ctx.telemetry.clear(attempt.domain, answer.outcome, record.duration_ms / 1000.0)
-    # Written behind the answer (state.sqlite). If it cannot be written, the answer stands:
-    # after a clear the cache *is* cleared, and saying otherwise would make a deploy hook
-    # retry for nothing. The operator sees the lost record in the log.
-    ctx.state.record_audit(record)
+    # In the audit journal before the answer, so no crash can lose the record of a clear
+    # already confirmed; in SQLite behind it (state.journal). If it cannot be written, the
+    # answer stands: after a clear the cache *is* cleared, and saying otherwise would make a
+    # deploy hook retry for nothing. The operator sees the lost record in the log.
+    await ctx.state.record_audit(record)
     return answer
 
 
@@ -207,7 +216,10 @@ async def clear_cache(request: web.Request) -> web.Response:
 
     answer = await audited_clear(ctx, client=request.remote, authorise=authorise)
     if not answer.cleared:
-        return problem(answer.status, answer.detail, headers=answer.headers)
+        response = problem(answer.status, answer.detail, headers=answer.headers)
+        if answer.status == 408:
+            response.force_close()  # the rest of that body may still come: end the connection
+        return response
     response = web.Response(text=CONFIRMATION, content_type="text/plain", charset="utf-8")
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -218,26 +230,16 @@ async def _authorise_bearer(
 ) -> Grant:
     client = request.remote or "unknown"
     token = _bearer_token(request, ctx.limiter, client, now)
-
-    wait = ctx.limiter.retry_after(client, now)
-    if wait is not None:
-        _reject(
-            "rate_limited",
-            429,
-            f"too many failed authentications from this address; retry in {wait} s",
-            {"Retry-After": str(wait)},
-        )
-
     record = await _authenticate(ctx, token, client, now)
     attempt.actor = record.name
 
     _check_media_type(request)
-    body = await _read_body(request, ctx.max_body_bytes)
+    body = await _read_body(request, ctx.max_body_bytes, ctx.body_timeout)
     return Grant(record.scope, _domain_from_body(body))
 
 
 async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
-    """Steps 6-9 for a caller already known: the domain, the scope, the clear."""
+    """Steps 5-8 for a caller already known: the domain, the scope, the clear."""
     attempt.domain = grant.domain
     if not grant.domain:
         _reject("bad_request", 400, "the field 'domain' must not be empty")
@@ -332,6 +334,18 @@ async def _authenticate(ctx: ClearCacheContext, token: str, client: str, now: fl
         log.error("token lookup failed: %s", exc)
         _reject("error", 503, "the token database is unavailable; try again")
     if record is None:
+        # Only a wrong token is throttled: refusing a right one because of other clients'
+        # failures at the same address (a CI NAT, a proxy) would block every purge behind
+        # it. A guess that comes back 429 rather than 401 still learns only "wrong", and
+        # with 256 random bits no rate of guessing can find a token (decision 0006).
+        wait = ctx.limiter.retry_after(client, now)
+        if wait is not None:
+            _reject(
+                "rate_limited",
+                429,
+                f"too many failed authentications from this address; retry in {wait} s",
+                {"Retry-After": str(wait)},
+            )
         ctx.limiter.record_failure(client, now)
         _reject(
             "unauthorized",
@@ -358,17 +372,27 @@ def _check_media_type(request: web.Request) -> None:
         _reject("unsupported_media_type", 415, "the body must not be compressed")
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def _read_body(request: web.Request, limit: int, within: float) -> bytes:
     too_large = f"the body must be at most {limit} bytes"
     if request.content_length is not None and request.content_length > limit:
         _reject("too_large", 413, too_large)
     body = bytearray()
     try:
-        # Counted as it arrives: a chunked body has no Content-Length to check up front.
-        while chunk := await request.content.read(limit + 1 - len(body)):
-            body += chunk
-            if len(body) > limit:
-                _reject("too_large", 413, too_large)
+        # The whole body within `within` seconds: it is at most `limit` bytes, so a client still
+        # sending after that (or one that announced more than it sends) is stalling, and
+        # would otherwise hold this request open for as long as it keeps the connection.
+        async with asyncio.timeout(within):
+            # Counted as it arrives: a chunked body has no Content-Length to check up front.
+            while chunk := await request.content.read(limit + 1 - len(body)):
+                body += chunk
+                if len(body) > limit:
+                    _reject("too_large", 413, too_large)
+    except TimeoutError:
+        _reject(
+            "timed_out",
+            408,
+            f"the body did not arrive within {within:g} s",
+        )
     except (HttpProcessingError, ConnectionError):
         _reject("bad_request", 400, "the body could not be read")
     return bytes(body)

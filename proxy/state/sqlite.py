@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
 from proxy.core.tokens import (
     TOKEN_PREFIX,
@@ -45,9 +45,12 @@ from proxy.core.tokens import (
 from proxy.errors import NotFoundError, StateError
 from proxy.state.admins import ADMIN_SCHEMA, Admins, AsyncAdmins
 
+if TYPE_CHECKING:
+    from proxy.state.journal import AuditJournal, Segment
+
 # 2 added admins and sessions, 3 the fleet's columns of the audit log (acked, live,
-# answered_by); an older file gains what it lacks on open.
-SCHEMA_VERSION = 3
+# answered_by), 4 the audit journal's ids; an older file gains what it lacks on open.
+SCHEMA_VERSION = 4
 MAX_AUDIT_TEXT = 255  # a host name is at most 253; anything longer was junk from a client
 BUSY_TIMEOUT = 5.0  # seconds to wait for the CLI's write lock before giving up
 # Audit records and token uses wait at most this long to be written, all of them in one
@@ -78,7 +81,8 @@ CREATE TABLE IF NOT EXISTS audit (
     duration_ms REAL NOT NULL,
     acked INTEGER,
     live INTEGER,
-    answered_by TEXT
+    answered_by TEXT,
+    journal_id TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_domain ON audit (domain, id);
 CREATE INDEX IF NOT EXISTS audit_by_outcome ON audit (outcome, id);
@@ -114,7 +118,14 @@ _AUDIT_QUERIES = {
 }
 
 # Columns added to the audit table after version 2: a file made before gains them on open.
-_AUDIT_ADDED = (("acked", "INTEGER"), ("live", "INTEGER"), ("answered_by", "TEXT"))
+_AUDIT_ADDED = (
+    ("acked", "INTEGER"),
+    ("live", "INTEGER"),
+    ("answered_by", "TEXT"),
+    ("journal_id", "TEXT"),
+)
+# After the columns: a replayed journal record is stored once (NULLs, from before, are many).
+_AUDIT_INDEXES = "CREATE UNIQUE INDEX IF NOT EXISTS audit_by_journal_id ON audit (journal_id);"
 
 
 def _add_missing_columns(
@@ -159,6 +170,9 @@ class AuditRecord:
     acked: int | None = None
     live: int | None = None
     answered_by: str | None = None
+    # Its id in the audit journal (journal.py), so that a record replayed twice is stored
+    # once. Not read back.
+    journal_id: str | None = None
 
 
 def new_token() -> str:
@@ -203,6 +217,7 @@ class StateDB:
                     )
                 self._conn.executescript(_SCHEMA + ADMIN_SCHEMA)
                 _add_missing_columns(self._conn, "audit", _AUDIT_ADDED)
+                self._conn.executescript(_AUDIT_INDEXES)
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             self._conn.close()
@@ -343,10 +358,12 @@ class StateDB:
             )
             newest = None
             for record in records:
-                newest = conn.execute(
+                # A journal record already stored (replayed twice) is skipped.
+                cursor = conn.execute(
                     "INSERT INTO audit (at, actor, client, domain, outcome, status,"
-                    " entries_dropped, duration_ms, acked, live, answered_by)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " entries_dropped, duration_ms, acked, live, answered_by, journal_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (journal_id) DO NOTHING",
                     (
                         record.at,
                         _audit_text(record.actor),
@@ -359,8 +376,11 @@ class StateDB:
                         record.acked,
                         record.live,
                         _audit_text(record.answered_by),
+                        record.journal_id,
                     ),
-                ).lastrowid
+                )
+                if cursor.rowcount == 1:
+                    newest = cursor.lastrowid
             if newest is not None and newest > self.audit_max_rows:
                 conn.execute("DELETE FROM audit WHERE id <= ?", (newest - self.audit_max_rows,))
 
@@ -406,13 +426,22 @@ class AsyncState:
     the thread. Audit records and token uses are written behind (see the module docstring).
     """
 
-    def __init__(self, executor: ThreadPoolExecutor, db: StateDB, *, flush_seconds: float) -> None:
+    def __init__(
+        self,
+        executor: ThreadPoolExecutor,
+        db: StateDB,
+        *,
+        flush_seconds: float,
+        journal: AuditJournal | None = None,
+    ) -> None:
         self._executor = executor
         self._flush_seconds = flush_seconds
         self._db = db
+        self._journal = journal
         self._closed = False
         self.admins = AsyncAdmins(self._run, db.admins)
         self._records: list[AuditRecord] = []
+        self._segments: list[Segment] = []  # the journal segment of each journaled record
         self._uses: dict[str, float] = {}  # SHA-256 of a token value -> when it was last used
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -426,7 +455,13 @@ class AsyncState:
         *,
         audit_max_rows: int = 100_000,
         flush_seconds: float = AUDIT_FLUSH_SECONDS,
+        journal: bool = True,
+        audit_fsync: bool = False,
     ) -> AsyncState:
+        """Open the database, and with ``journal`` (a server's state) the audit journal
+        beside it, replaying first what a previous run left there (journal.py)."""
+        from proxy.state.journal import AuditJournal, replay  # it imports this module
+
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdn-proxy-state")
         loop = asyncio.get_running_loop()
         try:
@@ -436,7 +471,20 @@ class AsyncState:
         except BaseException:
             executor.shutdown(wait=True)
             raise
-        return cls(executor, db, flush_seconds=flush_seconds)
+        opened = None
+        try:
+            if journal:
+                opened, left = AuditJournal.open(path, fsync=audit_fsync)
+                if left:
+                    count = await loop.run_in_executor(executor, replay, db, left)
+                    log.info("audit journal: %d records of an earlier run replayed", count)
+        except BaseException:
+            if opened is not None:
+                opened.close()
+            await loop.run_in_executor(executor, db.close)
+            executor.shutdown(wait=True)
+            raise
+        return cls(executor, db, flush_seconds=flush_seconds, journal=opened)
 
     async def close(self) -> None:
         if self._closed:
@@ -452,6 +500,8 @@ class AsyncState:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
         finally:
             self._executor.shutdown(wait=True)
+            if self._journal is not None:
+                self._journal.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -479,14 +529,35 @@ class AsyncState:
         self._write_soon()
         return TokenRecord(record.name, record.scope, record.created_at, now)
 
-    def record_audit(self, record: AuditRecord) -> None:
-        """Queue a record; it is written within AUDIT_FLUSH_SECONDS. A record that cannot be
-        written is logged, with the error, as an error."""
+    async def record_audit(self, record: AuditRecord) -> None:
+        """Journal a record, and queue it: it is in SQLite within AUDIT_FLUSH_SECONDS. Once
+        this returns, a crash of the process cannot lose it (journal.py). A record that
+        cannot be written is logged, with the error, as an error."""
         if self._closed:
             log.error("audit record not written (the state database is closed): %r", record)
             return
+        if self._journal is not None:
+            record = await self._journaled(self._journal, record)
         self._records.append(record)
         self._write_soon()
+
+    async def _journaled(self, journal: AuditJournal, record: AuditRecord) -> AuditRecord:
+        try:
+            if not journal.fsync:
+                record, segment = journal.append(record)  # one write(): no need to wait
+            else:  # fdatasync takes milliseconds: not on the event loop
+                record, segment, line = journal.prepare(record)
+                await asyncio.get_running_loop().run_in_executor(None, journal.write, segment, line)
+        except OSError as exc:
+            log.error(
+                "audit record not journaled (%s): it is lost if the process dies within %s s: %r",
+                exc,
+                self._flush_seconds,
+                record,
+            )
+            return record
+        self._segments.append(segment)
+        return record
 
     async def settled(self) -> None:
         """Wait, without hurrying them, until the records and uses queued so far (and any
@@ -498,11 +569,18 @@ class AsyncState:
         disk (or logged as lost)."""
         while self._records or self._uses:
             records, self._records = self._records, []
+            segments, self._segments = self._segments, []
             uses, self._uses = self._uses, {}
+            if self._journal is not None:
+                self._journal.rotate()  # if full, what follows goes to a new segment
             try:
                 await self._run(self._db.write_batch, uses, records)
             except StateError as exc:
-                log.error("audit records not written (%s): %r", exc, records)
+                kept = " (kept in the audit journal for the next start)" if segments else ""
+                log.error("audit records not written%s (%s): %r", kept, exc, records)
+            else:
+                if self._journal is not None:
+                    self._journal.settle(segments)
 
     def _write_soon(self) -> None:
         self._settled.clear()

@@ -169,7 +169,7 @@ async def test_the_cleared_notice_only_ever_names_a_configured_domain(
 
 async def add_records(dashboard: Dashboard, count: int) -> None:
     for i in range(count):
-        dashboard.state.record_audit(
+        await dashboard.state.record_audit(
             AuditRecord(
                 at=START + i,
                 actor="deploy" if i % 2 else "admin:alice",

@@ -17,6 +17,7 @@ from proxy.errors import NotFoundError, StateError
 from proxy.state.sqlite import (
     AUDIT_BATCH_MAX,
     AUDIT_FLUSH_SECONDS,
+    SCHEMA_VERSION,
     AsyncState,
     AuditRecord,
     StateDB,
@@ -250,7 +251,7 @@ def test_a_version_2_audit_log_gains_the_fleet_columns_and_keeps_its_rows(
         db.write_batch({}, [fleet])
         newest = db.list_audit()[0]
         assert (newest.acked, newest.live, newest.answered_by) == (3, 4, "node-a/control")
-        assert db.connection.execute("PRAGMA user_version").fetchone() == (3,)
+        assert db.connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_damaged_scope_is_a_state_error(state_db: StateDB, state_path: Path) -> None:
@@ -268,7 +269,7 @@ async def test_async_state_runs_everything_on_one_worker_thread(state_path: Path
         token = await state.create_token("deploy", EXAMPLE, T0)
         record = await state.authenticate(token, T0 + 1)
         assert record is not None and record.name == "deploy"
-        state.record_audit(audit(1))
+        await state.record_audit(audit(1))
         assert [r.entries_dropped for r in await state.list_audit(10)] == [1]
         new = await state.regenerate_token("deploy", T0 + 2)
         assert await state.authenticate(token, T0) is None
@@ -308,7 +309,7 @@ async def test_audit_records_and_token_uses_are_written_behind(state_path: Path)
         record = await state.authenticate(token, T0 + 1)
         assert record is not None and record.last_used_at == T0 + 1
         for n in range(3):
-            state.record_audit(audit(n))
+            await state.record_audit(audit(n))
         assert other.list_audit(10) == []
         assert [t.last_used_at for t in other.list_tokens()] == [None]
         assert [r.entries_dropped for r in await state.list_audit(10)] == [2, 1, 0]
@@ -325,7 +326,7 @@ async def test_queued_records_are_written_within_the_window_unasked(state_path: 
     try:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        state.record_audit(audit(1))
+        await state.record_audit(audit(1))
         await state.settled()
         assert loop.time() - started >= AUDIT_FLUSH_SECONDS * 0.9
         assert len(other.list_audit(10)) == 1
@@ -339,9 +340,9 @@ async def test_a_full_batch_does_not_wait_for_the_window(state_path: Path) -> No
     other = StateDB(state_path)
     try:
         for n in range(AUDIT_BATCH_MAX - 1):
-            state.record_audit(audit(n))
+            await state.record_audit(audit(n))
         assert other.list_audit(1) == []
-        state.record_audit(audit(AUDIT_BATCH_MAX))
+        await state.record_audit(audit(AUDIT_BATCH_MAX))
         async with asyncio.timeout(30):  # not the hour
             await state.settled()
         assert len(other.list_audit(1000)) == AUDIT_BATCH_MAX
@@ -354,7 +355,7 @@ async def test_closing_writes_what_is_queued(state_path: Path) -> None:
     state = await AsyncState.open(state_path)
     token = await state.create_token("deploy", EXAMPLE, T0)
     await state.authenticate(token, T0 + 3)
-    state.record_audit(audit(7))
+    await state.record_audit(audit(7))
     await state.close()
     with StateDB(state_path) as other:
         assert [r.entries_dropped for r in other.list_audit(10)] == [7]
@@ -384,7 +385,7 @@ async def test_a_batch_that_cannot_be_written_is_logged(
         with sqlite3.connect(state_path) as raw:
             raw.execute("DROP TABLE audit")
         raw.close()
-        state.record_audit(audit(5))
+        await state.record_audit(audit(5))
         with caplog.at_level(logging.ERROR, logger="proxy.state"):
             await state.flush()
         [logged] = [r for r in caplog.records if r.name == "proxy.state"]
@@ -392,5 +393,5 @@ async def test_a_batch_that_cannot_be_written_is_logged(
         assert "entries_dropped=5" in logged.getMessage()
     finally:
         await state.close()
-    state.record_audit(audit(6))  # after closing: logged, not lost silently
+    await state.record_audit(audit(6))  # after closing: logged, not lost silently
     assert "closed" in caplog.records[-1].getMessage()
