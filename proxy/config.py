@@ -87,6 +87,14 @@ class EdgeConfig:
     # Edge processes sharing the listen port (SO_REUSEPORT); "auto" is one per usable core.
     # More than one makes them a fleet: see [fleet].
     workers: Annotated[int, _workers] = 1
+    # Seconds a connection may take to send a whole request head, from its opening or from
+    # the head's first byte (nginx: client_header_timeout); then it is closed (408).
+    header_timeout: Annotated[float, _seconds] = 15.0
+    # Seconds a connection may stay idle between requests (nginx: keepalive_timeout).
+    keepalive_timeout: Annotated[float, _seconds] = 30.0
+    # Open client connections, for the node (each worker takes its share); "auto" (None)
+    # derives it from the open-files limit (proxy/edge/connections.py).
+    max_connections: Annotated[int | None, _max_connections] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,8 @@ class ApiConfig:
     max_body_bytes: Annotated[int, _size] = 4096
     auth_failures_allowed: Annotated[int, _count] = 10
     auth_failure_window: Annotated[float, _seconds] = 60.0
+    header_timeout: Annotated[float, _seconds] = 15.0  # as edge.header_timeout
+    keepalive_timeout: Annotated[float, _seconds] = 30.0  # as edge.keepalive_timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +393,14 @@ def _workers(key: str, value: object) -> int:
         return len(os.sched_getaffinity(0))
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
         raise ConfigError(key, 'must be a whole number from 1 to 256, or "auto"')
+    return value
+
+
+def _max_connections(key: str, value: object) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
+        raise ConfigError(key, 'must be a whole number from 1 to 10000000, or "auto"')
     return value
 
 
