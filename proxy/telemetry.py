@@ -26,7 +26,7 @@ Metrics (all prefixed ``cdn_proxy_``):
 - ``connections_open{listener}``, ``connections_max{listener}``,
   ``connections_refused_total{listener}``, ``header_timeouts_total{listener}`` and
   ``bad_requests_total{listener}``: this process's client connections on the edge and API
-  listeners (proxy/edge/connections.py).
+  listeners (proxy/edge/connections.py); with workers, the edge's summed from their reports.
 - With workers or a fleet (the control process serves no edge traffic itself), requests and
   store figures are those every edge process reports (proxy/fleet/figures.py), and:
   ``purge_ack_duration_seconds`` (from a clear to the last live edge process's
@@ -118,6 +118,10 @@ class RemoteFigures(Protocol):
 
     @property
     def renew_failures(self) -> int: ...
+
+    def connections(self) -> Mapping[str, Sequence[int]]:
+        """Listener -> its ``ConnectionGuard.figures()`` summed over the edge processes."""
+        ...
 
 
 class StoreFigures(Protocol):
@@ -283,7 +287,12 @@ class Telemetry:
             for outcome, count in by_outcome.items():
                 requests.add_metric([domain, outcome], count)
         yield requests
-        yield from connection_metrics(self.connections, PREFIX)
+        rows: list[tuple[str, Sequence[int]]] = [
+            (guard.listener, guard.figures()) for guard in self.connections
+        ]
+        if self._remote is not None:  # the edge workers' connections, summed
+            rows.extend(self._remote.connections().items())
+        yield from connection_metrics(rows, PREFIX)
         if self._remote is not None:
             yield from _fleet_metrics(self._remote)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -168,7 +168,14 @@ class ConnectionGuard:
 
     def bad_request(self, remote: str | None, reason: str) -> None:
         self.bad_requests += 1
-        self._malformed.note(f"{reason.splitlines()[0] if reason else 'bad request'} from {remote}")
+        # The parser's message quotes the bad bytes over several lines: one line, bounded.
+        what = " ".join(reason.split())[:120] or "bad request"
+        self._malformed.note(f"{what} from {remote}")
+
+    def figures(self) -> list[int]:
+        """open, limit, refused, header_timeouts, bad_requests: as an edge process reports
+        them to its node (proxy/fleet/figures.py), and as connection_metrics reads them."""
+        return [self.open, self.limit, self.refused, self.header_timeouts, self.bad_requests]
 
     async def none_open(self) -> None:
         """Return once no admitted connection is open."""
@@ -180,29 +187,30 @@ class ConnectionGuard:
         self._malformed.close()
 
 
-def connection_metrics(guards: Iterable[ConnectionGuard], prefix: str) -> Iterable[Metric]:
-    """The listeners' figures for /metrics."""
-    guards = list(guards)
-    gauges = (
-        ("connections_open", "Client connections open, by listener.", "open"),
-        ("connections_max", "The limit on open client connections, by listener.", "limit"),
-    )
-    counters = (
-        ("connections_refused", "Client connections refused (503) at the limit.", "refused"),
+def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -> Iterable[Metric]:
+    """/metrics from (listener, ``ConnectionGuard.figures()``) rows."""
+    rows = list(rows)
+    families = (
+        (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
+        (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
         (
+            CounterMetricFamily,
+            "connections_refused",
+            "Client connections refused (503) at the limit, by listener.",
+        ),
+        (
+            CounterMetricFamily,
             "header_timeouts",
             "Connections closed because no whole request head came in time.",
-            "header_timeouts",
         ),
-        ("bad_requests", "Malformed requests answered 400 by the HTTP parser.", "bad_requests"),
+        (
+            CounterMetricFamily,
+            "bad_requests",
+            "Malformed requests answered 400 by the HTTP parser, by listener.",
+        ),
     )
-    for name, text, figure in gauges:
-        gauge = GaugeMetricFamily(prefix + name, text, labels=["listener"])
-        for guard in guards:
-            gauge.add_metric([guard.listener], getattr(guard, figure))
-        yield gauge
-    for name, text, figure in counters:
-        counter = CounterMetricFamily(prefix + name, text, labels=["listener"])
-        for guard in guards:
-            counter.add_metric([guard.listener], getattr(guard, figure))
-        yield counter
+    for index, (kind, name, text) in enumerate(families):
+        family = kind(prefix + name, text, labels=["listener"])
+        for listener, figures in rows:
+            family.add_metric([listener], figures[index])
+        yield family
