@@ -41,6 +41,9 @@ async def test_a_silent_connection_is_closed_after_the_header_timeout(
             assert await closed_by_server(reader, within=3) == b""
             assert time.monotonic() - started >= 0.9  # not at once: after the timeout
             writer.close()
+        for listener in ("edge", "api"):
+            name = f'cdn_proxy_header_timeouts_total{{listener="{listener}"}}'
+            assert await metric(proxy, name) == 1
 
 
 async def test_half_a_request_head_is_closed_after_the_header_timeout(
