@@ -96,6 +96,14 @@ class EdgeConfig:
     # proxy_request_buffering); a longer one is streamed.
     body_timeout: Annotated[float, _seconds] = 60.0
     request_buffer_bytes: Annotated[int, _size] = 1024**2
+    # Seconds a connection may take to send a whole request head, from its opening or from
+    # the head's first byte (nginx: client_header_timeout); then it is closed (408).
+    header_timeout: Annotated[float, _seconds] = 15.0
+    # Seconds a connection may stay idle between requests (nginx: keepalive_timeout).
+    keepalive_timeout: Annotated[float, _seconds] = 30.0
+    # Open client connections, for the node (each worker takes its share); "auto" (None)
+    # derives it from the open-files limit (proxy/edge/connections.py).
+    max_connections: Annotated[int | None, _max_connections] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +115,8 @@ class ApiConfig:
     # seconds a clear-cache request's whole body may take to arrive (it is at most
     # max_body_bytes); a body still incomplete then is answered 408 and its connection closed
     body_timeout: Annotated[float, _seconds] = 10.0
+    header_timeout: Annotated[float, _seconds] = 15.0  # as edge.header_timeout
+    keepalive_timeout: Annotated[float, _seconds] = 30.0  # as edge.keepalive_timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,6 +419,14 @@ def _workers(key: str, value: object) -> int:
 def _replicas(key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
         raise ConfigError(key, "must be a whole number from 0 to 16")
+    return value
+
+
+def _max_connections(key: str, value: object) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
+        raise ConfigError(key, 'must be a whole number from 1 to 10000000, or "auto"')
     return value
 
 

@@ -11,9 +11,9 @@ config has a fleet: ``[edge] workers`` above 1, or a ``[fleet]`` table. This pro
   (proxy/supervisor.py, proxy/worker.py), restarting any that die.
 
 It prints ``edge URL`` and ``api URL`` lines once everything listens (as the one-process
-service does), and on SIGTERM or SIGINT stops the workers (each drains its connections for
-up to ``edge.shutdown_timeout``), then the control plane, then the embedded Valkey, and
-exits 0.
+service does), and on SIGTERM or SIGINT stops the workers (each drains its connections
+within ``edge.shutdown_timeout``) while the API listener drains, then closes the control
+plane and the embedded Valkey, and exits 0, all within ``edge.shutdown_timeout``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from proxy.config import Config, FleetConfig, Listen
+from proxy.edge.connections import raise_open_files_limit
 from proxy.errors import ProxyError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
-from proxy.service import StartError, control_listening, event_loop_runner
+from proxy.service import Draining, StartError, control_listening, event_loop_runner
 from proxy.supervisor import Workers
 from proxy.telemetry import Telemetry
 from proxy.worker import fleet_settings
@@ -48,6 +49,7 @@ SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, and valkey wants roo
 def serve(config: Config, config_path: Path) -> int:
     """Run the node until SIGTERM/SIGINT; return the process exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    raise_open_files_limit()
     with event_loop_runner() as runner:
         try:
             return runner.run(_serve(config, config_path))
@@ -63,6 +65,7 @@ async def _serve(config: Config, config_path: Path) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
     async with AsyncExitStack() as stack:
         url = fleet.url
         if url is None:
@@ -83,7 +86,12 @@ async def _serve(config: Config, config_path: Path) -> int:
             stack.push_async_callback(purger.aclose)
             _, api_url = await stack.enter_async_context(
                 control_listening(
-                    config, purger=purger, telemetry=telemetry, store=figures, fleet=figures
+                    config,
+                    purger=purger,
+                    telemetry=telemetry,
+                    store=figures,
+                    fleet=figures,
+                    draining=draining,
                 )
             )
             print(f"api {api_url}", flush=True)
@@ -95,6 +103,10 @@ async def _serve(config: Config, config_path: Path) -> int:
         log.info("node %s running", fleet.node)
         await stop.wait()
         log.info("stopping")
+        # The API drains while the workers stop (as the stack unwinds): one deadline for both;
+        # control_listening waits for this drain before it closes.
+        api_drained = asyncio.ensure_future(draining.drain())
+    await api_drained
     log.info("stopped")
     return 0
 
@@ -128,7 +140,10 @@ async def edge_workers(
         try:
             yield f"http://{edge.listen.host}:{port}"
         finally:
-            await workers.stop(grace=edge.shutdown_timeout + 1.0)
+            # Each worker bounds its own shutdown by shutdown_timeout; one that does not is
+            # killed just before it, leaving this process time to close the rest.
+            reserve = min(1.0, edge.shutdown_timeout / 4)
+            await workers.stop(grace=edge.shutdown_timeout - reserve / 2)
 
 
 class reserved_port:

@@ -6,8 +6,10 @@ API listener; and closes them in reverse order however it is left. Nothing is ha
 if any step fails (a port in use, an unreadable state database) the steps already taken are
 undone before the error leaves.
 
-``serve(config)`` runs it until SIGTERM or SIGINT, then drains: the listeners stop accepting,
-in-flight requests get up to edge.shutdown_timeout seconds to finish, and the process exits 0.
+``serve(config)`` runs it until SIGTERM or SIGINT, then drains (``Draining``): the listeners
+stop accepting, idle connections close, in-flight requests get what is left of
+edge.shutdown_timeout to finish, less a reserve in which the rest are cancelled and everything
+is closed, and the process exits 0: edge.shutdown_timeout bounds the whole shutdown.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.config import Config, Listen
+from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
+from proxy.edge.connections import (
+    ConnectionGuard,
+    api_share,
+    edge_share,
+    open_files_limit,
+    raise_open_files_limit,
+)
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.errors import ProxyError
@@ -56,6 +66,52 @@ class Service:
     telemetry: Telemetry
     edge_url: str
     api_url: str
+    draining: Draining
+
+
+class Draining:
+    """One shutdown for every listener of a process, bounded by ``timeout`` in all.
+
+    ``drain()`` stops every listener accepting, closes idle connections, and waits for the
+    requests in flight until ``timeout`` less ``reserve``; the listeners' cleanup then cancels
+    what is left, each within ``reserve / 2`` (aiohttp waits twice its shutdown timeout: for
+    the handler, then for its cancellation), and the rest closes in what remains."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.reserve = min(1.0, timeout / 4)
+        self._listeners: list[tuple[web.BaseRunner, ConnectionGuard]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def runner_timeout(self) -> float:
+        """The shutdown timeout of each listener's runner, for what is left after a drain."""
+        return self.reserve / 4
+
+    def add(self, runner: web.BaseRunner, guard: ConnectionGuard) -> None:
+        self._listeners.append((runner, guard))
+
+    async def drain(self) -> None:
+        """Drain every listener; a second call waits for the first one's drain."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._drain())
+        await self._task
+
+    async def _drain(self) -> None:
+        for runner, _ in self._listeners:
+            for site in list(runner.sites):
+                await site.stop()
+            if runner.server is not None:
+                runner.server.pre_shutdown()
+        guards = [guard for _, guard in self._listeners]
+        try:
+            async with asyncio.timeout(self.timeout - self.reserve):
+                await asyncio.gather(*(guard.none_open() for guard in guards))
+        except TimeoutError:
+            left = sum(guard.open for guard in guards)
+            log.warning("%d connections still busy at the shutdown timeout: cancelled", left)
+        for guard in guards:
+            guard.close()
 
 
 class StartError(ProxyError):
@@ -71,15 +127,21 @@ async def running(
 
     ``clock`` is the service's wall clock, one for all: cache freshness, the traffic
     timeline, audit times, rate limits and dashboard sessions (tests move it by hand)."""
+    draining = Draining(config.edge_role()[0].shutdown_timeout)
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(memory_store(config.edge_role()[1].max_bytes))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
         edge, edge_url = await stack.enter_async_context(
-            edge_listening(config, store=store, telemetry=telemetry, clock=clock)
+            edge_listening(config, store=store, telemetry=telemetry, clock=clock, draining=draining)
         )
         state, api_url = await stack.enter_async_context(
             control_listening(
-                config, purger=LocalPurger(store), store=store, telemetry=telemetry, clock=clock
+                config,
+                purger=LocalPurger(store),
+                store=store,
+                telemetry=telemetry,
+                clock=clock,
+                draining=draining,
             )
         )
         yield Service(
@@ -90,6 +152,7 @@ async def running(
             telemetry=telemetry,
             edge_url=edge_url,
             api_url=api_url,
+            draining=draining,
         )
 
 
@@ -114,28 +177,54 @@ async def edge_listening(
     clock: Callable[[], float] = time.time,
     port: int | None = None,
     reuse_port: bool = False,
+    draining: Draining | None = None,
 ) -> AsyncIterator[tuple[Edge, str]]:
     """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
     its origin session; closed in reverse order. ``reuse_port``: one of several edge
-    processes sharing the port (SO_REUSEPORT), the kernel spreading connections among them."""
+    processes sharing the port (SO_REUSEPORT), the kernel spreading connections among them.
+    ``draining``: the process's shutdown, shared with its other listeners (one of its own
+    when left out); it is drained when the listener is left, if not before."""
     edge_config, _ = config.edge_role()
+    draining = Draining(edge_config.shutdown_timeout) if draining is None else draining
     async with AsyncExitStack() as stack:
         session = new_session()
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
         stack.push_async_callback(edge.close)
+        guard = ConnectionGuard(
+            "edge",
+            limit=edge_connections(config),
+            header_timeout=edge_config.header_timeout,
+            keepalive_timeout=edge_config.keepalive_timeout,
+        )
+        telemetry.connections.append(guard)
         # auto_decompress=False: request bodies reach the origin as the client encoded them.
-        server = web.Server(
-            edge.handle, access_log=None, handler_cancellation=False, auto_decompress=False
+        server = GuardedServer(
+            edge.handle,
+            guard=guard,
+            access_log=None,
+            handler_cancellation=False,
+            auto_decompress=False,
         )
         runner = web.ServerRunner(
-            server, shutdown_timeout=edge_config.shutdown_timeout, handle_signals=False
+            server, shutdown_timeout=draining.runner_timeout, handle_signals=False
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
+        draining.add(runner, guard)
+        stack.push_async_callback(draining.drain)
         where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)
         url = await _listen(runner, where, "edge.listen", reuse_port=reuse_port)
         yield edge, url
+
+
+def edge_connections(config: Config) -> int:
+    """This process's limit on open edge connections: its share of edge.max_connections,
+    or what its open-files limit leaves (proxy/edge/connections.py)."""
+    edge_config, _ = config.edge_role()
+    if edge_config.max_connections is None:
+        return edge_share(open_files_limit())
+    return -(-edge_config.max_connections // edge_config.workers)
 
 
 @asynccontextmanager
@@ -147,10 +236,12 @@ async def control_listening(
     store: StoreFigures | None = None,
     clock: Callable[[], float] = time.time,
     fleet: FleetFigures | None = None,
+    draining: Draining | None = None,
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
-    /metrics, /healthz), closed in reverse order."""
+    /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``."""
     api_config, state_config = config.api_role()
+    draining = Draining(_shutdown_timeout(config)) if draining is None else draining
     async with AsyncExitStack() as stack:
         state = await AsyncState.open(
             state_config.path,
@@ -167,9 +258,19 @@ async def control_listening(
             clock=clock,
             fleet=fleet,
         )
-        runner = web.AppRunner(
+        # Its share of open files is kept free by the edge's limit (edge_share), so the API
+        # answers while the edge is full.
+        guard = ConnectionGuard(
+            "api",
+            limit=api_share(open_files_limit()),
+            header_timeout=api_config.header_timeout,
+            keepalive_timeout=api_config.keepalive_timeout,
+        )
+        telemetry.connections.append(guard)
+        runner = GuardedAppRunner(
             app,
-            shutdown_timeout=_shutdown_timeout(config),
+            guard=guard,
+            shutdown_timeout=draining.runner_timeout,
             handle_signals=False,
             access_log_class=ApiAccessLogger,
             # Bodies as sent: the API refuses compressed ones (415) unread, and aiohttp
@@ -178,6 +279,8 @@ async def control_listening(
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
+        draining.add(runner, guard)
+        stack.push_async_callback(draining.drain)
         yield state, await _listen(runner, api_config.listen, "api.listen")
 
 
@@ -240,6 +343,7 @@ def serve(config: Config) -> int:
     """Run one process with both roles until SIGTERM/SIGINT; return the exit code. (A node
     with workers or a fleet is run by proxy/node.py instead.)"""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    raise_open_files_limit()
     with event_loop_runner() as runner:
         try:
             return runner.run(_serve(config))
@@ -266,5 +370,6 @@ async def _serve(config: Config) -> int:
         print(f"api {service.api_url}", flush=True)
         await stop.wait()
         log.info("stopping: draining in-flight requests")
+        await service.draining.drain()
     log.info("stopped")
     return 0

@@ -29,6 +29,10 @@ Metrics (all prefixed ``cdn_proxy_``):
 - ``store_entries``, ``store_bytes``, ``store_max_bytes``, ``store_pending_reclaim_entries``,
   ``store_evictions_total``; and ``domain_entries{domain}``, ``domain_bytes{domain}``.
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
+- ``connections_open{listener}``, ``connections_max{listener}``,
+  ``connections_refused_total{listener}``, ``header_timeouts_total{listener}`` and
+  ``bad_requests_total{listener}``: this process's client connections on the edge and API
+  listeners (proxy/edge/connections.py); with workers, the edge's summed from their reports.
 - With workers or a fleet (the control process serves no edge traffic itself), requests and
   store figures are those every edge process reports (proxy/fleet/figures.py), and:
   ``purge_ack_duration_seconds`` (from a clear to the last live edge process's
@@ -60,6 +64,7 @@ from proxy.core.traffic import (
     MinuteCounts,
     Traffic,
 )
+from proxy.edge.connections import ConnectionGuard, connection_metrics
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.store.base import DomainStats, StoreStats
 
@@ -120,6 +125,10 @@ class RemoteFigures(Protocol):
     @property
     def renew_failures(self) -> int: ...
 
+    def connections(self) -> Mapping[str, Sequence[int]]:
+        """Listener -> its ``ConnectionGuard.figures()`` summed over the edge processes."""
+        ...
+
 
 class StoreFigures(Protocol):
     """What /metrics and the dashboard read of a store (or of a whole fleet's stores)."""
@@ -154,6 +163,8 @@ class Telemetry:
         self._clock = clock
         self._traffic = Traffic()
         self._snapshot: _StoreSnapshot | None = None
+        # The listeners of this process, each adding itself when it starts.
+        self.connections: list[ConnectionGuard] = []
         self._origin_seconds = Histogram(
             PREFIX + "origin_request_duration_seconds",
             "Time to the origin's response headers, or to the failure when none came.",
@@ -302,6 +313,12 @@ class Telemetry:
             for outcome, count in by_outcome.items():
                 requests.add_metric([domain, outcome], count)
         yield requests
+        rows: list[tuple[str, Sequence[int]]] = [
+            (guard.listener, guard.figures()) for guard in self.connections
+        ]
+        if self._remote is not None:  # the edge workers' connections, summed
+            rows.extend(self._remote.connections().items())
+        yield from connection_metrics(rows, PREFIX)
         if self._remote is not None:
             yield from _fleet_metrics(self._remote)
 

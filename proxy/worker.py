@@ -21,6 +21,7 @@ import time
 from contextlib import AsyncExitStack
 
 from proxy.config import Config, FleetConfig
+from proxy.edge.connections import raise_open_files_limit
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.settings import FleetSettings
@@ -49,6 +50,7 @@ def run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
         level=logging.INFO,
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}] %(message)s",
     )
+    raise_open_files_limit()
     with event_loop_runner() as runner:
         return runner.run(_run(config, index=index, port=port, fleet_url=fleet_url))
 

@@ -97,6 +97,16 @@ def test_request_body_and_origin_connection_keys(tmp_path: Path) -> None:
     assert (domain.origin_connections, domain.origin_queue_timeout) == (8, 0.5)
 
 
+def test_connection_limits_have_defaults_and_take_auto(tmp_path: Path) -> None:
+    edge = parse_config(base(), base_dir=tmp_path).edge_role()[0]
+    assert (edge.header_timeout, edge.keepalive_timeout, edge.max_connections) == (15, 30, None)
+    data = base()
+    data["edge"]["max_connections"] = "auto"
+    assert parse_config(data, base_dir=tmp_path).edge_role()[0].max_connections is None
+    data["edge"]["max_connections"] = 500
+    assert parse_config(data, base_dir=tmp_path).edge_role()[0].max_connections == 500
+
+
 def test_the_default_object_limit_is_at_most_8_mib(tmp_path: Path) -> None:
     data = base()
     data["cache"] = {"max_bytes": "1GiB"}
@@ -148,6 +158,12 @@ BAD = [
     ("edge.listen", ":80", "edge.listen: ':80' must be HOST:PORT"),
     ("edge.shutdown_timeout", 0, "edge.shutdown_timeout: must be a number of seconds greater"),
     ("edge.shutdown_timeout", True, "edge.shutdown_timeout: must be a number of seconds"),
+    ("edge.header_timeout", 0, "edge.header_timeout: must be a number of seconds greater"),
+    ("edge.keepalive_timeout", "1m", "edge.keepalive_timeout: must be a number of seconds"),
+    ("edge.max_connections", 0, "edge.max_connections: must be a whole number from 1 to"),
+    ("edge.max_connections", "lots", "edge.max_connections: must be a whole number from 1"),
+    ("edge.max_connections", True, "edge.max_connections: must be a whole number from 1"),
+    ("api.header_timeout", -1, "api.header_timeout: must be a number of seconds greater"),
     ("edge.via", "has space", "edge.via: must be 1-64 letters, digits, '.', '_' or '-'"),
     ("edge.via", 3, "edge.via: must be 1-64 letters"),
     ("api.listen", "127.0.0.1:8080", "api.listen: must differ from edge.listen"),

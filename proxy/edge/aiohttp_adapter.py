@@ -23,17 +23,29 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   aiohttp does not document), skipping aiohttp's lingering read of an unread body (up to
   ``lingering_time``, 10 s). Assumed: after ``force_close`` the request loop neither reads
   the body nor logs an error, and the bytes written before it still reach the client.
+- ``GuardedServer``: a ``web.Server`` whose connections are ``GuardedRequestHandler``s, which
+  ask a ``ConnectionGuard`` (proxy/edge/connections.py) to admit them, close a connection
+  whose request head is not whole ``header_timeout`` after it opened or after the head's
+  first byte, and count malformed requests instead of logging a traceback each. Assumed:
+  ``Server.__call__`` makes the protocol from ``_kwargs``; ``RequestHandler`` waits for a
+  request on ``_waiter`` with the parsed ones queued in ``_messages``; a parse error reaches
+  ``handle_error`` and ``log_exception`` as an ``HttpProcessingError``; ``AppRunner`` makes
+  its server in ``_make_server``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 from aiohttp import ClientRequest, ClientTimeout, TCPConnector, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.connector import Connection
+from aiohttp.http import HttpProcessingError
 from aiohttp.tracing import Trace
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.edge.connections import ConnectionGuard
 
 # A body up to this size is copied behind its head and sent in one write; a larger one is
 # sent from its own bytes, after the head, not copied.
@@ -156,3 +168,156 @@ async def answer_and_close(request: web.BaseRequest, response: web.StreamRespons
     await response.prepare(request)
     await response.write_eof()
     request.protocol.force_close()
+
+
+# Sent on a connection refused at the limit, before its request is read: a client that
+# reads it knows to come back; the connection is closed at once either way.
+REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: 24\r\n\r\nToo many connections now\n"
+)
+_data_received = web.RequestHandler.data_received  # without super()'s cost, on the hit path
+REFUSED_LINGER = 1.0  # seconds a refused connection is read from before it is closed
+# Sent when half a request head came and the rest did not, in time (RFC 9110 §15.5.9).
+HEAD_TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+class GuardedRequestHandler(web.RequestHandler):
+    """aiohttp's protocol for one client connection, with the guard's limits."""
+
+    __slots__ = ("_admitted", "_guard", "_head_begun", "_head_timer", "_lingering", "_refusing")
+
+    def __init__(self, manager: web.Server, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._admitted = False
+        self._head_begun = False  # bytes of a request head came, the head is not whole yet
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusing: asyncio.Transport | None = None  # refused at the limit
+        self._lingering = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._guard.admit():
+            self._refuse(cast(asyncio.Transport, transport))  # uvloop's is not a subclass
+            return
+        super().connection_made(transport)
+        self._admitted = True
+        # A new connection must bring a whole request head in time, as nginx's
+        # client_header_timeout: aiohttp's own timer would wait keepalive_timeout.
+        self._head_timer = self._loop.call_later(self._guard.header_timeout, self._head_late)
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """Answer 503 without reading the request, and close. Closed at once, a socket with
+        the request unread would be reset, and the reset would destroy the 503 on its way:
+        so, as nginx's lingering close, the answer is followed by our end of the stream,
+        the request is read and dropped until the client closes, for REFUSED_LINGER seconds
+        at most, and by at most ``guard.linger_max`` connections at a time (past it, the
+        oldest is closed)."""
+        self._refusing = transport
+        transport.write(REFUSED)
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self._lingering = True
+        self._guard.linger(self, transport.close)
+        transport.write_eof()
+        self._head_timer = self._loop.call_later(REFUSED_LINGER, transport.close)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        if self._refusing is not None:  # never handed to aiohttp
+            if self._lingering:
+                self._lingering = False
+                self._guard.lingered(self)
+            self._refusing = None
+            return
+        if self._admitted:
+            self._admitted = False
+            self._guard.release()
+        super().connection_lost(exc)
+
+    def close(self) -> None:
+        super().close()
+        # At shutdown (the server's pre_shutdown) aiohttp leaves an idle connection open
+        # until its final timeout; close it now, so that a drain waits only for requests.
+        if not self._request_in_progress and not self._messages:
+            self.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        # On the hit path: one test more than aiohttp's own when a whole head came at once.
+        if self._refusing is None:
+            _data_received(self, data)
+            if self._head_timer is not None or not self._messages:
+                self._head_progress(data)
+
+    def _head_progress(self, data: bytes) -> None:
+        if self._messages:  # a whole head: the request is the handler's now
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            self._head_begun = False
+        elif data and (self._waiter is not None or not self._request_count):
+            # Bytes of a head: the first request's, or the next one's on an idle connection
+            # (not a body's, which come while a request is handled and _waiter is None).
+            self._head_begun = True
+            if self._head_timer is None:
+                self._head_timer = self._loop.call_later(
+                    self._guard.header_timeout, self._head_late
+                )
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._messages or self._waiter is None or self.transport is None:
+            return  # a head came, or a request is being handled
+        self._guard.header_timed_out()
+        if self._head_begun:
+            self.transport.write(HEAD_TIMED_OUT)
+        self.force_close()
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if isinstance(exc, HttpProcessingError):
+            self._guard.bad_request(request.remote, message or exc.message)
+        return super().handle_error(request, status, exc, message)
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        if isinstance(kw.get("exc_info"), HttpProcessingError):
+            return  # counted, and summarised by the guard's throttled line
+        super().log_exception(*args, **kw)
+
+
+class GuardedServer(web.Server):
+    """A ``web.Server`` whose connections are ``GuardedRequestHandler``s of ``guard``."""
+
+    def __init__(self, handler: Any, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(handler, keepalive_timeout=guard.keepalive_timeout, **kwargs)
+        self.guard = guard
+
+    def __call__(self) -> web.RequestHandler:
+        return GuardedRequestHandler(self, guard=self.guard, loop=self._loop, **self._kwargs)
+
+
+class GuardedAppRunner(web.AppRunner):
+    """An ``AppRunner`` whose server is a ``GuardedServer``."""
+
+    def __init__(self, app: web.Application, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._guard = guard
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()
+        return GuardedServer(
+            plain.request_handler,
+            guard=self._guard,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            loop=plain._loop,
+            **plain._kwargs,
+        )

@@ -46,6 +46,7 @@ async def edge_report(
             if minute.hits or minute.misses
         ],
         "store": [stats.entries, stats.bytes, stats.max_bytes, stats.evictions],
+        "connections": {guard.listener: guard.figures() for guard in telemetry.connections},
         "domains": {
             domain: [figures.entries, figures.bytes]
             for domain in domains
@@ -171,6 +172,9 @@ class FleetFigures:
     def renew_failures(self) -> int:
         return self._totals.renew_failures
 
+    def connections(self) -> Mapping[str, Sequence[int]]:
+        return self._totals.connections
+
 
 _NO_ENTRIES = DomainStats(entries=0, bytes=0)
 
@@ -185,6 +189,7 @@ class _Totals:
     store: StoreStats
     domains: dict[str, DomainStats]
     renew_failures: int
+    connections: dict[str, list[int]]  # listener -> ConnectionGuard.figures(), summed
 
     @classmethod
     def of(cls, reports: Iterable[Mapping[str, object]]) -> _Totals:
@@ -193,6 +198,7 @@ class _Totals:
         store = [0, 0, 0, 0]  # entries, bytes, max_bytes, evictions
         domains: dict[str, DomainStats] = {}
         renew_failures = 0
+        connections: dict[str, list[int]] = {}
         for report in reports:
             counts = report.get("counts")
             for domain, by_outcome in counts.items() if isinstance(counts, dict) else ():
@@ -216,6 +222,11 @@ class _Totals:
                         entries=had.entries + _int(pair[0]), bytes=had.bytes + _int(pair[1])
                     )
             renew_failures += _int(report.get("renew_failures"))
+            listeners = report.get("connections")
+            for listener, figures in listeners.items() if isinstance(listeners, dict) else ():
+                into = connections.setdefault(str(listener), [0, 0, 0, 0, 0])
+                for index, value in enumerate(_list(figures)[:5]):
+                    into[index] += _int(value)
         return cls(
             outcomes=outcomes,
             minutes=minutes,
@@ -228,6 +239,7 @@ class _Totals:
             ),
             domains=domains,
             renew_failures=renew_failures,
+            connections=connections,
         )
 
 

@@ -24,7 +24,15 @@ from aiohttp.connector import Connection
 from aiohttp.helpers import HeadersMixin
 from aiohttp.test_utils import RawTestServer
 
-from proxy.edge.aiohttp_adapter import OriginConnector, Prewritten, answer_and_close
+from proxy.edge.aiohttp_adapter import (
+    GuardedAppRunner,
+    GuardedRequestHandler,
+    GuardedServer,
+    OriginConnector,
+    Prewritten,
+    answer_and_close,
+)
+from proxy.edge.connections import ConnectionGuard
 from tests.conftest import until
 
 MESSAGE = (
@@ -226,3 +234,118 @@ def test_aiohttp_is_pinned_to_the_minor_version_these_tests_ran_on() -> None:
     pins = [pin for pin in pyproject["project"]["dependencies"] if pin.startswith("aiohttp>")]
     major, minor = (int(part) for part in aiohttp.__version__.split(".")[:2])
     assert pins == [f"aiohttp>={major}.{minor},<{major}.{minor + 1}"]
+
+
+# -- GuardedServer: the connection guard's hooks in aiohttp's server protocol ------------------
+
+
+def guard(*, limit: int = 10, header_timeout: float = 30.0) -> ConnectionGuard:
+    return ConnectionGuard(
+        "edge", limit=limit, header_timeout=header_timeout, keepalive_timeout=60.0
+    )
+
+
+async def guarded(
+    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]], guard_: ConnectionGuard
+) -> tuple[web.ServerRunner, GuardedServer, int]:
+    server = GuardedServer(handler, guard=guard_, access_log=None)
+    runner = web.ServerRunner(server, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, server, runner.addresses[0][1]
+
+
+async def answer(request: web.BaseRequest) -> web.StreamResponse:
+    return web.Response(text="ok")
+
+
+def test_the_request_handler_keeps_the_state_the_guard_reads() -> None:
+    """Private names GuardedRequestHandler reads: present as slots of aiohttp's class."""
+    slots = set(web.RequestHandler.__slots__)
+    assert {"_messages", "_waiter", "_request_count", "_request_in_progress"} <= slots
+    assert "_make_server" in vars(web.AppRunner)
+
+
+async def test_the_server_builds_its_protocols_from_its_kwargs() -> None:
+    server = GuardedServer(answer, guard=guard(), access_log=None)
+    assert server._kwargs == {"keepalive_timeout": 60.0, "access_log": None}
+    assert server._loop is asyncio.get_running_loop()
+    protocol = server()
+    assert isinstance(protocol, GuardedRequestHandler)
+    assert protocol.keepalive_timeout == 60.0
+
+
+async def test_a_request_is_parsed_into_messages_while_the_loop_waits_on_waiter() -> None:
+    """The states the header timeout tells apart: waiting for a head (``_waiter`` pending,
+    ``_messages`` empty, ``_request_count`` 0 before the first), and handling a request
+    (``_waiter`` None, ``_request_in_progress``)."""
+    seen: list[tuple[object, bool]] = []
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        protocol = request.protocol
+        seen.append((protocol._waiter, protocol._request_in_progress))
+        return web.Response(text="ok")
+
+    runner, server, port = await guarded(handler, guard())
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await until(lambda: bool(server.connections) and server.connections[0]._waiter is not None)
+        protocol = server.connections[0]
+        writer.write(b"GET / HTTP/1.1\r\nHost: a")
+        await until(lambda: protocol._request_count == 0 and not protocol._messages)
+        writer.write(b"\r\n\r\n")
+        async with asyncio.timeout(5):
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+        assert seen == [(None, True)]
+        assert protocol._request_count == 1
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_parse_error_reaches_the_guard_and_logs_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiohttp hands a parse error to ``handle_error`` and ``log_exception`` as an
+    HttpProcessingError: the guard counts it, and aiohttp's ERROR line is not written."""
+    guard_ = guard()
+    runner, _, port = await guarded(answer, guard_)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: a\r\nno colon\r\n\r\n")
+        async with asyncio.timeout(5):
+            assert (await reader.read()).split(b" ", 2)[1] == b"400"
+        writer.close()
+    finally:
+        await runner.cleanup()
+    assert guard_.bad_requests == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_pre_shutdown_closes_an_idle_connection_at_once() -> None:
+    """aiohttp's pre_shutdown calls ``close()`` on every connection; an idle one closes then,
+    not at the runner's final timeout."""
+    guard_ = guard()
+    runner, server, port = await guarded(answer, guard_)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await until(lambda: guard_.open == 1)
+        server.pre_shutdown()
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""
+            await guard_.none_open()
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_app_runner_makes_a_guarded_server() -> None:
+    app = web.Application()
+    runner = GuardedAppRunner(app, guard=guard())
+    await runner.setup()
+    try:
+        assert isinstance(runner.server, GuardedServer)
+        assert runner.server.request_factory == app._make_request
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,216 @@
+"""Client connections: how many a listener holds, how long one may take, and what is logged.
+
+Each listener (the edge, the API) has a ``ConnectionGuard``: its limit on open connections,
+its header timeout, its figures for /metrics, and the few log lines its troubles earn. The
+aiohttp side (``GuardedServer`` in proxy/edge/aiohttp_adapter.py) asks it to admit each new
+connection and reports timeouts and malformed requests to it.
+
+Open files. Every client connection, origin connection and listening socket is a file
+descriptor, and a process out of them can accept nothing, not even on the API listener. So:
+
+- at start every process raises its soft ``RLIMIT_NOFILE`` to the hard limit
+  (``raise_open_files_limit``), and logs the result once;
+- the API listener may hold ``api_share(limit)`` connections, reserved: the edge's default
+  ``max_connections`` leaves them free, with room for origin connections (at most one per
+  edge connection in flight, and at most ``ORIGIN_CONNECTIONS`` in all) and for the
+  process's own files (``OWN_FILES``: listeners, the state database, Valkey, pipes, logs).
+
+A connection refused at the limit gets a 503 with ``Retry-After`` and is closed at once, so
+it frees its descriptor; one line is logged per ``LOG_EVERY`` seconds, however many there
+were, and each is counted. Malformed requests (answered 400 by aiohttp) are logged the same
+way: one line per ``LOG_EVERY`` seconds saying how many, never a traceback each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+log = logging.getLogger("proxy.connections")
+
+LOG_EVERY = 10.0  # seconds between two lines about the same trouble
+ORIGIN_CONNECTIONS = 1024  # the origin session's pool limit (proxy/edge/origin.py)
+OWN_FILES = 64
+API_CONNECTIONS = 256  # at most; fewer under a low open-files limit (api_share)
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft open-files limit to its hard limit; log it; return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == hard:
+        log.info("open files limit: %s", "unlimited" if soft == resource.RLIM_INFINITY else soft)
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("open files limit stays at %d: cannot raise it to %d (%s)", soft, hard, exc)
+        return soft
+    log.info("open files limit raised from %d to %d (the hard limit)", soft, hard)
+    return hard
+
+
+def open_files_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+def api_share(files: int) -> int:
+    """Connections the API listener may hold, reserved out of ``files`` open files."""
+    return max(8, min(API_CONNECTIONS, files // 8))
+
+
+def edge_share(files: int) -> int:
+    """The edge's default max_connections in a process allowed ``files`` open files: what is
+    left after the API's share and the process's own files, less one origin connection per
+    client connection up to the origin pool's limit."""
+    left = files - api_share(files) - OWN_FILES
+    return max(1, left - ORIGIN_CONNECTIONS, left // 2)
+
+
+class ThrottledLine:
+    """At most one warning per ``every`` seconds about one kind of trouble: the first at
+    once, the ones after it counted and summarised in one line when the quiet time ends."""
+
+    def __init__(self, what: str, *, every: float = LOG_EVERY) -> None:
+        self._what = what
+        self._every = every
+        self._count = 0
+        self._latest = ""
+        self._quiet_until = 0.0
+        self._flush: asyncio.TimerHandle | None = None
+
+    def note(self, detail: str) -> None:
+        self._count += 1
+        self._latest = detail
+        if self._flush is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._quiet_until:
+            self._write()
+        else:
+            self._flush = loop.call_at(self._quiet_until, self._write)
+
+    def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._write()
+
+    def _write(self) -> None:
+        self._flush = None
+        if self._count:
+            log.warning(
+                "%s (%d since the last such line, at most one per %.0f s; latest: %s)",
+                self._what,
+                self._count,
+                self._every,
+                self._latest,
+            )
+        self._count = 0
+        self._quiet_until = asyncio.get_running_loop().time() + self._every
+
+
+class ConnectionGuard:
+    """One listener's connections: admitted up to ``limit``, counted, and closed on demand."""
+
+    def __init__(
+        self, listener: str, *, limit: int, header_timeout: float, keepalive_timeout: float
+    ) -> None:
+        self.listener = listener
+        self.limit = limit
+        self.header_timeout = header_timeout
+        self.keepalive_timeout = keepalive_timeout
+        self.open = 0
+        # Refused connections read from until they close (a lingering close), oldest first:
+        # each one's close, by its key.
+        self._lingering: dict[object, Callable[[], None]] = {}
+        self.linger_max = max(16, limit // 16)
+        self.refused = 0
+        self.header_timeouts = 0
+        self.bad_requests = 0
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+        self._refusals = ThrottledLine(
+            f"{listener} connection limit ({limit}) reached: new connections refused with 503"
+        )
+        self._malformed = ThrottledLine(f"malformed requests on the {listener} listener (400)")
+
+    def admit(self) -> bool:
+        if self.open >= self.limit:
+            self.refused += 1
+            self._refusals.note(f"{self.open} open")
+            return False
+        self.open += 1
+        self._none_open.clear()
+        return True
+
+    def linger(self, key: object, close: Callable[[], None]) -> None:
+        """A refused connection lingers; past linger_max, the one lingering longest is closed
+        (everything it sent has been read, so its close is clean)."""
+        if len(self._lingering) >= self.linger_max:
+            oldest = next(iter(self._lingering))
+            self._lingering.pop(oldest)()
+        self._lingering[key] = close
+
+    def lingered(self, key: object) -> None:
+        self._lingering.pop(key, None)
+
+    def release(self) -> None:
+        self.open -= 1
+        if not self.open:
+            self._none_open.set()
+
+    def header_timed_out(self) -> None:
+        self.header_timeouts += 1
+
+    def bad_request(self, remote: str | None, reason: str) -> None:
+        self.bad_requests += 1
+        # The parser's message quotes the bad bytes over several lines: one line, bounded.
+        what = " ".join(reason.split())[:120] or "bad request"
+        self._malformed.note(f"{what} from {remote}")
+
+    def figures(self) -> list[int]:
+        """open, limit, refused, header_timeouts, bad_requests: as an edge process reports
+        them to its node (proxy/fleet/figures.py), and as connection_metrics reads them."""
+        return [self.open, self.limit, self.refused, self.header_timeouts, self.bad_requests]
+
+    async def none_open(self) -> None:
+        """Return once no admitted connection is open."""
+        await self._none_open.wait()
+
+    def close(self) -> None:
+        """Write the lines still held back (at shutdown)."""
+        self._refusals.close()
+        self._malformed.close()
+
+
+def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -> Iterable[Metric]:
+    """/metrics from (listener, ``ConnectionGuard.figures()``) rows."""
+    rows = list(rows)
+    families = (
+        (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
+        (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
+        (
+            CounterMetricFamily,
+            "connections_refused",
+            "Client connections refused (503) at the limit, by listener.",
+        ),
+        (
+            CounterMetricFamily,
+            "header_timeouts",
+            "Connections closed because no whole request head came in time.",
+        ),
+        (
+            CounterMetricFamily,
+            "bad_requests",
+            "Malformed requests answered 400 by the HTTP parser, by listener.",
+        ),
+    )
+    for index, (kind, name, text) in enumerate(families):
+        family = kind(prefix + name, text, labels=["listener"])
+        for listener, figures in rows:
+            family.add_metric([listener], figures[index])
+        yield family
