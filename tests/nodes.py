@@ -76,27 +76,39 @@ class Node:
         return self.addresses["api"]
 
     @classmethod
-    async def start(cls, config: Path, *, roles: int = 2) -> Node:
-        """Start it and wait until it has printed ``roles`` addresses (edge and/or api)."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--config",
-            str(config),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=ENV,
-            start_new_session=True,
-        )
+    async def start(
+        cls,
+        config: Path,
+        *,
+        roles: int = 2,
+        log: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> Node:
+        """Start it and wait until it has printed ``roles`` addresses (edge and/or api).
+        ``log``: a file its standard error (its log) is appended to; ``preexec_fn`` runs in
+        the child before it starts (a resource limit, say)."""
+        with contextlib.ExitStack() as files:
+            stderr = files.enter_context(log.open("ab")) if log is not None else None
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "proxy",
+                "serve",
+                "--config",
+                str(config),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL if stderr is None else stderr,
+                env=ENV,
+                start_new_session=True,
+                preexec_fn=preexec_fn,
+            )
         assert process.stdout is not None
         addresses: dict[str, str] = {}
         try:
             async with asyncio.timeout(60):
                 while len(addresses) < roles:
                     line = (await process.stdout.readline()).decode()
-                    assert line, "the node exited before it was listening"
+                    assert line, f"the node exited before it was listening (log: {log})"
                     name, _, url = line.strip().partition(" ")
                     addresses[name] = url
         except BaseException:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 import aiohttp
 
 from proxy.routes import CLEAR_CACHE_PATH
-from tests.nodes import ENV, Node, cli, write_config
+from tests.nodes import Node, cli, write_config
 
 DOMAIN = "example.com"
 UNUSED_ORIGIN = "http://127.0.0.1:9"  # the API tests never reach an origin
@@ -39,32 +38,7 @@ class Served:
 
 async def start_node(config: Path, log: Path) -> Node:
     """``cdn-proxy serve`` in a child process, its stderr (the log) appended to ``log``."""
-    with log.open("ab") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--config",
-            str(config),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            env=ENV,
-            start_new_session=True,
-        )
-    assert process.stdout is not None
-    addresses: dict[str, str] = {}
-    try:
-        async with asyncio.timeout(60):
-            while len(addresses) < 2:
-                line = (await process.stdout.readline()).decode()
-                assert line, f"the node exited before it was listening; its log: {log}"
-                name, _, url = line.strip().partition(" ")
-                addresses[name] = url
-    except BaseException:
-        await Node(process, addresses).kill()
-        raise
-    return Node(process, addresses)
+    return await Node.start(config, log=log)
 
 
 @asynccontextmanager

@@ -5,18 +5,14 @@ so that a test can run it out of descriptors with a few hundred connections."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import resource
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.nodes import ENV, alive
+from tests.nodes import Node, alive
 
 HOST = "example.com"
 
@@ -83,34 +79,13 @@ async def served(
     config = tmp_path / "proxy.toml"
     config.write_text(text, encoding="utf-8")
     log = tmp_path / "serve.log"
-    with log.open("wb") as log_file:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--config",
-            str(config),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log_file,
-            env=ENV,
-            start_new_session=True,
-            preexec_fn=None if nofile is None else _limit_files(*nofile),
-        )
+    log.write_bytes(b"")
+    preexec = None if nofile is None else _limit_files(*nofile)
+    node = await Node.start(config, log=log, preexec_fn=preexec)
     try:
-        assert process.stdout is not None
-        addresses: dict[str, str] = {}
-        async with asyncio.timeout(60):
-            while len(addresses) < 2:
-                line = (await process.stdout.readline()).decode()
-                assert line, f"serve exited before listening:\n{log.read_text()}"
-                name, _, url = line.strip().partition(" ")
-                addresses[name] = url
-        yield Served(process, addresses["edge"], addresses["api"], log)
+        yield Served(node.process, node.edge, node.api, log)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
+        await node.kill()
 
 
 async def closed_by_server(reader: asyncio.StreamReader, *, within: float) -> bytes:
