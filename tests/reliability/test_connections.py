@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.conftest import Origin
 from tests.reliability.connections_support import (
@@ -46,13 +47,21 @@ async def test_a_silent_connection_is_closed_after_the_header_timeout(
             assert await metric(proxy, name) == 1
 
 
+@pytest.mark.parametrize(
+    "partial",
+    [
+        b"GET / HTTP/1.1\r\nHost: exa",
+        b"\r\n\r\n\r\n",  # empty lines only, never a request line (issue 13, 7d)
+    ],
+    ids=["half-a-head", "crlf-only"],
+)
 async def test_half_a_request_head_is_closed_after_the_header_timeout(
-    tmp_path: Path, origin: Origin
+    tmp_path: Path, origin: Origin, partial: bytes
 ) -> None:
     async with served(tmp_path, config_text(origin.url, edge=TIMEOUTS, api=TIMEOUTS)) as proxy:
         for address in (proxy.edge_address, proxy.api_address):
             reader, writer = await asyncio.open_connection(*address)
-            writer.write(b"GET / HTTP/1.1\r\nHost: exa")
+            writer.write(partial)
             started = time.monotonic()
             received = await closed_by_server(reader, within=3)
             assert received.startswith(b"HTTP/1.1 408 "), received
