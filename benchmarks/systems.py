@@ -42,6 +42,14 @@ from benchmarks import load
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+# The environment of a cdn-proxy child started by a benchmark: this checkout's package first,
+# and no CLI defaults from the caller's shell.
+CHILD_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    "CDN_PROXY_URL": "",
+    "CDN_PROXY_TOKEN": "",
+}
 DOMAINS = ("h.example", "a.example", "b.example", "c.example", "p.example", "m.example")
 ALL_SYSTEMS = ("cdn-proxy", "floor", "client-cache", "nginx", "varnish")
 EXTRA_SYSTEMS = ("cdn-proxy-2w", "nginx-2w", "cdn-proxy-before")
@@ -234,6 +242,22 @@ def create_token(config: Path, root: Path = ROOT) -> str:
         text=True,
         cwd=root,
     ).stdout.strip()
+
+
+async def token_command(config: Path, *args: str) -> str:
+    """``cdn-proxy token ARGS --config PATH`` in a child process: what it printed (the token,
+    for create and regenerate); RuntimeError with its error output if it failed."""
+    process = await asyncio.create_subprocess_exec(
+        PYTHON,
+        *("-m", "proxy", "token", *args, "--config", str(config)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=CHILD_ENV,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"token {' '.join(args)} failed: {err.decode().strip()}")
+    return out.decode().strip()
 
 
 def proxy_argv(config: Path) -> list[str]:
