@@ -378,7 +378,12 @@ def _purge(args: argparse.Namespace) -> int:
     except urllib.error.HTTPError as exc:
         with exc:
             detail = _problem_detail(exc.read(MAX_BODY_SHOWN))
-        raise _Fail(f"purge failed: {exc.code} {exc.reason}: {detail}") from None
+        status = f"{exc.code} {exc.reason}"
+        # A plain-text body often starts with the status line itself (the edge's does).
+        detail = detail.removeprefix(status).lstrip(": ") or "(no body)"
+        if exc.code == 421:
+            detail += f" (is {settings.url} the API listener, not the edge?)"
+        raise _Fail(f"purge failed: {status}: {detail}") from None
     except urllib.error.URLError as exc:
         raise _Fail(f"cannot reach {url}: {exc.reason}") from None
     except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, junk

@@ -15,8 +15,10 @@ from aiohttp.test_utils import TestServer
 
 from proxy.cli import main
 from proxy.core.tokens import Scope, hash_token
+from proxy.service import running
 from proxy.state.sqlite import StateDB
 from tests.api.support import DOMAIN, OTHER, ApiFactory, table_rows, write_cli_config
+from tests.conftest import Origin, make_config
 
 AiohttpServer = Callable[..., Awaitable[TestServer]]
 
@@ -351,3 +353,17 @@ def test_purge_needs_a_url_and_a_token(
     code, out, err = run(capsys, "purge", *argv)
     assert (code, out) == (2, "")
     assert message in err
+
+
+async def test_purge_at_the_edge_says_the_status_once_and_what_to_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, origin: Origin
+) -> None:
+    """The edge answers an API request 421 with a body that repeats its status line; the
+    CLI prints the status once, and says the URL may be the edge's (issue 14, section 8)."""
+    async with running(make_config(tmp_path, origin.url)) as service:
+        code, out, err = await purge(capsys, DOMAIN, "--url", service.edge_url, "--token", "t")
+    assert (code, out) == (1, "")
+    assert err.count("421") == 1, err
+    assert err.startswith("cdn-proxy: purge failed: 421 Misdirected Request: ")
+    assert f"(is {service.edge_url} the API listener, not the edge?)" in err
+    assert origin.seen == []  # the edge sent nothing on
