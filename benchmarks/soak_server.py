@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from benchmarks.systems import CHILD_ENV, free_port, token_command
+from benchmarks.systems import CHILD_ENV, free_port, token_command, wait_listening
 
 ENV = CHILD_ENV  # the node runs this checkout's ``proxy``
 START_TIMEOUT = 60.0
@@ -103,15 +103,13 @@ class SoakServer:
             env=ENV,
             start_new_session=True,
         )
-        assert self.process.stdout is not None
-        seen: set[str] = set()
         try:
             async with asyncio.timeout(START_TIMEOUT):
-                while not seen.issuperset(("edge", "api")):
-                    line = (await self.process.stdout.readline()).decode()
-                    if not line:
-                        raise RuntimeError(f"the server exited: see {self.directory}/server.log")
-                    seen.add(line.partition(" ")[0])
+                await wait_listening(
+                    self.process,
+                    ("edge", "api"),
+                    exited=f"the server exited: see {self.directory}/server.log",
+                )
         except BaseException:
             await self.kill()
             raise

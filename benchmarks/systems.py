@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,6 +258,21 @@ async def token_command(config: Path, *args: str) -> str:
     if process.returncode != 0:
         raise RuntimeError(f"token {' '.join(args)} failed: {err.decode().strip()}")
     return out.decode().strip()
+
+
+async def wait_listening(
+    process: asyncio.subprocess.Process, roles: Iterable[str], *, exited: str
+) -> None:
+    """Until ``process`` (``cdn-proxy serve``, stdout piped) has printed its address line for
+    each of ``roles`` ("edge", "api"); RuntimeError(``exited``) if it ends first. The caller
+    bounds the wait."""
+    assert process.stdout is not None
+    wanted, seen = set(roles), set[str]()
+    while not seen.issuperset(wanted):
+        line = (await process.stdout.readline()).decode()
+        if not line:
+            raise RuntimeError(exited)
+        seen.add(line.partition(" ")[0])
 
 
 def proxy_argv(config: Path) -> list[str]:
