@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
 from proxy.core.domains import InvalidDomain, normalise_domain
+from proxy.core.encodings import DEFAULT_ENCODINGS, check_encodings
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ class DomainConfig:
     # request waits for one before it is answered 503 (decision 0015).
     origin_connections: Annotated[int, _count] = 256
     origin_queue_timeout: Annotated[float, _seconds] = 5.0
+    # Content codings the origin is asked for, in order of preference; each request's
+    # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
+    encodings: Annotated[tuple[str, ...], _encodings] = DEFAULT_ENCODINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +443,13 @@ def _fleet_url(key: str, value: object) -> str:
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(key, f"{value!r} has no host")
     return value
+
+
+def _encodings(key: str, value: object) -> tuple[str, ...]:
+    try:
+        return check_encodings(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
 
 
 def _count(key: str, value: object) -> int:

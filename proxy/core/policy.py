@@ -127,11 +127,16 @@ class DontStore:
 
 
 def decide_lookup(
-    variants: Sequence[StoredResponse], request: RequestHeaders, now: float
+    variants: Sequence[StoredResponse],
+    request: RequestHeaders,
+    now: float,
+    accept_encoding: str | None = None,
 ) -> Serve | Revalidate | Forward:
+    """``accept_encoding``: the request's Accept-Encoding as the domain reads it
+    (``encodings.preferred``), which Vary matching uses instead of the header's spelling."""
     if not variants:
         return Forward("uri-miss")
-    chosen = select_variant(variants, request)
+    chosen = select_variant(variants, request, accept_encoding)
     if chosen is None:
         return Forward("vary-miss")
     if request.get("cache-control") is None and request.get("pragma") is None:
@@ -171,20 +176,31 @@ def only_if_cached(request: RequestHeaders) -> bool:
 
 
 def select_variant(
-    variants: Sequence[StoredResponse], request: RequestHeaders
+    variants: Sequence[StoredResponse],
+    request: RequestHeaders,
+    accept_encoding: str | None = None,
 ) -> StoredResponse | None:
     """The most recent variant whose Vary'd headers match the request's (§4.1)."""
     for variant in variants:
-        if not variant.vary or variant.vary_values == vary_values(variant.vary, request):
+        if not variant.vary or variant.vary_values == vary_values(
+            variant.vary, request, accept_encoding
+        ):
             return variant
     return None
 
 
-def vary_values(names: tuple[str, ...], request: RequestHeaders) -> tuple[str | None, ...]:
+def vary_values(
+    names: tuple[str, ...], request: RequestHeaders, accept_encoding: str | None = None
+) -> tuple[str | None, ...]:
     """The request's values for the Vary'd fields, normalised as §4.1 allows: values of
-    repeated fields combined, white space around commas removed."""
+    repeated fields combined, white space around commas removed; and Accept-Encoding as
+    ``accept_encoding`` when given (the one coding the origin was asked for: §4.1 lets a
+    cache normalise a field by what it knows of its semantics)."""
     values: list[str | None] = []
     for name in names:
+        if name == "accept-encoding" and accept_encoding is not None:
+            values.append(accept_encoding)
+            continue
         found = request.getall(name, [])
         if not found:
             values.append(None)
@@ -207,10 +223,12 @@ def assess_response(
     response_time: float,
     heuristic: bool,
     surrogate_name: str | None = None,
+    accept_encoding: str | None = None,
 ) -> Storable | DontStore:
     """Decide from status and headers whether the response may be stored (``storability``),
     and precompute everything a hit will need. ``surrogate_name`` is the name this cache
-    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply."""
+    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply.
+    ``accept_encoding`` as for ``decide_lookup``: the value the entry is keyed by."""
     lowered = [(name.lower(), value) for name, value in headers]
     directives, obeyed = _obeyed(lowered, surrogate_name)
     vary = _vary(lowered)
@@ -243,7 +261,7 @@ def assess_response(
         etag=last_field(lowered, "etag"),
         last_modified=last_field(lowered, "last-modified"),
         vary=vary,
-        vary_values=vary_values(vary, request),
+        vary_values=vary_values(vary, request, accept_encoding),
     )
 
 
