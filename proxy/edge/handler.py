@@ -207,8 +207,10 @@ class Edge:
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
         if isinstance(result, OriginError):
+            # The leader's error: logged and counted once, by the leader, for the one origin
+            # request they shared; this client's answer is counted as a request.
             self._telemetry.request(config.name, ERROR)
-            return respond.origin_failed(result, cache_status=cache_status(self._name, fwd=fwd))
+            return respond.failed(result, cache_status=cache_status(self._name, fwd=fwd))
         if isinstance(result, StoredResponse) and select_variant([result], request.headers, coding):
             self._telemetry.request(config.name, outcome_of_fwd(fwd))
             status = cache_status(self._name, fwd=fwd, collapsed=True)
