@@ -510,16 +510,18 @@ def may_serve_stale(
     default_window: float,
 ) -> bool:
     """May ``stored`` answer instead of the origin's failure? ``status`` is the origin's
-    status, or None when it could not be reached at all ("disconnected", where the domain's
-    ``default_window`` applies); a 5xx needs a stale-if-error from the response or the
-    request. must-revalidate and its kin forbid it in every case."""
+    status (only 500, 502, 503 and 504 are failures, as RFC 5861 §4 says), or None when it
+    could not be reached at all ("disconnected", RFC 9111 §4.2.4). The window is the
+    response's stale-if-error, else the domain's ``default_window``, for both kinds of
+    failure alike; a request's own stale-if-error may widen it. must-revalidate and its kin
+    forbid it in every case."""
     if status is not None and status not in STALE_IF_ERROR_STATUSES:
         return False
     allowed = stored.stale_if_error
     if allowed == 0.0:
         return False
     if allowed is None:
-        allowed = default_window if status is None else 0.0
+        allowed = default_window
     if request.get("cache-control") is not None:
         asked = delta_seconds(request_directives(request), "stale-if-error")  # RFC 5861 §4
         if asked is not None and asked > 0:

@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.conftest import Origin
+from tests.conftest import EdgeFactory, Origin
+from tests.edge.test_targeted import flaky
 from tests.nodes import Node, write_config
 
 
@@ -122,3 +123,45 @@ async def test_a_stale_while_revalidate_hit_is_one_request_on_metrics(
             assert await metric(client, node.api, name) == count, outcome
     finally:
         await node.kill()
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+async def test_a_domains_stale_if_error_covers_the_origins_5xx(
+    make_edge: EdgeFactory, origin: Origin, status: int
+) -> None:
+    """RFC 5861 §4: stale-if-error covers 500, 502, 503 and 504; the domain's stale_if_error
+    (its default for responses without one) now does too, not only an unreachable origin."""
+    edge = await make_edge(
+        domains=[
+            {"name": "example.com", "origin": origin.url, "read_timeout": 5, "stale_if_error": 60}
+        ]
+    )
+    mode = flaky(origin, "/s", "max-age=10")
+    await edge.get("/s")
+    mode.append(str(status))
+    edge.clock.advance(30)
+    response, body = await edge.get("/s")
+    assert (response.status, body) == (200, b"good")
+    assert 'detail="stale-if-error"' in response.headers["Cache-Status"]
+    edge.clock.advance(60)  # 80 s past expiry: beyond the window, the origin's answer
+    response, body = await edge.get("/s")
+    assert (response.status, body) == (status, b"origin error")
+
+
+async def test_a_domains_stale_if_error_leaves_other_statuses_alone(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """A 404 or a 501 is an answer, not a failure: it is passed on (RFC 5861 §4 lists only
+    500, 502, 503, 504)."""
+    edge = await make_edge(
+        domains=[
+            {"name": "example.com", "origin": origin.url, "read_timeout": 5, "stale_if_error": 60}
+        ]
+    )
+    mode = flaky(origin, "/s", "max-age=10")
+    await edge.get("/s")
+    for status in (404, 501):
+        mode.append(str(status))
+        edge.clock.advance(30)
+        response, body = await edge.get("/s")
+        assert (response.status, body) == (status, b"origin error")
