@@ -75,8 +75,8 @@ class DomainConfig:
     connect_timeout: Annotated[float, _seconds] = 5.0
     read_timeout: Annotated[float, _seconds] = 30.0
     # Seconds past expiry a stored response may still be served while the origin cannot be
-    # reached (RFC 9111 §4.2.4), unless the response forbids it. Off (0) unless configured:
-    # the origin's own stale-if-error (RFC 5861) applies either way.
+    # reached (RFC 9111 §4.2.4) or answers 500, 502, 503 or 504 (RFC 5861 §4), unless the
+    # response forbids it. Off (0) unless configured: the response's own stale-if-error wins.
     stale_if_error: Annotated[float, _seconds_or_zero] = 0.0
     # Connections to the origin this edge process holds at once for the domain, and how long a
     # request waits for one before it is answered 503 (decision 0015).

@@ -11,8 +11,8 @@ How a value is read (RFC 9110 §12.5.3): a comma-separated list of codings, each
 optional weight ``;q=``; names are case-insensitive, and ``x-gzip`` is gzip (§8.4.1.3). A
 weight of 0 means "not acceptable"; ``*`` stands for every coding not listed by name. A weight
 that is not a valid qvalue makes the member count as absent, never as acceptable. The client's
-weights say only which codings it accepts: among those, the domain's order decides (as
-Cloudflare and Fastly do), so two clients accepting the same codings share one variant.
+weights say only which codings it accepts: among those, the domain's order decides, so two
+clients accepting the same codings share one variant.
 
 An absent header means identity here, though §12.5.3 lets a cache send any coding then: clients
 that send none (curl, scripts, health checks) mostly cannot decode one. An empty value means

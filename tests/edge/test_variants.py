@@ -11,8 +11,9 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
+from proxy.errors import ConfigError
 from proxy.store.memory import MAX_VARIANTS_PER_KEY
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, make_config
 from tests.nodes import Node, write_config
 
 # The eight spellings; None sends no Accept-Encoding at all.
@@ -148,3 +149,23 @@ async def test_a_served_node_fetches_once_per_coding(
         "gzip",
         "identity",
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (["deflate"], "domains[0].encodings: 'deflate' is not one of br, gzip, zstd, identity"),
+        ([], "domains[0].encodings: must be a non-empty list of codings"),
+        (["identity", "br"], "domains[0].encodings: identity must come last"),
+    ],
+)
+def test_a_bad_encodings_list_is_a_config_error(
+    tmp_path: Path, value: object, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(
+            tmp_path,
+            "http://127.0.0.1:9",
+            domains=[{"name": "a.test", "origin": "http://127.0.0.1:9", "encodings": value}],
+        )
+    assert str(caught.value).startswith(message)
