@@ -123,9 +123,10 @@ def _parser() -> argparse.ArgumentParser:
 
     purge = commands.add_parser("purge", help="clear a domain's cache through the API")
     purge.add_argument("domain", help="the CDN domain to clear")
-    purge.add_argument("--url", help="the API base URL (default: $CDN_PROXY_URL)")
+    purge.add_argument("--url", action=_Once, help="the API base URL (default: $CDN_PROXY_URL)")
     purge.add_argument(
         "--token",
+        action=_Once,
         help="the API token (default: $CDN_PROXY_TOKEN, preferred: flags show in `ps`)",
     )
     purge.set_defaults(run=_purge)
@@ -350,7 +351,32 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None  # the 3xx then surfaces as an HTTPError, reported like any failure
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: a second value would silently replace the first
+    (``purge --url A --url B`` used only B, and said it had cleared)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            hint = " (it is the API's base URL: purge clears one whole domain)"
+            parser.error(
+                f"{option_string} given more than once{hint if self.dest == 'url' else ''}"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def _purge(args: argparse.Namespace) -> int:
+    if "/" in args.domain:
+        raise _Fail(
+            f"{args.domain!r} is not a domain: purge clears a whole domain's cache "
+            "(clearing single URLs is not supported yet)",
+            code=2,
+        )
     settings = client_settings(args.url, args.token)
     if not settings.url:
         raise _Fail("no API URL: pass --url or set CDN_PROXY_URL", code=2)

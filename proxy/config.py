@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
 from proxy.core.domains import InvalidDomain, normalise_domain
+from proxy.core.encodings import DEFAULT_ENCODINGS, check_encodings
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -74,13 +75,16 @@ class DomainConfig:
     connect_timeout: Annotated[float, _seconds] = 5.0
     read_timeout: Annotated[float, _seconds] = 30.0
     # Seconds past expiry a stored response may still be served while the origin cannot be
-    # reached (RFC 9111 §4.2.4), unless the response forbids it. Off (0) unless configured:
-    # the origin's own stale-if-error (RFC 5861) applies either way.
+    # reached (RFC 9111 §4.2.4) or answers 500, 502, 503 or 504 (RFC 5861 §4), unless the
+    # response forbids it. Off (0) unless configured: the response's own stale-if-error wins.
     stale_if_error: Annotated[float, _seconds_or_zero] = 0.0
     # Connections to the origin this edge process holds at once for the domain, and how long a
     # request waits for one before it is answered 503 (decision 0015).
     origin_connections: Annotated[int, _count] = 256
     origin_queue_timeout: Annotated[float, _seconds] = 5.0
+    # Content codings the origin is asked for, in order of preference; each request's
+    # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
+    encodings: Annotated[tuple[str, ...], _encodings] = DEFAULT_ENCODINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +443,13 @@ def _fleet_url(key: str, value: object) -> str:
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(key, f"{value!r} has no host")
     return value
+
+
+def _encodings(key: str, value: object) -> tuple[str, ...]:
+    try:
+        return check_encodings(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
 
 
 def _count(key: str, value: object) -> int:

@@ -1,4 +1,5 @@
-"""The control-plane application: the clear-cache API, a health check, and the dashboard.
+"""The control-plane application: the clear-cache API, liveness (/healthz) and readiness
+(/readyz) checks, and the dashboard.
 
 It listens on its own address (``api.listen``), never behind a proxied Host, and holds no
 globals: everything it uses is passed to ``create_api_app`` and kept in ``web.AppKey``s. The
@@ -24,6 +25,7 @@ from proxy.api.clear_cache import (
 )
 from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
 from proxy.api.dashboard import create_dashboard
+from proxy.api.readiness import READINESS, READYZ_PATH, Readiness, readiness_context, readyz
 from proxy.config import Config
 from proxy.core.ratelimit import FailureThrottle, SlidingWindow
 from proxy.routes import CLEAR_CACHE_PATH
@@ -85,6 +87,10 @@ def create_api_app(
     # which the problem middleware turns into a problem.
     app.router.add_post(CLEAR_CACHE_PATH, clear_cache)
     app.router.add_get(HEALTHZ_PATH, healthz)
+    # Readiness (the origins answer) apart from liveness (the process answers): readiness.py.
+    app[READINESS] = Readiness(config)
+    app.cleanup_ctx.append(readiness_context)
+    app.router.add_get(READYZ_PATH, readyz)
     app[TELEMETRY] = telemetry
     app.router.add_get(METRICS_PATH, metrics)
     app.add_subapp(

@@ -27,6 +27,7 @@ name for the API and ``admin:<name>`` for the dashboard (neither kind of name ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -233,9 +234,24 @@ async def _authorise_bearer(
     record = await _authenticate(ctx, token, client, now)
     attempt.actor = record.name
 
-    _check_media_type(request)
+    try:
+        _check_media_type(request)
+    except _Rejected:
+        await _note_domain(request, ctx, attempt)
+        raise
     body = await _read_body(request, ctx.max_body_bytes, ctx.body_timeout)
-    return Grant(record.scope, _domain_from_body(body))
+    return Grant(record.scope, _domain_from_body(body, attempt))
+
+
+async def _note_domain(request: web.Request, ctx: ClearCacheContext, attempt: Attempt) -> None:
+    """For the audit record of a known caller's request refused for its Content-Type (curl's
+    -d sends a form type): the domain its body names, when it is a small uncompressed JSON
+    body whose length was announced. Only for the record: the answer stays 415."""
+    length = request.content_length
+    if length is None or length > ctx.max_body_bytes or "Content-Encoding" in request.headers:
+        return
+    with contextlib.suppress(_Rejected):
+        _domain_from_body(await _read_body(request, length, ctx.body_timeout), attempt)
 
 
 async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
@@ -416,8 +432,9 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity are Python's, not RFC 8259's
 
 
-def _domain_from_body(body: bytes) -> str:
-    """The domain string the body names, as given."""
+def _domain_from_body(body: bytes, attempt: Attempt) -> str:
+    """The domain string the body names, as given. Once the body is known to name one, it
+    goes in the attempt's audit record, even if the body is refused for another field."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -434,6 +451,8 @@ def _domain_from_body(body: bytes) -> str:
         _reject("bad_request", 400, 'the body must be a JSON object: {"domain": "<cdn domain>"}')
     if "domain" not in data:
         _reject("bad_request", 400, "the field 'domain' is required")
+    if isinstance(data["domain"], str):
+        attempt.domain = data["domain"]
     extra = sorted(name for name in data if name != "domain")
     if extra:
         _reject("bad_request", 400, f"unknown fields: {', '.join(map(repr, extra))}")

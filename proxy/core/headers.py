@@ -114,13 +114,19 @@ def to_origin(
     scheme: str,
     via: str,
     cacheable: bool,
+    accept_encoding: str | None = None,
 ) -> list[tuple[str, str]]:
-    """The request headers sent to the origin."""
+    """The request headers sent to the origin. ``accept_encoding``, when given, replaces the
+    client's Accept-Encoding: the one coding the request is keyed by (``encodings``)."""
     items = list(headers)
     drop = HOP_BY_HOP | CLIENT_FORWARDING | connection_tokens(items) | {"host"}
     if cacheable:
         drop = drop | METHOD_OVERRIDE | CLIENT_CONDITIONALS
+    if accept_encoding is not None:
+        drop = drop | {"accept-encoding"}
     out = [(name, value) for name, value in items if field_name(name) not in drop]
+    if accept_encoding is not None:
+        out.append(("Accept-Encoding", accept_encoding))
     previous_via = [value for name, value in out if name.lower() == "via"]
     out = [(name, value) for name, value in out if name.lower() != "via"]
     out.append(("Host", domain))

@@ -127,11 +127,16 @@ class DontStore:
 
 
 def decide_lookup(
-    variants: Sequence[StoredResponse], request: RequestHeaders, now: float
+    variants: Sequence[StoredResponse],
+    request: RequestHeaders,
+    now: float,
+    accept_encoding: str | None = None,
 ) -> Serve | Revalidate | Forward:
+    """``accept_encoding``: the request's Accept-Encoding as the domain reads it
+    (``encodings.preferred``), which Vary matching uses instead of the header's spelling."""
     if not variants:
         return Forward("uri-miss")
-    chosen = select_variant(variants, request)
+    chosen = select_variant(variants, request, accept_encoding)
     if chosen is None:
         return Forward("vary-miss")
     if request.get("cache-control") is None and request.get("pragma") is None:
@@ -171,20 +176,31 @@ def only_if_cached(request: RequestHeaders) -> bool:
 
 
 def select_variant(
-    variants: Sequence[StoredResponse], request: RequestHeaders
+    variants: Sequence[StoredResponse],
+    request: RequestHeaders,
+    accept_encoding: str | None = None,
 ) -> StoredResponse | None:
     """The most recent variant whose Vary'd headers match the request's (§4.1)."""
     for variant in variants:
-        if not variant.vary or variant.vary_values == vary_values(variant.vary, request):
+        if not variant.vary or variant.vary_values == vary_values(
+            variant.vary, request, accept_encoding
+        ):
             return variant
     return None
 
 
-def vary_values(names: tuple[str, ...], request: RequestHeaders) -> tuple[str | None, ...]:
+def vary_values(
+    names: tuple[str, ...], request: RequestHeaders, accept_encoding: str | None = None
+) -> tuple[str | None, ...]:
     """The request's values for the Vary'd fields, normalised as §4.1 allows: values of
-    repeated fields combined, white space around commas removed."""
+    repeated fields combined, white space around commas removed; and Accept-Encoding as
+    ``accept_encoding`` when given (the one coding the origin was asked for: §4.1 lets a
+    cache normalise a field by what it knows of its semantics)."""
     values: list[str | None] = []
     for name in names:
+        if name == "accept-encoding" and accept_encoding is not None:
+            values.append(accept_encoding)
+            continue
         found = request.getall(name, [])
         if not found:
             values.append(None)
@@ -207,10 +223,12 @@ def assess_response(
     response_time: float,
     heuristic: bool,
     surrogate_name: str | None = None,
+    accept_encoding: str | None = None,
 ) -> Storable | DontStore:
     """Decide from status and headers whether the response may be stored (``storability``),
     and precompute everything a hit will need. ``surrogate_name`` is the name this cache
-    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply."""
+    advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply.
+    ``accept_encoding`` as for ``decide_lookup``: the value the entry is keyed by."""
     lowered = [(name.lower(), value) for name, value in headers]
     directives, obeyed = _obeyed(lowered, surrogate_name)
     vary = _vary(lowered)
@@ -243,7 +261,7 @@ def assess_response(
         etag=last_field(lowered, "etag"),
         last_modified=last_field(lowered, "last-modified"),
         vary=vary,
-        vary_values=vary_values(vary, request),
+        vary_values=vary_values(vary, request, accept_encoding),
     )
 
 
@@ -492,16 +510,18 @@ def may_serve_stale(
     default_window: float,
 ) -> bool:
     """May ``stored`` answer instead of the origin's failure? ``status`` is the origin's
-    status, or None when it could not be reached at all ("disconnected", where the domain's
-    ``default_window`` applies); a 5xx needs a stale-if-error from the response or the
-    request. must-revalidate and its kin forbid it in every case."""
+    status (only 500, 502, 503 and 504 are failures, as RFC 5861 §4 says), or None when it
+    could not be reached at all ("disconnected", RFC 9111 §4.2.4). The window is the
+    response's stale-if-error, else the domain's ``default_window``, for both kinds of
+    failure alike; a request's own stale-if-error may widen it. must-revalidate and its kin
+    forbid it in every case."""
     if status is not None and status not in STALE_IF_ERROR_STATUSES:
         return False
     allowed = stored.stale_if_error
     if allowed == 0.0:
         return False
     if allowed is None:
-        allowed = default_window if status is None else 0.0
+        allowed = default_window
     if request.get("cache-control") is not None:
         asked = delta_seconds(request_directives(request), "stale-if-error")  # RFC 5861 §4
         if asked is not None and asked > 0:

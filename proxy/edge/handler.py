@@ -29,6 +29,7 @@ from aiohttp.http import HttpVersion11
 
 from proxy.config import Config, DomainConfig
 from proxy.core.domains import host_from_header
+from proxy.core.encodings import preferred
 from proxy.core.entry import CacheKey, Headers, StoredResponse
 from proxy.core.headers import cache_status, from_origin, to_origin
 from proxy.core.keys import request_target
@@ -178,7 +179,8 @@ class Edge:
             # 0014): the origin answers, and nothing is stored.
             return await self._forward(request, config, target, "bypass", found.bypass)
         key = found.key
-        decision = decide_lookup(found.variants, request.headers, now)
+        coding = _coding(request, config)
+        decision = decide_lookup(found.variants, request.headers, now, coding)
         if isinstance(decision, Serve):
             self._telemetry.request(config.name, HIT)
             return self._from_stored(request, decision.response, now, self._hit_status)
@@ -205,9 +207,11 @@ class Edge:
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
         if isinstance(result, OriginError):
+            # The leader's error: logged and counted once, by the leader, for the one origin
+            # request they shared; this client's answer is counted as a request.
             self._telemetry.request(config.name, ERROR)
-            return respond.origin_failed(result, cache_status=cache_status(self._name, fwd=fwd))
-        if isinstance(result, StoredResponse) and select_variant([result], request.headers):
+            return respond.failed(result, cache_status=cache_status(self._name, fwd=fwd))
+        if isinstance(result, StoredResponse) and select_variant([result], request.headers, coding):
             self._telemetry.request(config.name, outcome_of_fwd(fwd))
             status = cache_status(self._name, fwd=fwd, collapsed=True)
             return self._from_stored(request, result, self._clock(), status)
@@ -232,7 +236,9 @@ class Edge:
         return filled.response
 
     async def _fetch(self, job: _Fill) -> _Filled:
-        headers = self._origin_headers(job.request, job.config, cacheable=True)
+        headers = self._origin_headers(
+            job.request, job.config, cacheable=True, coding=_coding(job.request, job.config)
+        )
         if job.stale is not None:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
@@ -358,6 +364,7 @@ class Edge:
             response_time=response_time,
             heuristic=job.config.heuristic_freshness,
             surrogate_name=self._name,
+            accept_encoding=_coding(job.request, job.config),
         )
 
     def _revalidate_later(
@@ -522,7 +529,12 @@ class Edge:
     # -- helpers ---------------------------------------------------------------------------
 
     def _origin_headers(
-        self, request: web.BaseRequest, config: DomainConfig, *, cacheable: bool
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        *,
+        cacheable: bool,
+        coding: str | None = None,
     ) -> list[tuple[str, str]]:
         headers = to_origin(
             request.headers.items(),
@@ -531,6 +543,7 @@ class Edge:
             scheme=request.scheme,
             via=self._via,
             cacheable=cacheable,
+            accept_encoding=coding,
         )
         headers.append(("Surrogate-Capability", self._capability))
         return headers
@@ -547,6 +560,12 @@ class Edge:
         return respond.from_stored(
             request, entry, now=now, via=self._via, status=status, headers=headers
         )
+
+
+def _coding(request: web.BaseRequest, config: DomainConfig) -> str:
+    """The request's Accept-Encoding as the domain reads it: the key of its variant and what
+    a fill asks the origin for (core.encodings; decision 0023)."""
+    return preferred(request.headers.getall(hdrs.ACCEPT_ENCODING, ()), config.encodings)
 
 
 def _expects_continue(request: web.BaseRequest) -> bool:

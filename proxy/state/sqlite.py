@@ -181,10 +181,17 @@ def new_token() -> str:
 
 
 def _audit_text(value: str | None) -> str | None:
-    """Bounded, encodable text for the audit log (a JSON body can carry lone surrogates)."""
+    """Bounded, encodable text for the audit log (a JSON body can carry lone surrogates), its
+    control characters escaped (\\n, \\x1b...): a domain as a client gave it must not
+    forge lines or terminal colours where the log is read."""
     if value is None:
         return None
-    return value[:MAX_AUDIT_TEXT].encode("utf-8", "backslashreplace").decode("utf-8")
+    text = value[:MAX_AUDIT_TEXT].encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.translate(_CONTROLS) if not text.isprintable() else text
+
+
+# C0 and C1 controls and DEL, each to its Python escape.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
 class StateDB:

@@ -53,7 +53,10 @@ BAD_BODIES = [
         b'{"domain": "' + b"a" * 300 + b'.com"}', "not a host name", "a" * 255, id="too-long"
     ),
     pytest.param(
-        b'{"domain": "example.com", "force": true}', "unknown fields: 'force'", None, id="extra"
+        b'{"domain": "example.com", "force": true}',
+        "unknown fields: 'force'",
+        "example.com",  # it named one (issue 14 §8)
+        id="extra",
     ),
     pytest.param(
         b'{"domain": "example.com", "domain": "other.test"}',

@@ -243,7 +243,11 @@ def test_a_304_does_not_update_fields_that_describe_the_stored_body() -> None:
         ("max-age=10, stale-if-error=100", 503, 0.0, None, 50, True),
         ("max-age=10, stale-if-error=100", 503, 0.0, None, 150, False),
         ("max-age=10, stale-if-error=100", 404, 0.0, None, 50, False),  # not an error status
-        ("max-age=10", 500, 600.0, None, 5, False),  # a 5xx needs an explicit permission
+        # The domain's window covers 500, 502, 503, 504 as well (decision 0023), not others.
+        ("max-age=10", 500, 600.0, None, 5, True),
+        ("max-age=10", 504, 600.0, None, 700, False),
+        ("max-age=10", 501, 600.0, None, 5, False),
+        ("max-age=10", 500, 0.0, None, 5, False),
         # The request's stale-if-error counts too.
         ("max-age=10", 500, 0.0, "stale-if-error=100", 50, True),
         ("max-age=10", 500, 0.0, "stale-if-error=1", 50, False),

@@ -1,0 +1,100 @@
+"""Fixes found while trying the control plane as an operator (issue 14 §8): the purge
+client's options, and the domain that the audit history shows for refused requests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.api.support import DOMAIN, ApiUnderTest, assert_rejected
+from tests.nodes import cli
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+
+
+async def recording_api(aiohttp_server: ServerFactory, seen: list[str]) -> str:
+    """A stand-in API that records every request it gets and clears nothing."""
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.host}{request.path}")
+        return web.Response(text="Cache cleared")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    server = await aiohttp_server(app)
+    return str(server.make_url("")).rstrip("/")
+
+
+@pytest.mark.parametrize("option", ["--url", "--token"])
+async def test_purge_refuses_an_option_given_twice(
+    aiohttp_server: ServerFactory, option: str
+) -> None:
+    """``purge --url A --url B`` sent one request, to B, and printed success: the second
+    value silently replaced the first. Now the repetition is refused, and nothing is sent."""
+    seen: list[str] = []
+    first = await recording_api(aiohttp_server, seen)
+    second = await recording_api(aiohttp_server, seen)
+    values = [first, second] if option == "--url" else ["token-a", "token-b"]
+    args = ["purge", DOMAIN, option, values[0], option, values[1]]
+    if option == "--token":
+        args += ["--url", first]
+    else:
+        args += ["--token", "t"]
+    code, out, err = await cli(*args)
+    assert code == 2
+    assert out == ""
+    assert f"{option} given more than once" in err
+    assert "Traceback" not in err
+    assert seen == []
+
+
+async def test_purge_says_it_clears_domains_not_urls(aiohttp_server: ServerFactory) -> None:
+    seen: list[str] = []
+    url = await recording_api(aiohttp_server, seen)
+    code, _, err = await cli("purge", "https://example.com/page", "--url", url, "--token", "t")
+    assert code == 2
+    assert err.strip() == (
+        "cdn-proxy: 'https://example.com/page' is not a domain: purge clears a whole domain's "
+        "cache (clearing single URLs is not supported yet)"
+    )
+    assert seen == []
+
+
+async def test_a_body_with_the_wrong_content_type_still_names_its_domain_in_history(
+    api: ApiUnderTest,
+) -> None:
+    """``curl -d '{"domain": ...}'`` sends a form Content-Type: refused 415, and the history
+    showed "—" although the body named a domain. The known caller's small body is read for
+    the record only."""
+    body = json.dumps({"domain": DOMAIN}).encode()
+    answer = await api.post(body, content_type="application/x-www-form-urlencoded")
+    record = await assert_rejected(api, answer, 415, "unsupported_media_type")
+    assert (record.actor, record.domain) == ("deploy", DOMAIN)
+
+
+async def test_a_compressed_body_is_not_read_for_the_record(api: ApiUnderTest) -> None:
+    answer = await api.post(headers={"Content-Encoding": "gzip"})
+    record = await assert_rejected(api, answer, 415, "unsupported_media_type")
+    assert record.domain is None
+
+
+@pytest.mark.parametrize(
+    ("named", "recorded"),
+    [
+        ("evil\n.example", "evil\\n.example"),
+        ("\x1b[31mred.example", "\\x1b[31mred.example"),
+        ("x" * 1000, "x" * 255),
+    ],
+)
+async def test_a_named_domain_is_recorded_bounded_and_escaped(
+    api: ApiUnderTest, named: str, recorded: str
+) -> None:
+    """As given, but at most 255 characters and with control characters escaped: the
+    history shows what was asked for, and it cannot forge lines where the log is read."""
+    answer = await api.post(json.dumps({"domain": named, "force": True}).encode())
+    record = await assert_rejected(api, answer, 400, "bad_request")
+    assert record.domain == recorded
