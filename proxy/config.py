@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
+from proxy.config_tls import checked_tls
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.errors import ConfigError
 
@@ -81,6 +82,12 @@ class DomainConfig:
     # request waits for one before it is answered 503 (decision 0015).
     origin_connections: Annotated[int, _count] = 256
     origin_queue_timeout: Annotated[float, _seconds] = 5.0
+    # TLS (decision 0018): this domain's certificate (PEM, its chain after it) and key for the
+    # edge's tls_listen, chosen by SNI; and the CA bundle its https:// origin is verified
+    # against instead of the system store. Paths are relative to the config file.
+    tls_cert: Annotated[Path | None, _path] = None
+    tls_key: Annotated[Path | None, _path] = None
+    origin_ca: Annotated[Path | None, _path] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,11 @@ class EdgeConfig:
     # Open client connections, for the node (each worker takes its share); "auto" (None)
     # derives it from the open-files limit (proxy/edge/connections.py).
     max_connections: Annotated[int | None, _max_connections] = None
+    # HTTPS beside listen (decision 0018), serving the same domains; and the certificate for
+    # a client whose SNI names no domain with a certificate of its own (or none at all).
+    tls_listen: Annotated[Listen | None, _listen] = None
+    tls_cert: Annotated[Path | None, _path] = None
+    tls_key: Annotated[Path | None, _path] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +245,7 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         # An absolute state.path stays as it is: joining an absolute path replaces the base.
         state = dataclasses.replace(state, path=base_dir / state.path)
     domains = _domains(data.get("domains"))
+    edge, domains = checked_tls(edge, domains, base_dir)
     return Config(
         edge=edge,
         api=api,
