@@ -20,7 +20,8 @@ Rules, in ``server_name`` and ``misdirected``:
   with only ``example.com`` configured gets the default certificate, or no handshake when
   there is none; its requests are 421, as on the plain listener, since ``www.example.com``
   is not a configured domain.
-- Without SNI (old clients, or a client connecting to an IP address), the default
+- Without SNI (old clients, or a client connecting to an IP address; an IP address sent as
+  SNI counts as none), the default
   certificate is served and each request is routed by its Host alone, as on the plain
   listener. A client that accepted that certificate has already checked it against the name
   it wanted; the edge has no other name to compare with.
@@ -28,12 +29,22 @@ Rules, in ``server_name`` and ``misdirected``:
 
 from __future__ import annotations
 
+import ipaddress
+
 from proxy.core.domains import InvalidDomain, host_from_header, normalise_domain
 
 
 def server_name(sni: str | None) -> str | None:
-    """The normal form of the name a ClientHello sent (None: it sent none)."""
+    """The normal form of the name a ClientHello sent (None: it sent none). An IP address is
+    no name: RFC 6066 §3 forbids it in SNI, yet some clients (wrk) send the address they
+    connect to, and it is taken as no SNI."""
     if sni is None:
+        return None
+    try:
+        ipaddress.ip_address(sni)
+    except ValueError:
+        pass
+    else:
         return None
     try:
         return normalise_domain(sni)

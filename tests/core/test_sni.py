@@ -14,7 +14,9 @@ from proxy.core.sni import misdirected, server_name
         ("example.com", "example.com"),
         ("Example.COM.", "example.com"),  # one normal form, as Host and config have
         ("bücher.example", "xn--bcher-kva.example"),
-        ("not a name", "not a name"),  # kept, lowercased: it never equals a Host
+        ("not a name", "not a name"),
+        ("127.0.0.1", None),  # RFC 6066 §3: no IP literals in SNI; wrk sends them anyway
+        ("::1", None),  # kept, lowercased: it never equals a Host
     ],
 )
 def test_server_name_is_the_domain_normal_form(sni: str | None, expected: str | None) -> None:
