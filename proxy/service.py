@@ -412,6 +412,7 @@ async def _serve(config: Config) -> int:
         print(f"edge {service.edge_url}", flush=True)
         print(f"api {service.api_url}", flush=True)
         if service.tls_url is not None:
+            log.info("edge TLS listening on %s", service.tls_url)
             print(f"edge-tls {service.tls_url}", flush=True)
         await stop.wait()
         log.info("stopping: draining in-flight requests")
