@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--index", type=int, required=True)
     worker.add_argument("--port", type=int, required=True)
     worker.add_argument("--fleet-url", required=True)
+    worker.add_argument("--tls-port", type=int, default=None)  # with edge.tls_listen
     worker.set_defaults(run=_worker)
 
     token = commands.add_parser("token", help="manage clear-cache API tokens")
@@ -182,7 +183,9 @@ def _worker(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from proxy import worker
 
-    return worker.run(config, index=args.index, port=args.port, fleet_url=args.fleet_url)
+    return worker.run(
+        config, index=args.index, port=args.port, fleet_url=args.fleet_url, tls_port=args.tls_port
+    )
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
+from proxy.config_tls import checked_tls
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.core.encodings import DEFAULT_ENCODINGS, check_encodings
 from proxy.errors import ConfigError
@@ -85,6 +86,12 @@ class DomainConfig:
     # Content codings the origin is asked for, in order of preference; each request's
     # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
     encodings: Annotated[tuple[str, ...], _encodings] = DEFAULT_ENCODINGS
+    # TLS (decision 0018): this domain's certificate (PEM, its chain after it) and key for the
+    # edge's tls_listen, chosen by SNI; and the CA bundle its https:// origin is verified
+    # against instead of the system store. Paths are relative to the config file.
+    tls_cert: Annotated[Path | None, _path] = None
+    tls_key: Annotated[Path | None, _path] = None
+    origin_ca: Annotated[Path | None, _path] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +115,11 @@ class EdgeConfig:
     # Open client connections, for the node (each worker takes its share); "auto" (None)
     # derives it from the open-files limit (proxy/edge/connections.py).
     max_connections: Annotated[int | None, _max_connections] = None
+    # HTTPS beside listen (decision 0018), serving the same domains; and the certificate for
+    # a client whose SNI names no domain with a certificate of its own (or none at all).
+    tls_listen: Annotated[Listen | None, _listen] = None
+    tls_cert: Annotated[Path | None, _path] = None
+    tls_key: Annotated[Path | None, _path] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +249,7 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         # An absolute state.path stays as it is: joining an absolute path replaces the base.
         state = dataclasses.replace(state, path=base_dir / state.path)
     domains = _domains(data.get("domains"))
+    edge, domains = checked_tls(edge, domains, base_dir)
     return Config(
         edge=edge,
         api=api,

@@ -19,12 +19,13 @@ plane and the embedded Valkey, and exits 0, all within ``edge.shutdown_timeout``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -96,10 +97,12 @@ async def _serve(config: Config, config_path: Path) -> int:
             )
             print(f"api {api_url}", flush=True)
         if config.edge is not None:
-            edge_url = await stack.enter_async_context(
+            edge_url, tls_url = await stack.enter_async_context(
                 edge_workers(config, config_path, fleet, url, telemetry)
             )
             print(f"edge {edge_url}", flush=True)
+            if tls_url is not None:
+                print(f"edge-tls {tls_url}", flush=True)
         log.info("node %s running", fleet.node)
         await stop.wait()
         log.info("stopping")
@@ -114,10 +117,12 @@ async def _serve(config: Config, config_path: Path) -> int:
 @asynccontextmanager
 async def edge_workers(
     config: Config, config_path: Path, fleet: FleetConfig, url: str, telemetry: Telemetry
-) -> AsyncIterator[str]:
-    """The edge port, reserved here, and ``edge.workers`` worker processes listening on it."""
+) -> AsyncIterator[tuple[str, str | None]]:
+    """The edge port (and edge.tls_listen's), reserved here, and ``edge.workers`` worker
+    processes listening on it; yields their URLs."""
     edge, _ = config.edge_role()
-    with reserved_port(edge.listen) as port:
+    with reserved_port(edge.listen) as port, reserved_tls_port(edge.tls_listen) as tls_port:
+        tls = [] if tls_port is None else ["--tls-port", str(tls_port)]
 
         def argv(index: int) -> list[str]:
             return [
@@ -133,12 +138,15 @@ async def edge_workers(
                 str(port),
                 "--fleet-url",
                 url,
+                *tls,
             ]
 
         workers = Workers(argv, edge.workers, on_restart=telemetry.worker_restarted)
         await workers.start()
         try:
-            yield f"http://{edge.listen.host}:{port}"
+            tls_listen = edge.tls_listen
+            tls_url = None if tls_listen is None else f"https://{tls_listen.host}:{tls_port}"
+            yield f"http://{edge.listen.host}:{port}", tls_url
         finally:
             # Each worker bounds its own shutdown by shutdown_timeout; one that does not is
             # killed just before it, leaving this process time to close the rest.
@@ -150,7 +158,7 @@ class reserved_port:
     """A socket bound to ``listen`` with SO_REUSEPORT but not listening: it holds the port
     (the one the OS picks for port 0) for the workers, whose listening sockets join it."""
 
-    def __init__(self, listen: Listen) -> None:
+    def __init__(self, listen: Listen, key: str = "edge.listen") -> None:
         family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -159,13 +167,23 @@ class reserved_port:
             self._socket.bind((listen.host, listen.port))
         except OSError as exc:
             self._socket.close()
-            raise StartError(f"edge.listen: cannot listen on {listen} ({exc.strerror})") from None
+            raise StartError(f"{key}: cannot listen on {listen} ({exc.strerror})") from None
 
     def __enter__(self) -> int:
         return int(self._socket.getsockname()[1])
 
     def __exit__(self, *_: object) -> None:
         self._socket.close()
+
+
+@contextlib.contextmanager
+def reserved_tls_port(listen: Listen | None) -> Iterator[int | None]:
+    """edge.tls_listen's port, reserved as ``reserved_port`` does; None without one."""
+    if listen is None:
+        yield None
+        return
+    with reserved_port(listen, "edge.tls_listen") as port:
+        yield port
 
 
 @asynccontextmanager

@@ -19,6 +19,7 @@ import contextlib
 import gc
 import logging
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,6 +41,7 @@ from proxy.edge.connections import (
 )
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
+from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
@@ -67,6 +69,11 @@ class Service:
     edge_url: str
     api_url: str
     draining: Draining
+
+    @property
+    def tls_url(self) -> str | None:
+        """The edge's TLS listener (edge.tls_listen), if it has one."""
+        return self.edge.tls.url
 
 
 class Draining:
@@ -103,7 +110,7 @@ class Draining:
                 await site.stop()
             if runner.server is not None:
                 runner.server.pre_shutdown()
-        guards = [guard for _, guard in self._listeners]
+        guards = list(dict.fromkeys(guard for _, guard in self._listeners))  # once each
         try:
             async with asyncio.timeout(self.timeout - self.reserve):
                 await asyncio.gather(*(guard.none_open() for guard in guards))
@@ -178,12 +185,16 @@ async def edge_listening(
     port: int | None = None,
     reuse_port: bool = False,
     draining: Draining | None = None,
+    tls_port: int | None = None,
 ) -> AsyncIterator[tuple[Edge, str]]:
     """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
     its origin session; closed in reverse order. ``reuse_port``: one of several edge
     processes sharing the port (SO_REUSEPORT), the kernel spreading connections among them.
     ``draining``: the process's shutdown, shared with its other listeners (one of its own
-    when left out); it is drained when the listener is left, if not before."""
+    when left out); it is drained when the listener is left, if not before. With
+    ``edge.tls_listen`` (its port replaced by ``tls_port``), a TLS listener serves the same
+    edge behind the Host-vs-SNI check, sharing the connection limit; its URL is
+    ``edge.tls.url``."""
     edge_config, _ = config.edge_role()
     draining = Draining(edge_config.shutdown_timeout) if draining is None else draining
     async with AsyncExitStack() as stack:
@@ -212,9 +223,35 @@ async def edge_listening(
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         draining.add(runner, guard)
-        stack.push_async_callback(draining.drain)
+        tls_runner = None
+        if edge_config.tls_listen is not None:
+            tls_server = GuardedServer(
+                TlsHandler(edge.handle, edge.tls).handle,
+                guard=guard,
+                access_log=None,
+                handler_cancellation=False,
+                auto_decompress=False,
+            )
+            tls_runner = web.ServerRunner(
+                tls_server, shutdown_timeout=draining.runner_timeout, handle_signals=False
+            )
+            await tls_runner.setup()
+            stack.push_async_callback(tls_runner.cleanup)
+            draining.add(tls_runner, guard)
+        stack.push_async_callback(draining.drain)  # before the runners' cleanup
         where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)
         url = await _listen(runner, where, "edge.listen", reuse_port=reuse_port)
+        if tls_runner is not None and edge_config.tls_listen is not None:
+            tls_where = edge_config.tls_listen
+            if tls_port is not None:
+                tls_where = Listen(tls_where.host, tls_port)
+            edge.tls.url = await _listen(
+                tls_runner,
+                tls_where,
+                "edge.tls_listen",
+                reuse_port=reuse_port,
+                tls=edge.tls.listener_context(),
+            )
         yield edge, url
 
 
@@ -292,7 +329,12 @@ LISTEN_BACKLOG = 4096
 
 
 async def _listen(
-    runner: web.BaseRunner, where: Listen, key: str, *, reuse_port: bool = False
+    runner: web.BaseRunner,
+    where: Listen,
+    key: str,
+    *,
+    reuse_port: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> str:
     # A deep accept queue: after a clear, hundreds of clients may connect at once, and with
     # the default of 128 the kernel drops SYNs that are retried only a second later.
@@ -303,6 +345,7 @@ async def _listen(
         reuse_address=True,
         reuse_port=reuse_port or None,
         backlog=LISTEN_BACKLOG,
+        ssl_context=tls,
     )
     try:
         await site.start()
@@ -310,7 +353,7 @@ async def _listen(
         raise StartError(f"{key}: cannot listen on {where} ({exc.strerror or exc})") from None
     # The bound address tells the real port when the config says 0.
     host, port = runner.addresses[-1][:2]
-    return f"http://{host}:{port}"
+    return f"{'http' if tls is None else 'https'}://{host}:{port}"
 
 
 async def _reclaim(store: MemoryStore, wake: asyncio.Event) -> None:
@@ -368,6 +411,9 @@ async def _serve(config: Config) -> int:
         # Machine-readable lines for scripts and tests that start us on port 0.
         print(f"edge {service.edge_url}", flush=True)
         print(f"api {service.api_url}", flush=True)
+        if service.tls_url is not None:
+            log.info("edge TLS listening on %s", service.tls_url)
+            print(f"edge-tls {service.tls_url}", flush=True)
         await stop.wait()
         log.info("stopping: draining in-flight requests")
         await service.draining.drain()

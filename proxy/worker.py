@@ -44,7 +44,9 @@ def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
     )
 
 
-def run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
+def run(
+    config: Config, *, index: int, port: int, fleet_url: str, tls_port: int | None = None
+) -> int:
     """The worker's life: returns its exit status."""
     logging.basicConfig(
         level=logging.INFO,
@@ -52,10 +54,14 @@ def run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
     )
     raise_open_files_limit()
     with event_loop_runner() as runner:
-        return runner.run(_run(config, index=index, port=port, fleet_url=fleet_url))
+        return runner.run(
+            _run(config, index=index, port=port, fleet_url=fleet_url, tls_port=tls_port)
+        )
 
 
-async def _run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
+async def _run(
+    config: Config, *, index: int, port: int, fleet_url: str, tls_port: int | None
+) -> int:
     edge, cache = config.edge_role()
     assert config.fleet is not None  # a worker is only started for a fleet
     stop = asyncio.Event()
@@ -80,7 +86,14 @@ async def _run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
         _, url = await stack.enter_async_context(
-            edge_listening(config, store=store, telemetry=telemetry, port=port, reuse_port=True)
+            edge_listening(
+                config,
+                store=store,
+                telemetry=telemetry,
+                port=port,
+                reuse_port=True,
+                tls_port=tls_port,
+            )
         )
         gc.collect()
         gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach

@@ -56,6 +56,7 @@ from proxy.edge import bodies, respond
 from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
+from proxy.edge.tls import EdgeTls
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
 from proxy.store.base import Store
 from proxy.telemetry import Telemetry
@@ -113,6 +114,8 @@ class Edge:
         # Host header spellings already routed to a domain (bounded: see _route).
         self._hosts: dict[str, DomainConfig] = {}
         self._background: set[asyncio.Task[web.StreamResponse]] = set()
+        # Certificates for the TLS listener and how each https:// origin is verified.
+        self.tls = EdgeTls(config)
 
     def _route(self, host: str | None) -> DomainConfig | None:
         """The domain a Host header names, remembered per exact spelling. Only spellings of
@@ -251,6 +254,7 @@ class Edge:
                 headers,
                 telemetry=self._telemetry,
                 slots=self._slots,
+                tls=self.tls.origin(job.config.name),
             ) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
@@ -463,6 +467,7 @@ class Edge:
                 data,
                 telemetry=self._telemetry,
                 slots=self._slots,
+                tls=self.tls.origin(config.name),
             ) as origin:
                 if request.method not in SAFE_METHODS:
                     for stale_target in invalidation_targets(

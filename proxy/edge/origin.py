@@ -17,6 +17,7 @@ rather than every request hang (decision 0015).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -160,20 +161,27 @@ async def origin_request(
     *,
     telemetry: Telemetry | None = None,
     slots: ConnectionSlots | None = None,
+    tls: ssl.SSLContext | bool = True,
 ) -> AsyncIterator[OriginResponse]:
     """Send one request to the domain's origin. The target is sent exactly as received.
 
     ``data`` is the request body: bytes, or ``Streamed`` (a body still arriving), whose
     failure leaves as the RequestBodyError it is, not as the origin's. With ``slots``, the
-    request first waits for one of the domain's connections (OriginBusy when none comes)."""
+    request first waits for one of the domain's connections (OriginBusy when none comes).
+    ``tls``: how an https:// origin is verified (proxy/edge/tls.py: the system store, True,
+    or the domain's origin_ca)."""
     if slots is None:
-        async with _origin_request(session, domain, method, target, headers, data, telemetry) as r:
+        async with _origin_request(
+            session, domain, method, target, headers, data, telemetry, tls
+        ) as r:
             yield r
         return
     try:
         async with (
             slots.taken(domain),
-            _origin_request(session, domain, method, target, headers, data, telemetry) as response,
+            _origin_request(
+                session, domain, method, target, headers, data, telemetry, tls
+            ) as response,
         ):
             yield response
     except OriginBusy:
@@ -191,6 +199,7 @@ async def _origin_request(
     headers: Sequence[tuple[str, str]],
     data: Any,
     telemetry: Telemetry | None,
+    tls: ssl.SSLContext | bool,
 ) -> AsyncIterator[OriginResponse]:
     url = URL(domain.origin + target, encoded=True)
     timeout = aiohttp.ClientTimeout(
@@ -212,6 +221,7 @@ async def _origin_request(
             allow_redirects=False,
             timeout=timeout,
             compress=None,
+            ssl=tls,
         ) as response:
             if telemetry is not None:
                 telemetry.origin(domain.name, time.perf_counter() - started, None)
@@ -238,6 +248,13 @@ def _translate(exc: BaseException, where: str) -> BaseException:
     """The OriginError for an aiohttp or timeout exception; anything else unchanged."""
     if isinstance(exc, TimeoutError):
         return OriginTimeout(f"{where}: the origin did not answer in time")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        # Named plainly: an operator reading the log must see it is about trust, not network.
+        return OriginUnreachable(
+            f"{where}: the origin's TLS certificate is not trusted ({exc.certificate_error})"
+        )
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return OriginUnreachable(f"{where}: TLS with the origin failed ({exc.os_error})")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return OriginUnreachable(f"{where}: origin unreachable ({exc.strerror})")
     if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
