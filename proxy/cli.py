@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", parents=[with_config], help="run the proxy and the API")
     serve.set_defaults(run=_serve)
+    reload = commands.add_parser(
+        "reload",
+        parents=[with_config],
+        help="check the config file, then make the running `serve` of it reload it",
+    )
+    reload.set_defaults(run=_reload)
     # Internal: one edge worker process, started by a node's supervisor (proxy/node.py).
     worker = commands.add_parser(
         "worker", parents=[with_config], help="(internal) one edge worker process of a node"
@@ -173,10 +179,21 @@ def _serve(args: argparse.Namespace) -> int:
     if config.fleet is None:
         from proxy import service
 
-        return service.serve(config)
+        return service.serve(config, args.config)
     from proxy import node
 
     return node.serve(config, args.config)
+
+
+def _reload(args: argparse.Namespace) -> int:
+    load_config(args.config)  # a bad file: the message serve would print, and exit 2
+    from proxy.reload import ReloadFailed, request_reload
+
+    try:
+        print(f"reloaded: {request_reload(args.config)}")
+    except ReloadFailed as exc:
+        raise _Fail(str(exc)) from None
+    return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -184,7 +201,12 @@ def _worker(args: argparse.Namespace) -> int:
     from proxy import worker
 
     return worker.run(
-        config, index=args.index, port=args.port, fleet_url=args.fleet_url, tls_port=args.tls_port
+        config,
+        args.config,
+        index=args.index,
+        port=args.port,
+        fleet_url=args.fleet_url,
+        tls_port=args.tls_port,
     )
 
 

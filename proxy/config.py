@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 import re
 import socket
@@ -221,16 +222,24 @@ class Config:
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and check a config file; raise ConfigError naming the first bad key."""
+    return load_config_file(path)[0]
+
+
+def load_config_file(path: str | os.PathLike[str]) -> tuple[Config, str]:
+    """``load_config``, and the SHA-256 (hex) of the bytes read: a config reload
+    (proxy/reload.py) tells by it whether two processes read the same file."""
     file = Path(path)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        raw = file.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(str(file), "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(file), f"cannot be read ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(file), f"is not valid TOML ({exc})") from None
-    return parse_config(data, base_dir=file.resolve().parent)
+    digest = hashlib.sha256(raw).hexdigest()
+    return parse_config(data, base_dir=file.resolve().parent), digest
 
 
 def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:

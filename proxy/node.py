@@ -25,16 +25,18 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from proxy.config import Config, FleetConfig, Listen
+from proxy.core.reload import ConfigChange
 from proxy.edge.connections import raise_open_files_limit
 from proxy.errors import ProxyError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
+from proxy.reload import After, domains_hook, reloading
 from proxy.service import Draining, StartError, control_listening, event_loop_runner
 from proxy.supervisor import Workers
 from proxy.telemetry import Telemetry
@@ -82,6 +84,7 @@ async def _serve(config: Config, config_path: Path) -> int:
         telemetry = Telemetry(
             store=figures, domains=[d.name for d in config.domains], remote=figures
         )
+        reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
         if config.api is not None:
             purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
             stack.push_async_callback(purger.aclose)
@@ -93,16 +96,23 @@ async def _serve(config: Config, config_path: Path) -> int:
                     store=figures,
                     fleet=figures,
                     draining=draining,
+                    reload_hooks=reload_hooks,
                 )
             )
             print(f"api {api_url}", flush=True)
+        workers: list[Workers] = []
         if config.edge is not None:
             edge_url, tls_url = await stack.enter_async_context(
-                edge_workers(config, config_path, fleet, url, telemetry)
+                edge_workers(config, config_path, fleet, url, telemetry, workers)
             )
             print(f"edge {edge_url}", flush=True)
             if tls_url is not None:
                 print(f"edge-tls {tls_url}", flush=True)
+        # SIGHUP: the node checks the file and applies it to the control plane, then each
+        # worker reloads it (decision 0020).
+        await stack.enter_async_context(
+            reloading(config_path, config, hooks=reload_hooks, after=workers_reloaded(workers))
+        )
         log.info("node %s running", fleet.node)
         await stop.wait()
         log.info("stopping")
@@ -116,10 +126,15 @@ async def _serve(config: Config, config_path: Path) -> int:
 
 @asynccontextmanager
 async def edge_workers(
-    config: Config, config_path: Path, fleet: FleetConfig, url: str, telemetry: Telemetry
+    config: Config,
+    config_path: Path,
+    fleet: FleetConfig,
+    url: str,
+    telemetry: Telemetry,
+    started: list[Workers] | None = None,
 ) -> AsyncIterator[tuple[str, str | None]]:
     """The edge port (and edge.tls_listen's), reserved here, and ``edge.workers`` worker
-    processes listening on it; yields their URLs."""
+    processes listening on it (added to ``started``, for reloads); yields their URLs."""
     edge, _ = config.edge_role()
     with reserved_port(edge.listen) as port, reserved_tls_port(edge.tls_listen) as tls_port:
         tls = [] if tls_port is None else ["--tls-port", str(tls_port)]
@@ -143,6 +158,8 @@ async def edge_workers(
 
         workers = Workers(argv, edge.workers, on_restart=telemetry.worker_restarted)
         await workers.start()
+        if started is not None:
+            started.append(workers)
         try:
             tls_listen = edge.tls_listen
             tls_url = None if tls_listen is None else f"https://{tls_listen.host}:{tls_port}"
@@ -152,6 +169,40 @@ async def edge_workers(
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
             await workers.stop(grace=edge.shutdown_timeout - reserve / 2)
+
+
+WORKER_RELOAD_TIMEOUT = 10.0  # seconds each worker has to say it reloaded
+
+
+def workers_reloaded(workers: list[Workers]) -> After:
+    """A node's reload step after its own: every worker reloads the file, and must have read
+    the same bytes the node checked (the file may change in between)."""
+
+    async def after(config: Config, change: ConfigChange, digest: str) -> str | None:
+        failures = []
+        for each in workers:
+            answers = await each.reload(wait=WORKER_RELOAD_TIMEOUT)
+            for index, line in sorted(answers.items()):
+                failure = _worker_failure(index, line, digest)
+                if failure is not None:
+                    failures.append(failure)
+        return "; ".join(failures) or None
+
+    return after
+
+
+def _worker_failure(index: int, line: str | None, digest: str) -> str | None:
+    if line is None:
+        return f"edge worker {index} did not confirm the reload in {WORKER_RELOAD_TIMEOUT:g} s"
+    _, said, read, message = [*line.split(" ", 3), "", "", ""][:4]
+    if said != "ok":
+        return f"edge worker {index}: {message}"
+    if read != digest:
+        return (
+            f"edge worker {index} read a different file (it changed during the reload):"
+            " reload again"
+        )
+    return None
 
 
 class reserved_port:

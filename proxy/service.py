@@ -24,12 +24,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
+from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
 from proxy.config import Config, Listen
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
 from proxy.edge.connections import (
@@ -43,6 +45,7 @@ from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
+from proxy.reload import domains_hook, reloading
 from proxy.state.sqlite import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
 from proxy.store.memory import MemoryStore
@@ -69,6 +72,8 @@ class Service:
     edge_url: str
     api_url: str
     draining: Draining
+    # What a config reload calls besides the edge's and telemetry's (proxy/reload.py).
+    reload_hooks: list[Callable[[Config], None]] = field(default_factory=list)
 
     @property
     def tls_url(self) -> str | None:
@@ -141,6 +146,7 @@ async def running(
         edge, edge_url = await stack.enter_async_context(
             edge_listening(config, store=store, telemetry=telemetry, clock=clock, draining=draining)
         )
+        reload_hooks: list[Callable[[Config], None]] = []
         state, api_url = await stack.enter_async_context(
             control_listening(
                 config,
@@ -149,6 +155,7 @@ async def running(
                 telemetry=telemetry,
                 clock=clock,
                 draining=draining,
+                reload_hooks=reload_hooks,
             )
         )
         yield Service(
@@ -160,6 +167,7 @@ async def running(
             edge_url=edge_url,
             api_url=api_url,
             draining=draining,
+            reload_hooks=reload_hooks,
         )
 
 
@@ -274,9 +282,11 @@ async def control_listening(
     clock: Callable[[], float] = time.time,
     fleet: FleetFigures | None = None,
     draining: Draining | None = None,
+    reload_hooks: list[Callable[[Config], None]] | None = None,
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
-    /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``."""
+    /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``.
+    ``reload_hooks``: where it adds what a config reload calls (proxy/reload.py)."""
     api_config, state_config = config.api_role()
     draining = Draining(_shutdown_timeout(config)) if draining is None else draining
     async with AsyncExitStack() as stack:
@@ -295,6 +305,8 @@ async def control_listening(
             clock=clock,
             fleet=fleet,
         )
+        if reload_hooks is not None:
+            reload_hooks.append(app[CLEAR_CACHE_CONTEXT].reconfigure)
         # Its share of open files is kept free by the edge's limit (edge_share), so the API
         # answers while the edge is full.
         guard = ConnectionGuard(
@@ -382,25 +394,39 @@ def event_loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
-def serve(config: Config) -> int:
+def serve(config: Config, config_path: Path | None = None) -> int:
     """Run one process with both roles until SIGTERM/SIGINT; return the exit code. (A node
-    with workers or a fleet is run by proxy/node.py instead.)"""
+    with workers or a fleet is run by proxy/node.py instead.) SIGHUP reloads the config from
+    ``config_path`` (proxy/reload.py)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise_open_files_limit()
     with event_loop_runner() as runner:
         try:
-            return runner.run(_serve(config))
+            return runner.run(_serve(config, config_path))
         except ProxyError as exc:
             print(f"cdn-proxy: {exc}", file=sys.stderr)
             return 1
 
 
-async def _serve(config: Config) -> int:
+async def _serve(config: Config, config_path: Path | None = None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with running(config) as service:
+    async with running(config) as service, AsyncExitStack() as reloads:
+        if config_path is not None:
+            await reloads.enter_async_context(
+                reloading(
+                    config_path,
+                    config,
+                    hooks=[
+                        service.edge.reconfigure,
+                        domains_hook(service.telemetry.set_domains),
+                        *service.reload_hooks,
+                    ],
+                    clear=service.store.clear_domain,
+                )
+            )
         # Everything made so far (modules, config, the app) lives as long as the process:
         # move it out of the garbage collector's reach, so a full collection walks only
         # what is made while serving. With ~45k objects from imports alone, every full

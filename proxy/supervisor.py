@@ -47,6 +47,10 @@ class Workers:
         self._count = count
         self._on_restart = on_restart
         self._processes: dict[int, asyncio.subprocess.Process] = {}
+        # What each ready worker prints after ``ready`` (its reload outcomes), by its pid,
+        # read by a task per worker until its output ends.
+        self._said: dict[int, asyncio.Queue[str]] = {}
+        self._readers: dict[int, asyncio.Task[None]] = {}
         self._keepers: list[asyncio.Task[None]] = []
         self._stopping = False
         self.restarts = 0
@@ -73,11 +77,11 @@ class Workers:
         """SIGTERM every worker (each drains its connections), and SIGKILL any still running
         after ``grace`` seconds."""
         self._stopping = True
-        for keeper in self._keepers:
-            keeper.cancel()
-        for keeper in self._keepers:
+        for task in [*self._keepers, *self._readers.values()]:
+            task.cancel()
+        for task in [*self._keepers, *self._readers.values()]:
             with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+                await task
         processes = list(self._processes.values())
         for process in processes:
             if process.returncode is None:
@@ -113,6 +117,44 @@ class Workers:
             code = await process.wait()
             raise WorkerStartError(f"edge worker {index} did not start (exit status {code})")
         log.info("edge worker %d ready (pid %d)", index, process.pid)
+        said = self._said[process.pid] = asyncio.Queue()
+        self._readers[index] = asyncio.create_task(
+            self._read(process, said), name=f"worker-{index}-output"
+        )
+
+    async def _read(self, process: asyncio.subprocess.Process, said: asyncio.Queue[str]) -> None:
+        assert process.stdout is not None
+        try:
+            while line := await process.stdout.readline():
+                said.put_nowait(line.decode("utf-8", "replace").strip())
+        finally:
+            self._said.pop(process.pid, None)
+
+    async def reload(self, *, wait: float) -> dict[int, str | None]:
+        """SIGHUP every ready worker (each re-reads the config file: proxy/worker.py) and
+        collect the line each prints about it: worker index -> that line, or None if it did
+        not answer within ``wait`` seconds. A worker starting now is not signalled: it
+        reads the file as it starts."""
+        waiting: dict[int, asyncio.Queue[str]] = {}
+        for index, process in self._processes.items():
+            said = self._said.get(process.pid)
+            if said is None or process.returncode is not None:
+                continue
+            while not said.empty():  # what it said of reloads it made by itself
+                said.get_nowait()
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGHUP)
+                waiting[index] = said
+
+        async def answer(said: asyncio.Queue[str]) -> str | None:
+            try:
+                async with asyncio.timeout(wait):
+                    return await said.get()
+            except TimeoutError:
+                return None
+
+        answers = await asyncio.gather(*(answer(said) for said in waiting.values()))
+        return dict(zip(waiting, answers, strict=True))
 
     async def _keep(self, index: int) -> None:
         """Restart worker ``index`` whenever it exits, until the node stops."""

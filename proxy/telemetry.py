@@ -259,6 +259,11 @@ class Telemetry:
         """The node's supervisor started edge worker ``index`` again after it exited."""
         self._worker_restarts.labels(str(index)).inc()
 
+    def set_domains(self, domains: Sequence[str]) -> None:
+        """The domains whose series a scrape shows, after a config reload (proxy/reload.py).
+        A removed domain's counters stay in the registry but are no longer listed."""
+        self._domains = tuple(domains)
+
     # -- what the dashboard reads --------------------------------------------------------------
 
     def domain_counts(self, domain: str) -> DomainCounts:

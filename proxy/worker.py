@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 from proxy.config import Config, FleetConfig
 from proxy.edge.connections import raise_open_files_limit
@@ -26,6 +27,7 @@ from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
+from proxy.reload import Outcome, domains_hook, reloading
 from proxy.service import edge_listening, event_loop_runner, memory_store
 from proxy.telemetry import Telemetry
 
@@ -45,9 +47,17 @@ def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
 
 
 def run(
-    config: Config, *, index: int, port: int, fleet_url: str, tls_port: int | None = None
+    config: Config,
+    config_path: Path,
+    *,
+    index: int,
+    port: int,
+    fleet_url: str,
+    tls_port: int | None = None,
 ) -> int:
-    """The worker's life: returns its exit status."""
+    """The worker's life: returns its exit status. SIGHUP (from its node) reloads the config
+    from ``config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
+    MESSAGE``) for the node to read."""
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}] %(message)s",
@@ -55,12 +65,20 @@ def run(
     raise_open_files_limit()
     with event_loop_runner() as runner:
         return runner.run(
-            _run(config, index=index, port=port, fleet_url=fleet_url, tls_port=tls_port)
+            _run(
+                config, config_path, index=index, port=port, fleet_url=fleet_url, tls_port=tls_port
+            )
         )
 
 
 async def _run(
-    config: Config, *, index: int, port: int, fleet_url: str, tls_port: int | None
+    config: Config,
+    config_path: Path,
+    *,
+    index: int,
+    port: int,
+    fleet_url: str,
+    tls_port: int | None,
 ) -> int:
     edge, cache = config.edge_role()
     assert config.fleet is not None  # a worker is only started for a fleet
@@ -80,12 +98,13 @@ async def _run(
             node=config.fleet.node,
             worker=index,
             address=f"{edge.listen.host}:{port}",
-            report=lambda: edge_report(telemetry, memory, domains, time.time()),
+            # member.domains: the domains served now, after any reload
+            report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
         )
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
-        _, url = await stack.enter_async_context(
+        handler, url = await stack.enter_async_context(
             edge_listening(
                 config,
                 store=store,
@@ -95,6 +114,22 @@ async def _run(
                 tls_port=tls_port,
             )
         )
+        # Each worker clears its own store of removed and re-pointed domains on its reload,
+        # never through the fleet (decision 0020).
+        await stack.enter_async_context(
+            reloading(
+                config_path,
+                config,
+                hooks=[
+                    handler.reconfigure,
+                    domains_hook(telemetry.set_domains),
+                    domains_hook(member.set_domains),
+                ],
+                clear=memory.clear_domain,
+                run_file=False,
+                report=_tell_node,
+            )
+        )
         gc.collect()
         gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach
         log.info("edge worker listening on %s as %s", url, member.name)
@@ -102,6 +137,12 @@ async def _run(
         await stop.wait()
         log.info("stopping: draining in-flight requests")
     return 0
+
+
+def _tell_node(outcome: Outcome) -> None:
+    """One line on standard output, which the node's supervisor reads."""
+    said = "ok" if outcome.ok else "failed"
+    print(f"reloaded {said} {outcome.digest or '-'} {outcome.message}", flush=True)
 
 
 def _stop_when_orphaned(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -75,9 +75,11 @@ OUTCOMES = (
 log = logging.getLogger("proxy.api")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClearCacheContext:
-    """Everything the handler needs, kept in the app under CLEAR_CACHE_CONTEXT."""
+    """Everything the handler needs, kept in the app under CLEAR_CACHE_CONTEXT. Not frozen:
+    a config reload replaces ``config`` (``reconfigure``), so that clears are accepted for
+    the domains configured now, and the dashboard (which reads it from here) lists them."""
 
     config: Config
     state: AsyncState
@@ -85,6 +87,10 @@ class ClearCacheContext:
     limiter: FailureThrottle
     clock: Callable[[], float]
     telemetry: Telemetry | None = None  # counts and times every attempt, by outcome
+
+    def reconfigure(self, config: Config) -> None:
+        """Take a reloaded config (proxy/reload.py): one attribute, read per request."""
+        self.config = config
 
     @property
     def max_body_bytes(self) -> int:

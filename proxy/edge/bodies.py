@@ -95,6 +95,18 @@ class UploadShares:
         self._by_domain: dict[str, int] = {}
         self._by_client: dict[tuple[str, str], int] = {}
 
+    def reconfigure(self, origin_connections: dict[str, int]) -> None:
+        """New shares for a reloaded config; uploads in progress keep counting. Removed
+        domains keep their shares: an upload routed before the reload may still take one."""
+        self._domain_share = {
+            **self._domain_share,
+            **{name: max(1, n // 4) for name, n in origin_connections.items()},
+        }
+        self._client_share = {
+            **self._client_share,
+            **{name: max(1, n // 16) for name, n in origin_connections.items()},
+        }
+
     @contextmanager
     def taken(self, domain: str, client: str) -> Iterator[None]:
         """Hold a share for one upload; UploadsBusy when the domain's or client's is used up."""

@@ -117,6 +117,23 @@ class Edge:
         # Certificates for the TLS listener and how each https:// origin is verified.
         self.tls = EdgeTls(config)
 
+    def reconfigure(self, config: Config) -> None:
+        """Apply a reloaded config (proxy/reload.py): the domains, and the limits that
+        proxy/core/reload.py names as reloadable. Synchronous, so no request sees half of it.
+        Requests already routed finish with the DomainConfig they took; the routing memo
+        starts again. The caller clears the domains removed or re-pointed."""
+        edge, cache = config.edge_role()
+        # First, as it may refuse (ConfigError: a certificate unreadable since the file was
+        # checked) before anything has changed.
+        self.tls.reconfigure(config)
+        self._domains = config.by_name
+        self._hosts = {}
+        self._slots = self._slots.reconfigured(config.domains)
+        self._uploads.reconfigure({d.name: d.origin_connections for d in config.domains})
+        self._body_timeout = edge.body_timeout
+        self._buffer_bytes = edge.request_buffer_bytes
+        self._max_object = cache.max_object_bytes
+
     def _route(self, host: str | None) -> DomainConfig | None:
         """The domain a Host header names, remembered per exact spelling. Only spellings of
         configured domains are remembered, and only the first HOST_SPELLINGS of them, so junk

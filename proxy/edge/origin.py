@@ -125,10 +125,26 @@ class ConnectionSlots:
     the connector's limit_per_host, so the wait is bounded on its own, apart from connecting,
     and is told apart from an origin that does not answer."""
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_limits", "_slots")
 
     def __init__(self, domains: Iterable[DomainConfig]) -> None:
         self._slots = {d.name: asyncio.Semaphore(d.origin_connections) for d in domains}
+        self._limits = {d.name: d.origin_connections for d in domains}
+
+    def reconfigured(self, domains: Iterable[DomainConfig]) -> ConnectionSlots:
+        """The slots for a reloaded config. A domain whose origin_connections is unchanged
+        keeps its semaphore, and with it the count of requests at its origin now; a changed
+        one gets a new semaphore (those in flight finish on the old one, so for a moment both
+        count). Removed domains keep theirs: a request routed before the reload may still
+        take one."""
+        slots = ConnectionSlots(())
+        slots._slots = dict(self._slots)
+        slots._limits = dict(self._limits)
+        for domain in domains:
+            if self._limits.get(domain.name) != domain.origin_connections:
+                slots._slots[domain.name] = asyncio.Semaphore(domain.origin_connections)
+                slots._limits[domain.name] = domain.origin_connections
+        return slots
 
     @asynccontextmanager
     async def taken(self, domain: DomainConfig) -> AsyncIterator[None]:

@@ -87,6 +87,17 @@ class FleetMember:
     def fenced(self) -> bool:
         return not may_serve(self.deadline, self._clock())
 
+    def set_domains(self, domains: Sequence[str]) -> None:
+        """The domains this process serves, after a config reload (decision 0020). An added
+        domain enters ``applied.generations`` at 0, so a hint that clears it is applied to the
+        store before it is acknowledged (a domain missing there would be acked unapplied);
+        if its fleet generation is not 0, the next sync clears it once more, harmlessly. A
+        removed domain leaves, so that added again it starts at 0 again. No await: a sync
+        in flight applies its result to this state, which only ever clears more."""
+        self.domains = tuple(domains)
+        generations = {d: self.applied.generations.get(d, 0) for d in self.domains}
+        self.applied = Applied(self.applied.epoch, self.applied.seq, generations)
+
     async def start(self) -> None:
         """Connect, try a first sync (a failure leaves the member fenced, and the loop keeps
         trying), and start the sync loop and the hint listener."""

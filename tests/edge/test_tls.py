@@ -31,7 +31,7 @@ from tests.edge.tls_support import (
     pair_keys,
     tls_config,
 )
-from tests.nodes import Node, write_config
+from tests.nodes import Node, cli, write_config
 
 CACHEABLE = {"Cache-Control": "max-age=60"}
 
@@ -470,3 +470,68 @@ async def test_cdn_proxy_serve_answers_curl_over_tls(
         await node.kill()
     log = (tmp_path / "node.log").read_text()
     assert "Traceback" not in log
+
+
+async def served_certificate(url: str, certs: Certificates, name: str) -> bytes:
+    """The certificate (DER) a new TLS connection to ``url`` is given for SNI ``name``."""
+    host, _, port = url.removeprefix("https://").rpartition(":")
+    _, writer = await asyncio.open_connection(
+        host, int(port), ssl=certs.client(), server_hostname=name
+    )
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        assert isinstance(der, bytes)
+        return der
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+HOST = {"Host": "example.com"}
+
+
+def certificate_der(path: Path) -> bytes:
+    first = path.read_text().split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n"
+    return ssl.PEM_cert_to_DER_cert(first)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_reload_serves_the_new_certificate_to_new_connections(
+    tmp_path: Path, origin: Origin, certs: Certificates, workers: int
+) -> None:
+    """``cdn-proxy reload`` after the config names a new certificate: new TLS connections get
+    it (in every worker), and one opened before the reload keeps its own and still works."""
+    old, new = certs.issue("example.com"), certs.issue("example.com")
+    extra = f'tls_cert = "{old.cert.name}"\ntls_key = "{old.key.name}"\n'
+    config = write_config(tmp_path, origin.url, workers=workers, extra=extra)
+    text = config.read_text().replace(
+        'listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\ntls_listen = "127.0.0.1:0"\n', 1
+    )
+    config.write_text(text)
+    origin.reply("/page", b"page", headers=CACHEABLE)
+    node = await Node.start(config, roles=3, log=tmp_path / "node.log")
+    try:
+        tls_url = node.addresses["edge-tls"]
+        assert await served_certificate(tls_url, certs, "example.com") == certificate_der(old.cert)
+        async with aiohttp.ClientSession() as before:
+            async with before.get(
+                tls_url + "/page", ssl=certs.client(), server_hostname="example.com", headers=HOST
+            ) as response:
+                assert response.status == 200
+            config.write_text(
+                text.replace(old.cert.name, new.cert.name).replace(old.key.name, new.key.name)
+            )
+            code, out, err = await cli("reload", "--config", str(config))
+            assert code == 0, (out, err)
+            for _ in range(4 * workers):  # new connections, spread over the workers
+                der = await served_certificate(tls_url, certs, "example.com")
+                assert der == certificate_der(new.cert)
+            # The connection opened before the reload is still served.
+            async with before.get(
+                tls_url + "/page", ssl=certs.client(), server_hostname="example.com", headers=HOST
+            ) as response:
+                assert response.status == 200
+                assert await response.read() == b"page"
+    finally:
+        await node.kill()
+    assert "Traceback" not in (tmp_path / "node.log").read_text()

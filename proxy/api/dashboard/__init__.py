@@ -58,7 +58,6 @@ def create_dashboard(
     app = web.Application(middlewares=[error_pages])
     app.on_response_prepare.append(security_headers)
     app[DASHBOARD] = DashboardContext(
-        config=clear.config,
         state=clear.state,
         store=store,
         telemetry=telemetry,

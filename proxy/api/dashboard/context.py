@@ -45,7 +45,6 @@ class DummyHash:
 class DashboardContext:
     """Everything the dashboard uses, kept in its app under DASHBOARD."""
 
-    config: Config
     state: AsyncState
     store: StoreFigures | None  # None: the Domains page shows no entries or bytes
     telemetry: Telemetry | None  # None: no chart and no hit ratios
@@ -58,6 +57,11 @@ class DashboardContext:
     failed_names: FailureThrottle
     failed_addresses: FailureThrottle
     hashing: asyncio.Semaphore  # argon2 takes 64 MiB a verification: a few at a time
+
+    @property
+    def config(self) -> Config:
+        """The config in force: the clear-cache API's, which a reload replaces."""
+        return self.clear.config
 
 
 DASHBOARD = web.AppKey("dashboard", DashboardContext)

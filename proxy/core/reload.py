@@ -1,0 +1,162 @@
+"""What a config reload changes: the difference between the running config and a new one.
+
+Theory of operation. A reload (SIGHUP, ``cdn-proxy reload``) applies a new config to a
+process that keeps its listeners, its store and its connections. Some keys can change under
+it, some cannot: a listen address is a bound socket, ``edge.workers`` is the processes that
+exist, ``[fleet] url`` is the Valkey every member talks to, ``edge.via`` and ``cache.name``
+are baked into every stored entry's precomputed hit lines. ``diff`` sorts the difference:
+
+- domains ``added``, ``removed``, ``repointed`` (a key that changes what is stored for the
+  domain changed: its origin, or heuristic_freshness; their entries must never answer
+  again), ``retuned`` (only keys that change how the domain is served changed: timeouts,
+  origin connections; its entries stay) and ``unchanged``;
+- ``restart``: keys outside the domains that changed and that a reload cannot apply. The
+  caller refuses the whole reload when there are any, so the running config is always one
+  file's config, never a mix.
+
+Both lists are fail-safe for keys added later: a table key is applied on reload only when it
+is named in RELOADABLE (else it needs a restart), and a domain key keeps the domain's entries
+only when it is named in KEEPS_ENTRIES (else changing it clears the domain). Adding a key
+that a reload can apply is one line here, beside the hook that applies it (proxy/reload.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.config import Config, DomainConfig
+
+# Keys of the tables a running process applies on reload (``table.key``). Every other key of
+# [edge], [api], [cache], [state], [dashboard] and [fleet] needs a restart.
+RELOADABLE = frozenset(
+    {
+        "edge.body_timeout",  # Edge.reconfigure: the next body read
+        "edge.request_buffer_bytes",  # Edge.reconfigure
+        "cache.max_object_bytes",  # Edge.reconfigure: the next origin response
+        "api.max_body_bytes",  # read from the control plane's config per request
+        "api.body_timeout",  # likewise
+        "edge.tls_cert",  # EdgeTls.reconfigure (through Edge.reconfigure): new connections
+        "edge.tls_key",
+    }
+)
+
+# Keys of a [[domains]] table that change how the domain is served but not what is stored
+# for it: changing them keeps the domain's entries. Any other key (origin,
+# heuristic_freshness, and keys added later unless named here) clears the domain.
+KEEPS_ENTRIES = frozenset(
+    {
+        "connect_timeout",
+        "read_timeout",
+        "stale_if_error",  # decides what may be served when the origin fails, not what is kept
+        "origin_connections",
+        "origin_queue_timeout",
+        "tls_cert",  # EdgeTls.reconfigure: the certificate of new TLS connections
+        "tls_key",
+        "origin_ca",  # how the origin is verified, not what it sent
+        "encodings",  # entries are keyed by the coding asked for: each stays right
+    }
+)
+
+# Config fields that are not tables: the domains are compared by name, by_name is derived.
+_NOT_TABLES = frozenset({"domains", "by_name"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """The difference between two configs, as a reload sees it. Domain names are sorted."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    repointed: tuple[str, ...] = ()  # still configured; their entries are cleared
+    retuned: tuple[str, ...] = ()  # still configured, entries kept, some setting changed
+    unchanged: tuple[str, ...] = ()
+    restart: tuple[str, ...] = ()  # keys that changed and need a restart: the reload is refused
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.restart)
+
+    @property
+    def cleared(self) -> tuple[str, ...]:
+        """The domains whose entries must be made unservable: removed or re-pointed."""
+        return tuple(sorted((*self.removed, *self.repointed)))
+
+    def refusal(self) -> str:
+        """The one-line reason a refused reload gives."""
+        keys = ", ".join(self.restart)
+        return f"reload refused: {keys} changed, which needs a restart (the running config stays)"
+
+    def summary(self) -> str:
+        """One line for the log and for ``cdn-proxy reload``: what the reload did."""
+        parts = [
+            f"{label} {', '.join(names)}"
+            for label, names in (
+                ("added", self.added),
+                ("removed", self.removed),
+                ("re-pointed (cleared)", self.repointed),
+                ("retuned", self.retuned),
+            )
+            if names
+        ]
+        parts.append(f"{len(self.unchanged)} domains unchanged")
+        return "; ".join(parts)
+
+
+def diff(old: Config, new: Config) -> ConfigChange:
+    """Sort the difference between the running config ``old`` and the new one."""
+    restart = tuple(sorted(_table_changes(old, new)))
+    before, after = old.by_name, new.by_name
+    repointed, retuned, unchanged = [], [], []
+    for name in sorted(before.keys() & after.keys()):
+        changed = _domain_changes(before[name], after[name])
+        if not changed:
+            unchanged.append(name)
+        elif changed <= KEEPS_ENTRIES:
+            retuned.append(name)
+        else:
+            repointed.append(name)
+    return ConfigChange(
+        added=tuple(sorted(after.keys() - before.keys())),
+        removed=tuple(sorted(before.keys() - after.keys())),
+        repointed=tuple(repointed),
+        retuned=tuple(retuned),
+        unchanged=tuple(unchanged),
+        restart=restart,
+    )
+
+
+def _table_changes(old: Config, new: Config) -> list[str]:
+    """The changed keys of every table but the domains that a reload cannot apply."""
+    changed = []
+    for field in dataclasses.fields(old):
+        if field.name in _NOT_TABLES:
+            continue
+        before, after = getattr(old, field.name), getattr(new, field.name)
+        if before == after:
+            continue
+        if before is None or after is None or not dataclasses.is_dataclass(before):
+            changed.append(f"[{field.name}]")  # a table added or removed: another role
+            continue
+        changed += [
+            key for key in _changed_keys(field.name, before, after) if key not in RELOADABLE
+        ]
+    return changed
+
+
+def _changed_keys(table: str, before: Any, after: Any) -> list[str]:
+    return [
+        f"{table}.{field.name}"
+        for field in dataclasses.fields(before)
+        if getattr(before, field.name) != getattr(after, field.name)
+    ]
+
+
+def _domain_changes(before: DomainConfig, after: DomainConfig) -> frozenset[str]:
+    return frozenset(
+        field.name
+        for field in dataclasses.fields(before)
+        if getattr(before, field.name) != getattr(after, field.name)
+    )
