@@ -341,28 +341,14 @@ class Edge:
         self._land(job.key, job.flight, None)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         if origin.status == 200 and not job.background and ranges.asked(job.request):
-            return await self._range_passed_on(job, origin, reason, status, prefix)
+            cut = await ranges.cut_from_origin(
+                job.request, origin, self._max_object, via=self._via, status=status, prefix=prefix
+            )
+            return _Filled(cut, None) if cut is not None else ranges.AskOrigin(reason)
         relayed = await self._relay(
             job.request, origin, status, prefix=prefix, background=job.background
         )
         return _Filled(relayed, None)
-
-    async def _range_passed_on(
-        self, job: _Fill, origin: OriginResponse, reason: str, status: str, prefix: bytes | None
-    ) -> _Filled | ranges.AskOrigin:
-        """A whole 200 not stored, for a Range request: the range is cut from it when it ends
-        within cache.max_object_bytes; a larger one is dropped for the origin's own range."""
-        length = origin.content_length
-        if prefix is None and (length is None or length <= self._max_object):
-            body, complete = await origin.read_up_to(self._max_object)
-            if complete:
-                fields = respond.relayed_headers(
-                    from_origin(origin.headers), via=self._via, status=status
-                )
-                full = web.Response(status=200, reason=origin.reason, headers=fields, body=body)
-                return _Filled(ranges.answer(job.request, full, body), None)
-        origin.close()
-        return ranges.AskOrigin(reason)
 
     def _origin_failed(self, job: _Fill, exc: OriginError) -> _Filled:
         now = self._clock()

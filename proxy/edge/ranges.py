@@ -8,7 +8,7 @@ Where they are answered (``Edge``):
   built as for any request, and ``answer`` cuts the range out of it last;
 - on a miss, the fill fetches the whole object without the Range (``headers.to_origin``) and
   stores it when it may, then answers as above. When the whole object may not be kept,
-  ``pass_on`` says what to do: a 200 that is not storable but ends within
+  ``cut_from_origin`` says what to do: a 200 that is not storable but ends within
   cache.max_object_bytes is read and the range cut from it; one that is larger (by its
   Content-Length, or by what arrived when it had none) is dropped and the origin is asked
   again with the client's Range (``AskOrigin``), so a seek in a large object never streams
@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.core.headers import from_origin
 from proxy.core.ranges import Part, Whole, decide_range
 from proxy.edge import respond
+from proxy.edge.origin import OriginResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,30 @@ def answer(request: web.BaseRequest, full: web.Response, body: bytes) -> web.Res
     unsatisfiable.headers[hdrs.CONTENT_RANGE] = decision.content_range  # RFC 9110 §15.5.17
     unsatisfiable.headers[hdrs.ACCEPT_RANGES] = "bytes"
     return unsatisfiable
+
+
+async def cut_from_origin(
+    request: web.BaseRequest,
+    origin: OriginResponse,
+    limit: int,
+    *,
+    via: str,
+    status: str,
+    prefix: bytes | None,
+) -> web.Response | None:
+    """The answer to a Range request from the origin's whole 200, which is not stored: the
+    range cut from it when it ends within ``limit`` bytes (cache.max_object_bytes). None when
+    it is larger (by its Content-Length, or ``prefix``: what was read of it, past the limit):
+    it is dropped, and the caller asks the origin for the range itself (``AskOrigin``)."""
+    length = origin.content_length
+    if prefix is None and (length is None or length <= limit):
+        body, complete = await origin.read_up_to(limit)
+        if complete:
+            fields = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
+            full = web.Response(status=200, reason=origin.reason, headers=fields, body=body)
+            return answer(request, full, body)
+    origin.close()
+    return None
 
 
 def _last(fields: CIMultiDictProxy[str] | CIMultiDict[str], name: str) -> str | None:
