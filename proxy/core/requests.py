@@ -36,9 +36,10 @@ class FieldNames(Protocol):
 
 def may_use_cache(method: str, headers: FieldNames, *, has_body: bool) -> bool:
     """May the cache look this request up (and store what answers it)? Only GET and HEAD
-    without a body. A Range request is passed to the origin as it is: this cache does not
-    store or answer partial content (RFC 9111 §3.3 allows, never requires, either)."""
-    return method in CACHEABLE_METHODS and not has_body and _RANGE not in headers
+    without a body. A Range request is answered from the whole stored response (core/ranges.py,
+    decision 0021); only whole responses are stored (RFC 9111 §3.3 allows, never requires,
+    storing partial ones)."""
+    return method in CACHEABLE_METHODS and not has_body
 
 
 def plain_get(method: str, headers: FieldNames, *, has_body: bool) -> bool:

@@ -2,8 +2,9 @@
 
 ``Edge.handle`` routes by Host, then takes one of two paths:
 
-- cacheable (GET or HEAD without a body or Range): look up, then serve a fresh entry, or fill
-  it from the origin under request collapsing (``fill``), revalidating a stale one;
+- cacheable (GET or HEAD without a body): look up, then serve a fresh entry, or fill it from
+  the origin under request collapsing (``fill``), revalidating a stale one. A Range GET is
+  answered from the whole response (edge/ranges.py);
 - forwarded (every other method, and requests the cache must not answer): sent to the origin
   as they are, streamed back, and for unsafe methods the URL's entries invalidated
   (RFC 9111 §4.4). A request body is read before the origin is asked, up to
@@ -52,7 +53,7 @@ from proxy.core.policy import (
 from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.edge import bodies, respond
+from proxy.edge import bodies, ranges, respond
 from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
@@ -275,13 +276,34 @@ class Edge:
             ) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
-                return await self._answered(job, origin, request_time, self._clock())
+                filled = await self._answered(job, origin, request_time, self._clock())
+            if isinstance(filled, ranges.AskOrigin):
+                # Once the whole response's connection is let go (a second one held at
+                # once could wait on the domain's connection slots).
+                return await self._range_from_origin(job, filled.reason)
+            return filled
         except OriginError as exc:
             return self._origin_failed(job, exc)
 
+    async def _range_from_origin(self, job: _Fill, reason: str) -> _Filled:
+        """Relay the origin's answer to the client's Range request as it is sent (the whole
+        object is too large to keep: ranges.AskOrigin). Raises OriginError."""
+        headers = self._origin_headers(job.request, job.config, cacheable=False)
+        status = cache_status(self._name, fwd=job.fwd, detail=reason)
+        async with origin_request(
+            self._session,
+            job.config,
+            "GET",
+            job.key[2],
+            headers,
+            telemetry=self._telemetry,
+            slots=self._slots,
+        ) as origin:
+            return _Filled(await self._relay(job.request, origin, status), None)
+
     async def _answered(
         self, job: _Fill, origin: OriginResponse, request_time: float, response_time: float
-    ) -> _Filled:
+    ) -> _Filled | ranges.AskOrigin:
         """The origin answered: refresh the stale entry, serve it instead of an error, store
         the response, or pass it on unstored."""
         stale = job.stale
@@ -340,11 +362,16 @@ class Edge:
 
     async def _pass_on(
         self, job: _Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
-    ) -> _Filled:
+    ) -> _Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the
         origin itself), not kept until the relay ends."""
         self._land(job.key, job.flight, None)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
+        if origin.status == 200 and not job.background and ranges.asked(job.request):
+            cut = await ranges.cut_from_origin(
+                job.request, origin, self._max_object, via=self._via, status=status, prefix=prefix
+            )
+            return _Filled(cut, None) if cut is not None else ranges.AskOrigin(reason)
         relayed = await self._relay(
             job.request, origin, status, prefix=prefix, background=job.background
         )
@@ -579,9 +606,12 @@ class Edge:
         *,
         headers: Headers | None = None,
     ) -> web.Response:
-        return respond.from_stored(
+        response = respond.from_stored(
             request, entry, now=now, via=self._via, status=status, headers=headers
         )
+        if hdrs.RANGE in request.headers:
+            return ranges.answer(request, response, entry.body)
+        return response
 
 
 def _coding(request: web.BaseRequest, config: DomainConfig) -> str:
