@@ -104,6 +104,11 @@ class EdgeConfig:
     # Open client connections, for the node (each worker takes its share); "auto" (None)
     # derives it from the open-files limit (proxy/edge/connections.py).
     max_connections: Annotated[int | None, _max_connections] = None
+    # Upgraded connections (WebSocket and any other Upgrade, decision 0022): closed after this
+    # many seconds without a byte either way (nginx: proxy_read_timeout), and after this many
+    # seconds in all, however busy.
+    tunnel_idle_timeout: Annotated[float, _seconds] = 60.0
+    tunnel_max_seconds: Annotated[float, _seconds] = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
