@@ -121,6 +121,11 @@ class EdgeConfig:
     tls_listen: Annotated[Listen | None, _listen] = None
     tls_cert: Annotated[Path | None, _path] = None
     tls_key: Annotated[Path | None, _path] = None
+    # Upgraded connections (WebSocket and any other Upgrade, decision 0022): closed after this
+    # many seconds without a byte either way (nginx: proxy_read_timeout), and after this many
+    # seconds in all, however busy.
+    tunnel_idle_timeout: Annotated[float, _seconds] = 60.0
+    tunnel_max_seconds: Annotated[float, _seconds] = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@
                                     applied it within fleet.clear_timeout
 
 Third-party exceptions (aiohttp, sqlite3, tomllib, valkey) are translated into these where they
-enter: ``config.py``, ``state/sqlite.py``, ``edge/origin.py`` and ``fleet/scripts.py``.
+enter: ``config.py``, ``state/sqlite.py``, ``edge/origin.py``, ``edge/tunnel.py`` (h11's,
+for upgrade tunnels) and ``fleet/scripts.py``.
 """
 
 

@@ -33,6 +33,8 @@ Metrics (all prefixed ``cdn_proxy_``):
   ``connections_refused_total{listener}``, ``header_timeouts_total{listener}`` and
   ``bad_requests_total{listener}``: this process's client connections on the edge and API
   listeners (proxy/edge/connections.py); with workers, the edge's summed from their reports.
+- ``tunnels_open{listener}``, ``tunnels_total{listener}``: upgraded connections (WebSocket and
+  other tunnels, decision 0022) open now and opened since the start, counted the same way.
 - With workers or a fleet (the control process serves no edge traffic itself), requests and
   store figures are those every edge process reports (proxy/fleet/figures.py), and:
   ``purge_ack_duration_seconds`` (from a clear to the last live edge process's

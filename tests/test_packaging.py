@@ -20,7 +20,9 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.nodes import ENV
+from tests.conftest import Origin
+from tests.edge.tls_support import Certificates, get, https_origin
+from tests.nodes import ENV, Node
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "config" / "cdn-proxy.service"
@@ -197,3 +199,42 @@ async def test_scripts_serve_installs_only_when_pyproject_changed(tmp_path: Path
     stamp.write_text(stamp.read_text(encoding="utf-8") + "# changed\n", encoding="utf-8")
     assert installing in await run()
     assert shutil.which("cdn-proxy", path=str(venv / "bin"))
+
+
+async def test_the_production_example_serves_https_through_workers(
+    tmp_path: Path, origin: Origin
+) -> None:
+    """config/production.toml as it ships, with only its addresses and absolute paths moved
+    into the test: every key in it is valid, and the node it describes (TLS with SNI, a
+    verified https:// origin with its own CA, edge workers on an embedded Valkey, the access
+    log) serves."""
+    certs = Certificates(tmp_path)
+    text = (ROOT / "config" / "production.toml").read_text(encoding="utf-8")
+    for name in ("default", "www.example.com", "static.example.com"):
+        pair = certs.issue(name if "." in name else "default.invalid")
+        text = text.replace(f"/etc/cdn-proxy/tls/{name}.crt", str(pair.cert))
+        text = text.replace(f"/etc/cdn-proxy/tls/{name}.key", str(pair.key))
+    text = text.replace("/etc/cdn-proxy/tls/internal-ca.pem", str(certs.bundle))
+    for path in ("/var/lib/cdn-proxy", "/var/log/cdn-proxy"):
+        text = text.replace(path, str(tmp_path))
+    for listen in ("0.0.0.0:80", "0.0.0.0:443", "127.0.0.1:8081"):
+        text = text.replace(f'"{listen}"', '"127.0.0.1:0"')
+    assert "/etc/" not in text and "/var/" not in text and "0.0.0.0" not in text
+    origin.reply("/", b"www page", headers={"Cache-Control": "max-age=60"})
+    async with https_origin(certs.issue("localhost")) as private_origin:
+        text = text.replace("https://origin.example.com", origin.url)
+        text = text.replace("https://10.0.0.20:8443", private_origin)
+        config = tmp_path / "proxy.toml"
+        config.write_text(text, encoding="utf-8")
+        node = await Node.start(config, roles=3, log=tmp_path / "node.log")
+        try:
+            assert node.workers == len(os.sched_getaffinity(0))
+            url = node.addresses["edge-tls"] + "/"
+            async with aiohttp.ClientSession() as client:
+                for name, body in (("www.example.com", b"www page"), ("static.example.com", None)):
+                    status, _, got = await get(client, url, certs.client(), sni=name)
+                    assert status == 200
+                    assert got == (body or b"secret origin")
+        finally:
+            await node.kill()
+    assert "Traceback" not in (tmp_path / "node.log").read_text()

@@ -40,6 +40,8 @@ RELOADABLE = frozenset(
         "api.body_timeout",  # likewise
         "edge.tls_cert",  # EdgeTls.reconfigure (through Edge.reconfigure): new connections
         "edge.tls_key",
+        "edge.tunnel_idle_timeout",  # Tunnels.reconfigure: tunnels opened from now on
+        "edge.tunnel_max_seconds",
     }
 )
 

@@ -26,6 +26,7 @@ _PRAGMA = istr("Pragma")
 _IF_NONE_MATCH = istr("If-None-Match")
 _IF_MODIFIED_SINCE = istr("If-Modified-Since")
 _RANGE = istr("Range")
+_UPGRADE = istr("Upgrade")
 
 
 class FieldNames(Protocol):
@@ -45,8 +46,9 @@ def may_use_cache(method: str, headers: FieldNames, *, has_body: bool) -> bool:
 def plain_get(method: str, headers: FieldNames, *, has_body: bool) -> bool:
     """A GET that a fresh stored response answers exactly as stored: no body, no request
     directives (RFC 9111 §5.2.1, Pragma §5.4), no validators of the client's own (RFC 9110
-    §13.1: answered with a 304 by the full path) and no Range. For any other request the full
-    rules decide (policy.py)."""
+    §13.1: answered with a 304 by the full path), no Range, and no Upgrade (which the origin
+    may answer by switching protocols: core/upgrade.py). For any other request the full rules
+    decide (policy.py)."""
     return (
         method == "GET"
         and not has_body
@@ -55,4 +57,5 @@ def plain_get(method: str, headers: FieldNames, *, has_body: bool) -> bool:
         and _IF_NONE_MATCH not in headers
         and _IF_MODIFIED_SINCE not in headers
         and _RANGE not in headers
+        and _UPGRADE not in headers
     )

@@ -31,6 +31,15 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   request on ``_waiter`` with the parsed ones queued in ``_messages``; a parse error reaches
   ``handle_error`` and ``log_exception`` as an ``HttpProcessingError``; ``AppRunner`` makes
   its server in ``_make_server``.
+- ``take_over``: a tunnelled connection's bytes from the client, after a 101 (decision 0022),
+  handed over by the request protocol's ``set_parser`` as to aiohttp's own WebSocket
+  response; a tunnelling ``GuardedRequestHandler`` keeps its connection open through a drain,
+  and counts it in its guard. Assumed: ``set_parser`` first feeds the bytes held since the
+  head (``_message_tail``, for a "websocket" or "tcp" Upgrade), then every later read goes to
+  the parser's ``feed_data`` (answered with an (eof, tail) pair) and the connection's loss to
+  its ``feed_eof``; the header timer sees none of them while the handler runs; flow control
+  (``pause_reading``) leaves the HTTP parser alone once ``_upgraded`` is set; and
+  ``RequestHandler.close`` (the server's ``pre_shutdown``) makes later reads be dropped.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from aiohttp import ClientRequest, ClientTimeout, TCPConnector, web
+from aiohttp import ClientRequest, ClientTimeout, StreamReader, TCPConnector, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.connector import Connection
 from aiohttp.http import HttpProcessingError
@@ -185,7 +194,15 @@ HEAD_TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-
 class GuardedRequestHandler(web.RequestHandler):
     """aiohttp's protocol for one client connection, with the guard's limits."""
 
-    __slots__ = ("_admitted", "_guard", "_head_begun", "_head_timer", "_lingering", "_refusing")
+    __slots__ = (
+        "_admitted",
+        "_guard",
+        "_head_begun",
+        "_head_timer",
+        "_lingering",
+        "_refusing",
+        "_tunnel",
+    )
 
     def __init__(self, manager: web.Server, *, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -195,6 +212,7 @@ class GuardedRequestHandler(web.RequestHandler):
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusing: asyncio.Transport | None = None  # refused at the limit
         self._lingering = False
+        self._tunnel = False  # switched protocols: a tunnel's bytes (take_over)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not self._guard.admit():
@@ -236,9 +254,20 @@ class GuardedRequestHandler(web.RequestHandler):
         if self._admitted:
             self._admitted = False
             self._guard.release()
+        if self._tunnel:
+            self._tunnel = False
+            self._guard.tunnel_closed()
         super().connection_lost(exc)
 
+    def tunnel_opened(self) -> None:
+        self._tunnel = True
+        self._guard.tunnel_opened()
+
     def close(self) -> None:
+        if self._tunnel:
+            # aiohttp's close() would drop every byte the client sends from now on; a tunnel
+            # carries them until it ends, or until the drain's deadline closes it.
+            return
         super().close()
         # At shutdown (the server's pre_shutdown) aiohttp leaves an idle connection open
         # until its final timeout; close it now, so that a drain waits only for requests.
@@ -321,3 +350,46 @@ class GuardedAppRunner(web.AppRunner):
             loop=plain._loop,
             **plain._kwargs,
         )
+
+
+# A tunnel's bytes from the client are read ahead up to twice this, then the client's socket
+# is no longer read until the origin has taken some (aiohttp's StreamReader flow control).
+TUNNEL_READ_LIMIT = 64 * 1024
+
+
+class _TunnelFeed:
+    """Stands where aiohttp's request protocol expects its WebSocket reader: the protocol
+    hands it every byte the client sends, and its end."""
+
+    __slots__ = ("_reader",)
+
+    def __init__(self, reader: StreamReader) -> None:
+        self._reader = reader
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self._reader.feed_data(data)
+        return False, b""  # never at its end: the tunnel ends when either side closes
+
+    def feed_eof(self) -> None:
+        self._reader.feed_eof()
+
+
+def take_over(request: web.BaseRequest) -> StreamReader:
+    """From now on, what the client sends on the request's connection (the protocol it
+    switched to, after a 101): read from the returned reader, which ends when the client
+    closes. Bytes it sent after its request head and before this call come first. The
+    connection serves no request after this one: it closes when the handler returns."""
+    protocol = request.protocol
+    reader = StreamReader(protocol, TUNNEL_READ_LIMIT, loop=asyncio.get_running_loop())
+    if protocol.transport is None or protocol.transport.is_closing():
+        reader.feed_eof()  # gone already: its loss was reported before the feed was set
+        return reader
+    if isinstance(protocol, GuardedRequestHandler):
+        protocol.tunnel_opened()
+    # Marked upgraded, as aiohttp marks a "websocket" or "tcp" one itself: otherwise the
+    # reader's flow control (protocol.pause_reading) would pause the HTTP parser, which has
+    # no body to pause for a protocol aiohttp does not know, and fail.
+    protocol._upgraded = True
+    protocol.set_parser(cast(Any, _TunnelFeed(reader)))
+    protocol.keep_alive(False)
+    return reader

@@ -19,6 +19,10 @@ A connection refused at the limit gets a 503 with ``Retry-After`` and is closed 
 it frees its descriptor; one line is logged per ``LOG_EVERY`` seconds, however many there
 were, and each is counted. Malformed requests (answered 400 by aiohttp) are logged the same
 way: one line per ``LOG_EVERY`` seconds saying how many, never a traceback each.
+
+A tunnel (an upgraded connection, decision 0022) stays one open connection for its whole
+life, and holds one more file for its origin connection, outside the origin pool: when files
+run out, opening it fails and the client gets a 502. The guard counts tunnels open and opened.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ LOG_EVERY = 10.0  # seconds between two lines about the same trouble
 ORIGIN_CONNECTIONS = 1024  # the origin session's pool limit (proxy/edge/origin.py)
 OWN_FILES = 64
 API_CONNECTIONS = 256  # at most; fewer under a low open-files limit (api_share)
+# The length of ``ConnectionGuard.figures()``, as edge processes report it (fleet/figures.py).
+CONNECTION_FIGURES = 7
 
 
 def raise_open_files_limit() -> int:
@@ -131,6 +137,8 @@ class ConnectionGuard:
         self.refused = 0
         self.header_timeouts = 0
         self.bad_requests = 0
+        self.tunnels_open = 0
+        self.tunnels = 0  # opened since the start
         self._none_open = asyncio.Event()
         self._none_open.set()
         self._refusals = ThrottledLine(
@@ -163,6 +171,13 @@ class ConnectionGuard:
         if not self.open:
             self._none_open.set()
 
+    def tunnel_opened(self) -> None:
+        self.tunnels_open += 1
+        self.tunnels += 1
+
+    def tunnel_closed(self) -> None:
+        self.tunnels_open -= 1
+
     def header_timed_out(self) -> None:
         self.header_timeouts += 1
 
@@ -173,9 +188,18 @@ class ConnectionGuard:
         self._malformed.note(f"{what} from {remote}")
 
     def figures(self) -> list[int]:
-        """open, limit, refused, header_timeouts, bad_requests: as an edge process reports
-        them to its node (proxy/fleet/figures.py), and as connection_metrics reads them."""
-        return [self.open, self.limit, self.refused, self.header_timeouts, self.bad_requests]
+        """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels: as an
+        edge process reports them to its node (proxy/fleet/figures.py), and as
+        connection_metrics reads them."""
+        return [
+            self.open,
+            self.limit,
+            self.refused,
+            self.header_timeouts,
+            self.bad_requests,
+            self.tunnels_open,
+            self.tunnels,
+        ]
 
     async def none_open(self) -> None:
         """Return once no admitted connection is open."""
@@ -208,9 +232,12 @@ def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -
             "bad_requests",
             "Malformed requests answered 400 by the HTTP parser, by listener.",
         ),
+        (GaugeMetricFamily, "tunnels_open", "Upgraded connections (tunnels) open, by listener."),
+        (CounterMetricFamily, "tunnels", "Upgraded connections (tunnels) opened, by listener."),
     )
     for index, (kind, name, text) in enumerate(families):
         family = kind(prefix + name, text, labels=["listener"])
         for listener, figures in rows:
-            family.add_metric([listener], figures[index])
+            # A report from an older process has fewer figures: the missing ones count 0.
+            family.add_metric([listener], figures[index] if index < len(figures) else 0)
         yield family

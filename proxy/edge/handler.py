@@ -8,7 +8,9 @@
 - forwarded (every other method, and requests the cache must not answer): sent to the origin
   as they are, streamed back, and for unsafe methods the URL's entries invalidated
   (RFC 9111 §4.4). A request body is read before the origin is asked, up to
-  edge.request_buffer_bytes, and a longer one streamed within its share (edge/bodies.py).
+  edge.request_buffer_bytes, and a longer one streamed within its share (edge/bodies.py);
+- tunnelled (a request to switch protocols, as WebSocket's: core/upgrade.py): passed to the
+  origin both ways, never cached (edge/tunnel.py).
 
 A response body is read into memory only up to cache.max_object_bytes. One that ends within
 that is sent whole (so a framing error found while reading it still becomes a clean 502);
@@ -53,11 +55,13 @@ from proxy.core.policy import (
 from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
+from proxy.core.upgrade import tunnel_protocols
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
+from proxy.edge.tunnel import Tunnels
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
 from proxy.store.base import Store
 from proxy.telemetry import Telemetry
@@ -117,6 +121,7 @@ class Edge:
         self._background: set[asyncio.Task[web.StreamResponse]] = set()
         # Certificates for the TLS listener and how each https:// origin is verified.
         self.tls = EdgeTls(config)
+        self.tunnels = Tunnels(config=config, telemetry=self._telemetry, tls=self.tls)
 
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config (proxy/reload.py): the domains, and the limits that
@@ -134,6 +139,7 @@ class Edge:
         self._body_timeout = edge.body_timeout
         self._buffer_bytes = edge.request_buffer_bytes
         self._max_object = cache.max_object_bytes
+        self.tunnels.reconfigure(config)
 
     def _route(self, host: str | None) -> DomainConfig | None:
         """The domain a Host header names, remembered per exact spelling. Only spellings of
@@ -183,6 +189,16 @@ class Edge:
         target = request_target(request.raw_path, config.name)
         if target is None:
             return respond.text(400, "400 Bad Request: the request-target does not name this host")
+        if hdrs.UPGRADE in headers:
+            protocols = tunnel_protocols(
+                method=request.method,
+                version=request.version,
+                has_body=request.body_exists,
+                connection=headers.getall(hdrs.CONNECTION, ()),
+                upgrade=headers.getall(hdrs.UPGRADE),
+            )
+            if protocols is not None:
+                return await self._tunnel(request, config, target, protocols)
         if may_use_cache(request.method, headers, has_body=request.body_exists):
             return await self._cacheable(request, config, target)
         fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
@@ -440,6 +456,18 @@ class Edge:
     def _land(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:
             self.flights.land(key, flight, result)
+
+    # -- the tunnelled path ----------------------------------------------------------------------
+
+    async def _tunnel(
+        self, request: web.BaseRequest, config: DomainConfig, target: str, protocols: str
+    ) -> web.StreamResponse:
+        if request.method not in SAFE_METHODS:
+            # As for a forwarded request (RFC 9111 §4.4), before the origin is asked, whatever
+            # it answers: the tunnel's answer is never seen by the cache.
+            await self._store.invalidate(config.name, target)
+        fields = self._origin_headers(request, config, cacheable=False)
+        return await self.tunnels.open(request, config, target, fields, protocols)
 
     # -- the forwarded path ------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.core.traffic import OUTCOMES, MinuteCounts
+from proxy.edge.connections import CONNECTION_FIGURES
 from proxy.errors import FleetUnavailable
 from proxy.fleet.scripts import FleetScripts, MembersView
 from proxy.store.base import DomainStats, Store, StoreStats
@@ -224,8 +225,8 @@ class _Totals:
             renew_failures += _int(report.get("renew_failures"))
             listeners = report.get("connections")
             for listener, figures in listeners.items() if isinstance(listeners, dict) else ():
-                into = connections.setdefault(str(listener), [0, 0, 0, 0, 0])
-                for index, value in enumerate(_list(figures)[:5]):
+                into = connections.setdefault(str(listener), [0] * CONNECTION_FIGURES)
+                for index, value in enumerate(_list(figures)[:CONNECTION_FIGURES]):
                     into[index] += _int(value)
         return cls(
             outcomes=outcomes,

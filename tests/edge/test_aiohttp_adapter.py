@@ -31,6 +31,7 @@ from proxy.edge.aiohttp_adapter import (
     OriginConnector,
     Prewritten,
     answer_and_close,
+    take_over,
 )
 from proxy.edge.connections import ConnectionGuard
 from tests.conftest import until
@@ -347,5 +348,130 @@ async def test_the_app_runner_makes_a_guarded_server() -> None:
     try:
         assert isinstance(runner.server, GuardedServer)
         assert runner.server.request_factory == app._make_request
+    finally:
+        await runner.cleanup()
+
+
+# -- take_over: a tunnelled connection's bytes after a 101 (decision 0022) ---------------------
+
+
+class TunnelEcho:
+    """A handler that switches protocols (101), takes the connection over, and echoes what
+    the client sends until it closes; ``go`` holds its reading back."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.go.set()
+        self.ended = asyncio.Event()
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=101, headers={"Connection": "upgrade", "Upgrade": request.headers["Upgrade"]}
+        )
+        response.force_close()
+        reader = take_over(request)
+        await response.prepare(request)
+        await self.go.wait()
+        while chunk := await reader.readany():
+            await response.write(chunk)
+        self.ended.set()
+        return response
+
+
+def upgrade_head(protocol: str) -> bytes:
+    return (
+        f"GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: {protocol}\r\n\r\n".encode()
+    )
+
+
+@pytest.mark.parametrize("protocol", ["websocket", "echo/1"])
+async def test_a_taken_over_connection_carries_bytes_until_the_client_closes(
+    protocol: str,
+) -> None:
+    """After ``set_parser``, every read reaches the feed, whatever the protocol (aiohttp's
+    parser knows only "websocket" and "tcp"), bytes that look like a request included; a 101
+    is sent with no body framing; the client's close ends the reader; the guard counts the
+    tunnel while it is open."""
+    echo, guard_ = TunnelEcho(), guard()
+    runner, _, port = await guarded(echo, guard_)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(upgrade_head(protocol))
+        async with asyncio.timeout(5):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 101 ")
+            assert b"Transfer-Encoding" not in head
+            assert b"Content-Length" not in head
+            for data in (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", bytes(range(256))):
+                writer.write(data)
+                assert await reader.readexactly(len(data)) == data
+            assert (guard_.tunnels_open, guard_.tunnels) == (1, 1)
+            writer.close()
+            await echo.ended.wait()
+            await guard_.none_open()
+        assert guard_.tunnels_open == 0
+    finally:
+        await runner.cleanup()
+
+
+async def test_bytes_sent_with_a_websocket_head_are_held_and_fed_first() -> None:
+    """For a "websocket" Upgrade, aiohttp holds what follows the head (``_message_tail``)
+    and ``set_parser`` feeds it before anything else."""
+    runner, _, port = await guarded(TunnelEcho(), guard())
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(upgrade_head("websocket") + b"early bytes")
+        async with asyncio.timeout(5):
+            await reader.readuntil(b"\r\n\r\n")
+            assert await reader.readexactly(11) == b"early bytes"
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_flow_control_of_a_tunnel_of_an_unknown_protocol_pauses_the_socket(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With nobody reading, the feed's reader pauses the client's socket (its high-water
+    mark), which must not touch the HTTP parser (it has no body to pause: aiohttp's parser
+    asserts); then reading resumes and every byte arrives."""
+    echo = TunnelEcho()
+    echo.go.clear()
+    runner, server, port = await guarded(echo, guard())
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(upgrade_head("echo/1"))
+        async with asyncio.timeout(5):
+            await reader.readuntil(b"\r\n\r\n")
+        blob = bytes(range(256)) * 2048  # 512 KiB: past the reader's high-water mark
+        writer.write(blob)
+        await until(lambda: server.connections[0]._reading_paused)
+        echo.go.set()
+        async with asyncio.timeout(5):
+            assert await reader.readexactly(len(blob)) == blob
+        writer.close()
+    finally:
+        await runner.cleanup()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_tunnel_escapes_the_header_timer_and_a_drains_close() -> None:
+    """While the handler runs, tunnel bytes start no header timer; ``pre_shutdown`` (which
+    would make aiohttp drop every later read) leaves a tunnel reading."""
+    runner, server, port = await guarded(TunnelEcho(), guard(header_timeout=0.05))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(upgrade_head("echo/1"))
+        async with asyncio.timeout(5):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"one")
+            assert await reader.readexactly(3) == b"one"
+            protocol = server.connections[0]
+            assert isinstance(protocol, GuardedRequestHandler)
+            assert protocol._head_timer is None
+            server.pre_shutdown()
+            writer.write(b"two")
+            assert await reader.readexactly(3) == b"two"
+        writer.close()
     finally:
         await runner.cleanup()
