@@ -81,6 +81,10 @@ class DomainConfig:
     # request waits for one before it is answered 503 (decision 0015).
     origin_connections: Annotated[int, _count] = 256
     origin_queue_timeout: Annotated[float, _seconds] = 5.0
+    # Response fields read as the origin's tags for tag purges (decision 0024), and removed
+    # before responses reach clients: "Surrogate-Key" (space-separated), "Cache-Tag"
+    # (comma-separated), both, or none ([]).
+    tag_headers: Annotated[tuple[str, ...], _tag_headers] = ("Surrogate-Key", "Cache-Tag")
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +443,18 @@ def _fleet_url(key: str, value: object) -> str:
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(key, f"{value!r} has no host")
     return value
+
+
+def _tag_headers(key: str, value: object) -> tuple[str, ...]:
+    known = {"surrogate-key": "Surrogate-Key", "cache-tag": "Cache-Tag"}
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, 'must be a list such as ["Surrogate-Key", "Cache-Tag"]')
+    names = [known.get(v.lower()) for v in value]
+    if None in names or len(set(names)) != len(names):
+        raise ConfigError(
+            key, 'may list "Surrogate-Key" and "Cache-Tag", each at most once, and nothing else'
+        )
+    return tuple(name for name in names if name is not None)
 
 
 def _count(key: str, value: object) -> int:
