@@ -179,24 +179,74 @@ def split_tags(
 # -- matching -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Ban:
-    """A lazy prefix purge (a soft ``all`` is the prefix ""): it covers entries whose
-    request-target starts with one of ``prefixes`` and whose mark is below ``number``."""
-
-    number: int
-    prefixes: tuple[str, ...]
-    soft: bool
-    at: float  # wall-clock time of the purge: a soft ban ends freshness here
-
-
 @dataclass(slots=True)
-class TagPurges:
-    """The last purges of one tag in one domain: numbers (0 for none) and the soft one's time."""
+class LastPurges:
+    """The last hard and last soft purge of one prefix or one tag in one domain: their
+    numbers (0 for none) and the soft one's time."""
 
     hard: int = 0
     soft: int = 0
     soft_at: float = 0.0
+
+    def add(self, number: int, soft: bool, at: float) -> None:
+        if soft:
+            self.soft, self.soft_at = number, at
+        else:
+            self.hard = number
+
+    @property
+    def newest(self) -> int:
+        return max(self.hard, self.soft)
+
+
+TagPurges = LastPurges
+
+
+class Bans:
+    """A domain's outstanding prefix bans (a soft ``all`` is the ban of ""): per prefix its
+    last purges, and how many prefixes have each length. An entry is checked by looking up
+    each prefix of its target whose length some ban has: O(distinct lengths), whatever the
+    number of bans, instead of one test per ban."""
+
+    __slots__ = ("by_prefix", "lengths")
+
+    def __init__(self) -> None:
+        self.by_prefix: dict[str, LastPurges] = {}
+        self.lengths: dict[int, int] = {}  # prefix length -> prefixes of that length
+
+    def __len__(self) -> int:
+        return len(self.by_prefix)
+
+    def add(self, number: int, prefixes: tuple[str, ...], soft: bool, at: float) -> None:
+        for prefix in prefixes:
+            last = self.by_prefix.get(prefix)
+            if last is None:
+                last = self.by_prefix[prefix] = LastPurges()
+                self.lengths[len(prefix)] = self.lengths.get(len(prefix), 0) + 1
+            last.add(number, soft, at)
+
+    def retire(self, upto: int) -> None:
+        """Forget the prefixes whose purges are all numbered ``upto`` or below."""
+        for prefix in [p for p, last in self.by_prefix.items() if last.newest <= upto]:
+            del self.by_prefix[prefix]
+            left = self.lengths[len(prefix)] - 1
+            if left:
+                self.lengths[len(prefix)] = left
+            else:
+                del self.lengths[len(prefix)]
+
+    def newest(self) -> int:
+        return max((last.newest for last in self.by_prefix.values()), default=0)
+
+    def matching(self, target: str) -> list[LastPurges]:
+        found = []
+        by_prefix = self.by_prefix
+        for length in self.lengths:
+            if length <= len(target):
+                last = by_prefix.get(target[:length])
+                if last is not None:
+                    found.append(last)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,28 +262,23 @@ HARD = Covered(hard=True)
 
 
 def covering(
-    bans: Sequence[Ban],
-    tag_purges: dict[str, TagPurges],
+    bans: Bans,
+    tag_purges: dict[str, LastPurges],
     *,
     mark: int,
     target: str,
     tags: tuple[str, ...],
 ) -> Covered | None:
-    """Whether the purges newer than ``mark`` (bans oldest first; the tags' last purges) cover
+    """Whether the purges newer than ``mark`` (the prefix bans; the tags' last purges) cover
     an entry stored under ``target`` with ``tags``: None when none does. A hard purge wins
-    over soft ones; of several soft ones, the earliest ends its freshness."""
+    over soft ones. Soft: the entry is stale from a covering soft purge's time on; of several
+    prefixes or tags, the earliest time counts, and for one prefix or tag its last soft purge
+    (which is also in the past: the entry is stale now either way)."""
     stale_at: float | None = None
-    for ban in reversed(bans):
-        if ban.number <= mark:
-            break
-        if target.startswith(ban.prefixes):
-            if not ban.soft:
-                return HARD
-            stale_at = ban.at  # older bans come later in this loop: the earliest wins
-    for tag in tags:
-        last = tag_purges.get(tag)
-        if last is None:
-            continue
+    lasts = bans.matching(target) if bans.lengths else []
+    if tags:
+        lasts.extend(last for tag in tags if (last := tag_purges.get(tag)) is not None)
+    for last in lasts:
         if last.hard > mark:
             return HARD
         if last.soft > mark and (stale_at is None or last.soft_at < stale_at):

@@ -191,16 +191,19 @@ class MemoryStore:
     def _peek_purged(self, domain: str, target: str) -> StoredResponse | None:
         """``peek`` for a domain not in ``_prefixes``: first seen, cleared, or with lazy
         purges outstanding, whose entries are checked against them (once each)."""
-        prefix = f"{domain} {self._generations.get(domain, 0)} "
         state = self._purges.get(domain)
         if state is None or not state.top:
-            self._prefixes[domain] = prefix
-        key = prefix + target
+            self._prefixes[domain] = f"{domain} {self._generations.get(domain, 0)} "
+            return self.peek(domain, target)
+        key = state.prefix + target
         stored = self._lru.get(key)
-        if stored is not None and state is not None and state.top:
-            stored = self._settled(state, key, target, stored)
         if stored is None:
             return None
+        # Checked already (the usual case once each entry has been read once): served.
+        if type(stored) is not StoredResponse or stored.mark < state.top:
+            stored = self._settled(state, key, target, stored)
+            if stored is None:
+                return None
         self._lru.move_to_end(key)
         return stored if type(stored) is StoredResponse else None
 
@@ -273,7 +276,7 @@ class MemoryStore:
         self._prefixes.pop(domain, None)
         state = self._purges.get(domain)
         if state is not None:
-            state.cleared_now()
+            state.cleared_now(f"{domain} {generation + 1} ")
         bucket = self._buckets.get((domain, generation))
         dropped = 0
         if bucket is not None:
@@ -480,7 +483,9 @@ class MemoryStore:
         state = self._purges.get(domain)
         if state is None:
             generation = self._generations.get(domain, 0)
-            state = self._purges[domain] = DomainPurges(number=generation, cleared=generation)
+            state = self._purges[domain] = DomainPurges(
+                number=generation, cleared=generation, prefix=f"{domain} {generation} "
+            )
         return state
 
     def _purge_urls(

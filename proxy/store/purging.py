@@ -20,11 +20,10 @@ Per domain that has had any purge but a plain clear, a ``DomainPurges`` keeps:
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
-from proxy.core.purges import Ban, Purge, TagPurges
+from proxy.core.purges import Bans, LastPurges, Purge
 
 RECENT = 1024  # purges remembered per domain for fills in flight
 KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (memory._Bucket)
@@ -43,8 +42,9 @@ class Walk:
 class DomainPurges:
     number: int  # the domain's purge number (a lookup key's second part)
     cleared: int  # the number at the domain's last clear: older lookups are refused
-    bans: list[Ban] = field(default_factory=list)
-    tags: dict[str, TagPurges] = field(default_factory=dict)
+    prefix: str  # "domain generation ": the start of its keys in the store
+    bans: Bans = field(default_factory=Bans)
+    tags: dict[str, LastPurges] = field(default_factory=dict)
     top: int = 0  # the newest outstanding lazy purge; 0: none, entries need no check
     recent: deque[tuple[int, Purge]] = field(default_factory=lambda: deque(maxlen=RECENT))
     walk: Walk | None = None
@@ -54,30 +54,28 @@ class DomainPurges:
         self.recent.append((self.number, purge))
         return self.number
 
-    def cleared_now(self) -> None:
-        """A hard clear: nothing stored before it can be read again, so nothing lazy is
-        outstanding any more."""
+    def cleared_now(self, prefix: str) -> None:
+        """A hard clear (to the generation ``prefix`` names): nothing stored before it can be
+        read again, so nothing lazy is outstanding any more."""
         self.number += 1
         self.cleared = self.number
-        self.bans.clear()
+        self.prefix = prefix
+        self.bans = Bans()
         self.tags.clear()
         self.top = 0
         self.recent.clear()
         self.walk = None
 
     def add_ban(self, number: int, prefixes: tuple[str, ...], soft: bool, at: float) -> None:
-        self.bans.append(Ban(number, prefixes, soft, at))
+        self.bans.add(number, prefixes, soft, at)
         self.top = number
 
     def add_tags(self, number: int, tags: tuple[str, ...], soft: bool, at: float) -> None:
         for tag in tags:
             last = self.tags.get(tag)
             if last is None:
-                last = self.tags[tag] = TagPurges()
-            if soft:
-                last.soft, last.soft_at = number, at
-            else:
-                last.hard = number
+                last = self.tags[tag] = LastPurges()
+            last.add(number, soft, at)
         self.top = number
 
     def fill_allowed(self, token: int, target: str, tags: tuple[str, ...]) -> bool:
@@ -98,14 +96,11 @@ class DomainPurges:
 
     def retire(self, upto: int) -> None:
         """Every entry's mark is now at least ``upto``: lazy purges up to it are done."""
-        cut = bisect_right([ban.number for ban in self.bans], upto)
-        del self.bans[:cut]
-        for tag in [t for t, last in self.tags.items() if max(last.hard, last.soft) <= upto]:
+        self.bans.retire(upto)
+        for tag in [t for t, last in self.tags.items() if last.newest <= upto]:
             del self.tags[tag]
-        newest = [max(last.hard, last.soft) for last in self.tags.values()]
-        if self.bans:
-            newest.append(self.bans[-1].number)
-        self.top = max(newest, default=0)
+        newest = (last.newest for last in self.tags.values())
+        self.top = max(self.bans.newest(), max(newest, default=0))
 
 
 def covers(purge: Purge, target: str, tags: tuple[str, ...]) -> bool:

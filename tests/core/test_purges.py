@@ -12,11 +12,11 @@ from proxy.core.purges import (
     MAX_ITEMS,
     MAX_TAG_CHARS,
     MAX_TAGS,
-    Ban,
+    Bans,
     Covered,
     InvalidPurge,
+    LastPurges,
     Purge,
-    TagPurges,
     covering,
     purge_request,
     split_tags,
@@ -139,31 +139,51 @@ def test_exactly_the_bounds_are_allowed() -> None:
 # -- covering ----------------------------------------------------------------------------------
 
 
+def bans(*added: tuple[int, tuple[str, ...], bool, float]) -> Bans:
+    made = Bans()
+    for number, prefixes, soft, at in added:
+        made.add(number, prefixes, soft, at)
+    return made
+
+
 def test_a_ban_covers_only_entries_stored_before_it_under_its_prefixes() -> None:
-    bans = [Ban(5, ("/assets/", "/img/"), soft=False, at=100.0)]
-    assert covering(bans, {}, mark=4, target="/assets/a.css", tags=()) is HARD
-    assert covering(bans, {}, mark=4, target="/img/", tags=()) is HARD
-    assert covering(bans, {}, mark=5, target="/assets/a.css", tags=()) is None  # after it
-    assert covering(bans, {}, mark=4, target="/asset", tags=()) is None
-    assert covering(bans, {}, mark=4, target="/Assets/a.css", tags=()) is None  # bytes as sent
+    banned = bans((5, ("/assets/", "/img/"), False, 100.0))
+    assert covering(banned, {}, mark=4, target="/assets/a.css", tags=()) is HARD
+    assert covering(banned, {}, mark=4, target="/img/", tags=()) is HARD
+    assert covering(banned, {}, mark=5, target="/assets/a.css", tags=()) is None  # after it
+    assert covering(banned, {}, mark=4, target="/asset", tags=()) is None
+    assert covering(banned, {}, mark=4, target="/Assets/a.css", tags=()) is None  # as sent
 
 
 def test_soft_purges_end_freshness_at_the_earliest_and_hard_wins() -> None:
-    bans = [Ban(3, ("/a",), soft=True, at=10.0), Ban(4, ("/",), soft=True, at=20.0)]
-    assert covering(bans, {}, mark=2, target="/a", tags=()) == Covered(False, 10.0)
-    assert covering(bans, {}, mark=3, target="/a", tags=()) == Covered(False, 20.0)
-    tags = {"t": TagPurges(hard=0, soft=5, soft_at=5.0)}
-    assert covering(bans, tags, mark=2, target="/a", tags=("t",)) == Covered(False, 5.0)
-    tags["u"] = TagPurges(hard=6)
-    assert covering(bans, tags, mark=2, target="/a", tags=("t", "u")) is HARD
+    banned = bans((3, ("/a",), True, 10.0), (4, ("/",), True, 20.0))
+    assert covering(banned, {}, mark=2, target="/a", tags=()) == Covered(False, 10.0)
+    assert covering(banned, {}, mark=3, target="/a", tags=()) == Covered(False, 20.0)
+    tags = {"t": LastPurges(hard=0, soft=5, soft_at=5.0)}
+    assert covering(banned, tags, mark=2, target="/a", tags=("t",)) == Covered(False, 5.0)
+    tags["u"] = LastPurges(hard=6)
+    assert covering(banned, tags, mark=2, target="/a", tags=("t", "u")) is HARD
+
+
+def test_bans_are_looked_up_by_prefix_length_and_retired() -> None:
+    """A check costs a lookup per distinct prefix length, not a test per ban; retiring
+    forgets the prefixes whose purges are all at or below the number."""
+    banned = bans(*((n, (f"/p/{n:05d}/",), False, 0.0) for n in range(1, 10_001)))
+    assert banned.lengths == {9: 10_000}
+    assert covering(banned, {}, mark=0, target="/p/00042/x", tags=()) is HARD
+    assert covering(banned, {}, mark=42, target="/p/00042/x", tags=()) is None
+    banned.retire(9_999)
+    assert (len(banned), banned.newest()) == (1, 10_000)
+    banned.retire(10_000)
+    assert (len(banned), banned.lengths, banned.newest()) == (0, {}, 0)
 
 
 def test_a_tag_purge_covers_entries_carrying_the_tag_stored_before_it() -> None:
-    tags = {"t": TagPurges(hard=7)}
-    assert covering([], tags, mark=6, target="/x", tags=("s", "t")) is HARD
-    assert covering([], tags, mark=7, target="/x", tags=("t",)) is None
-    assert covering([], tags, mark=6, target="/x", tags=("s",)) is None
-    assert covering([], tags, mark=6, target="/x", tags=()) is None
+    tags = {"t": LastPurges(hard=7)}
+    assert covering(Bans(), tags, mark=6, target="/x", tags=("s", "t")) is HARD
+    assert covering(Bans(), tags, mark=7, target="/x", tags=("t",)) is None
+    assert covering(Bans(), tags, mark=6, target="/x", tags=("s",)) is None
+    assert covering(Bans(), tags, mark=6, target="/x", tags=()) is None
 
 
 @pytest.mark.parametrize(

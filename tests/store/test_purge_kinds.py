@@ -263,7 +263,7 @@ async def test_the_walker_retires_bans_and_peek_takes_the_fast_path_again() -> N
     while store.pending_settle:
         store.settle(2)
     state = store._purges[DOMAIN]
-    assert (state.bans, state.tags, state.top) == ([], {}, 0)
+    assert (len(state.bans), state.tags, state.top) == (0, {}, 0)
     # The covered entries were dropped by the walk, and counted out of the store.
     after = await store.stats()
     assert after.entries == stats.entries - 4
