@@ -19,6 +19,9 @@ are left out), so the budgets are still judged on req/s.
 ``--root`` runs cdn-proxy from another checkout (``git worktree add /tmp/before HEAD``) to
 compare a change with what it replaces, in the same venv.
 
+``--tagged`` fetches an object the origin tags five times (``Surrogate-Key``), for the hit cost
+of a tagged entry.
+
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
 behind in batches).
@@ -99,14 +102,20 @@ async def drive(port: int, path: str, requests: int) -> None:
 
 
 def instructions(
-    system: str, size: int, requests: int, origin_port: int, root: Path, tmp: Path
+    system: str,
+    size: int,
+    requests: int,
+    origin_port: int,
+    root: Path,
+    tmp: Path,
+    kind: str = "o",
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
     server, port = start(system, out, size, origin_port, root, home)
     try:
-        asyncio.run(drive(port, f"/o/{size}/0", requests))
+        asyncio.run(drive(port, f"/{kind}/{size}/0", requests))
     finally:
         server.stop()  # SIGTERM: callgrind writes its counts as the process ends
     return totals(out)
@@ -166,6 +175,9 @@ def main() -> None:
     parser.add_argument("--systems", default="cdn-proxy,floor,client-cache")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run cdn-proxy from")
     parser.add_argument("--clears", type=int, default=0, help="count clear-cache requests")
+    parser.add_argument(
+        "--tagged", action="store_true", help="hits on an object the origin gave five tags"
+    )
     args = parser.parse_args()
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
@@ -187,8 +199,11 @@ def main() -> None:
             results: dict[str, float] = {}
             for system in args.systems.split(","):
                 root = args.root if system == "cdn-proxy" else ROOT
-                base = instructions(system, args.size, 0, origin.port, root, tmp)
-                loaded = instructions(system, args.size, args.requests, origin.port, root, tmp)
+                kind = "tagged" if args.tagged else "o"
+                base = instructions(system, args.size, 0, origin.port, root, tmp, kind)
+                loaded = instructions(
+                    system, args.size, args.requests, origin.port, root, tmp, kind
+                )
                 results[system] = (loaded - base) / args.requests
                 print(f"{system}: {results[system]:,.0f} instructions per hit", flush=True)
         finally:

@@ -4,6 +4,8 @@ Run: taskset -c 0 .venv/bin/python -m benchmarks.origin --port 19000 [--slow-ms 
 
 - ``GET /o/{size}/{name}`` answers ``size`` bytes at once, ``Cache-Control: public,
   max-age=86400``. ``name`` is anything: every name is a distinct object to a cache.
+- ``GET /tagged/{size}/{name}`` is the same with five tags (``Surrogate-Key``), for the hit
+  cost of a tagged entry (``benchmarks.instructions --tagged``).
 - ``GET /slow/{size}/{name}`` is the same after ``--slow-ms`` milliseconds, like an origin
   across a network; the origin-protection scenario uses it so concurrent misses overlap.
 - ``GET /__origin/count`` answers how many object requests were served since the last
@@ -24,6 +26,7 @@ from aiohttp import web
 
 MAX_SIZE = 64 * 1024 * 1024
 HEADERS = {"Cache-Control": "public, max-age=86400", "Content-Type": "application/octet-stream"}
+TAGGED = {**HEADERS, "Surrogate-Key": "product-1 category-2 page-3 author-4 site"}
 
 
 class Origin:
@@ -49,7 +52,7 @@ class Origin:
             return web.Response(status=404)
         kind, _, rest = path[1:].partition("/")
         size_text, _, name = rest.partition("/")
-        if kind not in ("o", "slow") or not size_text.isdigit() or not name:
+        if kind not in ("o", "slow", "tagged") or not size_text.isdigit() or not name:
             return web.Response(status=404, text="not an object path\n")
         size = int(size_text)
         if size > MAX_SIZE:
@@ -57,7 +60,8 @@ class Origin:
         self.count += 1
         if kind == "slow" and self.slow > 0:
             await asyncio.sleep(self.slow)
-        return web.Response(body=self.body(size), headers=HEADERS)
+        headers = TAGGED if kind == "tagged" else HEADERS
+        return web.Response(body=self.body(size), headers=headers)
 
 
 async def serve(host: str, port: int, slow_ms: float) -> None:

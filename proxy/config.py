@@ -93,6 +93,10 @@ class DomainConfig:
     tls_cert: Annotated[Path | None, _path] = None
     tls_key: Annotated[Path | None, _path] = None
     origin_ca: Annotated[Path | None, _path] = None
+    # Response fields read as the origin's tags for tag purges (decision 0024), and removed
+    # before responses reach clients: "Surrogate-Key" (space-separated), "Cache-Tag"
+    # (comma-separated), both, or none ([]).
+    tag_headers: Annotated[tuple[str, ...], _tag_headers] = ("Surrogate-Key", "Cache-Tag")
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +481,18 @@ def _encodings(key: str, value: object) -> tuple[str, ...]:
         return check_encodings(value)
     except ValueError as exc:
         raise ConfigError(key, str(exc)) from None
+
+
+def _tag_headers(key: str, value: object) -> tuple[str, ...]:
+    known = {"surrogate-key": "Surrogate-Key", "cache-tag": "Cache-Tag"}
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, 'must be a list such as ["Surrogate-Key", "Cache-Tag"]')
+    names = [known.get(v.lower()) for v in value]
+    if None in names or len(set(names)) != len(names):
+        raise ConfigError(
+            key, 'may list "Surrogate-Key" and "Cache-Tag", each at most once, and nothing else'
+        )
+    return tuple(name for name in names if name is not None)
 
 
 def _count(key: str, value: object) -> int:

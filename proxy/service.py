@@ -369,13 +369,18 @@ async def _listen(
 
 
 async def _reclaim(store: MemoryStore, wake: asyncio.Event) -> None:
-    """Delete cleared generations in small slices, yielding to requests between slices."""
+    """Delete cleared generations, and check entries against lazy purges, in small slices,
+    yielding to requests between slices."""
     while True:
         await wake.wait()
         wake.clear()
         # Yield to requests between slices (sleep(0) is a yield, not a wait).
         while store.pending_reclaim:
             store.reclaim(RECLAIM_SLICE, seconds=RECLAIM_SLICE_SECONDS)
+            await asyncio.sleep(0)
+        # Retire lazy purges (prefix bans, tag purges: decision 0024) in the same slices.
+        while store.pending_settle:
+            store.settle(RECLAIM_SLICE, seconds=RECLAIM_SLICE_SECONDS)
             await asyncio.sleep(0)
 
 

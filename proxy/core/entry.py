@@ -131,9 +131,10 @@ _RARE_FIELDS = (
     "stale_while_revalidate",
     "vary",
     "vary_values",
+    "tags",
 )
-_RARE_DEFAULTS: tuple[Any, ...] = (False, None, 0.0, (), (), None)
-_OWN_HEADERS = 5
+_RARE_DEFAULTS: tuple[Any, ...] = (False, None, 0.0, (), (), (), None)
+_OWN_HEADERS = 6
 
 
 class _Rare(Generic[T]):
@@ -166,7 +167,7 @@ _shared_seconds = lru_cache(maxsize=1024)(float)
 
 @dataclass(frozen=True, init=False)
 class StoredResponse:
-    # Slots, not a __dict__: eight of them (96 bytes with the object's headers). The other
+    # Slots, not a __dict__: nine of them (104 bytes with the object's headers). The other
     # fields are read from these: see the module's docstring.
     __slots__ = (
         "_rare",
@@ -175,6 +176,7 @@ class StoredResponse:
         "freshness_lifetime",
         "hit_lines",
         "key_size",
+        "mark",
         "reason",
         "status",
     )
@@ -195,6 +197,10 @@ class StoredResponse:
     hit_lines: Lines
     if TYPE_CHECKING:  # a slot, not a field: the _RARE_FIELDS and the fields as pairs when
         _rare: tuple[Any, ...] | None  # one is not its default
+        # A slot the store writes, not a field: the domain's purge number when the entry was
+        # stored or last checked against the outstanding purges (core/purges.py). 0 until
+        # stored; ``replace`` does not copy it.
+        mark: int
     # The rarely set fields (``_RARE_FIELDS``), read from ``_rare``. After the slots: a
     # descriptor has a class-level default, as far as the dataclass machinery can tell.
     # no-cache: stored, but validated on every use (§5.2.2.4)
@@ -207,6 +213,8 @@ class StoredResponse:
     stale_if_error: _Rare[float | None] = _Rare()
     # Seconds past expiry it may answer while revalidated in the background (RFC 5861 §3).
     stale_while_revalidate: _Rare[float] = _Rare()
+    # The origin's tags (Surrogate-Key, Cache-Tag: core/purges.py), each once.
+    tags: _Rare[tuple[str, ...]] = _Rare()
     # End-to-end headers as stored: no hop-by-hop, no Age. Last: a descriptor has a default.
     headers: _StoredHeaders = _StoredHeaders()
 
@@ -226,6 +234,7 @@ class StoredResponse:
         stale_if_error: float | None = None,
         stale_while_revalidate: float = 0.0,
         hit_lines: Lines = (),
+        tags: tuple[str, ...] = (),
     ) -> None:
         set_ = object.__setattr__
         set_(self, "status", status)
@@ -234,6 +243,7 @@ class StoredResponse:
         set_(self, "birth", birth)
         set_(self, "freshness_lifetime", _shared_seconds(freshness_lifetime))
         set_(self, "key_size", key_size)
+        set_(self, "mark", 0)
         # The lines are kept only while they say exactly what the entry says: ``replace`` with
         # new fields or status drops them, so the fast path can never send stale ones.
         held = bool(hit_lines) and hit_lines[:-1] == write_lines(status, reason, headers)
@@ -244,6 +254,7 @@ class StoredResponse:
             stale_while_revalidate,
             vary,
             vary_values,
+            tags,
             None if held else headers,
         )
         set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)

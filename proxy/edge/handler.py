@@ -52,6 +52,7 @@ from proxy.core.policy import (
     select_variant,
     serve_while_revalidating,
 )
+from proxy.core.purges import tagged
 from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
@@ -341,6 +342,8 @@ class Edge:
         )
         if isinstance(verdict, DontStore):
             return await self._pass_on(job, origin, verdict.reason)
+        if origin.tags is None:  # a tag purge could miss it (decision 0024)
+            return await self._pass_on(job, origin, "tags-over-limit")
         length = origin.content_length
         if length is not None and length > self._max_object:
             return await self._pass_on(job, origin, "too-large")
@@ -348,7 +351,7 @@ class Edge:
         body, complete = await origin.read_up_to(self._max_object, progress)
         if not complete:
             return await self._pass_on(job, origin, "too-large", prefix=body)
-        entry = self._ready(verdict.with_body(body, job.key[2]))
+        entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags))
         status = cache_status(self._name, fwd=job.fwd, stored=await self._store.put(job.key, entry))
         # This client gets the origin's fields in full; only the stored copy drops those that
         # no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
@@ -366,12 +369,14 @@ class Edge:
         """A 304 answered the revalidation: update the stored headers (RFC 9111 §4.3.4)."""
         merged = merge_not_modified(stale, from_origin(origin.headers))
         verdict = self._assess(job, stale.status, stale.reason, merged, request_time, response_time)
-        if isinstance(verdict, DontStore):
-            # The origin now forbids storing it: serve the refreshed response once, keep nothing.
+        if isinstance(verdict, DontStore) or origin.tags is None:
+            # The origin now forbids storing it (or tags it over the bounds: decision 0024):
+            # serve the refreshed response once, keep nothing.
             await self._store.invalidate(job.config.name, job.key[2])
             entry, stored = replace(stale, headers=merged), False
         else:
-            entry = self._ready(refreshed(stale, verdict))
+            # Tags as the 304 sets them, else as stored (decision 0024).
+            entry = self._ready(tagged(refreshed(stale, verdict), origin.tags or stale.tags))
             stored = await self._store.put(job.key, entry)
         status = cache_status(self._name, fwd=job.fwd, stored=stored)
         return _Filled(self._from_stored(job.request, entry, response_time, status), entry)

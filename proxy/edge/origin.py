@@ -27,6 +27,7 @@ import aiohttp
 from yarl import URL
 
 from proxy.config import DomainConfig
+from proxy.core.purges import split_tags, tag_header_names
 from proxy.edge.aiohttp_adapter import OriginConnector
 from proxy.edge.bodies import Streamed
 from proxy.errors import (
@@ -68,19 +69,29 @@ def new_session() -> aiohttp.ClientSession:
 
 
 class OriginResponse:
-    """The origin's answer: status, headers, and a body read in chunks."""
+    """The origin's answer: status, headers, and a body read in chunks.
 
-    __slots__ = ("_domain", "_response", "_telemetry", "headers", "reason", "status")
+    The domain's tag fields (``tag_headers``: Surrogate-Key, Cache-Tag) are taken out of
+    ``headers`` here, so no path can pass them to a client, and read into ``tags``: None when
+    they are over the bounds, and the response must not be stored (core/purges.py)."""
+
+    __slots__ = ("_domain", "_response", "_telemetry", "headers", "reason", "status", "tags")
 
     def __init__(
-        self, response: aiohttp.ClientResponse, telemetry: Telemetry | None = None, domain: str = ""
+        self,
+        response: aiohttp.ClientResponse,
+        telemetry: Telemetry | None = None,
+        domain: str = "",
+        tag_headers: frozenset[str] = frozenset(),
     ) -> None:
         self._response = response
         self._telemetry = telemetry
         self._domain = domain
         self.status = response.status
         self.reason = response.reason or ""
-        self.headers: tuple[tuple[str, str], ...] = tuple(response.headers.items())
+        self.headers: tuple[tuple[str, str], ...]
+        self.tags: tuple[str, ...] | None
+        self.headers, self.tags = split_tags(tuple(response.headers.items()), tag_headers)
 
     @property
     def content_length(self) -> int | None:
@@ -242,7 +253,8 @@ async def _origin_request(
             if telemetry is not None:
                 telemetry.origin(domain.name, time.perf_counter() - started, None)
             answered = True
-            yield OriginResponse(response, telemetry, domain.name)
+            tag_headers = tag_header_names(domain.tag_headers)
+            yield OriginResponse(response, telemetry, domain.name, tag_headers)
     except Exception as exc:
         if isinstance(exc, OriginError):
             raise  # from OriginResponse, already counted

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from proxy.core.entry import CacheKey, StoredResponse
+from proxy.core.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
 
@@ -72,6 +73,10 @@ class FleetStore:
 
     async def clear_domain(self, domain: str) -> ClearResult:
         return await self.memory.clear_domain(domain)
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        # This member's store only, as clear_domain (a fleet-wide purge: decision 0024).
+        return await self.memory.purge(domain, purge)
 
     async def domain_stats(self, domain: str) -> DomainStats:
         return await self.memory.domain_stats(domain)

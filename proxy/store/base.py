@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.core.entry import CacheKey, StoredResponse
+from proxy.core.purges import Purge, PurgeResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,12 @@ class Store(Protocol):
 
     async def clear_domain(self, domain: str) -> ClearResult:
         """Make everything stored for the domain unservable, at once."""
+        ...
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        """Purge URLs, prefixes, tags or all of the domain, hard or soft, or say what that
+        would cover (a dry run): core/purges.py, decision 0024. In effect for every later
+        ``peek``, ``lookup`` and ``put`` once it returns."""
         ...
 
     async def domain_stats(self, domain: str) -> DomainStats: ...

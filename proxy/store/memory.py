@@ -27,22 +27,26 @@ Layout:
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import itertools
 import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from proxy.core.entry import CacheKey, StoredResponse, holds_no_cycle
+from proxy.core.purges import HARD, MAX_SAMPLE, Purge, PurgeResult, covering, stale_lifetime
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
+from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
+from proxy.store.purging import DomainPurges, Walk, covers, listed_key
 
 MAX_VARIANTS_PER_KEY = 16
 RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
 COMPACT_SLACK = 64  # listed keys beyond twice the live ones before a bucket's list is compacted
-KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long
+DRY_SLICE = 2000  # keys a dry run reads between yields to the event loop
 
 # What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
 _Stored = StoredResponse | list[StoredResponse]
@@ -90,6 +94,16 @@ def _untracker() -> Callable[[StoredResponse], None]:
 _untrack = _untracker()
 
 
+def _expired(entry: StoredResponse, stale_at: float) -> StoredResponse:
+    """A copy of the entry whose freshness ends no later than ``stale_at`` (a soft purge):
+    served again only after revalidation, or within stale-while-revalidate and stale-if-error
+    counted from then. Its mark is the store's to set."""
+    lifetime = stale_lifetime(entry.birth, entry.freshness_lifetime, stale_at)
+    copy = replace(entry, freshness_lifetime=lifetime)
+    _untrack(copy)
+    return copy
+
+
 @dataclass(slots=True)
 class _Bucket:
     """The keys of one (domain, generation), for the reclaim after a clear.
@@ -104,6 +118,7 @@ class _Bucket:
     keys: list[_Key] = field(default_factory=list)
     sealed: list[tuple[_Key, ...]] = field(default_factory=list)
     listed: int = 0  # keys in keys and sealed
+    relists: int = 0  # compactions so far (the purge walker restarts after one)
     live: int = 0  # listed keys that are in the store
     entries: int = 0
     bytes: int = 0
@@ -130,6 +145,7 @@ class _Bucket:
         self.sealed = [tuple(keys[i : i + KEY_CHUNK]) for i in range(0, len(keys), KEY_CHUNK)]
         self.keys = list(self.sealed.pop()) if self.sealed else []
         self.listed = len(keys)
+        self.relists += 1
 
 
 class MemoryStore:
@@ -138,12 +154,17 @@ class MemoryStore:
         *,
         max_bytes: int,
         on_clear: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.max_bytes = max_bytes
-        self._on_clear = on_clear
+        self._on_clear = on_clear  # called when there is work for ``reclaim`` or ``settle``
+        self._clock = clock  # wall clock, as the edge's: a soft purge's time
         self._lru: OrderedDict[_Key, _Stored] = OrderedDict()
         self._generations: dict[str, int] = {}
-        self._prefixes: dict[str, str] = {}  # domain -> "domain generation " of its generation
+        # domain -> "domain generation " of its generation, for domains with no lazy purge
+        # outstanding, whose entries ``peek`` serves unchecked
+        self._prefixes: dict[str, str] = {}
+        self._purges: dict[str, DomainPurges] = {}  # domains purged other than by a clear
         self._buckets: dict[tuple[str, int], _Bucket] = {}
         self._doomed: deque[tuple[str, int]] = deque()
         self._bytes = 0
@@ -158,7 +179,7 @@ class MemoryStore:
         variant (``Store.peek``). Like ``lookup`` it refreshes the key's recency."""
         prefix = self._prefixes.get(domain)
         if prefix is None:
-            prefix = self._prefixes[domain] = f"{domain} {self._generations.get(domain, 0)} "
+            return self._peek_purged(domain, target)
         key = prefix + target
         stored = self._lru.get(key)
         if stored is None:
@@ -167,26 +188,59 @@ class MemoryStore:
         # type(), not isinstance(stored, list): measured cheaper by 270 instructions a hit.
         return stored if type(stored) is StoredResponse else None
 
+    def _peek_purged(self, domain: str, target: str) -> StoredResponse | None:
+        """``peek`` for a domain not in ``_prefixes``: first seen, cleared, or with lazy
+        purges outstanding, whose entries are checked against them (once each)."""
+        state = self._purges.get(domain)
+        if state is None or not state.top:
+            self._prefixes[domain] = f"{domain} {self._generations.get(domain, 0)} "
+            return self.peek(domain, target)
+        key = state.prefix + target
+        stored = self._lru.get(key)
+        if stored is None:
+            return None
+        # Checked already (the usual case once each entry has been read once): served.
+        if type(stored) is not StoredResponse or stored.mark < state.top:
+            stored = self._settled(state, key, target, stored)
+            if stored is None:
+                return None
+        self._lru.move_to_end(key)
+        return stored if type(stored) is StoredResponse else None
+
     async def lookup(self, domain: str, target: str) -> Lookup:
         """One step: the domain's generation is read with the entry, never before an await."""
-        key = (domain, self._generations.get(domain, 0), target)
-        joined = _joined(key)
+        generation = self._generations.get(domain, 0)
+        state = self._purges.get(domain)
+        # The key carries the domain's purge number (its generation until it is first purged
+        # other than by a clear): ``put`` tells from it what was purged since.
+        key = (domain, generation if state is None else state.number, target)
+        joined = f"{domain} {generation} {target}"
         stored = self._lru.get(joined)
+        if stored is not None and state is not None and state.top:
+            stored = self._settled(state, joined, target, stored)
         if stored is None:
             return Lookup(key, ())
         self._lru.move_to_end(joined)
         return Lookup(key, _variants(stored))
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
-        domain, generation, _ = key
-        if generation != self._generations.get(domain, 0) or response.size > self.max_bytes:
+        domain, token, target = key
+        generation = self._generations.get(domain, 0)
+        state = self._purges.get(domain)
+        if state is None:
+            if token != generation:
+                return False
+        elif token != state.number and not state.fill_allowed(token, target, response.tags):
+            return False  # cleared, or purged, since its lookup
+        if response.size > self.max_bytes:
             return False
         if " " in domain:  # not a host name (the config allows none): it would not split back
             return False
         bucket = self._buckets.get((domain, generation))
         if bucket is None:
             bucket = self._buckets[(domain, generation)] = _Bucket()
-        joined = _joined(key)
+        joined = f"{domain} {generation} {target}"
+        object.__setattr__(response, "mark", 0 if state is None else state.number)
         old = self._lru.pop(joined, None)
         stored: _Stored = response
         if old is not None:
@@ -220,6 +274,9 @@ class MemoryStore:
         generation = self._generations.get(domain, 0)
         self._generations[domain] = generation + 1
         self._prefixes.pop(domain, None)
+        state = self._purges.get(domain)
+        if state is not None:
+            state.cleared_now(f"{domain} {generation + 1} ")
         bucket = self._buckets.get((domain, generation))
         dropped = 0
         if bucket is not None:
@@ -232,6 +289,58 @@ class MemoryStore:
             if self._on_clear is not None:
                 self._on_clear()
         return ClearResult(domain=domain, entries_dropped=dropped, generation=generation + 1)
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        """Apply one purge to the domain (``Store.purge``; core/purges.py, decision 0024):
+        O(items) for urls, O(1) plus O(items) for prefixes and tags, O(1) for all. A dry run
+        changes nothing and walks the domain's keys in slices (it is a read)."""
+        started = time.perf_counter()
+        state = self._purges.get(domain)
+        exact = state is None or not state.top  # nothing lazy outstanding that may overlap
+        bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
+        entries, size = (bucket.entries, bucket.bytes) if bucket is not None else (0, 0)
+        sample: tuple[str, ...] = ()
+        if purge.dry_run:
+            entries, size, sample = await self._dry_run(domain, purge)
+            number, exact = (self._number(domain), True)
+        elif purge.kind == "all" and not purge.soft:
+            number = (await self.clear_domain(domain)).generation
+            state = self._purges.get(domain)
+            number = number if state is None else state.number
+        else:
+            state = self._purging(domain)
+            number = state.next_number(purge)
+            now = self._clock()
+            if purge.kind == "url":
+                entries, size = self._purge_urls(state, domain, purge, now)
+                exact = True
+            elif purge.kind == "tag":
+                state.add_tags(number, purge.items, purge.soft, now)
+                exact = False  # lazy: the domain's entries, an upper bound
+            else:  # prefixes, and a soft all: the ban of ""
+                prefixes = purge.items if purge.kind == "prefix" else ("",)
+                state.add_ban(number, prefixes, purge.soft, now)
+                exact = exact and purge.kind == "all"  # all covers every entry: exact
+            if state.top:
+                self._prefixes.pop(domain, None)  # peek checks the domain's entries now
+                if state.walk is None:
+                    state.walk = Walk(upto=state.number, relists=bucket.relists if bucket else 0)
+                if self._on_clear is not None:
+                    self._on_clear()
+        return PurgeResult(
+            domain=domain,
+            kind=purge.kind,
+            items=purge.items,
+            soft=purge.soft,
+            dry_run=purge.dry_run,
+            number=number,
+            generation=self._generations.get(domain, 0),
+            entries=entries,
+            bytes=size,
+            exact=exact,
+            seconds=time.perf_counter() - started,
+            sample=sample,
+        )
 
     async def domain_stats(self, domain: str) -> DomainStats:
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
@@ -285,6 +394,169 @@ class MemoryStore:
                 del self._buckets[name]
         return done
 
+    # -- lazy purges (decision 0024) ------------------------------------------------------------
+
+    @property
+    def pending_settle(self) -> bool:
+        """Whether some domain has lazy purges the walker has not retired yet."""
+        return any(state.walk is not None for state in self._purges.values())
+
+    def settle(self, budget: int, *, seconds: float | None = None) -> int:
+        """Check at most ``budget`` listed keys against their domain's outstanding lazy
+        purges (``_settled``, without touching recency), and stop once ``seconds`` have
+        passed; return how many were visited. A walk through a domain's whole bucket retires
+        the lazy purges it started after (purging.py)."""
+        deadline = None if seconds is None else time.perf_counter() + seconds
+        visited = 0
+        for domain, state in self._purges.items():
+            walk = state.walk
+            if walk is None:
+                continue
+            generation = self._generations.get(domain, 0)
+            bucket = self._buckets.get((domain, generation))
+            if bucket is not None and bucket.relists != walk.relists:
+                walk.index, walk.relists = 0, bucket.relists  # compacted: start again
+            while bucket is not None:
+                key = listed_key(bucket.sealed, bucket.keys, walk.index)
+                if key is None:
+                    break
+                if visited >= budget or (
+                    deadline is not None
+                    and visited % RECLAIM_CHECK == RECLAIM_CHECK - 1
+                    and time.perf_counter() > deadline
+                ):
+                    return visited
+                walk.index += 1
+                visited += 1
+                stored = self._lru.get(key)
+                if stored is not None:
+                    self._settled(state, key, key.split(" ", 2)[2], stored)
+            state.retire(walk.upto)
+            state.walk = Walk(upto=state.number) if state.top else None
+            if bucket is not None and state.walk is not None:
+                state.walk.relists = bucket.relists
+        return visited
+
+    def _settled(
+        self, state: DomainPurges, key: _Key, target: str, stored: _Stored
+    ) -> _Stored | None:
+        """What is stored under the key once the outstanding lazy purges have been applied
+        to each variant stored before them: dropped when one covers it hard, its freshness
+        ended at the purge's time when one covers it soft; each checked variant is marked,
+        so it is checked once. None when nothing is left."""
+        kept: list[StoredResponse] = []
+        dropped: list[StoredResponse] = []
+        grown = 0  # bytes an expired copy counts beyond the entry it replaces (none, usually)
+        for variant in _variants(stored):
+            if variant.mark >= state.top:
+                kept.append(variant)
+                continue
+            covered = covering(
+                state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
+            )
+            if covered is HARD:
+                dropped.append(variant)
+                continue
+            if covered is not None:
+                expired = _expired(variant, covered.stale_at)
+                grown += expired.size - variant.size
+                variant = expired
+            object.__setattr__(variant, "mark", state.number)
+            kept.append(variant)
+        if not kept:
+            self._drop(key)
+            return None
+        if not dropped and all(a is b for a, b in zip(kept, _variants(stored), strict=True)):
+            return stored
+        self._account(self._bucket_of(key), -len(dropped), grown - sum(v.size for v in dropped))
+        new: _Stored = kept[0] if len(kept) == 1 else kept
+        self._lru[key] = new  # an existing key: its place in the LRU order is kept
+        return new
+
+    def _number(self, domain: str) -> int:
+        state = self._purges.get(domain)
+        return self._generations.get(domain, 0) if state is None else state.number
+
+    def _purging(self, domain: str) -> DomainPurges:
+        """The domain's purge state, made at its first purge other than a clear: its number
+        starts where its lookups' keys are (the generation)."""
+        state = self._purges.get(domain)
+        if state is None:
+            generation = self._generations.get(domain, 0)
+            state = self._purges[domain] = DomainPurges(
+                number=generation, cleared=generation, prefix=f"{domain} {generation} "
+            )
+        return state
+
+    def _purge_urls(
+        self, state: DomainPurges, domain: str, purge: Purge, now: float
+    ) -> tuple[int, int]:
+        """Drop (hard) or expire (soft) every variant of each URL, now: O(items)."""
+        prefix = f"{domain} {self._generations.get(domain, 0)} "
+        entries = size = 0
+        for target in purge.items:
+            key = prefix + target
+            stored = self._lru.get(key)
+            if stored is not None and state.top:
+                stored = self._settled(state, key, target, stored)  # already purged lazily?
+            if stored is None:
+                continue
+            variants = _variants(stored)
+            entries += len(variants)
+            size += sum(v.size for v in variants)
+            if not purge.soft:
+                self._drop(key)
+                continue
+            expired = [_expired(v, now) for v in variants]
+            for variant in expired:
+                object.__setattr__(variant, "mark", state.number)
+            grown = sum(v.size for v in expired) - sum(v.size for v in variants)
+            self._account(self._bucket_of(key), 0, grown)
+            self._lru[key] = expired[0] if len(expired) == 1 else expired
+        return entries, size
+
+    async def _dry_run(self, domain: str, purge: Purge) -> tuple[int, int, tuple[str, ...]]:
+        """What the purge would cover now: entries, bytes and up to MAX_SAMPLE targets. URLs
+        are looked up (O(items)); other kinds walk the domain's keys (O(entries)), DRY_SLICE
+        at a time, yielding to requests between slices. The walk reads a snapshot of the key
+        list (its sealed tuples never change; a pointer per 256 keys is copied), so entries
+        stored during it are not counted, and entries dropped during it are not either."""
+        state = self._purges.get(domain)
+        prefix = f"{domain} {self._generations.get(domain, 0)} "
+        bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
+        if purge.kind == "url":
+            keys: Iterable[_Key] = [prefix + target for target in purge.items]
+        elif bucket is None:
+            keys = ()
+        else:
+            keys = itertools.chain(
+                itertools.chain.from_iterable(list(bucket.sealed)), tuple(bucket.keys)
+            )
+        entries = size = 0
+        sample: list[str] = []
+        seen: set[_Key] = set()  # a key listed twice (dropped, stored again) counts once
+        for count, key in enumerate(keys, 1):
+            if count % DRY_SLICE == 0:
+                await asyncio.sleep(0)
+            stored = self._lru.get(key)
+            if stored is None or key in seen:
+                continue
+            seen.add(key)
+            target = key[len(prefix) :]
+            for variant in _variants(stored):
+                if state is not None and variant.mark < state.top:
+                    gone = covering(
+                        state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
+                    )
+                    if gone is HARD:
+                        continue  # purged already, not yet dropped
+                if covers(purge, target, variant.tags):
+                    entries += 1
+                    size += variant.size
+                    if len(sample) < MAX_SAMPLE and target not in sample:
+                        sample.append(target)
+        return entries, size, tuple(sample)
+
     def items(self) -> list[tuple[CacheKey, _Stored]]:
         """What is stored, least recently used first, without touching recency (for tests and
         diagnostics: a copy of the whole index)."""
@@ -302,6 +574,10 @@ class MemoryStore:
         bucket.bytes += size
         self._entries += entries
         self._bytes += size
+
+    def _bucket_of(self, key: _Key) -> _Bucket:
+        domain, generation, _ = _parse(key)
+        return self._buckets[(domain, generation)]
 
     def _drop(self, key: _Key) -> int:
         stored = self._lru.pop(key, None)

@@ -228,7 +228,7 @@ def test_rarely_set_fields_cost_nothing_at_their_defaults() -> None:
     tuple for them; one that sets any keeps all five, and reads each back as given. An entry
     without lines keeps its fields as pairs there too."""
     assert entry()._rare is not None
-    assert entry()._rare == (False, None, 0.0, (), (), HEADERS)
+    assert entry()._rare == (False, None, 0.0, (), (), (), HEADERS)
     plain = entry(hit_lines=LINES)
     assert plain._rare is None
     assert (plain.revalidate_always, plain.vary, plain.vary_values) == (False, (), ())

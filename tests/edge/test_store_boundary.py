@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import RawTestServer
 
 from proxy.core.entry import CacheKey, StoredResponse
+from proxy.core.purges import Purge, PurgeResult
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.fleet.store import FleetStore
@@ -59,6 +60,9 @@ class RoundTripStore:
 
     async def clear_domain(self, domain: str) -> ClearResult:
         return await self.inner.clear_domain(domain)
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        return await self.inner.purge(domain, purge)
 
     async def domain_stats(self, domain: str) -> DomainStats:
         return await self.inner.domain_stats(domain)

@@ -1,0 +1,125 @@
+"""The memory store's side of purges beyond a whole domain (decision 0024, core/purges.py).
+
+Per domain that has had any purge but a plain clear, a ``DomainPurges`` keeps:
+- ``number``: the domain's purge number. Every purge, and every clear after the first purge,
+  moves it on. A lookup's key carries it (``CacheKey``'s second part), so a fill that looked
+  up before a purge is recognised when it stores (``fill_allowed``), and a request made after
+  a purge never joins the collapsed waiters of a fill made before it (as with clears, 0003).
+- the outstanding lazy purges: prefix bans (a soft ``all`` is the ban of ""), oldest first,
+  and per tag the numbers of its last hard and soft purge; ``top`` is the newest of them, 0
+  when none is outstanding. An entry whose mark is below ``top`` is checked once, when next
+  read (``covering``), and marked with ``number``.
+- ``recent``: the last RECENT purges, so ``put`` can tell whether one covers a fill that
+  looked up before it. A fill older than all of them is refused, to be safe.
+- ``walk``: the slice walker that retires lazy purges. It visits every key of the domain's
+  current bucket once (the keys listed when it started, and any since), checking and
+  marking each entry; once through, every entry's mark is at least the number it started
+  at, so every lazy purge up to that number covers nothing more and is dropped. The store's
+  background task runs it between requests, like the reclaim after a clear.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from proxy.core.purges import Bans, LastPurges, Purge
+
+RECENT = 1024  # purges remembered per domain for fills in flight
+KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (memory._Bucket)
+
+
+@dataclass(slots=True)
+class Walk:
+    """Where the walker is in a bucket's listed keys."""
+
+    upto: int  # the domain's number when it started: it retires lazy purges up to this
+    index: int = 0  # the next listed key (sealed chunks in order, then the unsealed keys)
+    relists: int = 0  # the bucket's compactions when it started; one more restarts it
+
+
+@dataclass(slots=True)
+class DomainPurges:
+    number: int  # the domain's purge number (a lookup key's second part)
+    cleared: int  # the number at the domain's last clear: older lookups are refused
+    prefix: str  # "domain generation ": the start of its keys in the store
+    bans: Bans = field(default_factory=Bans)
+    tags: dict[str, LastPurges] = field(default_factory=dict)
+    top: int = 0  # the newest outstanding lazy purge; 0: none, entries need no check
+    recent: deque[tuple[int, Purge]] = field(default_factory=lambda: deque(maxlen=RECENT))
+    walk: Walk | None = None
+
+    def next_number(self, purge: Purge) -> int:
+        self.number += 1
+        self.recent.append((self.number, purge))
+        return self.number
+
+    def cleared_now(self, prefix: str) -> None:
+        """A hard clear (to the generation ``prefix`` names): nothing stored before it can be
+        read again, so nothing lazy is outstanding any more."""
+        self.number += 1
+        self.cleared = self.number
+        self.prefix = prefix
+        self.bans = Bans()
+        self.tags.clear()
+        self.top = 0
+        self.recent.clear()
+        self.walk = None
+
+    def add_ban(self, number: int, prefixes: tuple[str, ...], soft: bool, at: float) -> None:
+        self.bans.add(number, prefixes, soft, at)
+        self.top = number
+
+    def add_tags(self, number: int, tags: tuple[str, ...], soft: bool, at: float) -> None:
+        for tag in tags:
+            last = self.tags.get(tag)
+            if last is None:
+                last = self.tags[tag] = LastPurges()
+            last.add(number, soft, at)
+        self.top = number
+
+    def fill_allowed(self, token: int, target: str, tags: tuple[str, ...]) -> bool:
+        """May a response fetched after a lookup that saw ``token`` be stored now? Not if a
+        clear came since, nor a purge that covers it (soft ones too: it may be older than
+        them), nor when the purges since are no longer all remembered."""
+        if token < self.cleared or token > self.number:
+            return False
+        if token == self.number:
+            return True
+        since = self.number - token
+        if since > len(self.recent):
+            return False
+        for index in range(len(self.recent) - since, len(self.recent)):
+            if covers(self.recent[index][1], target, tags):
+                return False
+        return True
+
+    def retire(self, upto: int) -> None:
+        """Every entry's mark is now at least ``upto``: lazy purges up to it are done."""
+        self.bans.retire(upto)
+        for tag in [t for t, last in self.tags.items() if last.newest <= upto]:
+            del self.tags[tag]
+        newest = (last.newest for last in self.tags.values())
+        self.top = max(self.bans.newest(), max(newest, default=0))
+
+
+def covers(purge: Purge, target: str, tags: tuple[str, ...]) -> bool:
+    """Does ``purge`` (of the entry's domain) cover a response stored under ``target`` with
+    ``tags``? (The same rules ``covering`` applies lazily.)"""
+    if purge.kind == "all":
+        return True
+    if purge.kind == "url":
+        return target in purge.items
+    if purge.kind == "prefix":
+        return target.startswith(purge.items)
+    return any(tag in purge.items for tag in tags)
+
+
+def listed_key(sealed: list[tuple[str, ...]], keys: list[str], index: int) -> str | None:
+    """The bucket's ``index``-th listed key, None past the last (memory._Bucket's layout:
+    sealed tuples of KEY_CHUNK keys, oldest first, then the unsealed ones)."""
+    chunk, offset = divmod(index, KEY_CHUNK)
+    if chunk < len(sealed):
+        return sealed[chunk][offset]
+    offset = index - KEY_CHUNK * len(sealed)
+    return keys[offset] if offset < len(keys) else None
