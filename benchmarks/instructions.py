@@ -19,6 +19,9 @@ are left out), so the budgets are still judged on req/s.
 ``--root`` runs cdn-proxy from another checkout (``git worktree add /tmp/before HEAD``) to
 compare a change with what it replaces, in the same venv.
 
+``--access-log combined|json`` runs cdn-proxy with its access log on, written to a file in
+its temporary directory (decision 0019); off by default, as in the default config.
+
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
 behind in batches).
@@ -56,13 +59,26 @@ START_SECONDS = 180.0  # the interpreter starts 20 to 50 times slower under call
 
 
 def start(
-    system: str, out: Path, size: int, origin_port: int, root: Path, home: Path
+    system: str,
+    out: Path,
+    size: int,
+    origin_port: int,
+    root: Path,
+    home: Path,
+    access_log: str | None = None,
 ) -> tuple[Server, int]:
     """The system started under callgrind (writing to ``out``), and the port it serves on."""
     callgrind = callgrind_argv(out)
     log = home / f"{out.stem}.log"
     if system == "cdn-proxy":
         config = proxy_config(home, origin_port)
+        if access_log is not None:
+            text = config.read_text().replace(
+                "[edge]\n",
+                f'[edge]\naccess_log = "access.log"\naccess_log_format = "{access_log}"\n',
+                1,
+            )
+            config.write_text(text)
         server = Server(system, [*callgrind, *proxy_argv(config)], log, CPU, cwd=root)
         server.start()
         return server, proxy_addresses(server, START_SECONDS)[0]
@@ -99,12 +115,18 @@ async def drive(port: int, path: str, requests: int) -> None:
 
 
 def instructions(
-    system: str, size: int, requests: int, origin_port: int, root: Path, tmp: Path
+    system: str,
+    size: int,
+    requests: int,
+    origin_port: int,
+    root: Path,
+    tmp: Path,
+    access_log: str | None = None,
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
-    server, port = start(system, out, size, origin_port, root, home)
+    server, port = start(system, out, size, origin_port, root, home, access_log)
     try:
         asyncio.run(drive(port, f"/o/{size}/0", requests))
     finally:
@@ -166,6 +188,9 @@ def main() -> None:
     parser.add_argument("--systems", default="cdn-proxy,floor,client-cache")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run cdn-proxy from")
     parser.add_argument("--clears", type=int, default=0, help="count clear-cache requests")
+    parser.add_argument(
+        "--access-log", choices=("combined", "json"), help="cdn-proxy with its access log on"
+    )
     args = parser.parse_args()
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
@@ -187,8 +212,9 @@ def main() -> None:
             results: dict[str, float] = {}
             for system in args.systems.split(","):
                 root = args.root if system == "cdn-proxy" else ROOT
-                base = instructions(system, args.size, 0, origin.port, root, tmp)
-                loaded = instructions(system, args.size, args.requests, origin.port, root, tmp)
+                log = args.access_log if system == "cdn-proxy" else None
+                base = instructions(system, args.size, 0, origin.port, root, tmp, log)
+                loaded = instructions(system, args.size, args.requests, origin.port, root, tmp, log)
                 results[system] = (loaded - base) / args.requests
                 print(f"{system}: {results[system]:,.0f} instructions per hit", flush=True)
         finally:

@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--index", type=int, required=True)
     worker.add_argument("--port", type=int, required=True)
     worker.add_argument("--fleet-url", required=True)
+    worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
     worker.set_defaults(run=_worker)
 
     token = commands.add_parser("token", help="manage clear-cache API tokens")
@@ -181,7 +182,13 @@ def _worker(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from proxy import worker
 
-    return worker.run(config, index=args.index, port=args.port, fleet_url=args.fleet_url)
+    return worker.run(
+        config,
+        index=args.index,
+        port=args.port,
+        fleet_url=args.fleet_url,
+        stdout_fd=args.stdout_fd,
+    )
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ plane and the embedded Valkey, and exits 0, all within ``edge.shutdown_timeout``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from proxy.config import Config, FleetConfig, Listen
+from proxy.edge.access_log import check_destination
 from proxy.edge.connections import raise_open_files_limit
 from proxy.errors import ProxyError
 from proxy.fleet.figures import FleetFigures
@@ -117,7 +119,11 @@ async def edge_workers(
 ) -> AsyncIterator[str]:
     """The edge port, reserved here, and ``edge.workers`` worker processes listening on it."""
     edge, _ = config.edge_role()
-    with reserved_port(edge.listen) as port:
+    check_destination(config)
+    # The workers' access log on "-" is this process's standard output, not their own (a
+    # pipe to the supervisor): each inherits a copy of it.
+    stdout = os.dup(sys.stdout.fileno())
+    with reserved_port(edge.listen) as port, contextlib.closing(_Fd(stdout)):
 
         def argv(index: int) -> list[str]:
             return [
@@ -133,17 +139,32 @@ async def edge_workers(
                 str(port),
                 "--fleet-url",
                 url,
+                "--stdout-fd",
+                str(stdout),
             ]
 
-        workers = Workers(argv, edge.workers, on_restart=telemetry.worker_restarted)
+        workers = Workers(
+            argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
+        )
         await workers.start()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, workers.send, signal.SIGUSR1)  # logrotate
         try:
             yield f"http://{edge.listen.host}:{port}"
         finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
             # Each worker bounds its own shutdown by shutdown_timeout; one that does not is
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
             await workers.stop(grace=edge.shutdown_timeout - reserve / 2)
+
+
+class _Fd:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class reserved_port:

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.config import Config, Listen
+from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
 from proxy.edge.connections import (
     ConnectionGuard,
@@ -67,6 +68,7 @@ class Service:
     edge_url: str
     api_url: str
     draining: Draining
+    access: EdgeAccess | None = None  # the access log and response figures (reopen, reconfigure)
 
 
 class Draining:
@@ -131,8 +133,17 @@ async def running(
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(memory_store(config.edge_role()[1].max_bytes))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
+        access = EdgeAccess(config, responses=telemetry.responses)
+        stack.push_async_callback(access.close)
         edge, edge_url = await stack.enter_async_context(
-            edge_listening(config, store=store, telemetry=telemetry, clock=clock, draining=draining)
+            edge_listening(
+                config,
+                store=store,
+                telemetry=telemetry,
+                clock=clock,
+                draining=draining,
+                access=access,
+            )
         )
         state, api_url = await stack.enter_async_context(
             control_listening(
@@ -153,6 +164,7 @@ async def running(
             edge_url=edge_url,
             api_url=api_url,
             draining=draining,
+            access=access,
         )
 
 
@@ -178,15 +190,21 @@ async def edge_listening(
     port: int | None = None,
     reuse_port: bool = False,
     draining: Draining | None = None,
+    access: EdgeAccess | None = None,
 ) -> AsyncIterator[tuple[Edge, str]]:
     """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
     its origin session; closed in reverse order. ``reuse_port``: one of several edge
     processes sharing the port (SO_REUSEPORT), the kernel spreading connections among them.
     ``draining``: the process's shutdown, shared with its other listeners (one of its own
-    when left out); it is drained when the listener is left, if not before."""
+    when left out); it is drained when the listener is left, if not before. ``access``: the
+    access log and response figures every response reports to (one of its own when left
+    out, closed with the listener)."""
     edge_config, _ = config.edge_role()
     draining = Draining(edge_config.shutdown_timeout) if draining is None else draining
     async with AsyncExitStack() as stack:
+        if access is None:
+            access = EdgeAccess(config, responses=telemetry.responses)
+            stack.push_async_callback(access.close)
         session = new_session()
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
@@ -202,7 +220,9 @@ async def edge_listening(
         server = GuardedServer(
             edge.handle,
             guard=guard,
-            access_log=None,
+            # aiohttp's access-log hook, public API: each response, once sent (decision 0019).
+            access_log=access,
+            access_log_class=access.logger_class(),
             handler_cancellation=False,
             auto_decompress=False,
         )
@@ -358,6 +378,8 @@ async def _serve(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running(config) as service:
+        if service.access is not None:
+            loop.add_signal_handler(signal.SIGUSR1, service.access.reopen)  # logrotate
         # Everything made so far (modules, config, the app) lives as long as the process:
         # move it out of the garbage collector's reach, so a full collection walks only
         # what is made while serving. With ~45k objects from imports alone, every full

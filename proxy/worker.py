@@ -21,6 +21,7 @@ import time
 from contextlib import AsyncExitStack
 
 from proxy.config import Config, FleetConfig
+from proxy.edge.access_log import EdgeAccess
 from proxy.edge.connections import raise_open_files_limit
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
@@ -44,7 +45,7 @@ def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
     )
 
 
-def run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
+def run(config: Config, *, index: int, port: int, fleet_url: str, stdout_fd: int = 1) -> int:
     """The worker's life: returns its exit status."""
     logging.basicConfig(
         level=logging.INFO,
@@ -52,10 +53,12 @@ def run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
     )
     raise_open_files_limit()
     with event_loop_runner() as runner:
-        return runner.run(_run(config, index=index, port=port, fleet_url=fleet_url))
+        return runner.run(
+            _run(config, index=index, port=port, fleet_url=fleet_url, stdout_fd=stdout_fd)
+        )
 
 
-async def _run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
+async def _run(config: Config, *, index: int, port: int, fleet_url: str, stdout_fd: int = 1) -> int:
     edge, cache = config.edge_role()
     assert config.fleet is not None  # a worker is only started for a fleet
     stop = asyncio.Event()
@@ -79,8 +82,19 @@ async def _run(config: Config, *, index: int, port: int, fleet_url: str) -> int:
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
+        # The access log ("-" is the node's standard output) and the response figures.
+        access = EdgeAccess(config, responses=telemetry.responses, stdout=stdout_fd)
+        stack.push_async_callback(access.close)
+        loop.add_signal_handler(signal.SIGUSR1, access.reopen)  # the node passes it on
         _, url = await stack.enter_async_context(
-            edge_listening(config, store=store, telemetry=telemetry, port=port, reuse_port=True)
+            edge_listening(
+                config,
+                store=store,
+                telemetry=telemetry,
+                port=port,
+                reuse_port=True,
+                access=access,
+            )
         )
         gc.collect()
         gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach

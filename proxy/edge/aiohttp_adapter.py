@@ -36,6 +36,7 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
 from __future__ import annotations
 
 import asyncio
+from functools import lru_cache
 from typing import Any, cast
 
 from aiohttp import ClientRequest, ClientTimeout, TCPConnector, web
@@ -75,7 +76,13 @@ class Prewritten(web.StreamResponse):
 
     @property
     def _status(self) -> int:  # type: ignore[override]
-        return int(self._parts[0][9:12])  # "HTTP/1.1 200 OK\r\n"
+        return _status_of(self._parts[0])
+
+    @property
+    def status(self) -> int:
+        # Read for every hit by the access-log hook: one lookup (the status line is a shared
+        # object), not StreamResponse.status's second property and a parse.
+        return _status_of(self._parts[0])
 
     @property
     def _reason(self) -> str:  # type: ignore[override]
@@ -134,6 +141,11 @@ class Prewritten(web.StreamResponse):
 
     async def write_eof(self, data: bytes = b"") -> None:
         return None  # the message ended with its parts
+
+
+@lru_cache(maxsize=256)
+def _status_of(line: bytes) -> int:
+    return int(line[9:12])  # "HTTP/1.1 200 OK\r\n"
 
 
 class OriginConnector(TCPConnector):

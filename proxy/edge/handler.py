@@ -52,6 +52,7 @@ from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, 
 from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.edge import bodies, respond
+from proxy.edge.access_log import request_client, trusted_proxies
 from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
@@ -97,6 +98,7 @@ class Edge:
         self._name = cache.name
         self._capability = surrogate_capability(cache.name)
         self._via = edge.via
+        self._trusted = trusted_proxies(config)  # whose X-Forwarded-For is believed
         self._body_timeout = edge.body_timeout
         self._buffer_bytes = edge.request_buffer_bytes
         self._slots = ConnectionSlots(config.domains)
@@ -524,11 +526,12 @@ class Edge:
     def _origin_headers(
         self, request: web.BaseRequest, config: DomainConfig, *, cacheable: bool
     ) -> list[tuple[str, str]]:
+        client = request_client(self._trusted, request)
         headers = to_origin(
             request.headers.items(),
             domain=config.name,
-            client_address=request.remote or "",
-            scheme=request.scheme,
+            client_address=client.address,
+            scheme=client.scheme,
             via=self._via,
             cacheable=cacheable,
         )
