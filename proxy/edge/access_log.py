@@ -101,6 +101,8 @@ def trusted_proxies(config: Config) -> TrustedProxies:
 class EdgeAccess:
     """One edge process's hook: its response figures, and its access log when it has one."""
 
+    __slots__ = ("_domains", "_stdout", "by_host", "responses", "unrouted", "writer")
+
     def __init__(self, config: Config, *, responses: Responses, stdout: int = 1) -> None:
         """``stdout``: the descriptor ``"-"`` writes to (a worker gets its node's)."""
         self.responses = responses
@@ -176,7 +178,7 @@ class _Hook(AbstractAccessLogger):
             counts = access.figures_for(host).counts
         status = response.status
         sent = response.body_length
-        counts[status // 100 % 10] += 1
+        counts[status // 100] += 1  # aiohttp sends only 100-999
         counts[_SENT] += sent
         us = int(time * 1e6)
         counts[_FAST_BUCKET[us] if us < _FAST else _bucket_of(time)] += 1

@@ -36,7 +36,6 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
 from __future__ import annotations
 
 import asyncio
-from functools import lru_cache
 from typing import Any, cast
 
 from aiohttp import ClientRequest, ClientTimeout, TCPConnector, web
@@ -69,20 +68,22 @@ class Prewritten(web.StreamResponse):
     _parsed_headers: CIMultiDictProxy[str] | None = None
     _own_state: dict[str | web.ResponseKey[Any], Any] | None = None
 
+    # Plain attributes where StreamResponse has properties: the access-log hook reads both
+    # on every response (decision 0019), and a property costs a Python frame per read.
+    status: int = 0  # set by __init__
+    body_length: int = 0  # set by prepare, with _body_length
+
     def __init__(self, parts: tuple[bytes, ...]) -> None:  # no super().__init__(): see module
         self._parts = parts
+        # Hits share their entries' status lines: the few distinct ones are parsed once.
+        status = _STATUSES.get(parts[0])
+        self.status = status if status is not None else _status_of(parts[0])
 
     # What StreamResponse.__init__ would set, read from the parts instead.
 
     @property
     def _status(self) -> int:  # type: ignore[override]
-        return _status_of(self._parts[0])
-
-    @property
-    def status(self) -> int:
-        # Read for every hit by the access-log hook: one lookup (the status line is a shared
-        # object), not StreamResponse.status's second property and a parse.
-        return _status_of(self._parts[0])
+        return self.status
 
     @property
     def _reason(self) -> str:  # type: ignore[override]
@@ -129,11 +130,11 @@ class Prewritten(web.StreamResponse):
             # Handed over as it is (one writev with the head), not copied into a new buffer.
             head = b"".join(parts[:-1])
             transport.writelines((head, body))
-            self._body_length = len(head) + len(body)
+            self._body_length = self.body_length = len(head) + len(body)
         else:
             message = b"".join(parts)
             transport.write(message)
-            self._body_length = len(message)
+            self._body_length = self.body_length = len(message)
         # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
         # above its high-water mark, so a client that does not read cannot grow it.
         await request.writer.drain()
@@ -143,9 +144,15 @@ class Prewritten(web.StreamResponse):
         return None  # the message ended with its parts
 
 
-@lru_cache(maxsize=256)
 def _status_of(line: bytes) -> int:
-    return int(line[9:12])  # "HTTP/1.1 200 OK\r\n"
+    """The status of a status line ("HTTP/1.1 200 OK\r\n"), remembered (bounded)."""
+    status = int(line[9:12])
+    if len(_STATUSES) < 1024:
+        _STATUSES[line] = status
+    return status
+
+
+_STATUSES: dict[bytes, int] = {}
 
 
 class OriginConnector(TCPConnector):
