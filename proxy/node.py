@@ -67,6 +67,9 @@ async def _serve(config: Config, config_path: Path) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
+    # workers run, then passed on to them (edge_workers).
+    loop.add_signal_handler(signal.SIGUSR1, lambda: None)
     draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
     async with AsyncExitStack() as stack:
         url = fleet.url
@@ -152,7 +155,7 @@ async def edge_workers(
         try:
             yield f"http://{edge.listen.host}:{port}"
         finally:
-            loop.remove_signal_handler(signal.SIGUSR1)
+            loop.add_signal_handler(signal.SIGUSR1, lambda: None)
             # Each worker bounds its own shutdown by shutdown_timeout; one that does not is
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
