@@ -21,6 +21,8 @@ compare a change with what it replaces, in the same venv.
 
 ``--tagged`` fetches an object the origin tags five times (``Surrogate-Key``), for the hit cost
 of a tagged entry.
+``--access-log combined|json`` runs cdn-proxy with its access log on, written to a file in
+its temporary directory (decision 0019); off by default, as in the default config.
 
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
@@ -59,13 +61,26 @@ START_SECONDS = 180.0  # the interpreter starts 20 to 50 times slower under call
 
 
 def start(
-    system: str, out: Path, size: int, origin_port: int, root: Path, home: Path
+    system: str,
+    out: Path,
+    size: int,
+    origin_port: int,
+    root: Path,
+    home: Path,
+    access_log: str | None = None,
 ) -> tuple[Server, int]:
     """The system started under callgrind (writing to ``out``), and the port it serves on."""
     callgrind = callgrind_argv(out)
     log = home / f"{out.stem}.log"
     if system == "cdn-proxy":
         config = proxy_config(home, origin_port)
+        if access_log is not None:
+            text = config.read_text().replace(
+                "[edge]\n",
+                f'[edge]\naccess_log = "access.log"\naccess_log_format = "{access_log}"\n',
+                1,
+            )
+            config.write_text(text)
         server = Server(system, [*callgrind, *proxy_argv(config)], log, CPU, cwd=root)
         server.start()
         return server, proxy_addresses(server, START_SECONDS)[0]
@@ -109,11 +124,12 @@ def instructions(
     root: Path,
     tmp: Path,
     kind: str = "o",
+    access_log: str | None = None,
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
-    server, port = start(system, out, size, origin_port, root, home)
+    server, port = start(system, out, size, origin_port, root, home, access_log)
     try:
         asyncio.run(drive(port, f"/{kind}/{size}/0", requests))
     finally:
@@ -178,6 +194,9 @@ def main() -> None:
     parser.add_argument(
         "--tagged", action="store_true", help="hits on an object the origin gave five tags"
     )
+    parser.add_argument(
+        "--access-log", choices=("combined", "json"), help="cdn-proxy with its access log on"
+    )
     args = parser.parse_args()
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
@@ -200,9 +219,10 @@ def main() -> None:
             for system in args.systems.split(","):
                 root = args.root if system == "cdn-proxy" else ROOT
                 kind = "tagged" if args.tagged else "o"
-                base = instructions(system, args.size, 0, origin.port, root, tmp, kind)
+                log = args.access_log if system == "cdn-proxy" else None
+                base = instructions(system, args.size, 0, origin.port, root, tmp, kind, log)
                 loaded = instructions(
-                    system, args.size, args.requests, origin.port, root, tmp, kind
+                    system, args.size, args.requests, origin.port, root, tmp, kind, log
                 )
                 results[system] = (loaded - base) / args.requests
                 print(f"{system}: {results[system]:,.0f} instructions per hit", flush=True)

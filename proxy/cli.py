@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--port", type=int, required=True)
     worker.add_argument("--fleet-url", required=True)
     worker.add_argument("--tls-port", type=int, default=None)  # with edge.tls_listen
+    worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
     worker.set_defaults(run=_worker)
 
     token = commands.add_parser("token", help="manage clear-cache API tokens")
@@ -207,6 +208,7 @@ def _worker(args: argparse.Namespace) -> int:
         port=args.port,
         fleet_url=args.fleet_url,
         tls_port=args.tls_port,
+        stdout_fd=args.stdout_fd,
     )
 
 

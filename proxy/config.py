@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from proxy.config_tls import checked_tls
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.core.encodings import DEFAULT_ENCODINGS, check_encodings
+from proxy.core.forwarded import HEADER_KINDS, X_FORWARDED_FOR, Network, parse_networks
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -130,6 +131,12 @@ class EdgeConfig:
     # seconds in all, however busy.
     tunnel_idle_timeout: Annotated[float, _seconds] = 60.0
     tunnel_max_seconds: Annotated[float, _seconds] = 86_400.0
+    # Peers whose X-Forwarded-For/-Proto (or Forwarded) are believed (proxy/core/forwarded.py).
+    trusted_proxies: Annotated[tuple[Network, ...], _networks] = ()
+    forwarded_header: Annotated[str, _forwarded_header] = X_FORWARDED_FOR
+    # The access log: "-" (standard output), a file path, or None (false: off). Decision 0019.
+    access_log: Annotated[str | None, _access_log] = None
+    access_log_format: Annotated[str, _access_log_format] = "combined"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,8 @@ class ApiConfig:
     body_timeout: Annotated[float, _seconds] = 10.0
     header_timeout: Annotated[float, _seconds] = 15.0  # as edge.header_timeout
     keepalive_timeout: Annotated[float, _seconds] = 30.0  # as edge.keepalive_timeout
+    trusted_proxies: Annotated[tuple[Network, ...], _networks] = ()  # as edge.trusted_proxies
+    forwarded_header: Annotated[str, _forwarded_header] = X_FORWARDED_FOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +266,8 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
     if data.get("edge") is None and data.get("api") is None:
         raise ConfigError("edge", "a node needs an [edge] table, an [api] table, or both")
     edge = _optional(EdgeConfig, data, "edge")
+    if edge is not None and edge.access_log not in (None, "-"):
+        edge = dataclasses.replace(edge, access_log=str(base_dir / str(edge.access_log)))
     api = _optional(ApiConfig, data, "api")
     if edge is not None and api is not None and api.listen == edge.listen and api.listen.port:
         raise ConfigError("api.listen", "must differ from edge.listen")
@@ -463,6 +474,35 @@ def _max_connections(key: str, value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
         raise ConfigError(key, 'must be a whole number from 1 to 10000000, or "auto"')
     return value
+
+
+def _networks(key: str, value: object) -> tuple[Network, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(key, 'must be a list of CIDRs such as ["10.0.0.0/8", "::1"]')
+    try:
+        return parse_networks(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def _forwarded_header(key: str, value: object) -> str:
+    if value not in HEADER_KINDS:
+        raise ConfigError(key, f"must be one of: {', '.join(HEADER_KINDS)}")
+    return str(value)
+
+
+def _access_log(key: str, value: object) -> str | None:
+    if value is False:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, 'must be "-" (standard output), a file path, or false')
+    return value
+
+
+def _access_log_format(key: str, value: object) -> str:
+    if value not in ("combined", "json"):
+        raise ConfigError(key, 'must be "combined" or "json"')
+    return str(value)
 
 
 def _fleet_url(key: str, value: object) -> str:

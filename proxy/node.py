@@ -31,6 +31,7 @@ from pathlib import Path
 
 from proxy.config import Config, FleetConfig, Listen
 from proxy.core.reload import ConfigChange
+from proxy.edge.access_log import check_destination
 from proxy.edge.connections import raise_open_files_limit
 from proxy.errors import ProxyError
 from proxy.fleet.figures import FleetFigures
@@ -68,6 +69,9 @@ async def _serve(config: Config, config_path: Path) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
+    # workers run, then passed on to them (edge_workers).
+    loop.add_signal_handler(signal.SIGUSR1, lambda: None)
     draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
     async with AsyncExitStack() as stack:
         url = fleet.url
@@ -136,7 +140,15 @@ async def edge_workers(
     """The edge port (and edge.tls_listen's), reserved here, and ``edge.workers`` worker
     processes listening on it (added to ``started``, for reloads); yields their URLs."""
     edge, _ = config.edge_role()
-    with reserved_port(edge.listen) as port, reserved_tls_port(edge.tls_listen) as tls_port:
+    check_destination(config)
+    # The workers' access log on "-" is this process's standard output, not their own (a
+    # pipe to the supervisor): each inherits a copy of it.
+    stdout = os.dup(sys.stdout.fileno())
+    with (
+        reserved_port(edge.listen) as port,
+        reserved_tls_port(edge.tls_listen) as tls_port,
+        contextlib.closing(_Fd(stdout)),
+    ):
         tls = [] if tls_port is None else ["--tls-port", str(tls_port)]
 
         def argv(index: int) -> list[str]:
@@ -154,17 +166,24 @@ async def edge_workers(
                 "--fleet-url",
                 url,
                 *tls,
+                "--stdout-fd",
+                str(stdout),
             ]
 
-        workers = Workers(argv, edge.workers, on_restart=telemetry.worker_restarted)
+        workers = Workers(
+            argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
+        )
         await workers.start()
         if started is not None:
             started.append(workers)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, workers.send, signal.SIGUSR1)  # logrotate
         try:
             tls_listen = edge.tls_listen
             tls_url = None if tls_listen is None else f"https://{tls_listen.host}:{tls_port}"
             yield f"http://{edge.listen.host}:{port}", tls_url
         finally:
+            loop.add_signal_handler(signal.SIGUSR1, lambda: None)
             # Each worker bounds its own shutdown by shutdown_timeout; one that does not is
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
@@ -203,6 +222,14 @@ def _worker_failure(index: int, line: str | None, digest: str) -> str | None:
             " reload again"
         )
     return None
+
+
+class _Fd:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class reserved_port:

@@ -33,6 +33,7 @@ from aiohttp import web
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
 from proxy.config import Config, Listen
+from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
 from proxy.edge.connections import (
     ConnectionGuard,
@@ -79,6 +80,8 @@ class Service:
     def tls_url(self) -> str | None:
         """The edge's TLS listener (edge.tls_listen), if it has one."""
         return self.edge.tls.url
+
+    access: EdgeAccess | None = None  # the access log and response figures (reopen, reconfigure)
 
 
 class Draining:
@@ -143,8 +146,17 @@ async def running(
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(memory_store(config.edge_role()[1].max_bytes))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
+        access = EdgeAccess(config, responses=telemetry.responses)
+        stack.push_async_callback(access.close)
         edge, edge_url = await stack.enter_async_context(
-            edge_listening(config, store=store, telemetry=telemetry, clock=clock, draining=draining)
+            edge_listening(
+                config,
+                store=store,
+                telemetry=telemetry,
+                clock=clock,
+                draining=draining,
+                access=access,
+            )
         )
         reload_hooks: list[Callable[[Config], None]] = []
         state, api_url = await stack.enter_async_context(
@@ -168,6 +180,7 @@ async def running(
             api_url=api_url,
             draining=draining,
             reload_hooks=reload_hooks,
+            access=access,
         )
 
 
@@ -194,6 +207,7 @@ async def edge_listening(
     reuse_port: bool = False,
     draining: Draining | None = None,
     tls_port: int | None = None,
+    access: EdgeAccess | None = None,
 ) -> AsyncIterator[tuple[Edge, str]]:
     """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
     its origin session; closed in reverse order. ``reuse_port``: one of several edge
@@ -202,10 +216,15 @@ async def edge_listening(
     when left out); it is drained when the listener is left, if not before. With
     ``edge.tls_listen`` (its port replaced by ``tls_port``), a TLS listener serves the same
     edge behind the Host-vs-SNI check, sharing the connection limit; its URL is
-    ``edge.tls.url``."""
+    ``edge.tls.url``. ``access``: the
+    access log and response figures every response reports to (one of its own when left
+    out, closed with the listener)."""
     edge_config, _ = config.edge_role()
     draining = Draining(edge_config.shutdown_timeout) if draining is None else draining
     async with AsyncExitStack() as stack:
+        if access is None:
+            access = EdgeAccess(config, responses=telemetry.responses)
+            stack.push_async_callback(access.close)
         session = new_session()
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
@@ -221,7 +240,9 @@ async def edge_listening(
         server = GuardedServer(
             edge.handle,
             guard=guard,
-            access_log=None,
+            # aiohttp's access-log hook, public API: each response, once sent (decision 0019).
+            access_log=access,
+            access_log_class=access.logger_class(),
             handler_cancellation=False,
             auto_decompress=False,
         )
@@ -236,7 +257,8 @@ async def edge_listening(
             tls_server = GuardedServer(
                 TlsHandler(edge.handle, edge.tls).handle,
                 guard=guard,
-                access_log=None,
+                access_log=access,  # the same log and figures as the plain listener
+                access_log_class=access.logger_class(),
                 handler_cancellation=False,
                 auto_decompress=False,
             )
@@ -419,12 +441,17 @@ async def _serve(config: Config, config_path: Path | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running(config) as service, AsyncExitStack() as reloads:
+        if service.access is not None:
+            loop.add_signal_handler(signal.SIGUSR1, service.access.reopen)  # logrotate
         if config_path is not None:
+            access = [] if service.access is None else [service.access.reconfigure]
             await reloads.enter_async_context(
                 reloading(
                     config_path,
                     config,
+                    # The access log first: opening its new file is what may refuse.
                     hooks=[
+                        *access,
                         service.edge.reconfigure,
                         domains_hook(service.telemetry.set_domains),
                         *service.reload_hooks,

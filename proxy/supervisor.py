@@ -42,7 +42,11 @@ class Workers:
         count: int,
         *,
         on_restart: Callable[[int], None] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
+        """``pass_fds``: descriptors every worker inherits (the node's standard output, for
+        an access log on "-")."""
+        self._pass_fds = tuple(pass_fds)
         self._argv = argv
         self._count = count
         self._on_restart = on_restart
@@ -98,11 +102,21 @@ class Workers:
                         process.kill()
             await asyncio.gather(*(process.wait() for process in processes))
 
+    def send(self, sig: int) -> None:
+        """Send ``sig`` to every running worker (SIGUSR1: reopen the access log)."""
+        for process in self._processes.values():
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(sig)
+
     async def _spawn(self, index: int) -> None:
         # Its standard input is a pipe nobody writes to: when this process ends, however it
         # ends, the pipe closes and the worker stops (proxy/worker.py).
         process = await asyncio.create_subprocess_exec(
-            *self._argv(index), stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE
+            *self._argv(index),
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE,
+            pass_fds=self._pass_fds,
         )
         self._processes[index] = process
         assert process.stdout is not None

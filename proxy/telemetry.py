@@ -54,6 +54,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
+from proxy.core.responses import Responses
 from proxy.core.traffic import (
     BYPASS,
     CLEARED,
@@ -67,6 +68,7 @@ from proxy.core.traffic import (
     Traffic,
 )
 from proxy.edge.connections import ConnectionGuard, connection_metrics
+from proxy.edge.response_metrics import response_metrics
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.store.base import DomainStats, StoreStats
 
@@ -131,6 +133,10 @@ class RemoteFigures(Protocol):
         """Listener -> its ``ConnectionGuard.figures()`` summed over the edge processes."""
         ...
 
+    def responses(self) -> Responses:
+        """The edge processes' response figures, summed."""
+        ...
+
 
 class StoreFigures(Protocol):
     """What /metrics and the dashboard read of a store (or of a whole fleet's stores)."""
@@ -165,6 +171,8 @@ class Telemetry:
         self._clock = clock
         self._traffic = Traffic()
         self._snapshot: _StoreSnapshot | None = None
+        # Responses by status class, bytes and time: recorded by the edge's access-log hook.
+        self.responses = Responses()
         # The listeners of this process, each adding itself when it starts.
         self.connections: list[ConnectionGuard] = []
         self._origin_seconds = Histogram(
@@ -326,6 +334,10 @@ class Telemetry:
         if self._remote is not None:  # the edge workers' connections, summed
             rows.extend(self._remote.connections().items())
         yield from connection_metrics(rows, PREFIX)
+        responses = self.responses
+        if self._remote is not None:  # the edge workers' responses, summed
+            responses = responses.plus(self._remote.responses())
+        yield from response_metrics(responses, PREFIX)
         if self._remote is not None:
             yield from _fleet_metrics(self._remote)
 

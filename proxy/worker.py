@@ -22,6 +22,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from proxy.config import Config, FleetConfig
+from proxy.edge.access_log import EdgeAccess
 from proxy.edge.connections import raise_open_files_limit
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
@@ -54,6 +55,7 @@ def run(
     port: int,
     fleet_url: str,
     tls_port: int | None = None,
+    stdout_fd: int = 1,
 ) -> int:
     """The worker's life: returns its exit status. SIGHUP (from its node) reloads the config
     from ``config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
@@ -66,7 +68,13 @@ def run(
     with event_loop_runner() as runner:
         return runner.run(
             _run(
-                config, config_path, index=index, port=port, fleet_url=fleet_url, tls_port=tls_port
+                config,
+                config_path,
+                index=index,
+                port=port,
+                fleet_url=fleet_url,
+                tls_port=tls_port,
+                stdout_fd=stdout_fd,
             )
         )
 
@@ -79,6 +87,7 @@ async def _run(
     port: int,
     fleet_url: str,
     tls_port: int | None,
+    stdout_fd: int = 1,
 ) -> int:
     edge, cache = config.edge_role()
     assert config.fleet is not None  # a worker is only started for a fleet
@@ -104,6 +113,10 @@ async def _run(
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
+        # The access log ("-" is the node's standard output) and the response figures.
+        access = EdgeAccess(config, responses=telemetry.responses, stdout=stdout_fd)
+        stack.push_async_callback(access.close)
+        loop.add_signal_handler(signal.SIGUSR1, access.reopen)  # the node passes it on
         handler, url = await stack.enter_async_context(
             edge_listening(
                 config,
@@ -112,6 +125,7 @@ async def _run(
                 port=port,
                 reuse_port=True,
                 tls_port=tls_port,
+                access=access,
             )
         )
         # Each worker clears its own store of removed and re-pointed domains on its reload,
@@ -121,6 +135,7 @@ async def _run(
                 config_path,
                 config,
                 hooks=[
+                    access.reconfigure,  # first: opening its new file is what may refuse
                     handler.reconfigure,
                     domains_hook(telemetry.set_domains),
                     domains_hook(member.set_domains),

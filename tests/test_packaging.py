@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import os
 import shlex
 import shutil
@@ -22,7 +23,7 @@ import aiohttp
 
 from tests.conftest import Origin
 from tests.edge.tls_support import Certificates, get, https_origin
-from tests.nodes import ENV, Node
+from tests.nodes import ENV, Node, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "config" / "cdn-proxy.service"
@@ -219,7 +220,8 @@ async def test_the_production_example_serves_https_through_workers(
         text = text.replace(path, str(tmp_path))
     for listen in ("0.0.0.0:80", "0.0.0.0:443", "127.0.0.1:8081"):
         text = text.replace(f'"{listen}"', '"127.0.0.1:0"')
-    assert "/etc/" not in text and "/var/" not in text and "0.0.0.0" not in text
+    keys = "\n".join(line.partition("#")[0] for line in text.splitlines())
+    assert '"/etc/' not in keys and '"/var/' not in keys and '"0.0.0.0:' not in keys
     origin.reply("/", b"www page", headers={"Cache-Control": "max-age=60"})
     async with https_origin(certs.issue("localhost")) as private_origin:
         text = text.replace("https://origin.example.com", origin.url)
@@ -235,6 +237,14 @@ async def test_the_production_example_serves_https_through_workers(
                     status, _, got = await get(client, url, certs.client(), sni=name)
                     assert status == 200
                     assert got == (body or b"secret origin")
+            # Both requests are in the JSON access log, written by the workers.
+            log = tmp_path / "access.log"
+            await eventually(lambda: log.exists() and len(log.read_text().splitlines()) >= 2)
+            lines = [json.loads(line) for line in log.read_text().splitlines()]
+            assert {(line["host"], line["status"]) for line in lines} == {
+                ("www.example.com", 200),
+                ("static.example.com", 200),
+            }
         finally:
             await node.kill()
     assert "Traceback" not in (tmp_path / "node.log").read_text()

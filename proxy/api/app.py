@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.web_log import AccessLogger
 from argon2 import PasswordHasher
 
-from proxy.api import problems
+from proxy.api import clients, problems
 from proxy.api.clear_cache import (
     CLEAR_CACHE_CONTEXT,
     ClearCacheContext,
@@ -75,6 +75,7 @@ def create_api_app(
     problems.install(app)
     telemetry = telemetry if telemetry is not None else Telemetry()
     api, _ = config.api_role()
+    clients.install(app, api)  # first: every handler sees the client a trusted proxy names
     clear = app[CLEAR_CACHE_CONTEXT] = ClearCacheContext(
         config=config,
         state=state,

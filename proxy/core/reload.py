@@ -40,6 +40,10 @@ RELOADABLE = frozenset(
         "api.body_timeout",  # likewise
         "edge.tls_cert",  # EdgeTls.reconfigure (through Edge.reconfigure): new connections
         "edge.tls_key",
+        "edge.access_log",  # EdgeAccess.reconfigure: the new file is opened first
+        "edge.access_log_format",
+        "edge.trusted_proxies",  # EdgeAccess.reconfigure and Edge.reconfigure
+        "edge.forwarded_header",
         "edge.tunnel_idle_timeout",  # Tunnels.reconfigure: tunnels opened from now on
         "edge.tunnel_max_seconds",
     }

@@ -77,14 +77,22 @@ class Prewritten(web.StreamResponse):
     _parsed_headers: CIMultiDictProxy[str] | None = None
     _own_state: dict[str | web.ResponseKey[Any], Any] | None = None
 
+    # Plain attributes where StreamResponse has properties: the access-log hook reads both
+    # on every response (decision 0019), and a property costs a Python frame per read.
+    status: int = 0  # set by __init__
+    body_length: int = 0  # set by prepare, with _body_length
+
     def __init__(self, parts: tuple[bytes, ...]) -> None:  # no super().__init__(): see module
         self._parts = parts
+        # Hits share their entries' status lines: the few distinct ones are parsed once.
+        status = _STATUSES.get(parts[0])
+        self.status = status if status is not None else _status_of(parts[0])
 
     # What StreamResponse.__init__ would set, read from the parts instead.
 
     @property
     def _status(self) -> int:  # type: ignore[override]
-        return int(self._parts[0][9:12])  # "HTTP/1.1 200 OK\r\n"
+        return self.status
 
     @property
     def _reason(self) -> str:  # type: ignore[override]
@@ -131,11 +139,11 @@ class Prewritten(web.StreamResponse):
             # Handed over as it is (one writev with the head), not copied into a new buffer.
             head = b"".join(parts[:-1])
             transport.writelines((head, body))
-            self._body_length = len(head) + len(body)
+            self._body_length = self.body_length = len(head) + len(body)
         else:
             message = b"".join(parts)
             transport.write(message)
-            self._body_length = len(message)
+            self._body_length = self.body_length = len(message)
         # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
         # above its high-water mark, so a client that does not read cannot grow it.
         await request.writer.drain()
@@ -143,6 +151,17 @@ class Prewritten(web.StreamResponse):
 
     async def write_eof(self, data: bytes = b"") -> None:
         return None  # the message ended with its parts
+
+
+def _status_of(line: bytes) -> int:
+    """The status of a status line ("HTTP/1.1 200 OK\r\n"), remembered (bounded)."""
+    status = int(line[9:12])
+    if len(_STATUSES) < 1024:
+        _STATUSES[line] = status
+    return status
+
+
+_STATUSES: dict[bytes, int] = {}
 
 
 class OriginConnector(TCPConnector):

@@ -58,6 +58,7 @@ from proxy.core.targeted import surrogate_capability
 from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.core.upgrade import tunnel_protocols
 from proxy.edge import bodies, ranges, respond
+from proxy.edge.access_log import request_client, trusted_proxies
 from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
@@ -105,6 +106,7 @@ class Edge:
         self._name = cache.name
         self._capability = surrogate_capability(cache.name)
         self._via = edge.via
+        self._trusted = trusted_proxies(config)  # whose X-Forwarded-For is believed
         self._body_timeout = edge.body_timeout
         self._buffer_bytes = edge.request_buffer_bytes
         self._slots = ConnectionSlots(config.domains)
@@ -133,6 +135,7 @@ class Edge:
         # First, as it may refuse (ConfigError: a certificate unreadable since the file was
         # checked) before anything has changed.
         self.tls.reconfigure(config)
+        self._trusted = trusted_proxies(config)
         self._domains = config.by_name
         self._hosts = {}
         self._slots = self._slots.reconfigured(config.domains)
@@ -618,11 +621,12 @@ class Edge:
         cacheable: bool,
         coding: str | None = None,
     ) -> list[tuple[str, str]]:
+        client = request_client(self._trusted, request)
         headers = to_origin(
             request.headers.items(),
             domain=config.name,
-            client_address=request.remote or "",
-            scheme=request.scheme,
+            client_address=client.address,
+            scheme=client.scheme,
             via=self._via,
             cacheable=cacheable,
             accept_encoding=coding,

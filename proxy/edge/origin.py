@@ -21,6 +21,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -40,6 +41,11 @@ from proxy.errors import (
 from proxy.telemetry import Telemetry, error_kind
 
 CHUNK = 64 * 1024
+
+# Seconds to the origin's response headers (or to its failure) of the request being handled,
+# for its access log line. aiohttp runs each request in a task of its own, so the value is
+# that request's (a background revalidation's task keeps its own).
+ORIGIN_SECONDS: ContextVar[float | None] = ContextVar("origin_seconds", default=None)
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -250,6 +256,7 @@ async def _origin_request(
             compress=None,
             ssl=tls,
         ) as response:
+            ORIGIN_SECONDS.set(time.perf_counter() - started)
             if telemetry is not None:
                 telemetry.origin(domain.name, time.perf_counter() - started, None)
             answered = True
@@ -264,6 +271,8 @@ async def _origin_request(
             # and its own errors are what count.)
             raise data.failed from None
         error = _translate(exc, domain.name)
+        if not answered:
+            ORIGIN_SECONDS.set(time.perf_counter() - started)
         if telemetry is not None and isinstance(error, OriginError):
             if answered:
                 telemetry.origin_error(domain.name, error_kind(error))

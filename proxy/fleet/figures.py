@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.core.responses import Responses
 from proxy.core.traffic import OUTCOMES, MinuteCounts
 from proxy.edge.connections import CONNECTION_FIGURES
 from proxy.errors import FleetUnavailable
@@ -48,6 +49,7 @@ async def edge_report(
         ],
         "store": [stats.entries, stats.bytes, stats.max_bytes, stats.evictions],
         "connections": {guard.listener: guard.figures() for guard in telemetry.connections},
+        "responses": telemetry.responses.report(),
         "domains": {
             domain: [figures.entries, figures.bytes]
             for domain in domains
@@ -176,6 +178,9 @@ class FleetFigures:
     def connections(self) -> Mapping[str, Sequence[int]]:
         return self._totals.connections
 
+    def responses(self) -> Responses:
+        return self._totals.responses
+
 
 _NO_ENTRIES = DomainStats(entries=0, bytes=0)
 
@@ -191,9 +196,11 @@ class _Totals:
     domains: dict[str, DomainStats]
     renew_failures: int
     connections: dict[str, list[int]]  # listener -> ConnectionGuard.figures(), summed
+    responses: Responses
 
     @classmethod
     def of(cls, reports: Iterable[Mapping[str, object]]) -> _Totals:
+        reports = list(reports)
         outcomes: dict[str, dict[str, int]] = {}
         minutes: dict[float, tuple[int, int]] = {}
         store = [0, 0, 0, 0]  # entries, bytes, max_bytes, evictions
@@ -241,6 +248,7 @@ class _Totals:
             domains=domains,
             renew_failures=renew_failures,
             connections=connections,
+            responses=Responses.summed(report.get("responses") for report in reports),
         )
 
 

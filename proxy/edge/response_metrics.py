@@ -1,0 +1,54 @@
+"""The response figures (proxy/core/responses.py) as Prometheus metric families, at scrape time.
+
+- ``responses_total{domain, class}``: responses sent, by status class (1xx ... 5xx);
+- ``response_bytes_total{domain}``: bytes sent, heads included;
+- ``request_duration_seconds{domain}``: a histogram of the time from a request's head to the
+  last byte of its answer, as the client's side of the socket sees it, near enough;
+- ``access_log_lost_total``: access log lines dropped (the writer could not keep up) or not
+  written (write errors).
+
+``domain`` is a configured domain, or ``-`` for responses to a Host the edge does not serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+
+from proxy.core.responses import BUCKETS, CLASSES, Responses
+
+
+def response_metrics(responses: Responses, prefix: str) -> Iterable[Metric]:
+    by_class = CounterMetricFamily(
+        prefix + "responses",
+        "Edge responses sent, by domain and status class.",
+        labels=["domain", "class"],
+    )
+    sent = CounterMetricFamily(
+        prefix + "response_bytes",
+        "Bytes the edge sent in its responses, heads included, by domain.",
+        labels=["domain"],
+    )
+    seconds = HistogramMetricFamily(
+        prefix + "request_duration_seconds",
+        "Seconds from an edge request's head to the last byte of its answer, by domain.",
+        labels=["domain"],
+    )
+    for domain, figures in sorted(responses.domains.items()):
+        for index, name in enumerate(CLASSES, start=1):
+            by_class.add_metric([domain, name], figures.classes[index])
+        sent.add_metric([domain], figures.sent)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(str, BUCKETS), "+Inf"), figures.buckets, strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        seconds.add_metric([domain], buckets, figures.seconds)
+    yield by_class
+    yield sent
+    yield seconds
+    yield CounterMetricFamily(
+        prefix + "access_log_lost",
+        "Access log lines dropped (the writer fell behind) or not written (write errors).",
+        responses.log_lost,
+    )
