@@ -171,6 +171,17 @@ class _Hook(AbstractAccessLogger):
         # On every response, fast hits included: measured in decision 0019. The figures are
         # DomainResponses.record, inlined.
         access: EdgeAccess = self.logger  # type: ignore[assignment]
+        if response.__class__ is Prewritten:
+            # A fast hit has added itself to the figures (Prewritten.prepare): only its line.
+            writer = access.writer
+            if writer is not None:
+                headers = request.headers
+                host = headers.get(_HOST)
+                sent = response.body_length
+                _queue(
+                    access, writer, request, response, headers, host, response.status, sent, time
+                )
+            return
         headers = request.headers
         host = headers.get(_HOST)
         counts = access.by_host.get(host)
