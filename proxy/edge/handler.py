@@ -328,6 +328,7 @@ class Edge:
             headers,
             telemetry=self._telemetry,
             slots=self._slots,
+            tls=self.tls.origin(job.config.name),
         ) as origin:
             return _Filled(await self._relay(job.request, origin, status), None)
 

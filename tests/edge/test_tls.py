@@ -18,8 +18,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
-from proxy.config import load_config
+from proxy.config import load_config, parse_config
 from proxy.errors import ConfigError
 from proxy.service import Service, running
 from tests.conftest import Origin
@@ -272,6 +273,36 @@ async def test_an_https_origin_is_verified_and_origin_ca_names_its_trust(
             assert "certificate verify failed" in caplog.text
             async with client.get(service.edge_url + "/", headers={"Host": "other.test"}) as r:
                 assert (r.status, await r.read()) == (200, b"secret origin")
+
+
+async def test_a_range_of_a_large_object_is_asked_of_an_https_origin_with_its_origin_ca(
+    tmp_path: Path, certs: Certificates, client: aiohttp.ClientSession
+) -> None:
+    """A Range request for an object over max_object_bytes is asked of the origin a second
+    time, with the Range: that request too trusts the domain's origin_ca (it got 502)."""
+    big = bytes(range(256)) * 8192  # 2 MiB, over the 1 MiB max_object_bytes
+    ranges_seen: list[str | None] = []
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        ranges_seen.append(request.headers.get("Range"))
+        if request.headers.get("Range") == "bytes=0-99":
+            headers = {"Content-Range": f"bytes 0-99/{len(big)}"}
+            return web.Response(status=206, body=big[:100], headers=headers)
+        return web.Response(body=big, headers={"Cache-Control": "max-age=60"})
+
+    async with https_origin(certs.issue("localhost"), handler=handle) as origin_url:
+        data = {
+            "edge": {"listen": "127.0.0.1:0", "shutdown_timeout": 5},
+            "api": {"listen": "127.0.0.1:0"},
+            "cache": {"max_bytes": "16MiB", "max_object_bytes": "1MiB"},
+            "state": {"path": "state.db"},
+            "domains": [{"name": "example.com", "origin": origin_url, "origin_ca": "ca.pem"}],
+        }
+        async with running(parse_config(data, base_dir=tmp_path)) as service:
+            headers = {"Host": "example.com", "Range": "bytes=0-99"}
+            async with client.get(service.edge_url + "/video", headers=headers) as response:
+                assert (response.status, await response.read()) == (206, big[:100])
+    assert ranges_seen == [None, "bytes=0-99"]
 
 
 # -- config checks -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,14 +140,19 @@ async def get(
 
 
 @asynccontextmanager
-async def https_origin(pair: Pair, body: bytes = b"secret origin") -> AsyncIterator[str]:
-    """An HTTPS origin serving ``body`` (cacheable) with the certificate ``pair``; yields its
-    URL with the name ``localhost`` (127.0.0.1), which the certificate must cover."""
+async def https_origin(
+    pair: Pair,
+    body: bytes = b"secret origin",
+    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]] | None = None,
+) -> AsyncIterator[str]:
+    """An HTTPS origin serving ``body`` (cacheable), or answering with ``handler``, with the
+    certificate ``pair``; yields its URL with the name ``localhost`` (127.0.0.1), which the
+    certificate must cover."""
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         return web.Response(body=body, headers={"Cache-Control": "max-age=60"})
 
-    server = web.Server(handle)
+    server = web.Server(handler or handle)
     runner = web.ServerRunner(server)
     await runner.setup()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
