@@ -22,7 +22,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,38 +236,12 @@ async def edge_listening(
             keepalive_timeout=edge_config.keepalive_timeout,
         )
         telemetry.connections.append(guard)
-        # auto_decompress=False: request bodies reach the origin as the client encoded them.
-        server = GuardedServer(
-            edge.handle,
-            guard=guard,
-            # aiohttp's access-log hook, public API: each response, once sent (decision 0019).
-            access_log=access,
-            access_log_class=access.logger_class(),
-            handler_cancellation=False,
-            auto_decompress=False,
-        )
-        runner = web.ServerRunner(
-            server, shutdown_timeout=draining.runner_timeout, handle_signals=False
-        )
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        draining.add(runner, guard)
+        runner = await _edge_runner(edge.handle, guard, access, draining, stack)
         tls_runner = None
         if edge_config.tls_listen is not None:
-            tls_server = GuardedServer(
-                TlsHandler(edge.handle, edge.tls).handle,
-                guard=guard,
-                access_log=access,  # the same log and figures as the plain listener
-                access_log_class=access.logger_class(),
-                handler_cancellation=False,
-                auto_decompress=False,
-            )
-            tls_runner = web.ServerRunner(
-                tls_server, shutdown_timeout=draining.runner_timeout, handle_signals=False
-            )
-            await tls_runner.setup()
-            stack.push_async_callback(tls_runner.cleanup)
-            draining.add(tls_runner, guard)
+            # The same edge behind the Host-vs-SNI check, with the same log and figures.
+            tls_handler = TlsHandler(edge.handle, edge.tls).handle
+            tls_runner = await _edge_runner(tls_handler, guard, access, draining, stack)
         stack.push_async_callback(draining.drain)  # before the runners' cleanup
         where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)
         url = await _listen(runner, where, "edge.listen", reuse_port=reuse_port)
@@ -283,6 +257,34 @@ async def edge_listening(
                 tls=edge.tls.listener_context(),
             )
         yield edge, url
+
+
+async def _edge_runner(
+    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+    guard: ConnectionGuard,
+    access: EdgeAccess,
+    draining: Draining,
+    stack: AsyncExitStack,
+) -> web.ServerRunner:
+    """One edge listener's server and runner, set up, cleaned up by ``stack`` and drained
+    with the process's other listeners."""
+    # auto_decompress=False: request bodies reach the origin as the client encoded them.
+    server = GuardedServer(
+        handler,
+        guard=guard,
+        # aiohttp's access-log hook, public API: each response, once sent (decision 0019).
+        access_log=access,
+        access_log_class=access.logger_class(),
+        handler_cancellation=False,
+        auto_decompress=False,
+    )
+    runner = web.ServerRunner(
+        server, shutdown_timeout=draining.runner_timeout, handle_signals=False
+    )
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    draining.add(runner, guard)
+    return runner
 
 
 def edge_connections(config: Config) -> int:

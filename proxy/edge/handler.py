@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from time import perf_counter
 
@@ -294,16 +295,7 @@ class Edge:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
         try:
-            async with origin_request(
-                self._session,
-                job.config,
-                "GET",
-                job.key[2],
-                headers,
-                telemetry=self._telemetry,
-                slots=self._slots,
-                tls=self.tls.origin(job.config.name),
-            ) as origin:
+            async with self._ask_origin(job.config, "GET", job.key[2], headers) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
                 filled = await self._answered(job, origin, request_time, self._clock())
@@ -320,16 +312,7 @@ class Edge:
         object is too large to keep: ranges.AskOrigin). Raises OriginError."""
         headers = self._origin_headers(job.request, job.config, cacheable=False)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
-        async with origin_request(
-            self._session,
-            job.config,
-            "GET",
-            job.key[2],
-            headers,
-            telemetry=self._telemetry,
-            slots=self._slots,
-            tls=self.tls.origin(job.config.name),
-        ) as origin:
+        async with self._ask_origin(job.config, "GET", job.key[2], headers) as origin:
             return _Filled(await self._relay(job.request, origin, status), None)
 
     async def _answered(
@@ -549,17 +532,7 @@ class Edge:
         fwd: str,
     ) -> web.StreamResponse:
         try:
-            async with origin_request(
-                self._session,
-                config,
-                request.method,
-                target,
-                headers,
-                data,
-                telemetry=self._telemetry,
-                slots=self._slots,
-                tls=self.tls.origin(config.name),
-            ) as origin:
+            async with self._ask_origin(config, request.method, target, headers, data) as origin:
                 if request.method not in SAFE_METHODS:
                     for stale_target in invalidation_targets(
                         domain=config.name,
@@ -623,6 +596,28 @@ class Edge:
         return stream
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _ask_origin(
+        self,
+        config: DomainConfig,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        data: bytes | bodies.Streamed | None = None,
+    ) -> AbstractAsyncContextManager[OriginResponse]:
+        """One request to the domain's origin, with everything every such request shares:
+        the session, the domain's connection slots, the telemetry and its TLS trust."""
+        return origin_request(
+            self._session,
+            config,
+            method,
+            target,
+            headers,
+            data,
+            telemetry=self._telemetry,
+            slots=self._slots,
+            tls=self.tls.origin(config.name),
+        )
 
     def _origin_headers(
         self,
