@@ -15,8 +15,17 @@ from proxy.config import load_config
 ENV = {**os.environ, "CDN_PROXY_URL": "", "CDN_PROXY_TOKEN": ""}
 
 
-def write_config(tmp_path: Path, origin_url: str, *, workers: int = 1, extra: str = "") -> Path:
-    """A node with both roles on ports chosen by the OS; ``workers`` edge processes."""
+def write_config(
+    tmp_path: Path,
+    origin_url: str,
+    *,
+    workers: int = 1,
+    extra: str = "",
+    edge: str = "",
+    api: str = "",
+) -> Path:
+    """A node with both roles on ports chosen by the OS; ``workers`` edge processes;
+    ``edge`` and ``api``: more keys for those tables, ``extra``: after the domain's."""
     path = tmp_path / "proxy.toml"
     path.write_text(
         f"""
@@ -24,8 +33,10 @@ def write_config(tmp_path: Path, origin_url: str, *, workers: int = 1, extra: st
 listen = "127.0.0.1:0"
 shutdown_timeout = 10
 workers = {workers}
+{edge}
 [api]
 listen = "127.0.0.1:0"
+{api}
 [cache]
 max_bytes = "8MiB"
 [state]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.nodes import eventually
+from tests.nodes import eventually, write_config
 
 
 def node_config(
@@ -20,28 +20,7 @@ def node_config(
     workers: int = 1,
 ) -> Path:
     """A node with both roles on ports the OS chooses; ``edge`` and ``api``: more keys."""
-    path = tmp_path / "proxy.toml"
-    path.write_text(
-        f"""
-[edge]
-listen = "127.0.0.1:0"
-shutdown_timeout = 10
-workers = {workers}
-{edge}
-[api]
-listen = "127.0.0.1:0"
-{api}
-[cache]
-max_bytes = "8MiB"
-[state]
-path = "state.db"
-[[domains]]
-name = "example.com"
-origin = "{origin_url}"
-""",
-        encoding="utf-8",
-    )
-    return path
+    return write_config(tmp_path, origin_url, workers=workers, edge=edge, api=api)
 
 
 async def get(
