@@ -89,6 +89,10 @@ class PurgeResult:
     exact: bool
     seconds: float  # time the store took
     sample: tuple[str, ...] = ()
+    # A fleet purge (proxy/fleet/purger.py): the live edge processes that applied it, and
+    # those whose lease was live (as ClearResult). None: one process, no fleet.
+    acked: int | None = None
+    live: int | None = None
 
 
 def purge_request(

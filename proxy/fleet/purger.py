@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
+from proxy.core.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
 from proxy.fleet.scripts import ACKED, FleetScripts, MembersView, connect
 from proxy.fleet.settings import FleetSettings
@@ -150,6 +151,13 @@ class FleetPurger:
         await self._hints.ready()
         with self._hints.waiter() as waiter:
             return await self._clear(domain, deadline, waiter)
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        """Not carried by the fleet protocol yet (decision 0024 says how it will be): refused
+        as unavailable, so the API answers 503 and nothing is half-done."""
+        raise FleetUnavailable(
+            f"purges by {purge.kind} are not carried by the fleet yet; clear the whole domain"
+        )
 
     async def _clear(self, domain: str, deadline: float, waiter: AckWaiter | None) -> ClearResult:
         try:

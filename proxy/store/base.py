@@ -110,6 +110,11 @@ class Purger(Protocol):
 
     async def clear_domain(self, domain: str) -> ClearResult: ...
 
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        """Purge by URL, prefix, tag or all, hard or soft, or a dry run (decision 0024).
+        Returns only once the purge is in effect wherever the domain is served."""
+        ...
+
 
 class LocalPurger:
     """Purges this process's store (one process, no fleet: proxy/fleet/purger.py is the
@@ -122,3 +127,6 @@ class LocalPurger:
 
     async def clear_domain(self, domain: str) -> ClearResult:
         return await self._store.clear_domain(domain)
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        return await self._store.purge(domain, purge)
