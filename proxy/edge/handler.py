@@ -61,7 +61,7 @@ from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.core.upgrade import tunnel_protocols
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import request_client, trusted_proxies
-from proxy.edge.aiohttp_adapter import answer_and_close
+from proxy.edge.aiohttp_adapter import answer_and_close, request_head
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
@@ -166,7 +166,8 @@ class Edge:
         return respond.prepared(entry, via=self._via, status=self._hit_status)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        headers = request.headers
+        head = request_head(request)  # its fields, not the request's reified properties
+        headers = head.headers
         host = headers.get(hdrs.HOST)
         config = self._hosts.get(host) if host is not None else None
         if config is None:
@@ -181,12 +182,12 @@ class Edge:
         # below would give, written from its precomputed lines plus Age (respond.Hit).
         # Anything else takes the full path. Measured in benchmarks/README.md.
         if (
-            request.version == HttpVersion11
-            and request.keep_alive
-            and plain_get(request.method, headers, has_body=request.body_exists)
+            head.version == HttpVersion11
+            and not head.should_close
+            and plain_get(head.method, headers, has_body=request.body_exists)
         ):
             started = perf_counter()
-            raw = request.raw_path
+            raw = head.path
             entry = self._peek(config.name, raw) if raw[:1] == "/" else None
             if entry is not None and entry.hit_lines:
                 now = self._clock()

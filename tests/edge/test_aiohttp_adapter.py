@@ -31,6 +31,7 @@ from proxy.edge.aiohttp_adapter import (
     OriginConnector,
     Prewritten,
     answer_and_close,
+    request_head,
     take_over,
 )
 from proxy.edge.connections import ConnectionGuard
@@ -113,6 +114,48 @@ def test_stream_response_sets_only_what_prewritten_computes() -> None:
     read = set(re.findall(r"self\.(_[a-z]\w*)", source))
     assert read, "the scan found nothing: StreamResponse's source moved"
     assert sorted(name for name in read if not hasattr(Prewritten, name)) == []
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /a?b=%41 HTTP/1.1\r\nHost: a\r\nX-One: 1\r\nx-one: 2\r\n\r\n",
+        b"GET /keep HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+        b"HEAD /c HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        b"GET /d HTTP/1.0\r\nHost: a\r\n\r\n",
+        b"POST /e HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi",
+    ],
+)
+async def test_request_head_has_what_the_request_properties_say(
+    aiohttp_raw_server: RawServer, head: bytes
+) -> None:
+    """The fast path reads the head's fields in place of these properties (request_head)."""
+    seen: list[tuple[object, ...]] = []
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        message = request_head(request)
+        seen.append(
+            (
+                (message.method, message.version, not message.should_close, message.path),
+                (request.method, request.version, request.keep_alive, request.raw_path),
+                message.headers is request.headers,
+            )
+        )
+        return web.Response(body=b"ok")
+
+    server = await aiohttp_raw_server(handler, access_log=None)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port or 0)
+    try:
+        async with asyncio.timeout(10):  # a bound, not a wait
+            writer.write(head)
+            await writer.drain()
+            assert (await reader.readuntil(b"\r\n")).endswith(b" 200 OK\r\n")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    [(from_head, from_request, same_headers)] = seen
+    assert from_head == from_request
+    assert same_headers
 
 
 async def test_the_request_writer_has_sent_nothing_when_a_response_is_prepared(
