@@ -199,13 +199,13 @@ def read_purge(body: bytes, scope: Scope, attempt: Attempt) -> Grant:
     The domain and the kind go in the attempt's audit record as soon as they are known,
     even if the body is refused for another field."""
     data = json_object(body, EXAMPLE)
+    kinds = [name for name in KIND_FIELDS if name in data]
+    if len(kinds) == 1:
+        attempt.kind = LISTS.get(kinds[0], "all")
     if "domain" not in data:
         reject("bad_request", 400, "the field 'domain' is required")
     if isinstance(data["domain"], str):
         attempt.domain = data["domain"]
-    kinds = [name for name in KIND_FIELDS if name in data]
-    if len(kinds) == 1:
-        attempt.kind = LISTS.get(kinds[0], "all")
     extra = sorted(name for name in data if name not in ("domain", *KIND_FIELDS, *OPTIONS))
     if extra:
         reject("bad_request", 400, f"unknown fields: {', '.join(map(repr, extra))}")
