@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.core.purges import MAX_ITEMS, MAX_TARGET_CHARS
+from proxy.errors import ConfigError
 from tests.api.purge_support import FAILURES, PURGE, FailingPurger, post_purge
 from tests.api.support import (
     CHALLENGE,
@@ -20,6 +22,7 @@ from tests.api.support import (
     INVALID_TOKEN,
     ApiFactory,
     ApiUnderTest,
+    api_config,
     assert_rejected,
 )
 
@@ -269,3 +272,19 @@ async def test_a_purge_the_purger_cannot_confirm_is_503(make_api: ApiFactory, fa
         None,
     )
     assert (record.acked, record.live) == ((1, 2) if failure == "unconfirmed" else (None, None))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "api.max_purge_body_bytes: must be greater than zero"),
+        ("1 PB", "api.max_purge_body_bytes: '1 PB' is not a size"),
+        (True, "api.max_purge_body_bytes: must be a size"),
+    ],
+)
+def test_the_purge_body_limit_is_checked_in_the_config(
+    tmp_path: Path, value: object, message: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        api_config(tmp_path, max_purge_body_bytes=value)
+    assert message in str(error.value)
