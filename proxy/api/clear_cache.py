@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from proxy.api.gate import (
-    ADMIN_ACTOR,
-    CHALLENGE,
     CLEAR_CACHE_CONTEXT,
     Attempt,
     Authorise,
@@ -44,19 +42,17 @@ from proxy.api.gate import (
     Grant,
     Rejected,
     as_admin,
+    audit_record,
     authorise_bearer,
     check_domain,
     json_object,
+    purger_failures,
     reject,
 )
 from proxy.api.problems import problem
 from proxy.core.tokens import Scope
-from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
-from proxy.state.sqlite import AuditRecord
 
 __all__ = [
-    "ADMIN_ACTOR",
-    "CHALLENGE",
     "CLEAR_CACHE_CONTEXT",
     "CONFIRMATION",
     "OUTCOMES",
@@ -128,18 +124,8 @@ async def audited_clear(
             attempt.domain,
             headers=rejected.headers,
         )
-    record = AuditRecord(
-        at=now,
-        actor=attempt.actor,
-        client=client,
-        domain=attempt.domain,
-        outcome=answer.outcome,
-        status=answer.status,
-        entries_dropped=answer.entries_dropped,
-        duration_ms=(time.perf_counter() - started) * 1000.0,
-        acked=attempt.acked,
-        live=attempt.live,
-        answered_by=ctx.purger.name,
+    record = audit_record(
+        ctx, attempt, answer.outcome, answer.status, at=now, client=client, started=started
     )
     if ctx.telemetry is not None:
         ctx.telemetry.clear(attempt.domain, answer.outcome, record.duration_ms / 1000.0)
@@ -174,47 +160,15 @@ async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
     """Steps 5-8 for a caller already known: the domain, the scope, the clear."""
     domain = check_domain(ctx, attempt, grant, "clear")
     started = time.perf_counter()
-    try:
+    with purger_failures(
+        attempt, domain, action="clear", failed=f"the cache of {domain!r} could not be cleared"
+    ):
         result = await ctx.purger.clear_domain(domain)
-    except ClearNotConfirmed as exc:
-        # Recorded in the fleet, but not every live edge process could be shown to have
-        # applied it in time: no 200 (decision 0014). Retrying is safe.
-        log.warning("%s", exc)
-        attempt.acked, attempt.live = exc.acked, exc.live
-        reject(
-            "unconfirmed",
-            503,
-            f"the clear of {domain!r} is recorded and was applied by {exc.acked} of {exc.live}"
-            " live edge processes in time; the others apply it when they next reach the fleet,"
-            f" or stop serving from their cache within {exc.retry_after} s. Retrying is safe.",
-            {"Retry-After": str(exc.retry_after)},
-        )
-    except FleetUnavailable as exc:
-        log.warning("clearing %s: %s", domain, exc)
-        reject(
-            "error",
-            503,
-            f"the cache of {domain!r} could not be cleared: {fleet_failure(exc)}; nothing is"
-            " confirmed. Retrying is safe.",
-            {"Retry-After": "1"},
-        )
-    except Exception:
-        # Nothing was confirmed, so say so plainly and let the caller retry; the audit log
-        # records the failure.
-        log.exception("clearing %s failed", domain)
-        reject("error", 503, f"the cache of {domain!r} could not be cleared; try again")
     attempt.entries_dropped = result.entries_dropped
     attempt.acked, attempt.live = result.acked, result.live
     if result.live is not None and ctx.telemetry is not None:
         ctx.telemetry.purge_acknowledged(time.perf_counter() - started)
     return result.entries_dropped
-
-
-def fleet_failure(exc: FleetUnavailable) -> str:
-    """Why the fleet could not take a clear or purge, for the 503's detail."""
-    if isinstance(exc, NotReplicated):
-        return "too few of the fleet's Valkey replicas confirmed it in time"
-    return "the fleet's Valkey did not answer"
 
 
 def _read_clear(body: bytes, scope: Scope, attempt: Attempt) -> Grant:

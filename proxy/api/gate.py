@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
@@ -43,8 +44,8 @@ from proxy.core.tokens import (
     Scope,
     parse_authorization,
 )
-from proxy.errors import StateError
-from proxy.state.sqlite import AsyncState, TokenRecord
+from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, StateError
+from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
 
@@ -138,6 +139,36 @@ Authorise = Callable[[Attempt, float], Awaitable[Grant]]
 BodyReader = Callable[[bytes, Scope, Attempt], Grant]
 
 
+def audit_record(
+    ctx: ClearCacheContext,
+    attempt: Attempt,
+    outcome: str,
+    status: int,
+    *,
+    at: float,
+    client: str | None,
+    started: float,
+    receipt: str | None = None,
+) -> AuditRecord:
+    """The audit record of an attempt that began at ``started`` (perf_counter) and ended
+    now, with ``outcome`` and ``status``."""
+    return AuditRecord(
+        at=at,
+        actor=attempt.actor,
+        client=client,
+        domain=attempt.domain,
+        outcome=outcome,
+        status=status,
+        entries_dropped=attempt.entries_dropped,
+        duration_ms=(time.perf_counter() - started) * 1000.0,
+        acked=attempt.acked,
+        live=attempt.live,
+        answered_by=ctx.purger.name,
+        kind=attempt.kind,
+        receipt=receipt,
+    )
+
+
 def as_admin(name: str, domain: str) -> Authorise:
     """The dashboard's caller: a signed-in admin, who may act on every configured domain."""
 
@@ -214,6 +245,45 @@ def check_domain(ctx: ClearCacheContext, attempt: Attempt, grant: Grant, verb: s
     if domain not in ctx.config.by_name:
         reject("not_found", 404, f"{domain!r} is not a domain of this CDN")
     return domain
+
+
+@contextlib.contextmanager
+def purger_failures(attempt: Attempt, domain: str, *, action: str, failed: str) -> Iterator[None]:
+    """What the purger raises, as the attempt's 503 (step 8 of a clear or a purge).
+    ``action`` names it ("clear"), ``failed`` says what did not happen ("the cache of
+    'example.com' could not be cleared")."""
+    try:
+        yield
+    except ClearNotConfirmed as exc:
+        # Recorded in the fleet, but not every live edge process could be shown to have
+        # applied it in time: no 200 (decision 0014). Retrying is safe.
+        log.warning("%s", exc)
+        attempt.acked, attempt.live = exc.acked, exc.live
+        reject(
+            "unconfirmed",
+            503,
+            f"the {action} of {domain!r} is recorded and was applied by {exc.acked} of"
+            f" {exc.live} live edge processes in time; the others apply it when they next"
+            " reach the fleet, or stop serving from their cache within"
+            f" {exc.retry_after} s. Retrying is safe.",
+            {"Retry-After": str(exc.retry_after)},
+        )
+    except FleetUnavailable as exc:
+        log.warning("%s: %s", failed, exc)
+        why = "the fleet's Valkey did not answer"
+        if isinstance(exc, NotReplicated):
+            why = "too few of the fleet's Valkey replicas confirmed it in time"
+        reject(
+            "error",
+            503,
+            f"{failed}: {why}; nothing is confirmed. Retrying is safe.",
+            {"Retry-After": "1"},
+        )
+    except Exception:
+        # Nothing was confirmed, so say so plainly and let the caller retry; the audit log
+        # records the failure.
+        log.exception("%s", failed)
+        reject("error", 503, f"{failed}; try again")
 
 
 def _bearer_token(request: web.Request, limiter: FailureThrottle, client: str, now: float) -> str:

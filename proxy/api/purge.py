@@ -19,32 +19,17 @@ record per attempt, with the purge's kind and its receipt.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from proxy.api.clear_cache import fleet_failure
-from proxy.api.gate import (
-    CLEAR_CACHE_CONTEXT,
-    Attempt,
-    Authorise,
-    ClearCacheContext,
-    Grant,
-    Rejected,
-    authorise_bearer,
-    check_domain,
-    json_object,
-    reject,
-)
+from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.core.purges import MAX_ITEMS, InvalidPurge, Purge, purge_request
 from proxy.core.receipts import audit_text, receipt
 from proxy.core.tokens import Scope
-from proxy.errors import ClearNotConfirmed, FleetUnavailable
-from proxy.state.sqlite import AuditRecord
 
 EXAMPLE = '{"domain": "<cdn domain>", "urls": ["/path?query"]}'
 # The body's list fields, and the kind each asks for; "all" is the fourth kind.
@@ -52,8 +37,6 @@ LISTS = {"urls": "url", "prefixes": "prefix", "tags": "tag"}
 KIND_FIELDS = (*LISTS, "all")
 OPTIONS = ("soft", "dry_run")
 UNKNOWN_KIND = "unknown"  # the metrics' kind label of an attempt whose body named none
-
-log = logging.getLogger("proxy.api")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,31 +59,31 @@ class PurgeAnswer:
 
 
 async def audited_purge(
-    ctx: ClearCacheContext,
+    ctx: gate.ClearCacheContext,
     *,
     client: str | None,
-    authorise: Authorise,
+    authorise: gate.Authorise,
     purge: Purge | None = None,
 ) -> PurgeAnswer:
     """The one path every purge takes: authorise, check the domain, purge, audit.
 
-    The API's ``authorise`` reads the purge from the request body (``Grant.purge``); the
+    The API's ``authorise`` reads the purge from the request body (``gate.Grant.purge``); the
     dashboard passes ``authorise=as_admin(name, domain)`` and the ``Purge`` it built from
     its form (``purge_request``). Returns a ``PurgeAnswer``: its ``receipt`` (the API's 200
     body) when the purge is in effect, else the status and detail of a 4xx/503."""
     started = time.perf_counter()  # duration from a monotonic clock, not the wall clock
     now = ctx.clock()
-    attempt = Attempt()
+    attempt = gate.Attempt()
     try:
         grant = await authorise(attempt, now)
         wanted = grant.purge or purge
         if wanted is None:
-            reject("bad_request", 400, "no purge was given")
+            gate.reject("bad_request", 400, "no purge was given")
         attempt.kind = wanted.kind
         fields = await _purge(ctx, attempt, grant, wanted, started)
         outcome = "dry_run" if wanted.dry_run else "purged"
         answer = PurgeAnswer(outcome, 200, "", attempt.domain, wanted.kind, fields)
-    except Rejected as rejected:
+    except gate.Rejected as rejected:
         answer = PurgeAnswer(
             rejected.outcome,
             rejected.status,
@@ -109,34 +92,31 @@ async def audited_purge(
             attempt.kind,
             headers=rejected.headers,
         )
-    seconds = time.perf_counter() - started
-    record = AuditRecord(
+    kept = audit_text(answer.receipt) if answer.receipt is not None else None
+    record = gate.audit_record(
+        ctx,
+        attempt,
+        answer.outcome,
+        answer.status,
         at=now,
-        actor=attempt.actor,
         client=client,
-        domain=attempt.domain,
-        outcome=answer.outcome,
-        status=answer.status,
-        entries_dropped=attempt.entries_dropped,
-        duration_ms=seconds * 1000.0,
-        acked=attempt.acked,
-        live=attempt.live,
-        answered_by=ctx.purger.name,
-        kind=attempt.kind,
-        receipt=audit_text(answer.receipt) if answer.receipt is not None else None,
+        started=started,
+        receipt=kept,
     )
     if ctx.telemetry is not None:
-        ctx.telemetry.purge(attempt.kind or UNKNOWN_KIND, answer.outcome, seconds)
+        ctx.telemetry.purge(
+            attempt.kind or UNKNOWN_KIND, answer.outcome, record.duration_ms / 1000.0
+        )
     # In the audit journal before the answer, as a clear's (clear_cache.audited_clear).
     await ctx.state.record_audit(record)
     return answer
 
 
 async def purge(request: web.Request) -> web.Response:
-    ctx = request.app[CLEAR_CACHE_CONTEXT]
+    ctx = request.app[gate.CLEAR_CACHE_CONTEXT]
 
-    async def authorise(attempt: Attempt, now: float) -> Grant:
-        return await authorise_bearer(
+    async def authorise(attempt: gate.Attempt, now: float) -> gate.Grant:
+        return await gate.authorise_bearer(
             request, ctx, attempt, now, limit=ctx.max_purge_body_bytes, read=read_purge
         )
 
@@ -153,38 +133,18 @@ async def purge(request: web.Request) -> web.Response:
 
 
 async def _purge(
-    ctx: ClearCacheContext, attempt: Attempt, grant: Grant, wanted: Purge, started: float
+    ctx: gate.ClearCacheContext,
+    attempt: gate.Attempt,
+    grant: gate.Grant,
+    wanted: Purge,
+    started: float,
 ) -> dict[str, object]:
     """Steps 5-8 for a caller already known: the domain, the scope, the purge."""
-    domain = check_domain(ctx, attempt, grant, "purge")
+    domain = gate.check_domain(ctx, attempt, grant, "purge")
     what = "dry run" if wanted.dry_run else "purge"
-    try:
+    failed = f"the {what} of {domain!r} could not be done"
+    with gate.purger_failures(attempt, domain, action="purge", failed=failed):
         result = await ctx.purger.purge(domain, wanted)
-    except ClearNotConfirmed as exc:
-        # Recorded in the fleet, but not shown applied everywhere in time: no 200 (0014).
-        log.warning("%s", exc)
-        attempt.acked, attempt.live = exc.acked, exc.live
-        reject(
-            "unconfirmed",
-            503,
-            f"the purge of {domain!r} is recorded and was applied by {exc.acked} of {exc.live}"
-            " live edge processes in time; the others apply it when they next reach the fleet,"
-            f" or stop serving from their cache within {exc.retry_after} s. Retrying is safe.",
-            {"Retry-After": str(exc.retry_after)},
-        )
-    except FleetUnavailable as exc:
-        log.warning("purging %s: %s", domain, exc)
-        reject(
-            "error",
-            503,
-            f"the {what} of {domain!r} could not be done: {fleet_failure(exc)}; nothing is"
-            " confirmed. Retrying is safe.",
-            {"Retry-After": "1"},
-        )
-    except Exception:
-        # Nothing was confirmed: say so plainly; the audit log records the failure.
-        log.exception("purging %s failed", domain)
-        reject("error", 503, f"the {what} of {domain!r} could not be done; try again")
     if not wanted.dry_run:
         attempt.entries_dropped = result.entries
     attempt.acked, attempt.live = result.acked, result.live
@@ -194,38 +154,40 @@ async def _purge(
 # -- the body --------------------------------------------------------------------------------
 
 
-def read_purge(body: bytes, scope: Scope, attempt: Attempt) -> Grant:
+def read_purge(body: bytes, scope: Scope, attempt: gate.Attempt) -> gate.Grant:
     """The domain (as given) and the purge the body asks for, or 400 naming the field.
     The domain and the kind go in the attempt's audit record as soon as they are known,
     even if the body is refused for another field."""
-    data = json_object(body, EXAMPLE)
+    data = gate.json_object(body, EXAMPLE)
     kinds = [name for name in KIND_FIELDS if name in data]
     if len(kinds) == 1:
         attempt.kind = LISTS.get(kinds[0], "all")
     if "domain" not in data:
-        reject("bad_request", 400, "the field 'domain' is required")
+        gate.reject("bad_request", 400, "the field 'domain' is required")
     if isinstance(data["domain"], str):
         attempt.domain = data["domain"]
     extra = sorted(name for name in data if name not in ("domain", *KIND_FIELDS, *OPTIONS))
     if extra:
-        reject("bad_request", 400, f"unknown fields: {', '.join(map(repr, extra))}")
+        gate.reject("bad_request", 400, f"unknown fields: {', '.join(map(repr, extra))}")
     raw = data["domain"]
     if not isinstance(raw, str):
-        reject("bad_request", 400, "the field 'domain' must be a string")
+        gate.reject("bad_request", 400, "the field 'domain' must be a string")
     if not kinds:
-        reject(
+        gate.reject(
             "bad_request",
             400,
             "one of the fields 'urls', 'prefixes', 'tags' or 'all' is required",
         )
     if len(kinds) > 1:
         named = " and ".join(map(repr, kinds))
-        reject("bad_request", 400, f"only one of 'urls', 'prefixes', 'tags', 'all': not {named}")
+        gate.reject(
+            "bad_request", 400, f"only one of 'urls', 'prefixes', 'tags', 'all': not {named}"
+        )
     options = {name: _flag(data, name) for name in OPTIONS}
     name = kinds[0]
     if name == "all":
         if data["all"] is not True:
-            reject(
+            gate.reject(
                 "bad_request",
                 400,
                 "the field 'all' must be true (to purge the whole domain), or left out",
@@ -238,25 +200,25 @@ def read_purge(body: bytes, scope: Scope, attempt: Attempt) -> Grant:
                 LISTS[name], items, soft=options["soft"], dry_run=options["dry_run"]
             )
         except InvalidPurge as exc:
-            reject("bad_request", 400, f"the field {name!r}: {exc}")
-    return Grant(scope, raw, wanted)
+            gate.reject("bad_request", 400, f"the field {name!r}: {exc}")
+    return gate.Grant(scope, raw, wanted)
 
 
 def _flag(data: Mapping[str, object], name: str) -> bool:
     value = data.get(name, False)
     if type(value) is not bool:  # 1 and "true" are not booleans
-        reject("bad_request", 400, f"the field {name!r} must be true or false")
+        gate.reject("bad_request", 400, f"the field {name!r} must be true or false")
     return value
 
 
 def _items(data: Mapping[str, object], name: str) -> list[object]:
     value = data[name]
     if not isinstance(value, list):
-        reject("bad_request", 400, f"the field {name!r} must be a list of strings")
+        gate.reject("bad_request", 400, f"the field {name!r} must be a list of strings")
     if not value:
-        reject("bad_request", 400, f"the field {name!r} must not be empty")
+        gate.reject("bad_request", 400, f"the field {name!r} must not be empty")
     if len(value) > MAX_ITEMS:
-        reject(
+        gate.reject(
             "bad_request",
             400,
             f"the field {name!r} has {len(value)} items; at most {MAX_ITEMS} per purge",

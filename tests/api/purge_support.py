@@ -34,16 +34,10 @@ async def post_purge(
 ) -> Answer:
     """POST to the purge endpoint. ``body``: JSON for a dict, as is for bytes; by default a
     purge of the URL /x of example.com. ``token`` is a token *name* from ``api.tokens``."""
-    all_headers: dict[str, str] = {}
-    if content_type is not None:
-        all_headers["Content-Type"] = content_type
-    if token is not None:
-        all_headers["Authorization"] = f"Bearer {api.tokens[token]}"
-    all_headers.update(headers or {})
     if body is None:
         body = {"domain": DOMAIN, "urls": ["/x"]}
     data = json.dumps(body).encode() if isinstance(body, dict) else body
-    return await api.send("POST", PURGE, data=data, headers=all_headers)
+    return await api.post(data, token=token, content_type=content_type, headers=headers, path=PURGE)
 
 
 def receipt_of(answer: Answer) -> dict[str, Any]:

@@ -4,37 +4,25 @@ base URL before issue 15; it is now a path, and the base is ``--api``)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.cli import main
 from proxy.core.receipts import FIELDS
 from tests.api.purge_support import purge_node
 from tests.api.support import DOMAIN, OTHER, ApiFactory
+from tests.api.test_cli import purge
+from tests.api.test_fixes_i14 import recording_api
 from tests.edge.test_purges_end_to_end import URLS
 from tests.nodes import cli
 
 Served = Callable[..., Awaitable[TestServer]]
 SIZE = r"\d+(\.\d)? (B|KiB|MiB)"
 TOOK = r" in \d+\.\d{3} s"
-
-
-async def recording_api(aiohttp_server: Served, seen: list[str]) -> str:
-    async def record(request: web.Request) -> web.Response:
-        seen.append(request.path)
-        return web.Response(text="Cache cleared")
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    server = await aiohttp_server(app)
-    return str(server.make_url("")).rstrip("/")
 
 
 @pytest.mark.parametrize("value", ["http://127.0.0.1:8081", "HTTPS://api.example"])
@@ -70,20 +58,14 @@ async def test_one_kind_per_purge(aiohttp_server: Served, argv: list[str], messa
     assert seen == []
 
 
-async def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """The blocking client in a thread while the in-process API runs on this loop."""
-    code = await asyncio.to_thread(main, ["purge", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 async def test_the_base_comes_from_the_environment_and_the_path_from_url(
     capsys: pytest.CaptureFixture[str], make_api: ApiFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api = await make_api()
-    monkeypatch.setenv("CDN_PROXY_URL", str(api.client.make_url("/")))
-    monkeypatch.setenv("CDN_PROXY_TOKEN", api.tokens["scoped"])
-    code, out, err = await run_main(capsys, OTHER, "--url", "/x", "--url", "/y")
+    environment = {"URL": str(api.client.make_url("/")), "TOKEN": api.tokens["scoped"]}
+    for name, value in environment.items():
+        monkeypatch.setenv(f"CDN_PROXY_{name}", value)
+    code, out, err = await purge(capsys, OTHER, "--url", "/x", "--url", "/y")
     assert (code, err) == (0, "")
     assert re.fullmatch(
         rf"purged 2 URLs of other\.test: 1 entry, {SIZE} \(purge \d+\){TOOK}\n", out
@@ -108,7 +90,7 @@ async def test_a_refused_purge_prints_the_problem(
         argv = [*argv[:-2], "--token", api.tokens["scoped"]]
     else:
         argv = [*argv, "--token", api.tokens["deploy"]]
-    code, out, err = await run_main(capsys, DOMAIN, *argv, "--api", str(api.client.make_url("")))
+    code, out, err = await purge(capsys, DOMAIN, *argv, "--api", str(api.client.make_url("")))
     assert (code, out) == (1, "")
     assert err.startswith("cdn-proxy: purge failed: ")
     assert message in err

@@ -147,14 +147,9 @@ async def test_wrong_tokens_are_throttled_across_clear_and_purge(make_api: ApiFa
 
 async def test_a_scoped_token_may_not_purge_another_domain(api: ApiUnderTest) -> None:
     answer = await post_purge(api, {"domain": DOMAIN, "tags": ["t"]}, token="scoped")
-    record = await assert_rejected(
-        api,
-        answer,
-        403,
-        "forbidden",
-        headers={"WWW-Authenticate": INSUFFICIENT_SCOPE},
-        detail="this token may not purge 'example.com'",
-    )
+    scope = {"WWW-Authenticate": INSUFFICIENT_SCOPE}
+    detail = "this token may not purge 'example.com'"
+    record = await assert_rejected(api, answer, 403, "forbidden", headers=scope, detail=detail)
     assert (record.actor, record.domain, record.kind) == ("scoped", DOMAIN, "tag")
 
 

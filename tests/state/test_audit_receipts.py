@@ -22,6 +22,11 @@ SCHEMA_4 = (
     " entries_dropped INTEGER NOT NULL DEFAULT 0, duration_ms REAL NOT NULL, acked INTEGER,"
     " live INTEGER, answered_by TEXT, journal_id TEXT)"
 )
+OLD_ROW = (
+    "INSERT INTO audit (at, actor, client, domain, outcome, status, entries_dropped,"
+    " duration_ms, journal_id) VALUES (1.0, 'deploy', '127.0.0.1', 'example.com', 'cleared',"
+    " 200, 3, 1.5, 'j.1')"
+)
 
 
 def purge_record(**fields: object) -> AuditRecord:
@@ -44,14 +49,8 @@ def test_a_version_4_audit_log_gains_kind_and_receipt_and_keeps_its_rows(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "state.db"
-    with sqlite3.connect(path) as raw:
-        raw.execute(SCHEMA_4)
-        raw.execute(
-            "INSERT INTO audit (at, actor, client, domain, outcome, status, entries_dropped,"
-            " duration_ms, journal_id) VALUES (1.0, 'deploy', '127.0.0.1', 'example.com',"
-            " 'cleared', 200, 3, 1.5, 'j.1')"
-        )
-        raw.execute("PRAGMA user_version=4")
+    raw = sqlite3.connect(path)
+    raw.executescript(f"{SCHEMA_4}; {OLD_ROW}; PRAGMA user_version=4;")
     raw.close()
     with StateDB(path) as db:
         [old] = db.list_audit()
