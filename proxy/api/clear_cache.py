@@ -17,9 +17,9 @@ until the caller is known:
 8. Clear, and answer 200 ``Cache cleared`` only once the purger says the clear is in effect.
 
 Steps 1-7 are shared with the purge endpoint (proxy/api/gate.py); steps 1-5 say who asks
-and for which domain, and are the API's own. Steps 5 (the host-name
-check) to 8, and the audit record, are ``audited_clear``, which the dashboard's "Clear cache"
-button calls too, with an admin as the caller: one path, one set of rules, one audit log.
+and for which domain, and are the API's own. Steps 5 (the host-name check) to 8, and the
+audit record, are ``audited_clear``, which the dashboard's "Clear cache" button calls too,
+with an admin as the caller: one path, one set of rules, one audit log.
 
 Every attempt writes exactly one audit record, whatever its outcome. The actor is the token's
 name for the API and ``admin:<name>`` for the dashboard (neither kind of name has a colon).

@@ -363,7 +363,8 @@ async def test_purge_at_the_edge_says_the_status_once_and_what_to_check(
     async with running(make_config(tmp_path, origin.url)) as service:
         code, out, err = await purge(capsys, DOMAIN, "--api", service.edge_url, "--token", "t")
     assert (code, out) == (1, "")
-    assert err.count("421") == 1, err
+    # The edge's port may hold "421" too (127.0.0.1:42129): count it apart.
+    assert err.replace(service.edge_url, "").count("421") == 1, err
     assert err.startswith("cdn-proxy: purge failed: 421 Misdirected Request: ")
     assert f"(is {service.edge_url} the API listener, not the edge?)" in err
     assert origin.seen == []  # the edge sent nothing on
