@@ -4,30 +4,24 @@ from a deploy hook.
 Errors are one line on stderr and a non-zero exit, never a traceback: 2 for a usage or
 configuration mistake, 1 for anything else that failed.
 
-``purge`` is the deploy-hook client. It uses urllib (stdlib, no event loop) and never
-follows redirects: urllib would resend the Authorization header to wherever one points.
+``purge`` is the deploy-hook client (proxy/purge_client.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import http.client
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy import __version__
-from proxy.config import Config, client_settings, load_config
+from proxy import __version__, purge_client
+from proxy.config import Config, load_config
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.core.tokens import Scope
 from proxy.errors import ConfigError, ProxyError
-from proxy.routes import CLEAR_CACHE_PATH
 from proxy.state.admins import (
     AdminRecord,
     check_admin_name,
@@ -36,9 +30,6 @@ from proxy.state.admins import (
     password_hasher,
 )
 from proxy.state.sqlite import StateDB, TokenRecord, check_token_name
-
-PURGE_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
-MAX_BODY_SHOWN = 2000  # bytes of an answer worth showing
 
 
 class _Fail(Exception):
@@ -129,14 +120,8 @@ def _parser() -> argparse.ArgumentParser:
 
     _admin_parser(commands, with_config)
 
-    purge = commands.add_parser("purge", help="clear a domain's cache through the API")
-    purge.add_argument("domain", help="the CDN domain to clear")
-    purge.add_argument("--url", action=_Once, help="the API base URL (default: $CDN_PROXY_URL)")
-    purge.add_argument(
-        "--token",
-        action=_Once,
-        help="the API token (default: $CDN_PROXY_TOKEN, preferred: flags show in `ps`)",
-    )
+    purge_client.add_parser(commands)
+    purge = commands.choices["purge"]
     purge.set_defaults(run=_purge)
     return parser
 
@@ -365,93 +350,8 @@ def _admin_set_password(args: argparse.Namespace) -> int:
 # -- purge -------------------------------------------------------------------------------------
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: object,
-        code: int,
-        msg: str,
-        headers: object,
-        newurl: str,
-    ) -> None:
-        return None  # the 3xx then surfaces as an HTTPError, reported like any failure
-
-
-class _Once(argparse.Action):
-    """An option that may be given once: a second value would silently replace the first
-    (``purge --url A --url B`` used only B, and said it had cleared)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        if getattr(namespace, self.dest, None) is not None:
-            hint = " (it is the API's base URL: purge clears one whole domain)"
-            parser.error(
-                f"{option_string} given more than once{hint if self.dest == 'url' else ''}"
-            )
-        setattr(namespace, self.dest, values)
-
-
 def _purge(args: argparse.Namespace) -> int:
-    if "/" in args.domain:
-        raise _Fail(
-            f"{args.domain!r} is not a domain: purge clears a whole domain's cache "
-            "(clearing single URLs is not supported yet)",
-            code=2,
-        )
-    settings = client_settings(args.url, args.token)
-    if not settings.url:
-        raise _Fail("no API URL: pass --url or set CDN_PROXY_URL", code=2)
-    if not settings.token:
-        raise _Fail("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
-    if not settings.url.startswith(("http://", "https://")):
-        raise _Fail(f"the API URL must start with http:// or https://: {settings.url}", code=2)
-    url = settings.url.rstrip("/") + CLEAR_CACHE_PATH
-    # The scheme was checked above: only http(s), never file:// or others (S310).
-    request = urllib.request.Request(  # noqa: S310
-        url,
-        data=json.dumps({"domain": args.domain}).encode("utf-8"),
-        method="POST",
-        headers={
-            "Authorization": f"Bearer {settings.token}",
-            "Content-Type": "application/json",
-            "Accept": "text/plain, application/problem+json",
-            "User-Agent": f"cdn-proxy/{__version__}",
-        },
-    )
-    opener = urllib.request.build_opener(_NoRedirects)
     try:
-        with opener.open(request, timeout=PURGE_TIMEOUT) as response:
-            body = response.read(MAX_BODY_SHOWN).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        with exc:
-            detail = _problem_detail(exc.read(MAX_BODY_SHOWN))
-        status = f"{exc.code} {exc.reason}"
-        # A plain-text body often starts with the status line itself (the edge's does).
-        detail = detail.removeprefix(status).lstrip(": ") or "(no body)"
-        if exc.code == 421:
-            detail += f" (is {settings.url} the API listener, not the edge?)"
-        raise _Fail(f"purge failed: {status}: {detail}") from None
-    except urllib.error.URLError as exc:
-        raise _Fail(f"cannot reach {url}: {exc.reason}") from None
-    except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, junk
-        raise _Fail(f"cannot reach {url}: {exc}") from None
-    print(body)
-    return 0
-
-
-def _problem_detail(body: bytes) -> str:
-    """The ``detail`` of a problem+json body, or the body itself if it is not one."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text or "(no body)"
-    if isinstance(data, dict) and isinstance(data.get("detail"), str):
-        return str(data["detail"])
-    return text
+        return purge_client.run(args)
+    except purge_client.Failed as exc:
+        raise _Fail(str(exc), exc.code) from None

@@ -152,6 +152,9 @@ class ApiConfig:
     keepalive_timeout: Annotated[float, _seconds] = 30.0  # as edge.keepalive_timeout
     trusted_proxies: Annotated[tuple[Network, ...], _networks] = ()  # as edge.trusted_proxies
     forwarded_header: Annotated[str, _forwarded_header] = X_FORWARDED_FOR
+    # A purge body (POST /api/v1/cdn/purge) carries up to 256 URLs, prefixes or tags: 1 MiB
+    # holds 256 targets of 4 KiB; raise it for longer ones (a target may have 8,190 bytes).
+    max_purge_body_bytes: Annotated[int, _size] = 1024**2
 
 
 @dataclass(frozen=True, slots=True)

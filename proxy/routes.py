@@ -5,3 +5,4 @@ import aiohttp to learn a path: it is a small urllib client run from deploy hook
 """
 
 CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
+PURGE_PATH = "/api/v1/cdn/purge"

@@ -26,6 +26,9 @@ Metrics (all prefixed ``cdn_proxy_``):
   edge.body_timeout seconds (answered 408, or cut off on the way to the origin).
 - ``clears_total{outcome}``, ``clear_duration_seconds``: every clear-cache attempt, with its
   audit outcome (cleared, unauthorized, forbidden, not_found, ...).
+- ``purges_total{kind, outcome}``, ``purge_duration_seconds``: every purge attempt
+  (POST /api/v1/cdn/purge and the dashboard's), by kind (url, prefix, tag, all; unknown
+  when the body named none) and audit outcome (purged, dry_run, bad_request, ...).
 - ``store_entries``, ``store_bytes``, ``store_max_bytes``, ``store_pending_reclaim_entries``,
   ``store_evictions_total``; and ``domain_entries{domain}``, ``domain_bytes{domain}``.
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
@@ -215,6 +218,18 @@ class Telemetry:
             buckets=CLEAR_BUCKETS,
             registry=self.registry,
         )
+        self._purges = Counter(
+            PREFIX + "purges",
+            "Purge attempts, by kind and audit outcome.",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self._purge_seconds = Histogram(
+            PREFIX + "purge_duration_seconds",
+            "Duration of purge attempts, as written to the audit log.",
+            buckets=CLEAR_BUCKETS,
+            registry=self.registry,
+        )
         self._ack_seconds = Histogram(
             PREFIX + "purge_ack_duration_seconds",
             "From a fleet clear to the last live edge process's acknowledgement.",
@@ -259,6 +274,11 @@ class Telemetry:
         self._clear_seconds.observe(seconds)
         if outcome == CLEARED and domain is not None:
             self._traffic.record_clear(domain, self._clock())
+
+    def purge(self, kind: str, outcome: str, seconds: float) -> None:
+        """One purge attempt (proxy/api/purge.py), dry runs included."""
+        self._purges.labels(kind, outcome).inc()
+        self._purge_seconds.observe(seconds)
 
     def purge_acknowledged(self, seconds: float) -> None:
         """A fleet clear was confirmed by every live edge process after ``seconds``."""

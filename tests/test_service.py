@@ -274,14 +274,14 @@ async def test_tokens_from_the_cli_work_at_once_in_a_running_server(
     assert old_status == 401
     assert await clear(new_token) == (200, "Cache cleared")
 
-    status, out, err = await cli("purge", "example.com", "--url", server.api, "--token", new_token)
+    status, out, err = await cli("purge", "example.com", "--api", server.api, "--token", new_token)
     assert (status, out.strip()) == (0, "Cache cleared"), err
 
     status, _, _ = await cli("token", "revoke", "deploy", "--config", config)
     assert status == 0
     revoked_status, _ = await clear(new_token)
     assert revoked_status == 401
-    status, out, err = await cli("purge", "example.com", "--url", server.api, "--token", new_token)
+    status, out, err = await cli("purge", "example.com", "--api", server.api, "--token", new_token)
     assert status == 1
     assert out == ""
     assert err.strip()

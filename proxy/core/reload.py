@@ -37,6 +37,7 @@ RELOADABLE = frozenset(
         "edge.request_buffer_bytes",  # Edge.reconfigure
         "cache.max_object_bytes",  # Edge.reconfigure: the next origin response
         "api.max_body_bytes",  # read from the control plane's config per request
+        "api.max_purge_body_bytes",  # likewise
         "api.body_timeout",  # likewise
         "edge.tls_cert",  # EdgeTls.reconfigure (through Edge.reconfigure): new connections
         "edge.tls_key",

@@ -56,9 +56,14 @@ ROTATE_BYTES = 1024 * 1024
 _SEGMENT = re.compile(r"([0-9]{12})\.jsonl")
 # A line is a JSON array: the format's tag, then the record's fields in this order (faster
 # to write than an object, which matters: it is written on the clear's path).
-_TAG = "audit/1"
+_TAG = "audit/2"
+# A line of a journal written before purges had a kind and a receipt: the same fields but
+# those two (schema version 4), replayed with both None.
+_TAG_1 = "audit/1"
+_ADDED_IN_2 = ("kind", "receipt")
 _FIELDS = tuple(field.name for field in dataclasses.fields(AuditRecord))
 assert _FIELDS[-1] == "journal_id"
+assert _FIELDS[-3:-1] == _ADDED_IN_2
 _VALUES = operator.attrgetter(*_FIELDS[:-1])  # every field but journal_id, in order
 _ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
@@ -85,6 +90,8 @@ def encode(record: AuditRecord) -> bytes:
 def decode(line: bytes) -> AuditRecord:
     """The record of one journal line; ValueError if it is not one."""
     values = json.loads(line)
+    if isinstance(values, list) and values[:1] == [_TAG_1]:
+        values = [_TAG, *values[1:-1], *(None for _ in _ADDED_IN_2), values[-1]]
     if (
         not isinstance(values, list)
         or len(values) != len(_FIELDS) + 1

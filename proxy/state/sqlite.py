@@ -49,8 +49,9 @@ if TYPE_CHECKING:
     from proxy.state.journal import AuditJournal, Segment
 
 # 2 added admins and sessions, 3 the fleet's columns of the audit log (acked, live,
-# answered_by), 4 the audit journal's ids; an older file gains what it lacks on open.
-SCHEMA_VERSION = 4
+# answered_by), 4 the audit journal's ids, 5 a purge's kind and receipt (kind, receipt); an
+# older file gains what it lacks on open.
+SCHEMA_VERSION = 5
 MAX_AUDIT_TEXT = 255  # a host name is at most 253; anything longer was junk from a client
 BUSY_TIMEOUT = 5.0  # seconds to wait for the CLI's write lock before giving up
 # Audit records and token uses wait at most this long to be written, all of them in one
@@ -82,7 +83,9 @@ CREATE TABLE IF NOT EXISTS audit (
     acked INTEGER,
     live INTEGER,
     answered_by TEXT,
-    journal_id TEXT
+    journal_id TEXT,
+    kind TEXT,
+    receipt TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_domain ON audit (domain, id);
 CREATE INDEX IF NOT EXISTS audit_by_outcome ON audit (outcome, id);
@@ -95,25 +98,25 @@ _AUDIT_QUERIES = {
         False,
         False,
     ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by FROM audit"
+    " acked, live, answered_by, kind, receipt FROM audit"
     " ORDER BY id DESC LIMIT ? OFFSET ?",
     (
         True,
         False,
     ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by FROM audit WHERE domain = ?"
+    " acked, live, answered_by, kind, receipt FROM audit WHERE domain = ?"
     " ORDER BY id DESC LIMIT ? OFFSET ?",
     (
         False,
         True,
     ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by FROM audit WHERE outcome = ?"
+    " acked, live, answered_by, kind, receipt FROM audit WHERE outcome = ?"
     " ORDER BY id DESC LIMIT ? OFFSET ?",
     (
         True,
         True,
     ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by FROM audit WHERE domain = ? AND outcome = ?"
+    " acked, live, answered_by, kind, receipt FROM audit WHERE domain = ? AND outcome = ?"
     " ORDER BY id DESC LIMIT ? OFFSET ?",
 }
 
@@ -123,6 +126,8 @@ _AUDIT_ADDED = (
     ("live", "INTEGER"),
     ("answered_by", "TEXT"),
     ("journal_id", "TEXT"),
+    ("kind", "TEXT"),
+    ("receipt", "TEXT"),
 )
 # After the columns: a replayed journal record is stored once (NULLs, from before, are many).
 _AUDIT_INDEXES = "CREATE UNIQUE INDEX IF NOT EXISTS audit_by_journal_id ON audit (journal_id);"
@@ -154,7 +159,7 @@ class TokenRecord:
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
-    """One clear-cache attempt. ``id`` is set on records read back from the database."""
+    """One clear-cache or purge attempt. ``id`` is set on records read back from the database."""
 
     at: float
     actor: str | None  # token name, never the token
@@ -170,6 +175,11 @@ class AuditRecord:
     acked: int | None = None
     live: int | None = None
     answered_by: str | None = None
+    # A purge's kind (url, prefix, tag, all; None for a clear-cache attempt, and for a purge
+    # whose body named none) and, when it was answered 200, its receipt as JSON
+    # (proxy/core/receipts.py). None in rows written before schema version 5.
+    kind: str | None = None
+    receipt: str | None = None
     # Its id in the audit journal (journal.py), so that a record replayed twice is stored
     # once. Not read back.
     journal_id: str | None = None
@@ -368,8 +378,8 @@ class StateDB:
                 # A journal record already stored (replayed twice) is skipped.
                 cursor = conn.execute(
                     "INSERT INTO audit (at, actor, client, domain, outcome, status,"
-                    " entries_dropped, duration_ms, acked, live, answered_by, journal_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " entries_dropped, duration_ms, acked, live, answered_by, journal_id, kind,"
+                    " receipt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (journal_id) DO NOTHING",
                     (
                         record.at,
@@ -384,6 +394,8 @@ class StateDB:
                         record.live,
                         _audit_text(record.answered_by),
                         record.journal_id,
+                        _audit_text(record.kind),
+                        record.receipt,
                     ),
                 )
                 if cursor.rowcount == 1:

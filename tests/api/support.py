@@ -141,9 +141,10 @@ class ApiUnderTest:
         token: str | None = "deploy",
         content_type: str | None = "application/json",
         headers: dict[str, str] | None = None,
+        path: str = CLEAR_CACHE,
     ) -> Answer:
-        """POST to clear-cache. ``token`` is a token *name* from ``tokens`` (or None); by
-        default the body is ``{"domain": domain}``."""
+        """POST to clear-cache (or ``path``). ``token`` is a token *name* from ``tokens`` (or
+        None); by default the body is ``{"domain": domain}``."""
         all_headers: dict[str, str] = {}
         if content_type is not None:
             all_headers["Content-Type"] = content_type
@@ -152,7 +153,7 @@ class ApiUnderTest:
         all_headers.update(headers or {})
         if body is None:
             body = json.dumps({"domain": domain}).encode()
-        return await self.send("POST", data=body, headers=all_headers)
+        return await self.send("POST", path, data=body, headers=all_headers)
 
     async def send(
         self, method: str, path: str = CLEAR_CACHE, data: Any = None, headers: Any = None

@@ -29,19 +29,20 @@ async def recording_api(aiohttp_server: ServerFactory, seen: list[str]) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
-@pytest.mark.parametrize("option", ["--url", "--token"])
+@pytest.mark.parametrize("option", ["--api", "--token"])
 async def test_purge_refuses_an_option_given_twice(
     aiohttp_server: ServerFactory, option: str
 ) -> None:
     """``purge --url A --url B`` sent one request, to B, and printed success: the second
-    value silently replaced the first. Now the repetition is refused, and nothing is sent."""
+    value silently replaced the first. Now the repetition is refused, and nothing is sent.
+    (The base URL has since moved to --api: issue 15.)"""
     seen: list[str] = []
     first = await recording_api(aiohttp_server, seen)
     second = await recording_api(aiohttp_server, seen)
-    values = [first, second] if option == "--url" else ["token-a", "token-b"]
+    values = [first, second] if option == "--api" else ["token-a", "token-b"]
     args = ["purge", DOMAIN, option, values[0], option, values[1]]
     if option == "--token":
-        args += ["--url", first]
+        args += ["--api", first]
     else:
         args += ["--token", "t"]
     code, out, err = await cli(*args)
@@ -52,14 +53,14 @@ async def test_purge_refuses_an_option_given_twice(
     assert seen == []
 
 
-async def test_purge_says_it_clears_domains_not_urls(aiohttp_server: ServerFactory) -> None:
+async def test_purge_says_a_url_is_not_a_domain(aiohttp_server: ServerFactory) -> None:
     seen: list[str] = []
     url = await recording_api(aiohttp_server, seen)
-    code, _, err = await cli("purge", "https://example.com/page", "--url", url, "--token", "t")
+    code, _, err = await cli("purge", "https://example.com/page", "--api", url, "--token", "t")
     assert code == 2
     assert err.strip() == (
-        "cdn-proxy: 'https://example.com/page' is not a domain: purge clears a whole domain's "
-        "cache (clearing single URLs is not supported yet)"
+        "cdn-proxy: 'https://example.com/page' is not a domain: give the domain, and the path "
+        "with --url (cdn-proxy purge example.com --url /page)"
     )
     assert seen == []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.api import clear_cache
+from proxy.api import clear_cache, gate, purge
 from proxy.api.app import create_api_app
 from proxy.api.clear_cache import OUTCOMES
 from proxy.core.tokens import Scope
@@ -238,9 +238,11 @@ async def test_history_links_keep_the_filters(signed_in: Dashboard) -> None:
 
 
 def test_every_outcome_the_api_writes_can_be_filtered() -> None:
-    source = Path(clear_cache.__file__).read_text(encoding="utf-8")
-    written = set(re.findall(r'_reject\(\s*"([a-z_]+)"', source)) | {"cleared"}
-    assert written == set(OUTCOMES)
+    # The clear and purge endpoints share their gate (proxy/api/gate.py).
+    modules = (clear_cache, gate, purge)
+    source = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in modules)
+    written = set(re.findall(r'\breject\(\s*"([a-z_]+)"', source))
+    assert written | {"cleared", "purged", "dry_run"} == set(OUTCOMES)
 
 
 # -- the landing page's chart ------------------------------------------------------------------

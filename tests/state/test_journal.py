@@ -75,7 +75,8 @@ def test_a_line_is_one_record_and_reads_back_the_same(record: AuditRecord) -> No
         b"{}",
         b"[]",
         b'["audit/1"]',
-        encode(audit(1, journal_id="a.1")).replace(b"audit/1", b"audit/9"),
+        b'["audit/2"]',
+        encode(audit(1, journal_id="a.1")).replace(b"audit/2", b"audit/9"),
         encode(audit(1, journal_id="a.1"))[:40],
     ],
 )

@@ -1,0 +1,126 @@
+"""The receipt of a purge, as the API sends it, the audit log keeps it and people read it.
+
+One set of field names (decision 0025), built once here from a ``PurgeResult`` and used by
+the API's 200 answer, the audit log, the CLI (``cdn-proxy purge``) and the dashboard:
+
+- ``domain``, ``kind`` (url, prefix, tag, all), ``items`` (as purged: each once, in order),
+  ``soft``, ``dry_run``;
+- ``number``: the purge's number in the domain's sequence (a dry run: the current one);
+  ``generation``: the domain's generation after it (moves only with a hard ``all``);
+- ``entries``, ``bytes``: what the purge made unservable or stale (a dry run: would);
+  exact when ``exact`` is true, else an upper bound ("at most");
+- ``sample``: for a dry run, up to 20 covered request-targets; else empty;
+- ``acked``, ``live``: with a fleet, the edge processes that applied it and those live;
+  null without one;
+- ``seconds``: the time the control plane took, from the request's arrival to the answer.
+
+Pure functions: no I/O, no clock (``seconds`` is passed in).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from proxy.core.purges import PurgeResult
+
+FIELDS = (
+    "domain",
+    "kind",
+    "items",
+    "soft",
+    "dry_run",
+    "number",
+    "generation",
+    "entries",
+    "bytes",
+    "exact",
+    "sample",
+    "acked",
+    "live",
+    "seconds",
+)
+# The audit log keeps the first of a purge's items (up to 256 targets of 8 KiB each would
+# make one row megabytes) and their count in ``items_total``.
+AUDIT_ITEMS = 20
+
+_NOUNS = {"url": ("URL", "URLs"), "prefix": ("prefix", "prefixes"), "tag": ("tag", "tags")}
+
+
+def receipt(result: PurgeResult, seconds: float) -> dict[str, object]:
+    """The receipt of ``result``, answered after ``seconds``: FIELDS, in that order."""
+    return {
+        "domain": result.domain,
+        "kind": result.kind,
+        "items": list(result.items),
+        "soft": result.soft,
+        "dry_run": result.dry_run,
+        "number": result.number,
+        "generation": result.generation,
+        "entries": result.entries,
+        "bytes": result.bytes,
+        "exact": result.exact,
+        "sample": list(result.sample),
+        "acked": result.acked,
+        "live": result.live,
+        "seconds": round(seconds, 6),
+    }
+
+
+def audit_text(fields: Mapping[str, object]) -> str:
+    """The receipt as the audit log keeps it: compact ASCII JSON, items cut to AUDIT_ITEMS."""
+    kept = dict(fields)
+    items = kept.get("items")
+    if isinstance(items, list) and len(items) > AUDIT_ITEMS:
+        kept["items"] = items[:AUDIT_ITEMS]
+        kept["items_total"] = len(items)
+    return json.dumps(kept, ensure_ascii=True, separators=(",", ":"))
+
+
+def size_text(count: int) -> str:
+    """Bytes for people: 512 B, 12.3 KiB, 4.0 MiB, 1.2 GiB."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _what(kind: object, items: object, domain: object) -> str:
+    if kind == "all" or kind not in _NOUNS:
+        return f"all of {domain}"
+    count = len(items) if isinstance(items, list) else 0
+    one, many = _NOUNS[str(kind)]
+    return f"{count} {one if count == 1 else many} of {domain}"
+
+
+def describe(fields: Mapping[str, object]) -> str:
+    """One or two lines a person reads: what was purged (or would be), how much, how long.
+
+    ``purged 3 URLs of example.com: 5 entries, 12.3 KiB (purge 42) in 0.002 s``;
+    ``soft-purged ...`` for a soft purge; ``at most ...`` when not exact; a dry run says
+    ``would purge ...`` and names its sample."""
+    soft = "soft-" if fields.get("soft") else ""
+    what = _what(fields.get("kind"), fields.get("items"), fields.get("domain"))
+    entries = fields.get("entries")
+    size = fields.get("bytes")
+    amount = f"{entries} {'entry' if entries == 1 else 'entries'}, "
+    amount += size_text(size) if isinstance(size, int) else "? B"
+    if not fields.get("exact"):
+        amount = "at most " + amount + " (a dry run counts them exactly)"
+    seconds = fields.get("seconds")
+    took = f" in {seconds:.3f} s" if isinstance(seconds, (int, float)) else ""
+    if fields.get("dry_run"):
+        line = f"would {soft}purge {what}: {amount}{took}; nothing was changed"
+        sample = fields.get("sample")
+        if isinstance(sample, list) and sample:
+            line += "\nsample: " + " ".join(str(key) for key in sample)
+        return line
+    line = f"{soft}purged {what}: {amount} (purge {fields.get('number')}){took}"
+    acked, live = fields.get("acked"), fields.get("live")
+    if live is not None:
+        line += f"; applied by {acked} of {live} live edge processes"
+    return line

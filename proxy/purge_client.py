@@ -1,0 +1,190 @@
+"""``cdn-proxy purge``: the deploy-hook client of the clear-cache and purge endpoints.
+
+    cdn-proxy purge DOMAIN [--url PATH... | --prefix P... | --tag T...] [--soft] [--dry-run]
+                           [--json] [--api URL] [--token TOKEN]
+
+With no kind and no option it clears the whole domain through clear-cache and prints what
+that answers ("Cache cleared"), as it always has. Anything else goes to the purge endpoint
+(decision 0025), and the receipt is printed for people (proxy/core/receipts.describe) or as
+JSON with ``--json``.
+
+``--url`` once was the API's base URL; it is now a path to purge, and the base is ``--api``
+(or CDN_PROXY_URL). A ``--url`` value that starts with http:// or https:// is refused with
+a message saying so: read the old way it would purge the wrong thing.
+
+It uses urllib (stdlib, no event loop) and never follows redirects: urllib would resend the
+Authorization header to wherever one points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import urllib.error
+import urllib.request
+
+from proxy import __version__
+from proxy.config import client_settings
+from proxy.core.receipts import describe
+from proxy.routes import CLEAR_CACHE_PATH, PURGE_PATH
+
+CLEAR_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
+PURGE_TIMEOUT = 60.0  # a dry run reads the domain's keys: longer for a large domain
+MAX_BODY_SHOWN = 2000  # bytes of an error answer worth showing
+MAX_RECEIPT = 16 * 1024**2  # a receipt echoes up to 256 items of 8 KiB
+KIND_OPTIONS = (("url", "urls"), ("prefix", "prefixes"), ("tag", "tags"))
+
+
+class Failed(Exception):
+    """End the command with this message on stderr and this exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Once(argparse.Action):
+    """An option that may be given once: a second value would silently replace the first
+    (``purge --api A --api B`` would use only B, and say it had purged)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            hint = " (it is the API's base URL)"
+            parser.error(
+                f"{option_string} given more than once{hint if self.dest == 'api' else ''}"
+            )
+        setattr(namespace, self.dest, values)
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    purge = commands.add_parser(
+        "purge",
+        help="purge URLs, prefixes, tags or a whole domain through the API",
+        description="With no --url, --prefix or --tag: the whole domain. Repeat an option "
+        "to purge several items of its kind (one kind per purge).",
+    )
+    purge.add_argument("domain", help="the CDN domain to purge")
+    kinds = purge.add_mutually_exclusive_group()
+    kinds.add_argument("--url", action="append", metavar="PATH", help="a path (and query)")
+    kinds.add_argument("--prefix", action="append", metavar="P", help="a path prefix")
+    kinds.add_argument("--tag", action="append", metavar="T", help="a tag the origin set")
+    purge.add_argument("--soft", action="store_true", help="mark stale instead of dropping")
+    purge.add_argument("--dry-run", action="store_true", help="only say what would be purged")
+    purge.add_argument("--json", action="store_true", help="print the receipt as JSON")
+    purge.add_argument("--api", action=Once, help="the API base URL (default: $CDN_PROXY_URL)")
+    purge.add_argument(
+        "--token",
+        action=Once,
+        help="the API token (default: $CDN_PROXY_TOKEN, preferred: flags show in `ps`)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``purge`` command: raises Failed with what went wrong."""
+    for path in args.url or ():
+        if path.lower().startswith(("http://", "https://")):
+            raise Failed(
+                f"--url {path!r}: --url now takes a path to purge (such as /page?x=1); the "
+                "API's base URL goes in --api (or CDN_PROXY_URL)",
+                code=2,
+            )
+    if "/" in args.domain:
+        raise Failed(
+            f"{args.domain!r} is not a domain: give the domain, and the path with --url "
+            "(cdn-proxy purge example.com --url /page)",
+            code=2,
+        )
+    settings = client_settings(args.api, args.token)
+    if not settings.url:
+        raise Failed("no API URL: pass --api or set CDN_PROXY_URL", code=2)
+    if not settings.token:
+        raise Failed("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
+    if not settings.url.startswith(("http://", "https://")):
+        raise Failed(f"the API URL must start with http:// or https://: {settings.url}", code=2)
+    body: dict[str, object] = {"domain": args.domain}
+    for option, field in KIND_OPTIONS:
+        if getattr(args, option):
+            body[field] = getattr(args, option)
+    if len(body) == 1 and not (args.soft or args.dry_run or args.json):
+        # The whole domain, as before: clear-cache, and its answer as it is.
+        answer = _post(settings.url, CLEAR_CACHE_PATH, settings.token, body, CLEAR_TIMEOUT)
+        print(answer.decode("utf-8", "replace"))
+        return 0
+    if len(body) == 1:
+        body["all"] = True
+    body.update(soft=args.soft, dry_run=args.dry_run)
+    answer = _post(settings.url, PURGE_PATH, settings.token, body, PURGE_TIMEOUT)
+    try:
+        receipt = json.loads(answer)
+        assert isinstance(receipt, dict)
+    except (ValueError, AssertionError):
+        raise Failed(f"the API's answer is not a receipt: {answer[:200]!r}") from None
+    print(json.dumps(receipt, indent=2) if args.json else describe(receipt))
+    return 0
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: object,
+        code: int,
+        msg: str,
+        headers: object,
+        newurl: str,
+    ) -> None:
+        return None  # the 3xx then surfaces as an HTTPError, reported like any failure
+
+
+def _post(base: str, path: str, token: str, body: dict[str, object], timeout: float) -> bytes:
+    url = base.rstrip("/") + path
+    # The scheme was checked by the caller: only http(s), never file:// or others (S310).
+    request = urllib.request.Request(  # noqa: S310
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "Accept": "text/plain, application/json, application/problem+json",
+            "User-Agent": f"cdn-proxy/{__version__}",
+        },
+    )
+    opener = urllib.request.build_opener(_NoRedirects)
+    limit = MAX_BODY_SHOWN if path == CLEAR_CACHE_PATH else MAX_RECEIPT
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            answer: bytes = response.read(limit)
+            return answer
+    except urllib.error.HTTPError as exc:
+        with exc:
+            detail = _problem_detail(exc.read(MAX_BODY_SHOWN))
+        status = f"{exc.code} {exc.reason}"
+        # A plain-text body often starts with the status line itself (the edge's does).
+        detail = detail.removeprefix(status).lstrip(": ") or "(no body)"
+        if exc.code == 421:
+            detail += f" (is {base} the API listener, not the edge?)"
+        raise Failed(f"purge failed: {status}: {detail}") from None
+    except urllib.error.URLError as exc:
+        raise Failed(f"cannot reach {url}: {exc.reason}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, junk
+        raise Failed(f"cannot reach {url}: {exc}") from None
+
+
+def _problem_detail(body: bytes) -> str:
+    """The ``detail`` of a problem+json body, or the body itself if it is not one."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text or "(no body)"
+    if isinstance(data, dict) and isinstance(data.get("detail"), str):
+        return str(data["detail"])
+    return text
