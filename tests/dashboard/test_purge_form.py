@@ -180,16 +180,16 @@ async def test_a_form_without_the_sessions_csrf_token_is_refused(
 @pytest.mark.parametrize(
     ("kind", "items", "message"),
     [
-        ("url", "", "A url purge needs at least one item."),
-        ("url", "\r\n  \r\n", "A url purge needs at least one item."),
+        ("url", "", "A URL purge needs at least one item."),
+        ("url", "\r\n  \r\n", "A URL purge needs at least one item."),
         ("url", "\n".join(f"/{n}" for n in range(257)), "At most 256 items per purge, not 257."),
-        ("url", "/a\nno-slash", "Url 'no-slash' must be a path"),
+        ("url", "/a\nno-slash", "URL 'no-slash' must be a path"),
         ("prefix", "assets/", "Prefix 'assets/' must be a path"),
         ("tag", "a,b", "Tag 'a,b' must be 1-256 visible ASCII characters without ','"),
         ("tag", "a b", "Tag 'a b' must be"),
         ("all", "/a", "A purge of everything takes no items: empty the list."),
         ("everything", "", "Choose what to purge: URLs, Prefixes, Tags, Everything."),
-        ("url", "/caf\u00e9", "Url '/café' must be a path"),
+        ("url", "/caf\u00e9", "URL '/café' must be a path"),
     ],
 )
 async def test_bad_input_shows_the_form_again_with_the_error_and_changes_nothing(
@@ -216,7 +216,7 @@ async def test_a_confirm_with_changed_fields_is_checked_again(filled: Dashboard)
     fields.add("item", "not a path")
     page = await filled.post(CONFIRM, fields)
     assert page.status == 400
-    assert "Url 'not a path' must be a path" in alert(page)
+    assert "URL 'not a path' must be a path" in alert(page)
     assert await stored(filled) == set(STORED)
 
 

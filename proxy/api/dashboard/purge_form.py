@@ -74,8 +74,11 @@ def form_purge(kind: str, items: list[str], *, soft: bool, dry_run: bool) -> Pur
         raise FormError("A purge of everything takes no items: empty the list.")
     try:
         return purge_request(kind, items, soft=soft, dry_run=dry_run)
-    except InvalidPurge as exc:
-        raise FormError(f"{str(exc)[:1].upper()}{str(exc)[1:]}.") from None
+    except InvalidPurge as exc:  # purge_request's words, as the API's, made a sentence
+        message = str(exc)
+        message = "URL" + message[3:] if message.startswith("url ") else message
+        message = message.replace("a url purge", "a URL purge")
+        raise FormError(f"{message[:1].upper()}{message[1:]}.") from None
 
 
 def purge_action(handler: ActionHandler) -> Handler:
