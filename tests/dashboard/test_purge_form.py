@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.core.purges import tagged
 from proxy.state.sqlite import AuditRecord
+from tests.api.purge_support import FAILURES, FailingPurger
 from tests.api.support import stored_response
 from tests.dashboard.purge_support import (
     CONFIRM,
@@ -27,7 +28,7 @@ from tests.dashboard.purge_support import (
     purge_fields,
     receipt_figure,
 )
-from tests.dashboard.support import ADMIN, START, Dashboard, Page
+from tests.dashboard.support import ADMIN, START, Dashboard, DashboardFactory, Page
 from tests.edge.test_purges_end_to_end import URLS
 
 DOMAIN = "example.com"
@@ -226,6 +227,17 @@ async def test_a_domain_not_configured_is_a_404_on_the_page(filled: Dashboard) -
     assert "'nowhere.example' is not a domain of this CDN" in alert(page)
     [record] = await filled.audit()
     assert (record.outcome, record.kind) == ("not_found", "url")
+
+
+async def test_a_purger_that_fails_is_a_503_on_the_page(make_dashboard: DashboardFactory) -> None:
+    dashboard = await make_dashboard(purger=FailingPurger(FAILURES["unavailable"]))
+    assert (await dashboard.sign_in()).status == 303
+    page = await preview(dashboard, purge_fields(DOMAIN, "tag", "t"))
+    assert page.status == 503
+    assert alert(page).startswith("The dry run was not done: ")
+    assert "Retrying is safe" in alert(page)
+    [record] = await dashboard.audit()
+    assert (record.outcome, record.status, record.kind) == ("error", 503, "tag")
 
 
 async def test_a_long_list_fits_the_form_and_a_huge_form_is_413(filled: Dashboard) -> None:
