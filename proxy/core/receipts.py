@@ -89,10 +89,12 @@ def size_text(count: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-def _what(kind: object, items: object, domain: object) -> str:
+def _what(kind: object, items: object, domain: object, total: object = None) -> str:
     if kind == "all" or kind not in _NOUNS:
         return f"all of {domain}"
     count = len(items) if isinstance(items, list) else 0
+    if isinstance(total, int) and total > count:  # an audit log's receipt (audit_text)
+        count = total
     one, many = _NOUNS[str(kind)]
     return f"{count} {one if count == 1 else many} of {domain}"
 
@@ -104,7 +106,9 @@ def describe(fields: Mapping[str, object]) -> str:
     ``soft-purged ...`` for a soft purge; ``at most ...`` when not exact; a dry run says
     ``would purge ...`` and names its sample."""
     soft = "soft-" if fields.get("soft") else ""
-    what = _what(fields.get("kind"), fields.get("items"), fields.get("domain"))
+    what = _what(
+        fields.get("kind"), fields.get("items"), fields.get("domain"), fields.get("items_total")
+    )
     entries = fields.get("entries")
     size = fields.get("bytes")
     amount = f"{entries} {'entry' if entries == 1 else 'entries'}, "

@@ -91,33 +91,30 @@ CREATE INDEX IF NOT EXISTS audit_by_domain ON audit (domain, id);
 CREATE INDEX IF NOT EXISTS audit_by_outcome ON audit (outcome, id);
 """
 
-# One fixed statement per filter combination: no SQL is ever assembled from pieces, and each
-# variant can use its own index (domain, id) or (outcome, id).
-_AUDIT_QUERIES = {
-    (
-        False,
-        False,
-    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
+# One fixed statement per filter combination: no SQL is ever assembled from request data,
+# and each variant can use its own index (domain, id), (outcome, id) or (kind, id). The kind
+# filter is a kind (url, prefix, tag, all) or CLEAR_KIND: the records with none, clear-cache's.
+CLEAR_KIND = "clear"
+_AUDIT_SELECT = (
+    "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
     " acked, live, answered_by, kind, receipt FROM audit"
-    " ORDER BY id DESC LIMIT ? OFFSET ?",
-    (
-        True,
-        False,
-    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by, kind, receipt FROM audit WHERE domain = ?"
-    " ORDER BY id DESC LIMIT ? OFFSET ?",
-    (
-        False,
-        True,
-    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by, kind, receipt FROM audit WHERE outcome = ?"
-    " ORDER BY id DESC LIMIT ? OFFSET ?",
-    (
-        True,
-        True,
-    ): "SELECT at, actor, client, domain, outcome, status, entries_dropped, duration_ms, id,"
-    " acked, live, answered_by, kind, receipt FROM audit WHERE domain = ? AND outcome = ?"
-    " ORDER BY id DESC LIMIT ? OFFSET ?",
+)
+_KIND_TESTS = {"value": "kind = ?", "null": "kind IS NULL"}
+
+
+def _audit_query(domain: bool, outcome: bool, kind: str | None) -> str:
+    tests = [test for on, test in ((domain, "domain = ?"), (outcome, "outcome = ?")) if on]
+    if kind is not None:
+        tests.append(_KIND_TESTS[kind])
+    where = " WHERE " + " AND ".join(tests) if tests else ""
+    return _AUDIT_SELECT + where + " ORDER BY id DESC LIMIT ? OFFSET ?"
+
+
+_AUDIT_QUERIES = {
+    (domain, outcome, kind): _audit_query(domain, outcome, kind)
+    for domain in (False, True)
+    for outcome in (False, True)
+    for kind in (None, *_KIND_TESTS)
 }
 
 # Columns added to the audit table after version 2: a file made before gains them on open.
@@ -130,7 +127,10 @@ _AUDIT_ADDED = (
     ("receipt", "TEXT"),
 )
 # After the columns: a replayed journal record is stored once (NULLs, from before, are many).
-_AUDIT_INDEXES = "CREATE UNIQUE INDEX IF NOT EXISTS audit_by_journal_id ON audit (journal_id);"
+_AUDIT_INDEXES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS audit_by_journal_id ON audit (journal_id);"
+    "CREATE INDEX IF NOT EXISTS audit_by_kind ON audit (kind, id);"  # History's kind filter
+)
 
 
 def _add_missing_columns(
@@ -410,12 +410,17 @@ class StateDB:
         *,
         domain: str | None = None,
         outcome: str | None = None,
+        kind: str | None = None,
     ) -> list[AuditRecord]:
-        """Audit records, newest first, optionally only those of one domain and/or outcome."""
+        """Audit records, newest first, optionally only those of one domain, outcome and/or
+        kind (CLEAR_KIND: those with no kind)."""
         if limit < 0 or offset < 0:
             raise ValueError("limit and offset must not be negative")
+        kind_test = None if kind is None else "null" if kind == CLEAR_KIND else "value"
         params = [value for value in (domain, outcome) if value is not None]
-        sql = _AUDIT_QUERIES[(domain is not None, outcome is not None)]
+        if kind_test == "value":
+            params.append(str(kind))
+        sql = _AUDIT_QUERIES[(domain is not None, outcome is not None, kind_test)]
         with self._errors("read the audit log"):
             rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
         return [AuditRecord(*row) for row in rows]
@@ -629,9 +634,12 @@ class AsyncState:
         *,
         domain: str | None = None,
         outcome: str | None = None,
+        kind: str | None = None,
     ) -> list[AuditRecord]:
         await self.flush()
-        return await self._run(self._db.list_audit, limit, offset, domain=domain, outcome=outcome)
+        return await self._run(
+            self._db.list_audit, limit, offset, domain=domain, outcome=outcome, kind=kind
+        )
 
     async def create_token(self, name: str, scope: Scope, now: float) -> str:
         return await self._run(self._db.create_token, name, scope, now)

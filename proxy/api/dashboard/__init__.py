@@ -5,7 +5,9 @@ pages) and response hook (security headers) apply to every response under /dashb
 nothing else. Templates (Jinja2, autoescaped) and the two static files are package data.
 
 Layout: ``context`` (what handlers share), ``pages`` (rendering, errors, headers), ``auth``
-(sign-in, sessions, CSRF), ``tokens``, ``views`` (overview, domains, history, nodes), ``chart``.
+(sign-in, sessions, CSRF), ``tokens``, ``views`` (overview, domains, history, nodes), ``chart``,
+``purge_form`` (the Domains page's purge, dry run first) and ``receipt_view`` (receipts for
+people, on the purge page and in History).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from aiohttp import web
 from argon2 import PasswordHasher
 
 from proxy.api.clear_cache import ClearCacheContext
-from proxy.api.dashboard import auth, tokens, views
+from proxy.api.dashboard import auth, purge_form, tokens, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
 from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
 from proxy.core.ratelimit import DoublingDelay, FailureThrottle
@@ -83,6 +85,7 @@ def create_dashboard(
     app.router.add_post("/sign-out", auth.sign_out)
     app.router.add_get("/", _to_overview)
     views.add_routes(app)
+    purge_form.add_routes(app)
     tokens.add_routes(app)
     for name, content_type in _STATIC.items():
         app.router.add_get(f"/static/{name}", _static(name, content_type))

@@ -124,8 +124,9 @@ def signed_in(handler: PageHandler) -> Handler:
     return page
 
 
-def action(handler: ActionHandler) -> Handler:
-    """A state-changing form post: needs a live session and that session's CSRF token."""
+def action(handler: ActionHandler, *, max_form_bytes: int = MAX_FORM_BYTES) -> Handler:
+    """A state-changing form post: needs a live session and that session's CSRF token.
+    ``max_form_bytes``: a form's largest size (the purge form's is larger)."""
 
     @functools.wraps(handler)
     async def post(request: web.Request) -> web.StreamResponse:
@@ -140,7 +141,7 @@ def action(handler: ActionHandler) -> Handler:
             if ended:
                 response.del_cookie(SESSION_COOKIE, **_cookie(request.app[DASHBOARD]))
             return response
-        form = await read_form(request)
+        form = await read_form(request, max_form_bytes)
         if not csrf_matches(session.id, form.get("csrf")):
             log.warning(
                 "dashboard: %s %s by %s without a valid CSRF token, refused",
@@ -158,11 +159,11 @@ def action(handler: ActionHandler) -> Handler:
     return post
 
 
-async def read_form(request: web.Request) -> MultiDict[str]:
+async def read_form(request: web.Request, max_bytes: int = MAX_FORM_BYTES) -> MultiDict[str]:
     """The text fields of a form post, bounded in size; 415 or 413 otherwise."""
     if request.content_type not in ("application/x-www-form-urlencoded", "multipart/form-data"):
         raise PageError(415, "Send this as an HTML form.")
-    if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
+    if request.content_length is not None and request.content_length > max_bytes:
         raise PageError(413, "The form is too large.")
     try:
         data = await request.post()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from multidict import MultiDict
@@ -20,8 +21,12 @@ from proxy.api.dashboard.auth import action, see_other, signed_in
 from proxy.api.dashboard.chart import build_chart
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
 from proxy.api.dashboard.pages import PageError, render
+from proxy.api.dashboard.receipt_view import HISTORY_KINDS, KIND_LABELS, history_row
 from proxy.core.domains import normalise_domain
 from proxy.state.sqlite import MAX_AUDIT_TEXT
+
+if TYPE_CHECKING:  # purge_form imports this module for render_domains
+    from proxy.api.dashboard.purge_form import PurgeFill
 
 log = logging.getLogger("proxy.dashboard")
 
@@ -59,6 +64,23 @@ class DomainRow:
 @signed_in
 async def domains_page(request: web.Request, session: Session) -> web.StreamResponse:
     ctx = request.app[DASHBOARD]
+    cleared = request.query.get("cleared")
+    # Only a configured domain is echoed back, so the notice cannot be made to say anything.
+    notice = f"Cache cleared for {cleared}." if cleared in ctx.config.by_name else None
+    return await render_domains(request, session, notice=notice)
+
+
+async def render_domains(
+    request: web.Request,
+    session: Session,
+    *,
+    notice: str | None = None,
+    purge: PurgeFill | None = None,
+    status: int = 200,
+) -> web.Response:
+    """The Domains page; ``purge``: a purge form to show again, open, with its error
+    (proxy/api/dashboard/purge_form.py)."""
+    ctx = request.app[DASHBOARD]
     rows = []
     for domain in ctx.config.domains:
         stats = await ctx.store.domain_stats(domain.name) if ctx.store is not None else None
@@ -74,14 +96,19 @@ async def domains_page(request: web.Request, session: Session) -> web.StreamResp
                 hit_ratio=counts.hit_ratio if counts else None,
             )
         )
-    cleared = request.query.get("cleared")
-    # Only a configured domain is echoed back, so the notice cannot be made to say anything.
-    notice = f"Cache cleared for {cleared}." if cleared in ctx.config.by_name else None
     return render(
         request,
         "domains.html",
-        {"title": "Domains", "active": "domains", "rows": rows, "notice": notice},
+        {
+            "title": "Domains",
+            "active": "domains",
+            "rows": rows,
+            "notice": notice,
+            "purge": purge,
+            "kinds": KIND_LABELS,
+        },
         session=session,
+        status=status,
     )
 
 
@@ -110,6 +137,7 @@ async def history_page(request: web.Request, session: Session) -> web.StreamResp
     ctx = request.app[DASHBOARD]
     domain = request.query.get("domain", "").strip()
     outcome = request.query.get("outcome", "")
+    kind = request.query.get("kind", "")
     page_text = request.query.get("page", "1")
     if len(domain) > MAX_AUDIT_TEXT:
         raise PageError(400, f"A domain is at most {MAX_AUDIT_TEXT} characters.")
@@ -117,6 +145,8 @@ async def history_page(request: web.Request, session: Session) -> web.StreamResp
         domain = normalise_domain(domain) if domain else domain
     if outcome and outcome not in OUTCOMES:
         raise PageError(400, f"The outcome must be one of: {', '.join(OUTCOMES)}.")
+    if kind and kind not in HISTORY_KINDS:
+        raise PageError(400, f"The kind must be one of: {', '.join(HISTORY_KINDS)}.")
     if not (page_text.isascii() and page_text.isdigit() and 1 <= int(page_text) <= MAX_PAGE):
         raise PageError(400, f"The page must be a number from 1 to {MAX_PAGE}.")
     page = int(page_text)
@@ -125,8 +155,13 @@ async def history_page(request: web.Request, session: Session) -> web.StreamResp
         (page - 1) * PAGE_SIZE,
         domain=domain or None,
         outcome=outcome or None,
+        kind=kind or None,
     )
-    filters = {key: value for key, value in (("domain", domain), ("outcome", outcome)) if value}
+    filters = {
+        key: value
+        for key, value in (("domain", domain), ("outcome", outcome), ("kind", kind))
+        if value
+    }
 
     def link(to: int) -> str:
         return str(URL(HISTORY).with_query({**filters, "page": str(to)}))
@@ -137,13 +172,15 @@ async def history_page(request: web.Request, session: Session) -> web.StreamResp
         {
             "title": "History",
             "active": "history",
-            "records": records[:PAGE_SIZE],
+            "rows": [history_row(record) for record in records[:PAGE_SIZE]],
             "page": page,
             "newer": link(page - 1) if page > 1 else None,
             "older": link(page + 1) if len(records) > PAGE_SIZE else None,
             "domain": domain,
             "outcome": outcome,
             "outcomes": OUTCOMES,
+            "kind": kind,
+            "kinds": HISTORY_KINDS,
             "domains": ctx.config.domains,
         },
         session=session,

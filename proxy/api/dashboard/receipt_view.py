@@ -1,0 +1,147 @@
+"""Receipts for people: what the purge page and the History page show of a purge.
+
+A receipt (proxy/core/receipts.py) reaches the dashboard two ways: as the dict
+``audited_purge`` answers, and as the JSON an audit record keeps (its first AUDIT_ITEMS items
+and ``items_total``). Both become a ``ReceiptView``. The JSON is read defensively: a row
+written by an older or newer program, or damaged, shows what can be read and never fails the
+page. Clear-cache records and rows from before schema 5 have no kind and no receipt: History
+shows them as "clear".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from proxy.core.receipts import describe, size_text
+from proxy.state.sqlite import CLEAR_KIND, AuditRecord
+
+# Labels of the kinds, for the form's select and the pages.
+KIND_LABELS = {"url": "URLs", "prefix": "Prefixes", "tag": "Tags", "all": "Everything"}
+# History's kind filter: the purge kinds, then the records with none (clear-cache's).
+HISTORY_KINDS = (*KIND_LABELS, CLEAR_KIND)
+SHORT_ITEMS = 3  # items named in a History row before "and N more"
+SHORT_CHARS = 48  # characters of one item in that short list
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptView:
+    kind: str  # url, prefix, tag, all ("" when the receipt did not say)
+    items: tuple[str, ...]  # as kept: all of them, or the audit log's first ones
+    items_total: int  # how many the purge had
+    soft: bool
+    dry_run: bool
+    number: int | None
+    generation: int | None
+    entries: int | None
+    bytes: int | None
+    exact: bool
+    sample: tuple[str, ...]
+    acked: int | None
+    live: int | None
+    seconds: float | None
+    summary: str  # describe(): one line (and a sample line for a dry run)
+
+    @property
+    def kind_label(self) -> str:
+        return KIND_LABELS.get(self.kind, self.kind or "?")
+
+    @property
+    def amount(self) -> str:
+        """Entries and bytes, "at most" when the purge did not count them."""
+        if self.entries is None:
+            return "not recorded"
+        text = f"{self.entries} {'entry' if self.entries == 1 else 'entries'}"
+        if self.bytes is not None:
+            text += f", {size_text(self.bytes)}"
+        return text if self.exact else "at most " + text
+
+    @property
+    def edge(self) -> str | None:
+        """Edge processes that applied it, when a fleet answered."""
+        if self.live is None:
+            return None
+        return f"{self.acked} of {self.live} live edge processes"
+
+    @property
+    def items_kept(self) -> bool:
+        """False when the audit log kept only the first items."""
+        return len(self.items) >= self.items_total
+
+    @property
+    def short_items(self) -> str:
+        """The first few items, each cut short, and how many more there are."""
+        shown = [_cut(item) for item in self.items[:SHORT_ITEMS]]
+        more = self.items_total - len(shown)
+        return " ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _cut(item: str) -> str:
+    return item if len(item) <= SHORT_CHARS else item[: SHORT_CHARS - 1] + "…"
+
+
+def receipt_view(fields: Mapping[str, object]) -> ReceiptView:
+    """A view of a receipt; fields missing or of the wrong type read as unknown."""
+    items = _strings(fields.get("items"))
+    total = fields.get("items_total")
+    return ReceiptView(
+        kind=str(fields.get("kind") or ""),
+        items=items,
+        items_total=total if isinstance(total, int) and total > len(items) else len(items),
+        soft=fields.get("soft") is True,
+        dry_run=fields.get("dry_run") is True,
+        number=_int(fields.get("number")),
+        generation=_int(fields.get("generation")),
+        entries=_int(fields.get("entries")),
+        bytes=_int(fields.get("bytes")),
+        exact=fields.get("exact") is True,
+        sample=_strings(fields.get("sample")),
+        acked=_int(fields.get("acked")),
+        live=_int(fields.get("live")),
+        seconds=_seconds(fields.get("seconds")),
+        summary=describe(fields),
+    )
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(item) for item in value) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One row of the History page: the record, its kind for people, its receipt if any."""
+
+    record: AuditRecord
+    kind: str  # url, prefix, tag, all, or "clear" (no kind: clear-cache, or before schema 5)
+    dry_run: bool
+    receipt: ReceiptView | None
+
+
+def history_row(record: AuditRecord) -> HistoryRow:
+    return HistoryRow(
+        record=record,
+        kind=record.kind or CLEAR_KIND,
+        dry_run=record.outcome == "dry_run",
+        receipt=_stored_receipt(record.receipt),
+    )
+
+
+def _stored_receipt(text: str | None) -> ReceiptView | None:
+    if not text:
+        return None
+    try:
+        fields = json.loads(text)
+    except ValueError:  # a damaged row: the rest of the record still shows
+        return None
+    return receipt_view(fields) if isinstance(fields, dict) else None
