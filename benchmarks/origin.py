@@ -8,6 +8,12 @@ Run: taskset -c 0 .venv/bin/python -m benchmarks.origin --port 19000 [--slow-ms 
   cost of a tagged entry (``benchmarks.instructions --tagged``).
 - ``GET /slow/{size}/{name}`` is the same after ``--slow-ms`` milliseconds, like an origin
   across a network; the origin-protection scenario uses it so concurrent misses overlap.
+- ``GET /etag/{size}/{name}`` is the slow object with a validator: ``ETag`` (the same for
+  the life of the origin), answered ``304 Not Modified`` to a matching ``If-None-Match``;
+  ``/swr/{size}/{name}`` adds ``stale-while-revalidate=60``. The soft-purge benchmark
+  (``benchmarks.soft_purge``) uses them: a soft purge makes the cache revalidate.
+- ``GET /__origin/counts`` answers ``FULL NOT_MODIFIED``: the object requests answered with
+  the body and with 304 since the last reset.
 - ``GET /__origin/count`` answers how many object requests were served since the last
   ``POST /__origin/reset`` (the counter requests themselves are not counted). Caches never
   see these paths: the runner asks the origin directly.
@@ -27,12 +33,18 @@ from aiohttp import web
 MAX_SIZE = 64 * 1024 * 1024
 HEADERS = {"Cache-Control": "public, max-age=86400", "Content-Type": "application/octet-stream"}
 TAGGED = {**HEADERS, "Surrogate-Key": "product-1 category-2 page-3 author-4 site"}
+VALIDATED = {**HEADERS, "ETag": '"v1"'}
+SWR = {
+    **VALIDATED,
+    "Cache-Control": "public, max-age=86400, stale-while-revalidate=60",
+}
 
 
 class Origin:
     def __init__(self, slow_ms: float) -> None:
         self.slow = slow_ms / 1000
         self.count = 0
+        self.not_modified = 0
         self._bodies: dict[int, bytes] = {}
 
     def body(self, size: int) -> bytes:
@@ -46,20 +58,33 @@ class Origin:
         if path.startswith("/__origin/"):
             if path == "/__origin/count":
                 return web.Response(text=f"{self.count}\n")
+            if path == "/__origin/counts":
+                full = self.count - self.not_modified
+                return web.Response(text=f"{full} {self.not_modified}\n")
             if path == "/__origin/reset" and request.method == "POST":
-                self.count = 0
+                self.count = self.not_modified = 0
                 return web.Response(text="0\n")
             return web.Response(status=404)
         kind, _, rest = path[1:].partition("/")
         size_text, _, name = rest.partition("/")
-        if kind not in ("o", "slow", "tagged") or not size_text.isdigit() or not name:
+        if (
+            kind not in ("o", "slow", "tagged", "etag", "swr")
+            or not size_text.isdigit()
+            or not name
+        ):
             return web.Response(status=404, text="not an object path\n")
         size = int(size_text)
         if size > MAX_SIZE:
             return web.Response(status=413)
         self.count += 1
-        if kind == "slow" and self.slow > 0:
+        if kind in ("slow", "etag", "swr") and self.slow > 0:
             await asyncio.sleep(self.slow)
+        if kind in ("etag", "swr"):
+            headers = SWR if kind == "swr" else VALIDATED
+            if request.headers.get("If-None-Match") == VALIDATED["ETag"]:
+                self.not_modified += 1
+                return web.Response(status=304, headers=headers)
+            return web.Response(body=self.body(size), headers=headers)
         headers = TAGGED if kind == "tagged" else HEADERS
         return web.Response(body=self.body(size), headers=headers)
 

@@ -9,6 +9,7 @@ installs it, so a missing wrk is a failure here, not a skip.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -112,3 +113,16 @@ def test_clear_cpu_runs() -> None:
         out,
         re.MULTILINE,
     ), out
+
+
+def test_soft_purge_runs_and_counts_what_the_origin_sent() -> None:
+    """benchmarks/soft_purge.py, small: after a hard purge every object is fetched whole once
+    (collapsed); after a soft one, revalidated once each (a 304), whole bodies never."""
+    cpu = str(min(os.sched_getaffinity(0)))
+    out = run_script(
+        "benchmarks.soft_purge",
+        *("--clients", "5", "--objects", "3", "--runs", "1", "--before", "0.3"),
+        *("--after", "0.5", "--server-cpu", cpu, "--load-cpu", cpu),
+    )
+    rows = dict(re.findall(r"^\| (hard|soft|soft\+swr) \| (\d+ \| \d+) \|", out, re.MULTILINE))
+    assert rows == {"hard": "3 | 0", "soft": "0 | 3", "soft+swr": "0 | 3"}, out
