@@ -36,7 +36,7 @@ EXAMPLE = '{"domain": "<cdn domain>", "urls": ["/path?query"]}'
 LISTS = {"urls": "url", "prefixes": "prefix", "tags": "tag"}
 KIND_FIELDS = (*LISTS, "all")
 OPTIONS = ("soft", "dry_run")
-UNKNOWN_KIND = "unknown"  # the metrics' kind label of an attempt whose body named none
+UNKNOWN_KIND = "unknown"  # the kind (metrics, audit) of an attempt whose body named none
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,9 @@ async def audited_purge(
             headers=rejected.headers,
         )
     kept = audit_text(answer.receipt) if answer.receipt is not None else None
+    if attempt.kind is None:
+        # A purge whose body named no kind: History must not show it as a clear (no kind).
+        attempt.kind = UNKNOWN_KIND
     record = gate.audit_record(
         ctx,
         attempt,
@@ -104,9 +107,7 @@ async def audited_purge(
         receipt=kept,
     )
     if ctx.telemetry is not None:
-        ctx.telemetry.purge(
-            attempt.kind or UNKNOWN_KIND, answer.outcome, record.duration_ms / 1000.0
-        )
+        ctx.telemetry.purge(attempt.kind, answer.outcome, record.duration_ms / 1000.0)
     # In the audit journal before the answer, as a clear's (clear_cache.audited_clear).
     await ctx.state.record_audit(record)
     return answer

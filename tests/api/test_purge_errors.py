@@ -28,13 +28,13 @@ from tests.api.support import (
 
 URLS = {"domain": DOMAIN, "urls": ["/x"]}
 
-# (body, what the detail says, the kind the audit record names)
-BAD_BODIES: list[tuple[Any, str, str | None]] = [
-    ({}, "the field 'domain' is required", None),
+# (body, what the detail says, the kind the audit record names: "unknown" when it named none)
+BAD_BODIES: list[tuple[Any, str, str]] = [
+    ({}, "the field 'domain' is required", "unknown"),
     ({"urls": ["/x"]}, "the field 'domain' is required", "url"),
-    ({"domain": DOMAIN}, "one of the fields 'urls', 'prefixes', 'tags' or 'all'", None),
-    ({"domain": DOMAIN, "urls": ["/x"], "tags": ["t"]}, "not 'urls' and 'tags'", None),
-    ({"domain": DOMAIN, "all": True, "prefixes": ["/"]}, "not 'prefixes' and 'all'", None),
+    ({"domain": DOMAIN}, "one of the fields 'urls', 'prefixes', 'tags' or 'all'", "unknown"),
+    ({"domain": DOMAIN, "urls": ["/x"], "tags": ["t"]}, "not 'urls' and 'tags'", "unknown"),
+    ({"domain": DOMAIN, "all": True, "prefixes": ["/"]}, "not 'prefixes' and 'all'", "unknown"),
     ({**URLS, "purge": "now"}, "unknown fields: 'purge'", "url"),
     ({**URLS, "Soft": True}, "unknown fields: 'Soft'", "url"),
     ({"domain": 7, "urls": ["/x"]}, "the field 'domain' must be a string", "url"),
@@ -69,14 +69,14 @@ BAD_BODIES: list[tuple[Any, str, str | None]] = [
     ({**URLS, "soft": 1}, "the field 'soft' must be true or false", "url"),
     ({**URLS, "dry_run": None}, "the field 'dry_run' must be true or false", "url"),
     ({"domain": DOMAIN, "all": True, "dry_run": 0}, "'dry_run' must be true or false", "all"),
-    ([URLS], "the body must be a JSON object", None),
-    ("example.com", "the body must be a JSON object", None),
+    ([URLS], "the body must be a JSON object", "unknown"),
+    ("example.com", "the body must be a JSON object", "unknown"),
 ]
 
 
 @pytest.mark.parametrize(("body", "detail", "kind"), BAD_BODIES)
 async def test_a_bad_body_is_400_naming_the_field(
-    api: ApiUnderTest, body: Any, detail: str, kind: str | None
+    api: ApiUnderTest, body: Any, detail: str, kind: str
 ) -> None:
     answer = await post_purge(api, json.dumps(body).encode())
     record = await assert_rejected(api, answer, 400, "bad_request", detail=detail)
@@ -125,8 +125,8 @@ async def test_authorization_is_checked_before_the_body(
     record = await assert_rejected(
         api, answer, status, outcome, headers={"WWW-Authenticate": challenge}
     )
-    # The body of an unknown caller is not read: no domain, no kind in the record.
-    assert (record.actor, record.domain, record.kind) == (None, None, None)
+    # The body of an unknown caller is not read: no domain, and no kind it named.
+    assert (record.actor, record.domain, record.kind) == (None, None, "unknown")
 
 
 async def test_wrong_tokens_are_throttled_across_clear_and_purge(make_api: ApiFactory) -> None:
@@ -140,7 +140,7 @@ async def test_wrong_tokens_are_throttled_across_clear_and_purge(make_api: ApiFa
     assert int(answer.headers["Retry-After"]) > 0
     assert answer.problem()["detail"].startswith("too many failed authentications")
     [record, *_] = await api.audit()
-    assert (record.outcome, record.kind) == ("rate_limited", None)
+    assert (record.outcome, record.kind) == ("rate_limited", "unknown")
     # A right token still gets through.
     assert (await post_purge(api)).status == 200
 
@@ -240,7 +240,7 @@ async def test_a_body_that_stops_arriving_is_408_and_closed(make_api: ApiFactory
     assert b"connection: close" in head_in.lower()
     assert b"did not arrive within 0.5 s" in body
     [record] = await api.audit()
-    assert (record.outcome, record.status, record.kind) == ("timed_out", 408, None)
+    assert (record.outcome, record.status, record.kind) == ("timed_out", 408, "unknown")
 
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))

@@ -407,3 +407,19 @@ async def test_on_a_node_the_preview_changes_nothing_and_confirm_leaves_no_old_c
             assert node.origin.full == {u: fetched[u] + (u in covered) for u in URLS}, kind
         history = await live.page("GET", "/dashboard/history?kind=tag&outcome=purged")
         assert len(history_rows(history)) == 2
+
+
+async def test_a_purge_that_named_no_kind_shows_as_unknown_not_as_a_clear(
+    filled: Dashboard,
+) -> None:
+    assert (await filled.act("/dashboard/domains/clear", {"domain": DOMAIN})).status == 303
+    await filled.state.record_audit(  # as audited_purge records a body that named no kind
+        AuditRecord(START, "deploy", None, DOMAIN, "bad_request", 400, 0, 1.0, kind="unknown")
+    )
+    page = await filled.get("/dashboard/history?kind=unknown")
+    assert page.status == 200
+    assert [(row["kind"], row["outcome"]) for row in history_rows(page) if "outcome" in row] == [
+        ("unknown", "bad_request")
+    ]
+    cleared = await filled.get("/dashboard/history?kind=clear")
+    assert [row["outcome"] for row in history_rows(cleared) if "outcome" in row] == ["cleared"]

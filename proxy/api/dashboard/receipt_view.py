@@ -14,13 +14,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from proxy.api.purge import UNKNOWN_KIND
 from proxy.core.receipts import describe, size_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
 
 # Labels of the kinds, for the form's select and the pages.
 KIND_LABELS = {"url": "URLs", "prefix": "Prefixes", "tag": "Tags", "all": "Everything"}
-# History's kind filter: the purge kinds, then the records with none (clear-cache's).
-HISTORY_KINDS = (*KIND_LABELS, CLEAR_KIND)
+# History's kind filter: the purge kinds, purge attempts whose body named no kind, then the
+# records with none (clear-cache's).
+HISTORY_KINDS = (*KIND_LABELS, UNKNOWN_KIND, CLEAR_KIND)
 SHORT_ITEMS = 3  # items named in a History row before "and N more"
 SHORT_CHARS = 48  # characters of one item in that short list
 
