@@ -197,7 +197,7 @@ class FleetMember:
             stats = await self.store.domain_stats(domain)
             await self.store.clear_domain(domain)
             number = plan.applied.generations.get(domain, 0)
-            if not plan.clear_all and number:
+            if not plan.clear_all and number > self.applied.seq:  # a clear new to it
                 figures.append((number, stats.entries, stats.bytes, True))
         for step in plan.purges:
             record = records.get(step.number)
