@@ -8,7 +8,11 @@ three edge nodes, one of them with two workers), then at the same time:
 - readers GET from every edge node, each request on a fresh connection so that every worker
   is reached, and record the version number in the body;
 - one clearer per domain bumps the origin's version of its domain and then clears the
-  domain through the control plane's API, again and again;
+  domain through the control plane's API, again and again; with ``purges`` (the default),
+  half of its turns are instead a purge by URL, prefix or tag, hard or soft (decision
+  0026): it bumps the versions of the pages the purge covers, then purges them through a
+  ``FleetPurger`` on the fleet's Valkey (``DirectPurges``: the seam to switch to the purge
+  API, ``POST /api/v1/cdn/purge``, once it is merged);
 - the faults of issue 12 are injected one after another (``FAULTS``), each healed before
   the next: kill -9 an edge node and restart it; SIGSTOP an edge node and SIGCONT it; drop
   or black-hole an edge node's traffic to Valkey and heal it; kill -9 Valkey and start it
@@ -16,7 +20,9 @@ three edge nodes, one of them with two workers), then at the same time:
 
 Every operation is recorded with its start and end (this process's monotonic clock) and its
 result, and the whole history is checked at the end for the property of decision 0014:
-**no read that starts after a clear's 200 returns a version older than that clear.** A read
+**no read that starts after a clear's 200 returns a version older than that clear**, and
+no read of a page that starts after the 200 of a purge covering it returns a version older
+than that purge (for a soft purge: the page was not served without revalidation). A read
 that fails, or gets a 5xx, while a node is down is counted apart and is no violation; a
 clear answered 503 (or not at all) is not a 200 and constrains nothing.
 """
@@ -39,6 +45,10 @@ import valkey.asyncio
 
 from benchmarks.fleet_cluster import Cluster, Edge
 from benchmarks.fleet_history import Clear, Fault, History, Read
+from proxy.core.purges import Purge, purge_request
+from proxy.errors import ClearNotConfirmed, FleetUnavailable
+from proxy.fleet.purger import FleetPurger
+from proxy.fleet.settings import FleetSettings
 
 KILL_EDGE, STOP_EDGE, DROP, BLACKHOLE = "kill-edge", "stop-edge", "drop", "blackhole"
 RESTART_VALKEY, KILL_CONTROL = "restart-valkey", "kill-control"
@@ -47,13 +57,49 @@ READ_TIMEOUT = 3.0  # a read of a stopped node fails after this; it is no violat
 PROBE_EVERY = 0.05  # seconds between the reads sent to a stopped node
 PAUSE_AFTER_FAILURE = 0.05  # pacing, so a node that is down is not hammered in a loop
 RECOVERY_TIMEOUT = 20.0  # after a fault is healed, a clear must be answered 200 within it
+PURGE_SHARE = 0.5  # of a clearer's turns, with purges on
+PAGES = ("page0", "page1")  # what the readers read of each domain
+
+
+class DirectPurges:
+    """Purges sent to the fleet as the purge API will send them: ``FleetPurger.purge`` on
+    the fleet's Valkey, with the cluster's timings. The seam: replace ``purge`` by a POST to
+    ``/api/v1/cdn/purge`` once the API is merged. Answers 200, or 503 as the API would for
+    a purge the fleet could not confirm or record."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        timing = cluster.timing
+        self._settings = FleetSettings(
+            url=f"redis://127.0.0.1:{cluster.valkey_port}/0",
+            lease=timing.lease,
+            renew=timing.renew,
+            clear_timeout=timing.clear_timeout,
+            timeout=timing.timeout,
+        )
+        self._purger: FleetPurger | None = None
+
+    async def purge(self, domain: str, purge: Purge) -> tuple[int, str]:
+        if self._purger is None:
+            self._purger = FleetPurger(settings=self._settings, name="checker")
+        try:
+            await self._purger.purge(domain, purge)
+        except (ClearNotConfirmed, FleetUnavailable) as exc:
+            return 503, type(exc).__name__
+        return 200, ""
+
+    async def aclose(self) -> None:
+        if self._purger is not None:
+            await self._purger.aclose()
 
 
 class Checker:
     """Readers, clearers and faults on ``cluster``; ``history`` records them all."""
 
-    def __init__(self, cluster: Cluster, *, seed: int = 0, readers_per_node: int = 2) -> None:
+    def __init__(
+        self, cluster: Cluster, *, seed: int = 0, readers_per_node: int = 2, purges: bool = True
+    ) -> None:
         self.cluster = cluster
+        self.purges = DirectPurges(cluster) if purges else None
         self.history = History()
         self.rng = random.Random(seed)
         self.readers_per_node = readers_per_node
@@ -84,6 +130,9 @@ class Checker:
         finally:
             self._stop.set()
             await asyncio.gather(*tasks)
+            if self.purges is not None:
+                await self.purges.aclose()
+                self.purges = DirectPurges(self.cluster)  # for a next run, in its loop
         return self.history
 
     async def _quiet(self) -> None:
@@ -205,7 +254,8 @@ class Checker:
     async def _read(self, session: aiohttp.ClientSession, edge: Edge) -> Read:
         """One GET of a random page of a random domain from ``edge``, recorded."""
         domain = self.rng.choice(self.cluster.domains)
-        url = f"{edge.url}/{domain}/page{self.rng.randrange(2)}"
+        page = self.rng.choice(PAGES)
+        url = f"{edge.url}/{domain}/{page}"
         start = time.monotonic()
         status, body, cache, error = None, "", "", ""
         try:
@@ -216,22 +266,25 @@ class Checker:
             error = type(exc).__name__
         version = int(body) if status == 200 and body.isdigit() else None
         hit = "; hit" in cache
-        read = Read(edge.node.name, domain, start, time.monotonic(), status, version, hit, error)
+        end = time.monotonic()
+        read = Read(edge.node.name, domain, start, end, status, version, hit, error, page)
         self.history.reads.append(read)
         return read
 
     async def _clearer(self, domain: str) -> None:
         async with aiohttp.ClientSession() as session:
             while not self._stop.is_set():
-                clear = await self._clear(session, domain)
+                if self.purges is not None and self.rng.random() < PURGE_SHARE:
+                    clear = await self._purge(self.purges, domain)
+                else:
+                    clear = await self._clear(session, domain)
                 if clear.status != 200:
                     await asyncio.sleep(PAUSE_AFTER_FAILURE)
 
     async def _clear(self, session: aiohttp.ClientSession, domain: str) -> Clear:
         """Bump the origin's version of ``domain``, then clear it through the API."""
         cluster = self.cluster
-        cluster.origin.versions[domain] += 1
-        version = cluster.origin.versions[domain]
+        version = cluster.origin.bump(domain)
         status, error = None, ""
         start = time.monotonic()
         try:
@@ -246,6 +299,25 @@ class Checker:
         except (aiohttp.ClientError, TimeoutError) as exc:
             error = type(exc).__name__
         clear = Clear(domain, version, start, time.monotonic(), status, error)
+        self.history.clears.append(clear)
+        if status == 200:
+            self._confirmed.set()
+        return clear
+
+    async def _purge(self, purges: DirectPurges, domain: str) -> Clear:
+        """Bump the versions of the pages a random purge covers, then purge them."""
+        kind = self.rng.choice(("url", "prefix", "tag"))
+        soft = self.rng.random() < 0.5
+        page = self.rng.choice(PAGES)
+        pages: tuple[str, ...] = (page,)
+        items = [page] if kind == "tag" else [f"/{domain}/{page}"]
+        if kind == "prefix" and self.rng.random() < 0.5:
+            items, pages = [f"/{domain}/page"], PAGES
+        version = self.cluster.origin.bump(domain, pages)
+        start = time.monotonic()
+        status, error = await purges.purge(domain, purge_request(kind, items, soft=soft))
+        name = f"{kind} soft" if soft else kind
+        clear = Clear(domain, version, start, time.monotonic(), status, error, name, pages)
         self.history.clears.append(clear)
         if status == 200:
             self._confirmed.set()

@@ -57,12 +57,27 @@ def free_port() -> int:
 
 
 class Origin:
-    """``GET /DOMAIN/anything`` answers DOMAIN's version, cacheable for ten minutes."""
+    """``GET /DOMAIN/PAGE`` answers the page's version, cacheable for ten minutes, tagged
+    with ``Surrogate-Key: PAGE``. A page's version is the higher of its domain's (moved by
+    ``bump`` of the whole domain, before a clear) and its own (moved by ``bump`` of some
+    pages, before a purge that covers them): both come from one counter, so every bump
+    makes the pages it covers newer than anything they answered before."""
 
     def __init__(self, domains: Sequence[str]) -> None:
         self.versions = dict.fromkeys(domains, 1)
+        self.pages: dict[str, int] = {}  # "DOMAIN/PAGE" -> its own version
         self.url = ""
         self._runner: web.AppRunner | None = None
+        self._counter = 1
+
+    def bump(self, domain: str, pages: Sequence[str] | None = None) -> int:
+        """A new version for every page of ``domain`` (None) or for ``pages`` of it."""
+        self._counter += 1
+        if pages is None:
+            self.versions[domain] = self._counter
+        else:
+            self.pages.update((f"{domain}/{page}", self._counter) for page in pages)
+        return self._counter
 
     async def start(self) -> None:
         app = web.Application()
@@ -79,10 +94,13 @@ class Origin:
             await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.Response:
-        version = self.versions.get(request.match_info["domain"])
+        domain, page = request.match_info["domain"], request.match_info["rest"]
+        version = self.versions.get(domain)
         if version is None:
             raise web.HTTPNotFound()
-        return web.Response(text=str(version), headers={"Cache-Control": "max-age=600"})
+        version = max(version, self.pages.get(f"{domain}/{page}", 0))
+        headers = {"Cache-Control": "max-age=600", "Surrogate-Key": page or "-"}
+        return web.Response(text=str(version), headers=headers)
 
 
 class NodeProcess:

@@ -26,6 +26,7 @@ class Read:
     version: int | None  # the body's version, for a 200
     hit: bool  # Cache-Status said hit: served from an edge cache
     error: str = ""
+    page: str = ""  # the page read of the domain
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,14 @@ class Clear:
     end: float
     status: int | None
     error: str = ""
+    # A purge (decision 0026): its kind ("clear": the clear-cache API) and the pages of the
+    # domain it covers (None: all of them); a soft purge must not let a covered page be
+    # served without revalidation, which the origin answers with the new version.
+    kind: str = "clear"
+    pages: tuple[str, ...] | None = None
+
+    def covers(self, page: str) -> bool:
+        return self.pages is None or page in self.pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +73,19 @@ class History:
         return sum(1 for clear in self.clears if clear.status == 200)
 
     def violations(self) -> list[Violation]:
-        """Every read that returned a version older than a clear answered 200 before it
-        started. Per domain: the confirmed clears sorted by end, with a running maximum of
-        their versions; each read is checked against the clears that ended before it began."""
+        """Every read that returned a version older than a clear (or a purge covering its
+        page) answered 200 before it started. Per domain and page: the confirmed clears and
+        purges that cover it, sorted by end, with a running maximum of their versions; each
+        read is checked against those that ended before it began."""
         found: list[Violation] = []
-        for domain in {clear.domain for clear in self.clears}:
+        pages = {(read.domain, read.page) for read in self.reads}
+        for domain, page in pages:
             confirmed = sorted(
-                (c for c in self.clears if c.domain == domain and c.status == 200),
+                (
+                    c
+                    for c in self.clears
+                    if c.domain == domain and c.status == 200 and c.covers(page)
+                ),
                 key=lambda c: c.end,
             )
             ends = [clear.end for clear in confirmed]
@@ -80,7 +95,7 @@ class History:
                     clear if not newest or clear.version > newest[-1].version else newest[-1]
                 )
             for read in self.reads:
-                if read.domain != domain or read.version is None:
+                if read.domain != domain or read.page != page or read.version is None:
                     continue
                 before = bisect.bisect_left(ends, read.start)  # clears that ended before it
                 if before and read.version < newest[before - 1].version:
@@ -97,10 +112,12 @@ class History:
         read_failed = Counter(read.error for read in self.reads if read.status is None)
         faults = Counter(fault.kind for fault in self.faults)
         violations = self.violations()
+        kinds = Counter(c.kind for c in self.clears if c.status == 200)
         lines = [
-            f"clears {len(self.clears)}: 200 {statuses[200]}, 503 {statuses[503]},"
+            f"clears and purges {len(self.clears)}: 200 {statuses[200]}, 503 {statuses[503]},"
             f" other status {other}, no answer {sum(clear_errors.values())}"
             + _detail(clear_errors),
+            "answered 200 by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
             f"reads {len(self.reads)}: with a version {len(good)}"
             f" (cache hits {sum(1 for read in good if read.hit)}), 5xx {read_5xx},"
             f" no answer {sum(read_failed.values())}" + _detail(read_failed),
@@ -113,8 +130,9 @@ class History:
         for violation in violations[:10]:
             read, clear = violation.read, violation.clear
             lines.append(
-                f"  {read.node} {read.domain}: read at {read.start:.3f} returned v{read.version}"
-                f" after the clear to v{clear.version} answered 200 at {clear.end:.3f}"
+                f"  {read.node} {read.domain}/{read.page}: read at {read.start:.3f} returned"
+                f" v{read.version} after the {clear.kind} to v{clear.version} answered 200"
+                f" at {clear.end:.3f}"
             )
         return "\n".join(lines)
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from proxy.core.fleet_purges import CLEAR, PurgeRecord, PurgeStep, hint_kind, steps_after_clears
 
 MARGIN_FRACTION = 0.1  # of the lease
 MIN_MARGIN = 0.1  # seconds
@@ -68,18 +70,25 @@ class SyncResult:
     epoch: str
     seq: int
     generations: Mapping[str, int] | None
+    # With the generations (decision 0026): the purge records of the member's domains
+    # numbered above its applied number, and each domain's floor (the highest number of a
+    # record Valkey no longer keeps; 0: none dropped).
+    purges: tuple[PurgeRecord, ...] = ()
+    floors: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class SyncPlan:
     """What the member does with a sync result, in this order: clear every domain locally
-    (``clear_all``, the epoch changed) or the listed ones, then adopt ``applied``, then ack
-    ``applied.seq`` when ``ack`` (there is something new to acknowledge)."""
+    (``clear_all``, the epoch changed) or the listed ones, then apply ``purges`` in order,
+    then adopt ``applied``, then ack ``applied.seq`` when ``ack`` (there is something new to
+    acknowledge)."""
 
     clear_all: bool
     clear: tuple[str, ...]
     applied: Applied
     ack: bool
+    purges: tuple[PurgeStep, ...] = ()
 
 
 def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
@@ -94,16 +103,26 @@ def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
         return SyncPlan(clear_all=True, clear=(), applied=new, ack=True)
     if result.generations is None or result.seq == applied.seq:
         return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
+    # A domain whose generation moved, or whose records the member needs were dropped
+    # (its floor is above what the member applied), is cleared; a clear now covers every
+    # purge of it up to now, so its records are not applied (decision 0026).
     changed = tuple(
         sorted(
             domain
             for domain, generation in result.generations.items()
             if applied.generations.get(domain, 0) != generation
+            or result.floors.get(domain, 0) > applied.seq
         )
+    )
+    steps = tuple(
+        PurgeStep(r.number, r.domain, r.purge.kind, r)
+        for r in sorted(result.purges, key=lambda r: r.number)
+        if applied.seq < r.number <= result.seq and r.domain in result.generations
     )
     generations = {**applied.generations, **result.generations}
     new = Applied(epoch=applied.epoch, seq=result.seq, generations=generations)
-    return SyncPlan(clear_all=False, clear=changed, applied=new, ack=True)
+    purges = steps_after_clears(steps, changed)
+    return SyncPlan(clear_all=False, clear=changed, applied=new, ack=True, purges=purges)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,21 +130,27 @@ class ClearHint:
     """What a clear publishes on ``{cdn}:clears``: the epoch it was made in, the number of the
     clear before it (``seq`` just before the clear script ran), its own number, and its
     domain. Clear numbers in one epoch form a chain: each clear's ``previous`` is the number
-    of the clear before it."""
+    of the clear before it. A purge of another kind (decision 0026) takes its place in the
+    same chain, and its hint names its kind as a fifth part."""
 
     epoch: str
     previous: int
     number: int
     domain: str
+    kind: str = CLEAR
 
 
 def parse_clear_hint(text: str) -> ClearHint | None:
-    """The hint as the clear script writes it (``epoch previous number domain``), or None for
-    anything else: a hint that cannot be read only means a full sync."""
+    """The hint as the clear script writes it (``epoch previous number domain``) or the purge
+    script (the same and ``kind``), or None for anything else: a hint that cannot be read
+    only means a full sync."""
     parts = text.split(" ")
-    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) not in (4, 5) or not parts[1].isdigit() or not parts[2].isdigit():
         return None
-    return ClearHint(epoch=parts[0], previous=int(parts[1]), number=int(parts[2]), domain=parts[3])
+    kind = hint_kind(parts[4]) if len(parts) == 5 else CLEAR
+    if kind is None:
+        return None
+    return ClearHint(parts[0], int(parts[1]), int(parts[2]), parts[3], kind)
 
 
 def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
@@ -139,6 +164,7 @@ def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
     seq = applied.seq
     generations = dict(applied.generations)
     cleared: list[str] = []
+    steps: list[PurgeStep] = []
     for hint in hints:
         if hint.epoch != applied.epoch:
             return None
@@ -147,14 +173,23 @@ def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
         if hint.previous != seq:
             return None  # a clear in between was not seen
         seq = hint.number
-        if hint.domain in generations:  # one of the member's domains
-            generations[hint.domain] = hint.number
-            if hint.domain not in cleared:
-                cleared.append(hint.domain)
+        if hint.domain not in generations:
+            continue  # not one of the member's domains
+        if hint.kind != CLEAR:
+            steps.append(PurgeStep(hint.number, hint.domain, hint.kind))
+            continue
+        generations[hint.domain] = hint.number
+        if hint.domain not in cleared:
+            cleared.append(hint.domain)
+        # Clears are applied first: the purges of the domain before this clear are covered
+        # by it, the ones after it are applied after it.
+        steps = list(steps_after_clears(steps, (hint.domain,)))
     if seq == applied.seq:
         return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
     new = Applied(epoch=applied.epoch, seq=seq, generations=generations)
-    return SyncPlan(clear_all=False, clear=tuple(cleared), applied=new, ack=True)
+    return SyncPlan(
+        clear_all=False, clear=tuple(cleared), applied=new, ack=True, purges=tuple(steps)
+    )
 
 
 # -- the control plane's side --------------------------------------------------------------------

@@ -93,6 +93,11 @@ class PurgeResult:
     # those whose lease was live (as ClearResult). None: one process, no fleet.
     acked: int | None = None
     live: int | None = None
+    # A fleet purge (decision 0026): how many of the ``acked`` processes reported their
+    # entries and bytes with their ack (the figures above are their sum); a fleet dry run:
+    # the edge process whose store answered it.
+    reported: int | None = None
+    answered_by: str | None = None
 
 
 def purge_request(

@@ -2,6 +2,7 @@
 
 - ``settings``: FleetSettings, the ``[fleet]`` section.
 - ``scripts``: the Lua scripts and the only code that talks to Valkey.
+- ``purge_scripts``: the Lua of purges other than clears (decision 0026).
 - ``member``: an edge process's side (sync, renew, apply, ack, the lease deadline).
 - ``store``: the member's Store, which serves from cache only before that deadline.
 - ``purger``: the control plane's side (clear, then wait until the 200 is true).

@@ -25,6 +25,13 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from proxy.core.fleet_purges import (
+    PurgeRecord,
+    PurgeStep,
+    dry_answer,
+    figures_args,
+    parse_dry_request,
+)
 from proxy.core.lease import (
     NOTHING_APPLIED,
     Applied,
@@ -37,7 +44,7 @@ from proxy.core.lease import (
     plan_sync,
 )
 from proxy.errors import FleetUnavailable, NotReplicated
-from proxy.fleet.scripts import CLEARS, FleetScripts, connect
+from proxy.fleet.scripts import CLEARS, DRY, FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.memory import MemoryStore
 
@@ -82,6 +89,8 @@ class FleetMember:
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()  # cancelled listeners, until done
+        self._answering: set[asyncio.Task[None]] = set()  # dry runs asked of this member
+        self.purges_applied = 0  # purge records applied (decision 0026)
 
     @property
     def fenced(self) -> bool:
@@ -110,7 +119,8 @@ class FleetMember:
         self._restart_listener()
 
     async def close(self) -> None:
-        tasks = [*self._tasks, *self._stopping, *([self._listener] if self._listener else [])]
+        tasks = [*self._tasks, *self._stopping, *self._answering]
+        tasks += [self._listener] if self._listener else []
         for task in tasks:
             task.cancel()
         if tasks:
@@ -151,14 +161,14 @@ class FleetMember:
             return False
         plan = plan_sync(self.applied, result)
         # No await from here until the deadline is set: the store is never seen with the new
-        # deadline and the old generations.
-        await self._apply(plan)
+        # deadline and the old generations (a sync's plan carries its records: no read).
+        figures = await self._apply(plan)
         self.deadline = max(
             self.deadline, lease_deadline(sent_at, self.settings.lease, self.settings.margin)
         )
         self.syncs += 1
         self._synced.set()
-        await self._ack(plan)
+        await self._ack(plan, figures)
         return True
 
     async def apply_hints(self, hints: list[ClearHint]) -> bool:
@@ -168,24 +178,65 @@ class FleetMember:
         plan = plan_hints(self.applied, hints)
         if plan is None:
             return False
-        await self._apply(plan)
+        figures = await self._apply(plan)
         self.hints_applied += 1
-        await self._ack(plan)
+        await self._ack(plan, figures)
         return True
 
-    async def _apply(self, plan: SyncPlan) -> None:
-        # MemoryStore.clear_domain never suspends, so these awaits do not yield.
-        for domain in self.domains if plan.clear_all else plan.clear:
+    async def _apply(self, plan: SyncPlan) -> list[tuple[int, int, int, bool]]:
+        """Clear, then purge, then adopt ``plan.applied``; returns each purge's figures
+        (number, entries, bytes, exact) for the ack. A purge whose record cannot be read
+        clears its domain instead: over-purging is safe (decision 0026)."""
+        records = await self._records(plan.purges)
+        clear = list(self.domains if plan.clear_all else plan.clear)
+        clear += [s.domain for s in plan.purges if records.get(s.number) is None]
+        figures: list[tuple[int, int, int, bool]] = []
+        # MemoryStore's clear_domain and purge (not a dry run) never suspend: from here on
+        # these awaits do not yield.
+        for domain in dict.fromkeys(clear):
+            stats = await self.store.domain_stats(domain)
             await self.store.clear_domain(domain)
+            number = plan.applied.generations.get(domain, 0)
+            if not plan.clear_all and number > self.applied.seq:  # a clear new to it
+                figures.append((number, stats.entries, stats.bytes, True))
+        for step in plan.purges:
+            record = records.get(step.number)
+            if record is None:
+                continue  # its domain was cleared instead
+            result = await self.store.purge(record.domain, record.purge)
+            figures.append((step.number, result.entries, result.bytes, result.exact))
+            self.purges_applied += 1
         self.applied = plan.applied
+        return figures
 
-    async def _ack(self, plan: SyncPlan) -> None:
+    async def _records(self, steps: Sequence[PurgeStep]) -> dict[int, PurgeRecord]:
+        """The records of ``steps``: those a sync read, and the others read now, in one call
+        (those of hints). A record missing or not the one its hint named is left out."""
+        found = {s.number: s.record for s in steps if s.record is not None}
+        wanted = [s for s in steps if s.record is None]
+        if wanted and self._scripts is not None:
+            numbers = [s.number for s in wanted]
+            try:
+                read = await self._scripts.records(min(numbers), max(numbers))
+            except FleetUnavailable:
+                read = ()
+            by_number = {r.number: r for r in read if r is not None}
+            for step in wanted:
+                record = by_number.get(step.number)
+                if record is not None and step.matches(record):
+                    found[step.number] = record
+        return found
+
+    async def _ack(self, plan: SyncPlan, figures: Sequence[tuple[int, int, int, bool]]) -> None:
         if not plan.ack:
             return
         assert self._scripts is not None
         try:
             await self._scripts.ack(
-                member=self.name, epoch=plan.applied.epoch or "", number=plan.applied.seq
+                member=self.name,
+                epoch=plan.applied.epoch or "",
+                number=plan.applied.seq,
+                figures=figures_args(figures),
             )
         except FleetUnavailable:
             self.renew_failures += 1  # the next sync records the ack instead
@@ -237,14 +288,18 @@ class FleetMember:
         by a sync, since hints published while unsubscribed are lost."""
         assert self._scripts is not None
         while True:
-            hints = self._scripts.hints(CLEARS)
+            hints = self._scripts.hints(CLEARS, DRY)
             try:
                 await hints.subscribe()
                 self._must_sync = True  # hints published while unsubscribed are lost
                 self._hint.set()
                 while True:
-                    text = await hints.next(self.settings.renew)
-                    if text is None:
+                    message = await hints.next_from(self.settings.renew)
+                    if message is None:
+                        continue
+                    channel, text = message
+                    if channel == DRY:
+                        self._dry_asked(text)
                         continue
                     hint = parse_clear_hint(text)
                     if hint is None:
@@ -257,3 +312,22 @@ class FleetMember:
             finally:
                 await hints.aclose()
             await asyncio.sleep(self.settings.renew)  # back off before subscribing again
+
+    def _dry_asked(self, text: str) -> None:
+        """A control plane asks one member (``id member``) for a dry run: if this one, it
+        answers from its store in a task of its own (a dry run walks the domain's keys)."""
+        ident, _, member = text.partition(" ")
+        if member != self.name:
+            return
+        task = asyncio.create_task(self._answer_dry(ident), name=f"fleet-dry {self.name}")
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    async def _answer_dry(self, ident: str) -> None:
+        assert self._scripts is not None
+        with contextlib.suppress(FleetUnavailable):
+            text = await self._scripts.take_dry(ident)
+            asked = None if text is None else parse_dry_request(text)
+            if asked is not None:
+                result = await self.store.purge(*asked)
+                await self._scripts.answer_dry(ident, dry_answer(result))

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 
+from proxy.core.fleet_purges import dry_request, parse_dry_answer
 from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
 from proxy.core.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
-from proxy.fleet.scripts import ACKED, FleetScripts, MembersView, connect
+from proxy.fleet.scripts import ACKED, ClearRecord, FleetScripts, MembersView, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult
 
@@ -145,23 +149,103 @@ class FleetPurger:
         """Raises FleetUnavailable when the clear could not be recorded (or it is unknown
         whether it was, or fewer than ``replicas`` replicas confirmed it: NotReplicated),
         ClearNotConfirmed when it was but the fleet did not confirm it."""
-        deadline = self._clock() + self.settings.clear_timeout
-        if self._hints is None:
-            return await self._clear(domain, deadline, None)
-        await self._hints.ready()
-        with self._hints.waiter() as waiter:
-            return await self._clear(domain, deadline, waiter)
-
-    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
-        """Not carried by the fleet protocol yet (decision 0024 says how it will be): refused
-        as unavailable, so the API answers 503 and nothing is half-done."""
-        raise FleetUnavailable(
-            f"purges by {purge.kind} are not carried by the fleet yet; clear the whole domain"
+        record, done = await self._recorded(
+            domain, lambda: self._scripts.clear(domain, by=self.name)
+        )
+        return ClearResult(
+            domain=domain,
+            entries_dropped=0,  # each edge process drops its own; none counted here
+            generation=record.number,
+            acked=done.acked,
+            live=done.live,
         )
 
-    async def _clear(self, domain: str, deadline: float, waiter: AckWaiter | None) -> ClearResult:
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        """A purge of any kind through the fleet's numbered log (decision 0026): a hard
+        ``all`` is a clear; the others are records applied by every member before it acks.
+        Returns once every live member applied it, raises as ``clear_domain`` does. The
+        entries and bytes are the sums the members sent with their acks (``reported`` of
+        them). A dry run is asked of one live member's store (``answered_by``)."""
+        started = time.perf_counter()
+        if purge.dry_run:
+            return await self._dry_run(domain, purge, started)
+        hard_all = purge.kind == "all" and not purge.soft
+        scripts = self._scripts
+
+        def record() -> Awaitable[ClearRecord]:
+            if hard_all:
+                return scripts.clear(domain, by=self.name, figures=True)
+            return scripts.purge(domain, purge, by=self.name)
+
+        recorded, done = await self._recorded(domain, record)
         try:
-            record = await self._scripts.clear(domain, by=self.name)
+            figures = await scripts.figures(recorded.number)
+        except FleetUnavailable:  # the purge is done; only its figures are unknown
+            figures = None
+        reported = 0 if figures is None else figures.reported
+        return PurgeResult(
+            domain=domain,
+            kind=purge.kind,
+            items=purge.items,
+            soft=purge.soft,
+            dry_run=False,
+            number=recorded.number,
+            generation=recorded.number if hard_all else recorded.generation,
+            entries=0 if figures is None else figures.entries,
+            bytes=0 if figures is None else figures.bytes,
+            exact=figures is not None and not figures.inexact and reported == done.acked,
+            seconds=time.perf_counter() - started,
+            acked=done.acked,
+            live=done.live,
+            reported=reported,
+        )
+
+    async def _dry_run(self, domain: str, purge: Purge, started: float) -> PurgeResult:
+        """Not a fleet operation: one live member, not fenced, answers from its store, within
+        ``clear_timeout``; FleetUnavailable if none does."""
+        view = await self._scripts.members()
+        live = [
+            row.member
+            for row in view.members
+            if row.expires_ms > view.now_ms and not json.loads(row.info or "{}").get("fenced")
+        ]
+        if not live:
+            raise FleetUnavailable("no live edge process to answer the dry run")
+        member = random.choice(live)
+        answer = await self._scripts.ask_dry(
+            member,
+            dry_request(domain, purge),
+            within=self.settings.clear_timeout,
+            every=min(self.settings.poll_interval, 0.01),
+        )
+        result = None if answer is None else parse_dry_answer(answer, answered_by=member)
+        if result is None:
+            raise FleetUnavailable(
+                f"edge process {member} did not answer the dry run within"
+                f" {self.settings.clear_timeout:g} s"
+            )
+        return replace(result, seconds=time.perf_counter() - started)
+
+    async def _recorded(
+        self, domain: str, record: Callable[[], Awaitable[ClearRecord]]
+    ) -> tuple[ClearRecord, Done]:
+        """Record a clear or a purge (``record``: the script), then wait for the fleet."""
+        deadline = self._clock() + self.settings.clear_timeout
+        if self._hints is None:
+            return await self._confirmed(domain, record, deadline, None)
+        await self._hints.ready()
+        with self._hints.waiter() as waiter:
+            return await self._confirmed(domain, record, deadline, waiter)
+
+    async def _confirmed(
+        self,
+        domain: str,
+        recording: Callable[[], Awaitable[ClearRecord]],
+        deadline: float,
+        waiter: AckWaiter | None,
+    ) -> tuple[ClearRecord, Done]:
+        try:
+            record = await recording()
         except NotReplicated:
             raise  # Valkey answered: the hint subscription is sound
         except FleetUnavailable:
@@ -183,13 +267,7 @@ class FleetPurger:
                     deadline=deadline,
                 )
                 if isinstance(decision, Done):
-                    return ClearResult(
-                        domain=domain,
-                        entries_dropped=0,  # each edge process drops its own; none counted here
-                        generation=record.number,
-                        acked=decision.acked,
-                        live=decision.live,
-                    )
+                    return record, decision
                 if isinstance(decision, GiveUp):
                     raise ClearNotConfirmed(
                         domain=domain,

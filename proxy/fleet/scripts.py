@@ -26,8 +26,19 @@ from typing import Any
 import valkey.asyncio
 import valkey.exceptions
 
+from proxy.core.fleet_purges import (
+    KEPT_BYTES,
+    KEPT_RECORDS,
+    Figures,
+    PurgeRecord,
+    format_record,
+    parse_figures,
+    parse_record,
+)
 from proxy.core.lease import FleetView, LiveMember, SyncResult
+from proxy.core.purges import Purge
 from proxy.errors import FleetUnavailable, NotReplicated
+from proxy.fleet import purge_scripts
 
 KEYS = (
     "{cdn}:epoch",  # KEYS[1] hash: id, born (Valkey ms)
@@ -39,9 +50,15 @@ KEYS = (
     "{cdn}:log",  # KEYS[7] stream: one entry per clear
     "{cdn}:waiting",  # KEYS[8] set: the live members the latest clear waits for
     "{cdn}:waitfor",  # KEYS[9] the latest clear's number
+    # Purges other than clears (decision 0026, proxy/fleet/purge_scripts.py):
+    "{cdn}:purges",  # KEYS[10] sorted set: "number domain kind soft items" by number
+    "{cdn}:floors",  # KEYS[11] hash: domain -> highest number of a record no longer kept
+    "{cdn}:pbytes",  # KEYS[12] the bytes of the records kept
+    "{cdn}:figures",  # KEYS[13] hash: number -> "reported entries bytes inexact" from acks
 )
 CLEARS = "{cdn}:clears"  # pub/sub hint: "epoch previous number domain" of each clear
 ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
+DRY = "{cdn}:dry"  # pub/sub: "id member", a dry run asked of one member (decision 0026)
 LOG_CAP = 10_000
 
 _PRELUDE = """
@@ -112,9 +129,12 @@ local reply = live_view(nowms, {n, id, fmt(born), fmt(nowms)})
 redis.call('DEL', KEYS[8])
 for i = 5, #reply, 3 do redis.call('SADD', KEYS[8], reply[i]) end
 redis.call('SET', KEYS[9], n)
+if ARGV[6] == '1' then redis.call('HSET', KEYS[13], n, '0 0 0 0') end
 return reply
 """
 )
+
+_PURGE = _PRELUDE + purge_scripts.PURGE_BODY
 
 # ARGV: member, lease ms, member's epoch, member's applied number, fresh epoch id, info JSON,
 # domains... Registers (renews) and reads in one step: a clear comes either before (and its
@@ -139,14 +159,27 @@ if (ARGV[3] ~= id or seq ~= ARGV[4]) then
   if #ARGV >= 7 then
     local gens = redis.call('HMGET', KEYS[3], unpack(ARGV, 7))
     for i = 1, #ARGV - 6 do reply[#reply + 1] = gens[i] or '0' end
+    -- Purges (decision 0026): each domain's floor, then the records of the member's
+    -- domains above what it applied. A member of another epoch clears everything: none.
+    local floors = redis.call('HMGET', KEYS[11], unpack(ARGV, 7))
+    for i = 1, #ARGV - 6 do reply[#reply + 1] = floors[i] or '0' end
+    if ARGV[3] == id then
+      local mine = {}
+      for i = 7, #ARGV do mine[ARGV[i]] = true end
+      for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[10], '(' .. ARGV[4], '+inf')) do
+        if mine[string.match(r, '^%d+ (%S+)')] then reply[#reply + 1] = r end
+      end
+    end
   end
 end
 return reply
 """
 )
 
-# ARGV: member, epoch, number. Recorded only for a live member of the same epoch, and only
-# for a number this server handed out (see the sync).
+# ARGV: member, epoch, number, then number, entries, bytes, exact (1/0) of each purge applied
+# (decision 0026). Recorded only for a live member of the same epoch, and only for a number
+# this server handed out (see the sync). The figures are added to a purge's sums only while
+# its control plane waits for them (the field exists).
 _ACK = (
     _PRELUDE
     + """
@@ -154,6 +187,16 @@ if redis.call('HGET', KEYS[1], 'id') ~= ARGV[2] then return 0 end
 if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then return 0 end
 local nowus, nowms = clock()
 if tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0') <= nowms then return 0 end
+for i = 4, #ARGV - 3, 4 do
+  local sums = redis.call('HGET', KEYS[13], ARGV[i])
+  if sums then
+    local r, e, b, x = string.match(sums, '^(%d+) (%d+) (%d+) (%d+)$')
+    local inexact = tonumber(x) + (ARGV[i + 3] == '1' and 0 or 1)
+    redis.call('HSET', KEYS[13], ARGV[i], fmt(tonumber(r) + 1) .. ' ' ..
+      fmt(tonumber(e) + tonumber(ARGV[i + 1])) .. ' ' .. fmt(tonumber(b) + tonumber(ARGV[i + 2]))
+      .. ' ' .. fmt(inexact))
+  end
+end
 record_ack(ARGV[1], ARGV[3])
 return 1
 """
@@ -195,6 +238,7 @@ class ClearRecord:
     number: int
     epoch: str
     view: FleetView
+    generation: int = 0  # a purge: the domain's fleet generation (a clear: its number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +300,36 @@ class FleetScripts:
         self._ack = client.register_script(_ACK)
         self._pending = client.register_script(_PENDING)
         self._members = client.register_script(_MEMBERS)
+        self._purge = client.register_script(_PURGE)
+        self._records = client.register_script(purge_scripts.RECORDS)
+        self._figures = client.register_script(purge_scripts.FIGURES)
 
-    async def clear(self, domain: str, *, by: str) -> ClearRecord:
-        args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS)
+    async def clear(self, domain: str, *, by: str, figures: bool = False) -> ClearRecord:
+        """``figures``: the members' acks of this clear carry their figures (a purge of all)."""
+        args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS, "1" if figures else "0")
         reply = await self._call(self._clear, args, replicated=True)
         view = _view(reply[1:])
         return ClearRecord(number=_int(reply[0]), epoch=view.epoch, view=view)
+
+    async def purge(self, domain: str, purge: Purge, *, by: str) -> ClearRecord:
+        """A purge other than a hard ``all`` (decision 0026): numbered, logged, kept as a
+        record and published as a clear is, without moving the domain's generation."""
+        kind, soft, items = format_record(domain, purge)
+        args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS, kind, soft, items)
+        reply = await self._call(self._purge, (*args, KEPT_RECORDS, KEPT_BYTES), replicated=True)
+        view = _view(reply[2:])
+        number, generation = _int(reply[0]), _int(reply[1])
+        return ClearRecord(number=number, epoch=view.epoch, view=view, generation=generation)
+
+    async def records(self, lowest: int, highest: int) -> tuple[PurgeRecord | None, ...]:
+        """The purge records numbered from ``lowest`` to ``highest`` (None: unreadable)."""
+        reply = await self._call(self._records, (lowest, highest))
+        return tuple(parse_record(_text(r)) for r in reply)
+
+    async def figures(self, number: int) -> Figures:
+        """What the members reported with their acks of purge ``number``, taken away."""
+        reply = await self._call(self._figures, (number,))
+        return parse_figures(None if reply is None else _text(reply))
 
     async def sync(
         self,
@@ -275,13 +343,38 @@ class FleetScripts:
     ) -> SyncResult:
         args = (member, lease_ms, epoch or "", applied, _fresh_epoch(), info, *domains)
         reply = await self._call(self._sync, args, replicated=True)
-        generations = None
-        if _text(reply[2]) == "1":
-            generations = {d: _int(g) for d, g in zip(domains, reply[3:], strict=True)}
-        return SyncResult(epoch=_text(reply[0]), seq=_int(reply[1]), generations=generations)
+        epoch_id, seq = _text(reply[0]), _int(reply[1])
+        if _text(reply[2]) != "1":
+            return SyncResult(epoch=epoch_id, seq=seq, generations=None)
+        count = len(domains)
+        generations = {d: _int(g) for d, g in zip(domains, reply[3 : 3 + count], strict=True)}
+        floors = dict(
+            zip(domains, (_int(f) for f in reply[3 + count : 3 + 2 * count]), strict=True)
+        )
+        # An unreadable record: the domain is cleared instead (its floor says so).
+        records = []
+        for text in reply[3 + 2 * count :]:
+            record = parse_record(_text(text))
+            if record is None:
+                number, _, rest = _text(text).partition(" ")
+                domain = rest.split(" ", 1)[0]
+                floors[domain] = max(
+                    floors.get(domain, 0), int(number) if number.isdigit() else seq
+                )
+            else:
+                records.append(record)
+        return SyncResult(epoch_id, seq, generations, purges=tuple(records), floors=floors)
 
-    async def ack(self, *, member: str, epoch: str, number: int) -> bool:
-        return bool(await self._call(self._ack, (member, epoch, number)))
+    async def ack(
+        self,
+        *,
+        member: str,
+        epoch: str,
+        number: int,
+        figures: Sequence[int] = (),
+    ) -> bool:
+        """``figures``: number, entries, bytes, exact (1/0) of each purge applied."""
+        return bool(await self._call(self._ack, (member, epoch, number, *figures)))
 
     async def pending(self) -> FleetView:
         return _view(await self._call(self._pending, (_fresh_epoch(),)))
@@ -295,8 +388,50 @@ class FleetScripts:
         )
         return MembersView(now_ms=_int(reply[0]), members=rows)
 
-    def hints(self, channel: str) -> Hints:
-        return Hints(self.client, channel, timeout=self.timeout)
+    async def ask_dry(
+        self, member: str, request: str, *, within: float, every: float
+    ) -> str | None:
+        """Ask ``member`` for a dry run (its answer, or None if none came ``within`` seconds):
+        the request waits under ``{cdn}:dry:<id>``, the member is told on ``{cdn}:dry``, and
+        its answer is looked for every ``every`` seconds (a blocking pop would outlast the
+        socket timeout that guards every call)."""
+        key = f"{DRY}:{secrets.token_hex(8)}"
+        ttl_ms = round((within + self.timeout) * 1000)
+        await self._command("SET", key, request, "PX", ttl_ms)
+        try:
+            if not await self._command("PUBLISH", DRY, f"{key.rsplit(':', 1)[1]} {member}"):
+                return None  # nobody listens
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + within
+            while (answer := await self._command("LPOP", f"{key}:answer")) is None:
+                if loop.time() >= deadline:
+                    return None
+                await asyncio.sleep(every)
+            return _text(answer)
+        finally:
+            await self._command("DEL", key, f"{key}:answer")
+
+    async def take_dry(self, ident: str) -> str | None:
+        """The dry-run request ``ident`` (a member's side), taken so no one answers twice."""
+        reply = await self._command("GETDEL", f"{DRY}:{ident}")
+        return None if reply is None else _text(reply)
+
+    async def answer_dry(self, ident: str, answer: str) -> None:
+        key = f"{DRY}:{ident}:answer"
+        await self._command("RPUSH", key, answer)
+        await self._command("PEXPIRE", key, round(max(self.timeout, 1.0) * 10_000))
+
+    async def _command(self, *args: object) -> Any:
+        """One plain command within ``timeout``, its failures translated as a script's."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        except _FAILURES as exc:
+            await self.reset()
+            raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
+
+    def hints(self, channel: str, *more: str) -> Hints:
+        return Hints(self.client, channel, *more, timeout=self.timeout)
 
     async def reset(self) -> None:
         """Drop every connection (a timed-out one may still carry a late reply); the next
@@ -364,21 +499,26 @@ class Hints:
     """A subscription to one hint channel. Hints may be lost (0014: pub/sub is only a
     hint); a lost connection shows as FleetUnavailable, and the caller subscribes again."""
 
-    def __init__(self, client: valkey.asyncio.Valkey, channel: str, *, timeout: float) -> None:
+    def __init__(self, client: valkey.asyncio.Valkey, *channels: str, timeout: float) -> None:
         self._pubsub = client.pubsub()
-        self._channel = channel
+        self._channels = channels
         self._timeout = timeout
 
     async def subscribe(self) -> None:
         try:
             async with asyncio.timeout(self._timeout):
-                await self._pubsub.subscribe(self._channel)
+                await self._pubsub.subscribe(*self._channels)
         except _FAILURES as exc:
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
 
     async def next(self, within: float) -> str | None:
         """The next hint's text, or None if none arrived within ``within`` seconds (or the
         message was not a hint)."""
+        message = await self.next_from(within)
+        return None if message is None else message[1]
+
+    async def next_from(self, within: float) -> tuple[str, str] | None:
+        """The next hint's channel and text (several channels), as ``next``."""
         try:
             async with asyncio.timeout(within + self._timeout):
                 message = await self._pubsub.get_message(
@@ -388,7 +528,7 @@ class Hints:
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
         if message is None or message.get("type") != "message":
             return None
-        return _text(message["data"])
+        return _text(message["channel"]), _text(message["data"])
 
     async def aclose(self) -> None:
         try:

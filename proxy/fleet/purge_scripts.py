@@ -1,0 +1,67 @@
+"""The Lua of purges other than clears (decision 0026); ``FleetScripts`` calls them.
+
+A purge is a clear in everything but what it does to a member's store: the same next number
+(``max(seq + 1, now_us)``), the same log entry, hint and set of members waited for. It does
+not move the domain's generation (only a clear does); instead it adds its record to
+``{cdn}:purges`` (KEYS[10]), where members read it: the hint names only the kind. The
+records kept are bounded; the oldest go first, and each domain's floor (KEYS[11]) keeps the
+highest number dropped, so a member that needed one clears the domain instead.
+"""
+
+from __future__ import annotations
+
+# ARGV: domain, fresh epoch id, control plane name, log cap, channel, kind, soft (1/0),
+# items (JSON), records kept at most, bytes kept at most. The reply is the clear script's,
+# with the domain's generation after the number.
+PURGE_BODY = """
+local nowus, nowms = clock()
+local id, born = epoch(nowus, nowms, ARGV[2])
+local previous = redis.call('GET', KEYS[2]) or '0'
+local n = fmt(math.max(tonumber(previous) + 1, nowus))
+redis.call('SET', KEYS[2], n)
+local record = n .. ' ' .. ARGV[1] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8]
+redis.call('ZADD', KEYS[10], n, record)
+local size = redis.call('INCRBY', KEYS[12], #record)
+while true do
+  local count = redis.call('ZCARD', KEYS[10])
+  if count <= 1 or (count <= tonumber(ARGV[9]) and size <= tonumber(ARGV[10])) then break end
+  local oldest = redis.call('ZRANGE', KEYS[10], 0, 0)[1]
+  redis.call('ZREM', KEYS[10], oldest)
+  size = redis.call('DECRBY', KEYS[12], #oldest)
+  local number, domain = string.match(oldest, '^(%d+) (%S+)')
+  if tonumber(number) > tonumber(redis.call('HGET', KEYS[11], domain) or '0') then
+    redis.call('HSET', KEYS[11], domain, number)
+  end
+  redis.call('HDEL', KEYS[13], number)
+end
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*', 'number', n, 'domain', ARGV[1],
+  'by', ARGV[3], 'kind', ARGV[6], 'soft', ARGV[7])
+redis.call('PUBLISH', ARGV[5],
+  id .. ' ' .. previous .. ' ' .. n .. ' ' .. ARGV[1] .. ' ' .. ARGV[6])
+local gen = redis.call('HGET', KEYS[3], ARGV[1]) or '0'
+local reply = live_view(nowms, {n, gen, id, fmt(born), fmt(nowms)})
+redis.call('DEL', KEYS[8])
+for i = 6, #reply, 3 do redis.call('SADD', KEYS[8], reply[i]) end
+redis.call('SET', KEYS[9], n)
+-- The figures members send with their acks are summed here (the ack script), while the
+-- control plane waits; it takes them away when it answers. A control plane that died
+-- leaves its field behind: past 4,096 fields the oldest half goes.
+if redis.call('HLEN', KEYS[13]) > 4096 then
+  local fields = redis.call('HKEYS', KEYS[13])
+  table.sort(fields, function(a, b) return tonumber(a) < tonumber(b) end)
+  for i = 1, 2048 do redis.call('HDEL', KEYS[13], fields[i]) end
+end
+redis.call('HSET', KEYS[13], n, '0 0 0 0')
+return reply
+"""
+
+# ARGV: lowest, highest number. The records numbered between them (a member reads the
+# records of the hints it applies).
+RECORDS = "return redis.call('ZRANGEBYSCORE', KEYS[10], ARGV[1], ARGV[2])"
+
+# ARGV: number. The figures summed from the acks of one purge, taken away.
+FIGURES = """
+local sums = redis.call('HGET', KEYS[13], ARGV[1])
+redis.call('HDEL', KEYS[13], ARGV[1])
+return sums
+"""

@@ -1,0 +1,151 @@
+"""The fleet's purge rules (proxy/core/fleet_purges.py, core/lease.py; decision 0026): hints
+with a kind, the order a batch is applied in, what a sync applies, and the record format."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.fleet_purges import (
+    PurgeRecord,
+    PurgeStep,
+    dry_answer,
+    dry_request,
+    format_record,
+    parse_dry_answer,
+    parse_dry_request,
+    parse_record,
+)
+from proxy.core.lease import Applied, ClearHint, SyncResult, parse_clear_hint, plan_hints, plan_sync
+from proxy.core.purges import Purge, PurgeResult, purge_request
+
+APPLIED = Applied(epoch="e", seq=10, generations={"a": 5, "b": 0})
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("e 10 11 a", "clear"),
+        ("e 10 11 a url", "url"),
+        ("e 10 11 a all", "all"),
+        ("e 10 11 a ban", None),  # unknown kind: not a hint, so a sync
+        ("e 10 11 a url x", None),
+    ],
+)
+def test_hints_name_their_kind(text: str, kind: str | None) -> None:
+    hint = parse_clear_hint(text)
+    assert (hint.kind if hint else None) == kind
+
+
+def test_a_batch_applies_clears_first_and_drops_the_purges_before_them() -> None:
+    """purge(a) 11, clear(a) 12, purge(a) 13, purge(b) 14: clear a, then purge 13 and 14;
+    purge 11 is covered by the clear made now. Not one of the member's domains: skipped."""
+    hints = [
+        ClearHint("e", 10, 11, "a", "url"),
+        ClearHint("e", 11, 12, "a"),
+        ClearHint("e", 12, 13, "a", "tag"),
+        ClearHint("e", 13, 14, "b", "prefix"),
+        ClearHint("e", 14, 15, "other", "prefix"),
+    ]
+    plan = plan_hints(APPLIED, hints)
+    assert plan is not None
+    assert plan.clear == ("a",)
+    assert [(s.number, s.domain) for s in plan.purges] == [(13, "a"), (14, "b")]
+    assert (plan.applied.seq, plan.ack) == (15, True)
+
+
+def test_a_purge_hint_after_a_gap_means_a_sync() -> None:
+    assert plan_hints(APPLIED, [ClearHint("e", 11, 12, "a", "url")]) is None
+
+
+def record(number: int, domain: str, kind: str = "url") -> PurgeRecord:
+    items = () if kind == "all" else ("/x",)
+    return PurgeRecord(number, domain, purge_request(kind, items, soft=kind == "all"))
+
+
+def test_a_sync_applies_the_records_above_the_applied_number_in_order() -> None:
+    result = SyncResult(
+        "e", 14, {"a": 5, "b": 0}, purges=(record(13, "b"), record(11, "a"), record(9, "a"))
+    )
+    plan = plan_sync(APPLIED, result)
+    assert plan.clear == ()
+    assert [s.number for s in plan.purges] == [11, 13]  # 9 was applied already
+    assert all(s.record is not None for s in plan.purges)
+
+
+def test_a_sync_clears_a_domain_whose_records_are_gone_or_whose_generation_moved() -> None:
+    result = SyncResult(
+        "e",
+        20,
+        {"a": 5, "b": 18},
+        purges=(record(12, "a"), record(19, "b")),
+        floors={"a": 11},  # the record numbered 11 was dropped: a missed it
+    )
+    plan = plan_sync(APPLIED, result)
+    assert plan.clear == ("a", "b")
+    assert plan.purges == ()  # both domains are cleared now: no record is needed
+
+
+def test_a_floor_below_what_the_member_applied_needs_nothing() -> None:
+    plan = plan_sync(APPLIED, SyncResult("e", 12, {"a": 5, "b": 0}, floors={"a": 10}))
+    assert plan.clear == ()
+
+
+def test_a_new_epoch_clears_everything_and_needs_no_record() -> None:
+    plan = plan_sync(APPLIED, SyncResult("f", 3, {"a": 0, "b": 0}, purges=(record(2, "a"),)))
+    assert plan.clear_all and plan.purges == ()
+
+
+@pytest.mark.parametrize(
+    "purge",
+    [
+        purge_request("url", ["/a b"[:2], "/q?x=1"]),
+        purge_request("prefix", ["/"], soft=True),
+        purge_request("tag", ["t-1", "T,2"[:1]]),
+        purge_request("all", soft=True),
+    ],
+)
+def test_records_round_trip(purge: Purge) -> None:
+    text = " ".join(("123", "a.test", *format_record("a.test", purge)))
+    assert parse_record(text) == PurgeRecord(123, "a.test", purge)
+    assert PurgeStep(123, "a.test", purge.kind).matches(PurgeRecord(123, "a.test", purge))
+    assert not PurgeStep(123, "b.test", purge.kind).matches(PurgeRecord(123, "a.test", purge))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "x a url 0 []",
+        "1 a url 2 []",
+        "1 a url 0 [",
+        "1 a url 0 {}",
+        "1 a url 0 [1]",
+        "1 a no 0 []",
+    ],
+)
+def test_unreadable_records_are_none(text: str) -> None:
+    assert parse_record(text) is None
+
+
+def test_dry_runs_round_trip() -> None:
+    purge = purge_request("prefix", ["/p/"], dry_run=True)
+    assert parse_dry_request(dry_request("a.test", purge)) == ("a.test", purge)
+    result = PurgeResult(
+        "a.test", "prefix", ("/p/",), False, True, 7, 3, 2, 20, True, 0.1, ("/p/x",)
+    )
+    assert parse_dry_answer(dry_answer(result), answered_by="n/0/x") == PurgeResult(
+        "a.test",
+        "prefix",
+        ("/p/",),
+        False,
+        True,
+        7,
+        3,
+        2,
+        20,
+        True,
+        0.1,
+        ("/p/x",),
+        answered_by="n/0/x",
+    )
+    assert parse_dry_answer("{}", answered_by="m") is None
