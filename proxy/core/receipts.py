@@ -38,6 +38,8 @@ FIELDS = (
     "sample",
     "acked",
     "live",
+    "reported",
+    "answered_by",
     "seconds",
 )
 # The audit log keeps the first of a purge's items (up to 256 targets of 8 KiB each would
@@ -63,6 +65,8 @@ def receipt(result: PurgeResult, seconds: float) -> dict[str, object]:
         "sample": list(result.sample),
         "acked": result.acked,
         "live": result.live,
+        "reported": result.reported,
+        "answered_by": result.answered_by,
         "seconds": round(seconds, 6),
     }
 
@@ -120,6 +124,9 @@ def describe(fields: Mapping[str, object]) -> str:
     if fields.get("dry_run"):
         line = f"would {soft}purge {what}: {amount}{took}; nothing was changed"
         sample = fields.get("sample")
+        answered_by = fields.get("answered_by")
+        if answered_by is not None:
+            line += f" (counted in the cache of edge process {answered_by})"
         if isinstance(sample, list) and sample:
             line += "\nsample: " + " ".join(str(key) for key in sample)
         return line
@@ -127,4 +134,7 @@ def describe(fields: Mapping[str, object]) -> str:
     acked, live = fields.get("acked"), fields.get("live")
     if live is not None:
         line += f"; applied by {acked} of {live} live edge processes"
+        reported = fields.get("reported")
+        if isinstance(reported, int) and reported != acked:
+            line += f" (the figures are the sum of {reported} of them)"
     return line

@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -21,7 +20,6 @@ from proxy.core.receipts import FIELDS
 from tests.api.purge_support import PurgeNode, post_purge, purge_node, receipt_of
 from tests.api.support import DOMAIN, OTHER, START, ApiUnderTest, stored_response
 from tests.edge.test_purges_end_to_end import URLS
-from tests.nodes import Node, cli, write_config
 
 TARGETS = ["/a", "/b?x=1", "/assets/c.css"]
 
@@ -249,31 +247,3 @@ async def test_a_dry_run_on_a_node_changes_nothing(tmp_path: Path, aiohttp_serve
             assert set(receipt["sample"]) == covered
         assert await warm(node) == served  # every request still a hit on version 1
         assert node.origin.full == dict.fromkeys(URLS, 1)
-
-
-async def test_with_workers_a_purge_the_fleet_cannot_carry_is_503(tmp_path: Path) -> None:
-    """Until the fleet protocol carries purge kinds, FleetPurger refuses them as unavailable:
-    the answer is the clear's 503 for an unavailable fleet, and the domain stays served."""
-    config = write_config(tmp_path, "http://127.0.0.1:9", workers=2)
-    status, token, err = await cli(
-        "token", "create", "ci", "--all-domains", "--config", str(config)
-    )
-    assert status == 0, err
-    node = await Node.start(config, log=tmp_path / "serve.log")
-    try:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                node.api + "/api/v1/cdn/purge",
-                json={"domain": DOMAIN, "tags": ["t"]},
-                headers={"Authorization": f"Bearer {token.strip()}"},
-            ) as response,
-        ):
-            problem = await response.json(content_type="application/problem+json")
-            assert (response.status, response.headers["Retry-After"]) == (503, "1")
-        assert problem["detail"] == (
-            "the purge of 'example.com' could not be done: the fleet's Valkey did not answer;"
-            " nothing is confirmed. Retrying is safe."
-        )
-    finally:
-        await node.kill()

@@ -1,8 +1,8 @@
 """Purges through the fleet on real processes: ``cdn-proxy serve`` with two edge workers and
-its embedded Valkey, a real origin whose bodies carry a version the test bumps, and a
-``FleetPurger`` on the node's Valkey (as the purge API will call it). After the purge
-returns, no read of a covered page gets its old version, on either worker; the pages it
-does not cover are still hits on both (the origin sees no new request for them)."""
+its embedded Valkey, a real origin whose bodies carry a version the test bumps, and purges
+sent to the node's ``POST /api/v1/cdn/purge`` with a token. After the 200, no read of a
+covered page gets its old version, on either worker; the pages it does not cover are still
+hits on both (the origin sees no new request for them)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.core.purges import purge_request
-from proxy.fleet.purger import FleetPurger
-from proxy.fleet.settings import FleetSettings
-from proxy.node import EMBEDDED_SOCKET
 from tests.conftest import Origin
-from tests.nodes import Node, write_config
+from tests.nodes import Node, cli, write_config
 
 HOST = {"Host": "example.com"}
 CONNECTIONS = 200  # fresh connections to reach both workers (the kernel spreads them)
@@ -40,18 +36,40 @@ class Pages:
 
 
 @pytest.fixture
-async def node(tmp_path: Path, origin: Origin) -> AsyncIterator[Node]:
-    started = await Node.start(write_config(tmp_path, origin.url, workers=2))
+async def config(tmp_path: Path, origin: Origin) -> Path:
+    return write_config(tmp_path, origin.url, workers=2)
+
+
+@pytest.fixture
+async def token(config: Path) -> str:
+    status, out, err = await cli(
+        "token", "create", "deploy", "--all-domains", "--config", str(config)
+    )
+    assert status == 0, err
+    return out.strip()
+
+
+@pytest.fixture
+async def node(config: Path, token: str) -> AsyncIterator[Node]:
+    started = await Node.start(config)
     yield started
     await started.kill()
 
 
-@pytest.fixture
-async def purger(tmp_path: Path, node: Node) -> AsyncIterator[FleetPurger]:
-    url = f"unix://{tmp_path / EMBEDDED_SOCKET}"
-    started = FleetPurger(settings=FleetSettings(url=url), name="test")
-    yield started
-    await started.aclose()
+async def purge(node: Node, token: str, body: dict[str, object]) -> dict[str, object]:
+    """POST ``body`` to the node's purge API: its receipt, after checking the 200."""
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            node.api + "/api/v1/cdn/purge",
+            json={"domain": "example.com", **body},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response,
+    ):
+        receipt = await response.json(content_type=None)
+        assert response.status == 200, receipt
+        assert isinstance(receipt, dict)
+        return receipt
 
 
 async def read(node: Node, target: str) -> tuple[str, str]:
@@ -66,6 +84,33 @@ async def read(node: Node, target: str) -> tuple[str, str]:
         return await response.text(), response.headers.get("Cache-Status", "")
 
 
+async def fill_both_workers(node: Node, origin: Origin) -> Pages:
+    """Every page with v1 in both workers' caches (the origin saw two fills of each)."""
+    pages = Pages(origin)
+    for target in PAGES:
+        for _ in range(CONNECTIONS):
+            assert (await read(node, target))[0] == "v1"
+            if origin.count(target) == 2:
+                break
+        assert origin.count(target) == 2, "the connections all reached one worker"
+    return pages
+
+
+async def test_a_dry_run_through_the_api_is_counted_by_one_worker_and_changes_nothing(
+    node: Node, origin: Origin, token: str
+) -> None:
+    await fill_both_workers(node, origin)
+    receipt = await purge(node, token, {"prefixes": ["/assets/"], "dry_run": True})
+    assert (receipt["entries"], receipt["exact"], receipt["dry_run"]) == (2, True, True)
+    assert sorted(receipt["sample"]) == ["/assets/a.css", "/assets/b.css"]  # type: ignore[call-overload]
+    assert isinstance(receipt["answered_by"], str), receipt  # the one worker that counted
+    for target in PAGES:
+        seen = {await read(node, target) for _ in range(CONNECTIONS // 10)}
+        assert {body for body, _ in seen} == {"v1"}
+        assert all("hit" in status for _, status in seen), seen
+        assert origin.count(target) == 2
+
+
 @pytest.mark.parametrize(
     ("kind", "items", "soft", "covered"),
     [
@@ -78,24 +123,21 @@ async def read(node: Node, target: str) -> tuple[str, str]:
 async def test_a_purge_is_true_on_both_workers(
     node: Node,
     origin: Origin,
-    purger: FleetPurger,
+    token: str,
     kind: str,
     items: list[str],
     soft: bool,
     covered: set[str],
 ) -> None:
-    pages = Pages(origin)
-    for target in PAGES:  # each worker fills its own cache with v1
-        for _ in range(CONNECTIONS):
-            assert (await read(node, target))[0] == "v1"
-            if origin.count(target) == 2:
-                break
-        assert origin.count(target) == 2, "the connections all reached one worker"
+    pages = await fill_both_workers(node, origin)  # each worker's own cache holds v1
     for target in covered:
         pages.versions[target] = 2
 
-    result = await purger.purge("example.com", purge_request(kind, items, soft=soft))
-    assert (result.acked, result.live, result.reported) == (2, 2, 2)
+    field = {"url": "urls", "prefix": "prefixes", "tag": "tags"}.get(kind)
+    body: dict[str, object] = {field: items} if field else {"all": True}
+    receipt = await purge(node, token, {**body, "soft": soft})
+    assert (receipt["kind"], receipt["soft"]) == (kind, soft)
+    assert (receipt["acked"], receipt["live"], receipt["reported"]) == (2, 2, 2)
 
     for target in PAGES:
         seen = {await read(node, target) for _ in range(CONNECTIONS // 5)}
