@@ -10,9 +10,8 @@ three edge nodes, one of them with two workers), then at the same time:
 - one clearer per domain bumps the origin's version of its domain and then clears the
   domain through the control plane's API, again and again; with ``purges`` (the default),
   half of its turns are instead a purge by URL, prefix or tag, hard or soft (decision
-  0026): it bumps the versions of the pages the purge covers, then purges them through a
-  ``FleetPurger`` on the fleet's Valkey (``DirectPurges``: the seam to switch to the purge
-  API, ``POST /api/v1/cdn/purge``, once it is merged);
+  0026): it bumps the versions of the pages the purge covers, then purges them through the
+  control plane's ``POST /api/v1/cdn/purge``;
 - the faults of issue 12 are injected one after another (``FAULTS``), each healed before
   the next: kill -9 an edge node and restart it; SIGSTOP an edge node and SIGCONT it; drop
   or black-hole an edge node's traffic to Valkey and heal it; kill -9 Valkey and start it
@@ -45,10 +44,6 @@ import valkey.asyncio
 
 from benchmarks.fleet_cluster import Cluster, Edge
 from benchmarks.fleet_history import Clear, Fault, History, Read
-from proxy.core.purges import Purge, purge_request
-from proxy.errors import ClearNotConfirmed, FleetUnavailable
-from proxy.fleet.purger import FleetPurger
-from proxy.fleet.settings import FleetSettings
 
 KILL_EDGE, STOP_EDGE, DROP, BLACKHOLE = "kill-edge", "stop-edge", "drop", "blackhole"
 RESTART_VALKEY, KILL_CONTROL = "restart-valkey", "kill-control"
@@ -61,37 +56,6 @@ PURGE_SHARE = 0.5  # of a clearer's turns, with purges on
 PAGES = ("page0", "page1")  # what the readers read of each domain
 
 
-class DirectPurges:
-    """Purges sent to the fleet as the purge API will send them: ``FleetPurger.purge`` on
-    the fleet's Valkey, with the cluster's timings. The seam: replace ``purge`` by a POST to
-    ``/api/v1/cdn/purge`` once the API is merged. Answers 200, or 503 as the API would for
-    a purge the fleet could not confirm or record."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        timing = cluster.timing
-        self._settings = FleetSettings(
-            url=f"redis://127.0.0.1:{cluster.valkey_port}/0",
-            lease=timing.lease,
-            renew=timing.renew,
-            clear_timeout=timing.clear_timeout,
-            timeout=timing.timeout,
-        )
-        self._purger: FleetPurger | None = None
-
-    async def purge(self, domain: str, purge: Purge) -> tuple[int, str]:
-        if self._purger is None:
-            self._purger = FleetPurger(settings=self._settings, name="checker")
-        try:
-            await self._purger.purge(domain, purge)
-        except (ClearNotConfirmed, FleetUnavailable) as exc:
-            return 503, type(exc).__name__
-        return 200, ""
-
-    async def aclose(self) -> None:
-        if self._purger is not None:
-            await self._purger.aclose()
-
-
 class Checker:
     """Readers, clearers and faults on ``cluster``; ``history`` records them all."""
 
@@ -99,7 +63,7 @@ class Checker:
         self, cluster: Cluster, *, seed: int = 0, readers_per_node: int = 2, purges: bool = True
     ) -> None:
         self.cluster = cluster
-        self.purges = DirectPurges(cluster) if purges else None
+        self.purges = purges
         self.history = History()
         self.rng = random.Random(seed)
         self.readers_per_node = readers_per_node
@@ -130,9 +94,6 @@ class Checker:
         finally:
             self._stop.set()
             await asyncio.gather(*tasks)
-            if self.purges is not None:
-                await self.purges.aclose()
-                self.purges = DirectPurges(self.cluster)  # for a next run, in its loop
         return self.history
 
     async def _quiet(self) -> None:
@@ -274,8 +235,8 @@ class Checker:
     async def _clearer(self, domain: str) -> None:
         async with aiohttp.ClientSession() as session:
             while not self._stop.is_set():
-                if self.purges is not None and self.rng.random() < PURGE_SHARE:
-                    clear = await self._purge(self.purges, domain)
+                if self.purges and self.rng.random() < PURGE_SHARE:
+                    clear = await self._purge(session, domain)
                 else:
                     clear = await self._clear(session, domain)
                 if clear.status != 200:
@@ -283,29 +244,15 @@ class Checker:
 
     async def _clear(self, session: aiohttp.ClientSession, domain: str) -> Clear:
         """Bump the origin's version of ``domain``, then clear it through the API."""
-        cluster = self.cluster
-        version = cluster.origin.bump(domain)
-        status, error = None, ""
+        version = self.cluster.origin.bump(domain)
         start = time.monotonic()
-        try:
-            async with session.post(
-                f"{cluster.api_url}/api/v1/cdn/clear-cache",
-                json={"domain": domain},
-                headers={"Authorization": f"Bearer {cluster.token}"},
-                timeout=aiohttp.ClientTimeout(total=cluster.timing.clear_timeout + 5),
-            ) as response:
-                status = response.status
-                await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            error = type(exc).__name__
+        status, error = await self._post(session, "clear-cache", {"domain": domain})
         clear = Clear(domain, version, start, time.monotonic(), status, error)
-        self.history.clears.append(clear)
-        if status == 200:
-            self._confirmed.set()
-        return clear
+        return self._record(clear)
 
-    async def _purge(self, purges: DirectPurges, domain: str) -> Clear:
-        """Bump the versions of the pages a random purge covers, then purge them."""
+    async def _purge(self, session: aiohttp.ClientSession, domain: str) -> Clear:
+        """Bump the versions of the pages a random purge covers, then purge them through the
+        API."""
         kind = self.rng.choice(("url", "prefix", "tag"))
         soft = self.rng.random() < 0.5
         page = self.rng.choice(PAGES)
@@ -314,12 +261,35 @@ class Checker:
         if kind == "prefix" and self.rng.random() < 0.5:
             items, pages = [f"/{domain}/page"], PAGES
         version = self.cluster.origin.bump(domain, pages)
+        field = {"url": "urls", "prefix": "prefixes", "tag": "tags"}[kind]
         start = time.monotonic()
-        status, error = await purges.purge(domain, purge_request(kind, items, soft=soft))
+        body = {"domain": domain, field: items, "soft": soft}
+        status, error = await self._post(session, "purge", body)
         name = f"{kind} soft" if soft else kind
         clear = Clear(domain, version, start, time.monotonic(), status, error, name, pages)
+        return self._record(clear)
+
+    async def _post(
+        self, session: aiohttp.ClientSession, endpoint: str, body: dict[str, object]
+    ) -> tuple[int | None, str]:
+        """POST ``body`` to ``/api/v1/cdn/<endpoint>``: the status (None if no answer came)
+        and the error that took its place."""
+        cluster = self.cluster
+        try:
+            async with session.post(
+                f"{cluster.api_url}/api/v1/cdn/{endpoint}",
+                json=body,
+                headers={"Authorization": f"Bearer {cluster.token}"},
+                timeout=aiohttp.ClientTimeout(total=cluster.timing.clear_timeout + 5),
+            ) as response:
+                await response.read()
+                return response.status, ""
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return None, type(exc).__name__
+
+    def _record(self, clear: Clear) -> Clear:
         self.history.clears.append(clear)
-        if status == 200:
+        if clear.status == 200:
             self._confirmed.set()
         return clear
 
