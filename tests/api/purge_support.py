@@ -18,7 +18,7 @@ from proxy.core.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
 from proxy.store.base import ClearResult
 from tests.api.support import DOMAIN, Answer, ApiUnderTest
-from tests.edge.test_purges_end_to_end import Versioned
+from tests.edge.test_purges_end_to_end import URLS, Versioned
 from tests.nodes import Node, cli, write_config
 
 PURGE = "/api/v1/cdn/purge"
@@ -126,3 +126,22 @@ async def purge_node(
             yield PurgeNode(node, config, token.strip(), origin, session)
     finally:
         await node.kill()
+
+
+async def assert_purged(
+    node: PurgeNode,
+    covered: set[str],
+    served: dict[str, bytes],
+    fetched: dict[str, int],
+    label: object,
+) -> None:
+    """After a purge's 200: each covered URL answers the origin's new version, fetched once;
+    every other URL is still a hit on what it served before, and the origin was not asked."""
+    for _ in range(2):
+        for url in URLS:
+            cache_status, got = await node.get(url)
+            if url in covered:
+                assert got == f"{url} v{node.origin.version}".encode(), (label, url)
+            else:
+                assert (cache_status, got) == ("cdn-proxy; hit", served[url]), url
+    assert node.origin.full == {url: fetched[url] + (url in covered) for url in URLS}, label

@@ -17,7 +17,7 @@ from proxy.api.gate import CLEAR_CACHE_CONTEXT, as_admin
 from proxy.api.purge import audited_purge
 from proxy.core.purges import purge_request
 from proxy.core.receipts import FIELDS
-from tests.api.purge_support import PurgeNode, post_purge, purge_node, receipt_of
+from tests.api.purge_support import PurgeNode, assert_purged, post_purge, purge_node, receipt_of
 from tests.api.support import DOMAIN, OTHER, START, ApiUnderTest, stored_response
 from tests.edge.test_purges_end_to_end import URLS
 
@@ -226,14 +226,7 @@ async def test_after_the_200_no_request_gets_pre_purge_content(
             status, receipt = await node.purge({"domain": DOMAIN, **body, "soft": soft})
             assert status == 200, receipt
             assert (receipt["soft"], receipt["dry_run"], receipt["acked"]) == (soft, False, None)
-            for _ in range(2):
-                for url in URLS:
-                    cache_status, got = await node.get(url)
-                    if url in covered:
-                        assert got == f"{url} v{node.origin.version}".encode(), (body, url)
-                    else:
-                        assert (cache_status, got) == ("cdn-proxy; hit", served[url]), url
-            assert node.origin.full == {url: fetched[url] + (url in covered) for url in URLS}, body
+            await assert_purged(node, covered, served, fetched, body)
 
 
 async def test_a_dry_run_on_a_node_changes_nothing(tmp_path: Path, aiohttp_server: Served) -> None:

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.core.purges import tagged
 from proxy.state.sqlite import AuditRecord
-from tests.api.purge_support import FAILURES, FailingPurger
+from tests.api.purge_support import FAILURES, FailingPurger, assert_purged
 from tests.api.support import stored_response
 from tests.dashboard.purge_support import (
     CONFIRM,
@@ -397,14 +397,7 @@ async def test_on_a_node_the_preview_changes_nothing_and_confirm_leaves_no_old_c
             assert receipt_figure(done, "kind").startswith(
                 {"url": "URLs", "prefix": "Prefixes", "tag": "Tags", "all": "Everything"}[kind]
             )
-            for _ in range(2):
-                for url in URLS:
-                    cache_status, got = await node.get(url)
-                    if url in covered:
-                        assert got == f"{url} v{node.origin.version}".encode(), (kind, url)
-                    else:
-                        assert (cache_status, got) == ("cdn-proxy; hit", served[url]), url
-            assert node.origin.full == {u: fetched[u] + (u in covered) for u in URLS}, kind
+            await assert_purged(node, covered, served, fetched, kind)
         history = await live.page("GET", "/dashboard/history?kind=tag&outcome=purged")
         assert len(history_rows(history)) == 2
 

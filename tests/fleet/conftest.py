@@ -36,7 +36,7 @@ def settings(url: str, **changes: Any) -> FleetSettings:
     return replace(base, **changes)
 
 
-def response(body: bytes) -> StoredResponse:
+def response(body: bytes, tags: tuple[str, ...] = ()) -> StoredResponse:
     return StoredResponse(
         status=200,
         reason="OK",
@@ -44,6 +44,7 @@ def response(body: bytes) -> StoredResponse:
         body=body,
         birth=time.time(),
         freshness_lifetime=600.0,
+        tags=tags,
     )
 
 

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from proxy.core.entry import StoredResponse
 from proxy.core.purges import Purge, purge_request
 from proxy.errors import FleetUnavailable
 from proxy.fleet import scripts
-from tests.fleet.conftest import Fleet, Node, until
+from tests.fleet.conftest import Fleet, Node, response, until
 
 # target -> its tags; what each kind's purge below covers of them
 PAGES = {"/assets/a.css": ("t-a",), "/assets/b.css": ("t-b",), "/index.html": ("t-index",)}
@@ -27,22 +26,10 @@ COVERING = {
 }
 
 
-def tagged_response(body: bytes, tags: tuple[str, ...]) -> StoredResponse:
-    return StoredResponse(
-        status=200,
-        reason="OK",
-        headers=(("Cache-Control", "max-age=600"),),
-        body=body,
-        birth=time.time(),
-        freshness_lifetime=600.0,
-        tags=tags,
-    )
-
-
 async def fill_pages(node: Node, domain: str = "a.test", body: bytes = b"v1") -> None:
     for target, tags in PAGES.items():
         found = await node.store.lookup(domain, target)
-        assert await node.store.put(found.key, tagged_response(body, tags))
+        assert await node.store.put(found.key, response(body, tags))
 
 
 def served(node: Node, domain: str, target: str) -> str:
