@@ -145,3 +145,15 @@ async def assert_purged(
             else:
                 assert (cache_status, got) == ("cdn-proxy; hit", served[url]), url
     assert node.origin.full == {url: fetched[url] + (url in covered) for url in URLS}, label
+
+
+async def warm(node: PurgeNode) -> dict[str, bytes]:
+    """Every URL a hit (fetched first if it must be): what each is served as."""
+    served = {}
+    for url in URLS:
+        status, body = await node.get(url)
+        if status != "cdn-proxy; hit":
+            status, body = await node.get(url)
+        assert status == "cdn-proxy; hit", url
+        served[url] = body
+    return served

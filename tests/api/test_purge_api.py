@@ -17,7 +17,13 @@ from proxy.api.gate import CLEAR_CACHE_CONTEXT, as_admin
 from proxy.api.purge import audited_purge
 from proxy.core.purges import purge_request
 from proxy.core.receipts import FIELDS
-from tests.api.purge_support import PurgeNode, assert_purged, post_purge, purge_node, receipt_of
+from tests.api.purge_support import (
+    assert_purged,
+    post_purge,
+    purge_node,
+    receipt_of,
+    warm,
+)
 from tests.api.support import DOMAIN, OTHER, START, ApiUnderTest, stored_response
 from tests.edge.test_purges_end_to_end import URLS
 
@@ -197,18 +203,6 @@ KINDS: list[tuple[dict[str, Any], set[str]]] = [
     ({"tags": ["all-tagged"]}, {"/assets/a.css", "/assets/b.js", "/page"}),  # a Cache-Tag
     ({"all": True}, set(URLS)),
 ]
-
-
-async def warm(node: PurgeNode) -> dict[str, bytes]:
-    """Every URL a hit (fetched first if it must be): what each is served as."""
-    served = {}
-    for url in URLS:
-        status, body = await node.get(url)
-        if status != "cdn-proxy; hit":
-            status, body = await node.get(url)
-        assert status == "cdn-proxy; hit", url
-        served[url] = body
-    return served
 
 
 @pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.core.purges import tagged
 from proxy.state.sqlite import AuditRecord
-from tests.api.purge_support import FAILURES, FailingPurger, assert_purged
+from tests.api.purge_support import FAILURES, FailingPurger, assert_purged, warm
 from tests.api.support import stored_response
 from tests.dashboard.purge_support import (
     CONFIRM,
@@ -377,13 +377,7 @@ async def test_on_a_node_the_preview_changes_nothing_and_confirm_leaves_no_old_c
     async with dashboard_node(tmp_path, aiohttp_server) as live:
         node = live.purge
         for kind, items, covered in KINDS:
-            served = {}
-            for url in URLS:
-                status, body = await node.get(url)
-                if status != "cdn-proxy; hit":
-                    status, body = await node.get(url)
-                assert status == "cdn-proxy; hit", url
-                served[url] = body
+            served = await warm(node)
             fetched = dict(node.origin.full)
             node.origin.version += 1
             shown = await live.preview(purge_fields(DOMAIN, kind, items, soft=soft))
