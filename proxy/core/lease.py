@@ -185,7 +185,8 @@ def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
             cleared.append(hint.domain)
         # Clears are applied first: the purges of the domain before this clear are covered
         # by it, the ones after it are applied after it.
-        steps = list(steps_after_clears(steps, (hint.domain,)))
+        if steps:
+            steps = list(steps_after_clears(steps, (hint.domain,)))
     if seq == applied.seq:
         return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
     new = Applied(epoch=applied.epoch, seq=seq, generations=generations)

@@ -196,12 +196,14 @@ class FleetMember:
         # A plain clear (the common case) reads no records and counts nothing: its hint
         # asks for no figures, and each await here costs every worker on every clear.
         records = await self._records(plan.purges) if plan.purges else {}
-        clear = list(self.domains if plan.clear_all else plan.clear)
-        clear += [s.domain for s in plan.purges if records.get(s.number) is None]
+        clear: Sequence[str] = self.domains if plan.clear_all else plan.clear
+        if plan.purges:  # their domains, once each, when a record is missing
+            missing = [s.domain for s in plan.purges if records.get(s.number) is None]
+            clear = tuple(dict.fromkeys([*clear, *missing]))
         figures: list[tuple[int, int, int, bool]] = []
         # MemoryStore's clear_domain and purge (not a dry run) never suspend: from here on
         # these awaits do not yield.
-        for domain in dict.fromkeys(clear):
+        for domain in clear:
             number = plan.applied.generations.get(domain, 0)
             counted = (  # a clear new to it, whose figures are asked for
                 not plan.clear_all
@@ -249,7 +251,7 @@ class FleetMember:
                 member=self.name,
                 epoch=plan.applied.epoch or "",
                 number=plan.applied.seq,
-                figures=figures_args(figures),
+                figures=figures_args(figures) if figures else (),
             )
         except FleetUnavailable:
             self.renew_failures += 1  # the next sync records the ack instead
