@@ -138,19 +138,21 @@ class ClearHint:
     number: int
     domain: str
     kind: str = CLEAR
+    figures: bool = False  # a clear whose acks carry figures (a hard purge of all)
 
 
 def parse_clear_hint(text: str) -> ClearHint | None:
-    """The hint as the clear script writes it (``epoch previous number domain``) or the purge
-    script (the same and ``kind``), or None for anything else: a hint that cannot be read
-    only means a full sync."""
+    """The hint as the clear script writes it (``epoch previous number domain``, and ``clear``
+    when its acks must carry figures) or the purge script (the same and ``kind``), or None
+    for anything else: a hint that cannot be read only means a full sync."""
     parts = text.split(" ")
     if len(parts) not in (4, 5) or not parts[1].isdigit() or not parts[2].isdigit():
         return None
     kind = hint_kind(parts[4]) if len(parts) == 5 else CLEAR
     if kind is None:
         return None
-    return ClearHint(parts[0], int(parts[1]), int(parts[2]), parts[3], kind)
+    figures = len(parts) == 5 and kind == CLEAR
+    return ClearHint(parts[0], int(parts[1]), int(parts[2]), parts[3], kind, figures)
 
 
 def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
@@ -183,7 +185,8 @@ def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
             cleared.append(hint.domain)
         # Clears are applied first: the purges of the domain before this clear are covered
         # by it, the ones after it are applied after it.
-        steps = list(steps_after_clears(steps, (hint.domain,)))
+        if steps:
+            steps = list(steps_after_clears(steps, (hint.domain,)))
     if seq == applied.seq:
         return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
     new = Applied(epoch=applied.epoch, seq=seq, generations=generations)

@@ -178,27 +178,42 @@ class FleetMember:
         plan = plan_hints(self.applied, hints)
         if plan is None:
             return False
-        figures = await self._apply(plan)
+        # Only the clears whose hints ask for figures (a hard purge of all) are counted: a
+        # plain clear's answer shows none (decision 0026, "The cost of a clear").
+        figures = await self._apply(plan, frozenset(h.number for h in hints if h.figures))
         self.hints_applied += 1
         await self._ack(plan, figures)
         return True
 
-    async def _apply(self, plan: SyncPlan) -> list[tuple[int, int, int, bool]]:
+    async def _apply(
+        self, plan: SyncPlan, wanted: frozenset[int] | None = None
+    ) -> list[tuple[int, int, int, bool]]:
         """Clear, then purge, then adopt ``plan.applied``; returns each purge's figures
-        (number, entries, bytes, exact) for the ack. A purge whose record cannot be read
-        clears its domain instead: over-purging is safe (decision 0026)."""
-        records = await self._records(plan.purges)
-        clear = list(self.domains if plan.clear_all else plan.clear)
-        clear += [s.domain for s in plan.purges if records.get(s.number) is None]
+        (number, entries, bytes, exact) for the ack, and those of the clears numbered in
+        ``wanted`` (None: of every clear new to the member, as after a sync, which cannot
+        tell a plain clear from a purge of all). A purge whose record cannot be read clears
+        its domain instead: over-purging is safe (decision 0026)."""
+        # A plain clear (the common case) reads no records and counts nothing: its hint
+        # asks for no figures, and each await here costs every worker on every clear.
+        records = await self._records(plan.purges) if plan.purges else {}
+        clear: Sequence[str] = self.domains if plan.clear_all else plan.clear
+        if plan.purges:  # their domains, once each, when a record is missing
+            missing = [s.domain for s in plan.purges if records.get(s.number) is None]
+            clear = tuple(dict.fromkeys([*clear, *missing]))
         figures: list[tuple[int, int, int, bool]] = []
         # MemoryStore's clear_domain and purge (not a dry run) never suspend: from here on
         # these awaits do not yield.
-        for domain in dict.fromkeys(clear):
-            stats = await self.store.domain_stats(domain)
-            await self.store.clear_domain(domain)
+        for domain in clear:
             number = plan.applied.generations.get(domain, 0)
-            if not plan.clear_all and number > self.applied.seq:  # a clear new to it
+            counted = (  # a clear new to it, whose figures are asked for
+                not plan.clear_all
+                and number > self.applied.seq
+                and (wanted is None or number in wanted)
+            )
+            if counted:
+                stats = await self.store.domain_stats(domain)
                 figures.append((number, stats.entries, stats.bytes, True))
+            await self.store.clear_domain(domain)
         for step in plan.purges:
             record = records.get(step.number)
             if record is None:
@@ -236,7 +251,7 @@ class FleetMember:
                 member=self.name,
                 epoch=plan.applied.epoch or "",
                 number=plan.applied.seq,
-                figures=figures_args(figures),
+                figures=figures_args(figures) if figures else (),
             )
         except FleetUnavailable:
             self.renew_failures += 1  # the next sync records the ack instead

@@ -56,6 +56,10 @@ KEYS = (
     "{cdn}:pbytes",  # KEYS[12] the bytes of the records kept
     "{cdn}:figures",  # KEYS[13] hash: number -> "reported entries bytes inexact" from acks
 )
+# The keys of the clear's own scripts (KEYS[1] to KEYS[9]): a call that touches no purge
+# key passes only these, since the client packs and the server copies every key of every
+# call, and a clear makes one call per worker (decision 0026, "The cost of a clear").
+CLEAR_KEYS = KEYS[:9]
 CLEARS = "{cdn}:clears"  # pub/sub hint: "epoch previous number domain" of each clear
 ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
 DRY = "{cdn}:dry"  # pub/sub: "id member", a dry run asked of one member (decision 0026)
@@ -124,7 +128,10 @@ redis.call('SET', KEYS[2], n)
 redis.call('HSET', KEYS[3], ARGV[1], n)
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*', 'number', n, 'domain', ARGV[1],
   'by', ARGV[3])
-redis.call('PUBLISH', ARGV[5], id .. ' ' .. previous .. ' ' .. n .. ' ' .. ARGV[1])
+-- A clear whose acks must carry figures (a hard purge of all) says so with a fifth word.
+local hint = id .. ' ' .. previous .. ' ' .. n .. ' ' .. ARGV[1]
+if ARGV[6] == '1' then hint = hint .. ' clear' end
+redis.call('PUBLISH', ARGV[5], hint)
 local reply = live_view(nowms, {n, id, fmt(born), fmt(nowms)})
 redis.call('DEL', KEYS[8])
 for i = 5, #reply, 3 do redis.call('SADD', KEYS[8], reply[i]) end
@@ -307,7 +314,8 @@ class FleetScripts:
     async def clear(self, domain: str, *, by: str, figures: bool = False) -> ClearRecord:
         """``figures``: the members' acks of this clear carry their figures (a purge of all)."""
         args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS, "1" if figures else "0")
-        reply = await self._call(self._clear, args, replicated=True)
+        keys = KEYS if figures else CLEAR_KEYS  # KEYS[13]: the figures' hash
+        reply = await self._call(self._clear, args, replicated=True, keys=keys)
         view = _view(reply[1:])
         return ClearRecord(number=_int(reply[0]), epoch=view.epoch, view=view)
 
@@ -374,13 +382,14 @@ class FleetScripts:
         figures: Sequence[int] = (),
     ) -> bool:
         """``figures``: number, entries, bytes, exact (1/0) of each purge applied."""
-        return bool(await self._call(self._ack, (member, epoch, number, *figures)))
+        keys = KEYS if figures else CLEAR_KEYS  # KEYS[13]: the figures' hash
+        return bool(await self._call(self._ack, (member, epoch, number, *figures), keys=keys))
 
     async def pending(self) -> FleetView:
-        return _view(await self._call(self._pending, (_fresh_epoch(),)))
+        return _view(await self._call(self._pending, (_fresh_epoch(),), keys=CLEAR_KEYS))
 
     async def members(self) -> MembersView:
-        reply = await self._call(self._members, ())
+        reply = await self._call(self._members, (), keys=CLEAR_KEYS)
         rest = reply[1:]
         rows = tuple(
             MemberRow(_text(rest[i]), _text(rest[i + 1]), _int(rest[i + 2]), _int(rest[i + 3]))
@@ -449,28 +458,36 @@ class FleetScripts:
         except _FAILURES:
             pass
 
-    async def _call(self, script: Any, args: Sequence[object], *, replicated: bool = False) -> Any:
+    async def _call(
+        self,
+        script: Any,
+        args: Sequence[object],
+        *,
+        replicated: bool = False,
+        keys: Sequence[str] = KEYS,
+    ) -> Any:
         """One script call within ``timeout``. A connection the server closed (Valkey
         restarted since the pool last used it) is dropped and the call made once more on a
         fresh one, within the same timeout: every script may run twice (a clear twice is
         two clears of the domain; a sync or an ack twice changes nothing). ``replicated``:
-        the write counts only once ``replicas`` replicas have it (else NotReplicated)."""
+        the write counts only once ``replicas`` replicas have it (else NotReplicated).
+        ``keys``: those the script may touch (every call on one slot: all are ``{cdn}``)."""
         run = self._replicated if replicated and self.replicas else self._plain
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    return await run(script, args)
+                    return await run(script, keys, args)
                 except valkey.exceptions.ConnectionError:
                     await self.client.connection_pool.disconnect()
-                    return await run(script, args)
+                    return await run(script, keys, args)
         except _FAILURES as exc:
             await self.reset()
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc
 
-    async def _plain(self, script: Any, args: Sequence[object]) -> Any:
-        return await script(keys=KEYS, args=args)
+    async def _plain(self, script: Any, keys: Sequence[str], args: Sequence[object]) -> Any:
+        return await script(keys=keys, args=args)
 
-    async def _replicated(self, script: Any, args: Sequence[object]) -> Any:
+    async def _replicated(self, script: Any, keys: Sequence[str], args: Sequence[object]) -> Any:
         """The script, then ``WAIT``, in one pipeline without MULTI: both go out on the one
         connection the pipeline holds, which WAIT needs (it waits for the replication of
         *this connection's* writes). EVALSHA is sent as is (a pipeline that knows the script
@@ -478,7 +495,7 @@ class FleetScripts:
         promoted server) loads it and runs the pair again: the script did not run."""
         for _ in range(2):
             pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", script.sha, len(KEYS), *KEYS, *args)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             pipe.execute_command("WAIT", self.replicas, self._wait_ms)
             reply, copies = await pipe.execute(raise_on_error=False)
             if not isinstance(reply, valkey.exceptions.NoScriptError):

@@ -1,0 +1,65 @@
+"""What a plain clear costs each member (decision 0026, "The cost of a clear"), against a
+real Valkey and Redis: applied from its hint, its ack carries no figures and only the
+clear's nine keys, since a clear's answer shows none; a hard purge of ``all`` (the same
+script) still asks every member for its figures, and gets them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.purges import purge_request
+from proxy.fleet import scripts
+from tests.fleet.conftest import Fleet, Node, until
+
+# Syncs far apart: the clears below are applied from their hints (a sync cannot tell a
+# plain clear from a purge of all, so it reports figures for both).
+SLOW_RENEW: dict[str, Any] = {"lease": 10.0, "renew": 4.0}
+
+
+def record_acks(node: Node) -> list[tuple[int, int, tuple[object, ...]]]:
+    """Each ack script call the member makes: the number acked, how many keys went with
+    it, and the figures (the call itself goes through to Valkey unchanged)."""
+    calls: list[tuple[int, int, tuple[object, ...]]] = []
+    fleet_scripts = node.member._scripts
+    assert fleet_scripts is not None
+    call = fleet_scripts._call
+
+    async def recording(script: Any, args: Any, **options: Any) -> Any:
+        if script is fleet_scripts._ack:
+            keys = options.get("keys", scripts.KEYS)
+            calls.append((int(args[2]), len(keys), tuple(args[3:])))
+        return await call(script, args, **options)
+
+    fleet_scripts._call = recording  # type: ignore[method-assign]
+    return calls
+
+
+async def test_a_plain_clear_is_acked_without_figures_and_a_purge_of_all_with_them(
+    fleet: Fleet,
+) -> None:
+    nodes = [await fleet.node(**SLOW_RENEW) for _ in range(3)]
+    for node in nodes:  # the listener's first subscription is followed by a sync
+        await until(lambda node=node: node.member.syncs >= 2)
+        assert await node.fill("a.test", "/page", b"v1")
+    acks = [record_acks(node) for node in nodes]
+    purger = fleet.purger()  # its lease is the grace a new epoch's first clear waits out
+
+    cleared = await purger.clear_domain("a.test")
+
+    assert (cleared.acked, cleared.live) == (3, 3)
+    for node, calls in zip(nodes, acks, strict=True):
+        assert node.read("a.test", "/page") is None
+        assert node.member.hints_applied == 1 and node.member.syncs == 2
+        assert calls == [(cleared.generation, 9, ())]
+        calls.clear()
+        assert await node.fill("a.test", "/page", b"v2")
+
+    purged = await purger.purge("a.test", purge_request("all", ()))
+
+    assert (purged.acked, purged.reported, purged.exact) == (3, 3, True)
+    assert purged.entries == 3 and purged.bytes > 0
+    for node, calls in zip(nodes, acks, strict=True):
+        assert node.read("a.test", "/page") is None
+        assert node.member.hints_applied == 2 and node.member.syncs == 2
+        [(number, keys, figures)] = calls
+        assert (number, keys, figures[:2]) == (purged.number, len(scripts.KEYS), (number, 1))
