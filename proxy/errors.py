@@ -19,8 +19,10 @@
         ├── FleetUnavailable        Valkey did not answer, or answered with an error
         │   └── NotReplicated       a write was made, but fewer than fleet.replicas replicas
         │                           confirmed it in time (it could be lost in a failover)
-        └── ClearNotConfirmed       a clear is recorded, but not every live edge process has
-                                    applied it within fleet.clear_timeout
+        ├── ClearNotConfirmed       a clear is recorded, but not every live edge process has
+        │                           applied it within fleet.clear_timeout
+        └── PurgeUnsupported        a live edge process runs a build that cannot apply purge
+                                    records (older than decision 0026): nothing recorded
 
 Third-party exceptions (aiohttp, sqlite3, tomllib, valkey) are translated into these where they
 enter: ``config.py``, ``state/sqlite.py``, ``edge/origin.py``, ``edge/tunnel.py`` (h11's,
@@ -117,6 +119,21 @@ class NotReplicated(FleetUnavailable):
     """Valkey made the write (a clear, a sync), but fewer than ``fleet.replicas`` replicas
     confirmed it within the call's timeout (``WAIT``): a failover could lose it, so it does
     not count (docs/decisions/0014 "Failover")."""
+
+
+class PurgeUnsupported(FleetError):
+    """Some live edge processes run a build older than decision 0026: they would read a purge
+    hint as unreadable and sync, and their sync acks a purge record without applying it. So
+    the purge is refused before anything is recorded; clears (and hard purges of all, which
+    are clears) still work with them."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(
+            f"{count} live edge process{'es run a build' if count != 1 else ' runs a build'}"
+            " that cannot apply purges by URL, prefix or tag, or soft purges; upgrade"
+            " every node, or clear the whole domain meanwhile"
+        )
+        self.count = count
 
 
 class ClearNotConfirmed(FleetError):

@@ -4,17 +4,13 @@ per clear for the Python side and Valkey."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_fleet_clear_calls_runs() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.fleet_clear_calls", "--members", "2", "--clears", "3"],

@@ -44,7 +44,13 @@ from proxy.core.tokens import (
     Scope,
     parse_authorization,
 )
-from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, StateError
+from proxy.errors import (
+    ClearNotConfirmed,
+    FleetUnavailable,
+    NotReplicated,
+    PurgeUnsupported,
+    StateError,
+)
 from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
@@ -268,6 +274,11 @@ def purger_failures(attempt: Attempt, domain: str, *, action: str, failed: str) 
             f" {exc.retry_after} s. Retrying is safe.",
             {"Retry-After": str(exc.retry_after)},
         )
+    except PurgeUnsupported as exc:
+        # Some edge processes run a build that would ack the purge without applying it:
+        # refused before anything was recorded (decision 0026). Not worth a quick retry.
+        log.warning("%s: %s", failed, exc)
+        reject("error", 503, f"{failed}: {exc}; nothing was purged.", {"Retry-After": "60"})
     except FleetUnavailable as exc:
         log.warning("%s: %s", failed, exc)
         why = "the fleet's Valkey did not answer"

@@ -267,6 +267,9 @@ class FleetMember:
                 "fenced": self.fenced,
                 "applied": self.applied.seq,
                 "renew_failures": self.renew_failures,
+                # It applies purge records (decision 0026): the purge script refuses a purge
+                # while a live member does not say so (a build that would ack it unapplied).
+                "purges": 1,
                 **report,
             },
             separators=(",", ":"),

@@ -12,9 +12,18 @@ from __future__ import annotations
 
 # ARGV: domain, fresh epoch id, control plane name, log cap, channel, kind, soft (1/0),
 # items (JSON), records kept at most, bytes kept at most. The reply is the clear script's,
-# with the domain's generation after the number.
+# with the domain's generation after the number; or ``unable N`` (nothing written) when N
+# live members do not say they apply purge records.
 PURGE_BODY = """
 local nowus, nowms = clock()
+-- Every live member must apply purge records: one of a build older than decision 0026
+-- would sync and ack this purge without applying it. Refused before anything is written.
+local unable = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. fmt(nowms), '+inf')) do
+  local info = redis.call('HGET', KEYS[6], m) or ''
+  if not string.find(info, '"purges":1', 1, true) then unable = unable + 1 end
+end
+if unable > 0 then return {'unable', fmt(unable)} end
 local id, born = epoch(nowus, nowms, ARGV[2])
 local previous = redis.call('GET', KEYS[2]) or '0'
 local n = fmt(math.max(tonumber(previous) + 1, nowus))

@@ -37,7 +37,7 @@ from proxy.core.fleet_purges import (
 )
 from proxy.core.lease import FleetView, LiveMember, SyncResult
 from proxy.core.purges import Purge
-from proxy.errors import FleetUnavailable, NotReplicated
+from proxy.errors import FleetUnavailable, NotReplicated, PurgeUnsupported
 from proxy.fleet import purge_scripts
 
 KEYS = (
@@ -325,6 +325,8 @@ class FleetScripts:
         kind, soft, items = format_record(domain, purge)
         args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS, kind, soft, items)
         reply = await self._call(self._purge, (*args, KEPT_RECORDS, KEPT_BYTES), replicated=True)
+        if _text(reply[0]) == "unable":
+            raise PurgeUnsupported(_int(reply[1]))
         view = _view(reply[2:])
         number, generation = _int(reply[0]), _int(reply[1])
         return ClearRecord(number=number, epoch=view.epoch, view=view, generation=generation)

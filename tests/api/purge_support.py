@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.core.purges import Purge, PurgeResult
-from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
+from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, PurgeUnsupported
 from proxy.store.base import ClearResult
 from tests.api.support import DOMAIN, Answer, ApiUnderTest
 from tests.edge.test_purges_end_to_end import URLS, Versioned
@@ -69,6 +69,7 @@ FAILURES = {
     "not_replicated": NotReplicated("1 of 2 replicas"),
     "unconfirmed": ClearNotConfirmed(domain=DOMAIN, number=7, acked=1, live=2, retry_after=3),
     "broken": RuntimeError("a bug"),
+    "unsupported": PurgeUnsupported(2),
 }
 
 

@@ -251,8 +251,14 @@ async def test_a_purge_the_purger_cannot_confirm_is_503(make_api: ApiFactory, fa
     assert answer.status == problem["status"] == 503
     assert answer.headers["Cache-Control"] == "no-store"
     outcome = "unconfirmed" if failure == "unconfirmed" else "error"
-    retry = {"unavailable": "1", "not_replicated": "1", "unconfirmed": "3"}.get(failure)
-    assert answer.headers.get("Retry-After") == retry
+    retry = {"unavailable": "1", "not_replicated": "1", "unconfirmed": "3", "unsupported": "60"}
+    assert answer.headers.get("Retry-After") == retry.get(failure)
+    if failure == "unsupported":
+        assert problem["detail"] == (
+            "the purge of 'example.com' could not be done: 2 live edge processes run a build"
+            " that cannot apply purges by URL, prefix or tag, or soft purges; upgrade every"
+            " node, or clear the whole domain meanwhile; nothing was purged."
+        )
     if failure == "unavailable":
         # The same words as a clear's when the fleet is unavailable, for a purge.
         clear = (await api.post()).problem()["detail"]

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from proxy.core.purges import Purge, purge_request
-from proxy.errors import FleetUnavailable
+from proxy.errors import FleetUnavailable, PurgeUnsupported
 from proxy.fleet import scripts
 from tests.fleet.conftest import Fleet, Node, response, until
 
@@ -183,3 +183,30 @@ async def test_the_log_and_the_hint_name_the_kind(fleet: Fleet) -> None:
     assert parts[2:] == [str(result.number), "a.test", "url"]
     [(_, fields)] = await fleet.client().xrange("{cdn}:log")
     assert (fields[b"kind"], fields[b"soft"], fields[b"by"]) == (b"url", b"0", b"cp-test")
+
+
+async def test_a_purge_is_refused_while_a_live_member_cannot_apply_purge_records(
+    fleet: Fleet,
+) -> None:
+    """A member of a build before decision 0026 syncs with info that does not say it applies
+    purge records: it would ack a purge unapplied. Its lease is registered here by the real
+    sync script with such info; the purge is refused and nothing is recorded."""
+    node = await fleet.node()
+    await fill_pages(node)
+    old = scripts.FleetScripts(fleet.client(), timeout=1.0)
+    reply = await old.sync(
+        member="old-build",
+        lease_ms=60_000,
+        epoch=None,
+        applied=0,
+        info='{"node":"old","worker":0,"fenced":false,"applied":0}',
+        domains=["a.test"],
+    )
+    assert reply is not None
+    log_before = await fleet.client().xlen("{cdn}:log")
+    with pytest.raises(PurgeUnsupported) as refused:
+        await fleet.purger().purge("a.test", purge_request("prefix", ["/assets/"], soft=True))
+    assert refused.value.count == 1
+    assert await fleet.client().xlen("{cdn}:log") == log_before  # nothing recorded
+    assert await fleet.client().zcard("{cdn}:purges") == 0
+    assert all(served(node, "a.test", target) == "fresh" for target in PAGES)
