@@ -57,7 +57,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-from proxy.core.responses import Responses
+from proxy.core.responses import BUCKETS, Responses
 from proxy.core.traffic import (
     BYPASS,
     CLEARED,
@@ -88,24 +88,10 @@ __all__ = [
 METRICS_PATH = "/metrics"
 PREFIX = "cdn_proxy_"
 
-# Origin answers take milliseconds to seconds; clears take tens of microseconds in the store
-# plus a SQLite round trip or two for the token and the audit record.
-ORIGIN_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
+# Origin answers take milliseconds to seconds (the response buckets from a millisecond up);
+# clears take tens of microseconds in the store plus a SQLite round trip or two for the token
+# and the audit record.
+ORIGIN_BUCKETS = tuple(bound for bound in BUCKETS if bound >= 0.001)
 CLEAR_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 

@@ -21,6 +21,7 @@ from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.store.memory import MemoryStore
 from proxy.telemetry import Telemetry
+from tests.nodes import Node
 
 # Property tests judge behaviour, not speed: a per-example deadline only makes them flaky on
 # a loaded 2-core machine. Speed is measured in benchmarks/.
@@ -216,3 +217,12 @@ async def make_edge(
 @pytest.fixture
 async def edge(make_edge: EdgeFactory) -> EdgeUnderTest:
     return await make_edge()
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[list[Node]]:
+    """Nodes a test starts (tests/nodes.start), each killed when it ends."""
+    started: list[Node] = []
+    yield started
+    for node in started:
+        await node.kill()

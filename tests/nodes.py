@@ -191,3 +191,10 @@ def _command_line(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
         return b""
+
+
+async def start(nodes: list[Node], config: Path) -> Node:
+    """A node for ``config``, added to ``nodes`` (the fixture of tests/conftest.py kills it)."""
+    node = await Node.start(config)
+    nodes.append(node)
+    return node

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -62,14 +62,6 @@ async def second(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> Origin
     server = await aiohttp_server(app)
     state.url = str(server.make_url("")).rstrip("/")
     return state
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        await node.kill()
 
 
 async def fetch(node: Node, path: str, host: str) -> tuple[int, str, str]:

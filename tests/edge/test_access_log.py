@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from proxy.edge.access_log import EdgeAccess
 from proxy.errors import ConfigError
 from tests.conftest import Origin
 from tests.edge.access_support import get, keep_alive_get, lines_of, node_config, raw
-from tests.nodes import Node, cli, eventually
+from tests.nodes import Node, cli, eventually, start
 
 CACHEABLE = {"Cache-Control": "max-age=600", "Content-Type": "text/plain"}
 COMBINED = re.compile(
@@ -32,20 +31,6 @@ COMBINED = re.compile(
     r'"(?P<request>[^"]*)" (?P<status>\d{3}) (?P<bytes>\d+) "(?P<referer>[^"]*)" '
     r'"(?P<agent>[^"]*)" "(?P<host>[^"]*)" (?P<cache>\S+) (?P<origin>\S+) (?P<total>\S+)$'
 )
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        await node.kill()
-
-
-async def start(nodes: list[Node], config: Path) -> Node:
-    node = await Node.start(config)
-    nodes.append(node)
-    return node
 
 
 def answer_everything(origin: Origin, body: bytes) -> None:

@@ -13,23 +13,9 @@ import pytest
 
 from tests.conftest import Origin
 from tests.edge.access_support import get, node_config
-from tests.nodes import Node, cli
+from tests.nodes import Node, cli, start
 
 Start = Callable[..., "AsyncIterator[Node]"]
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        await node.kill()
-
-
-async def start(nodes: list[Node], config: Path) -> Node:
-    node = await Node.start(config)
-    nodes.append(node)
-    return node
 
 
 async def seen_by_origin(
