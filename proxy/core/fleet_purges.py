@@ -28,7 +28,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
-from proxy.core.purges import KINDS, InvalidPurge, Purge, PurgeResult, purge_request
+from proxy.core.purges import (
+    KINDS,
+    MAX_SAMPLE,
+    InvalidPurge,
+    Purge,
+    PurgeResult,
+    purge_request,
+)
 
 KEPT_RECORDS = 1024  # purge records Valkey keeps (all domains), oldest dropped first
 KEPT_BYTES = 8 << 20  # and their bytes: one purge at its largest (about 2 MB) fits
@@ -122,7 +129,7 @@ def parse_figures(text: str | None) -> Figures:
     return Figures(reported, entries, size, inexact)
 
 
-# -- dry runs: asked of one member, answered with its store's receipt ----------------------------
+# -- dry runs: asked of every live member, each answering with its store's receipt -------------
 
 
 def dry_request(domain: str, purge: Purge) -> str:
@@ -138,19 +145,55 @@ def parse_dry_request(text: str) -> tuple[str, Purge] | None:
     return record.domain, replace(record.purge, dry_run=True)
 
 
-def dry_answer(result: PurgeResult) -> str:
-    fields = {**asdict(result), "items": list(result.items), "sample": list(result.sample)}
+def dry_answer(result: PurgeResult, member: str) -> str:
+    """``member``'s receipt for a dry run, as it sends it (``answered_by`` names it)."""
+    fields = {
+        **asdict(result),
+        "items": list(result.items),
+        "sample": list(result.sample),
+        "answered_by": member,
+    }
     return json.dumps(fields, separators=(",", ":"))
 
 
-def parse_dry_answer(text: str, *, answered_by: str) -> PurgeResult | None:
-    """A member's receipt for a dry run, said to be from ``answered_by``, or None."""
+def parse_dry_answer(text: str) -> PurgeResult | None:
+    """A member's receipt for a dry run (``answered_by`` naming the member), or None."""
     try:
         fields = json.loads(text)
         fields["items"] = tuple(fields["items"])
         fields["sample"] = tuple(fields["sample"])
-        fields["answered_by"] = answered_by
         result = PurgeResult(**fields)
     except (ValueError, TypeError, KeyError):
         return None
-    return result
+    return result if isinstance(result.answered_by, str) else None
+
+
+def merge_dry_answers(
+    domain: str, purge: Purge, answers: Sequence[PurgeResult], live: int
+) -> PurgeResult:
+    """One receipt for a dry run that ``live`` edge processes were asked for, from the
+    ``answers`` that came: each process has its own cache, so the entries and bytes are the
+    sums of theirs (as a purge's figures are), ``reported`` says how many answered, and the
+    figures are exact only when every one answered with exact figures. The sample is theirs,
+    in the order they came, each target once, at most MAX_SAMPLE."""
+    sample: dict[str, None] = {}
+    for answer in answers:
+        for target in answer.sample:
+            if len(sample) < MAX_SAMPLE:
+                sample.setdefault(target)
+    return PurgeResult(
+        domain=domain,
+        kind=purge.kind,
+        items=purge.items,
+        soft=purge.soft,
+        dry_run=True,
+        number=max((answer.number for answer in answers), default=0),
+        generation=max((answer.generation for answer in answers), default=0),
+        entries=sum(answer.entries for answer in answers),
+        bytes=sum(answer.bytes for answer in answers),
+        exact=len(answers) == live and all(answer.exact for answer in answers),
+        seconds=0.0,
+        sample=tuple(sample),
+        live=live,
+        reported=len(answers),
+    )

@@ -90,13 +90,17 @@ class PurgeResult:
     seconds: float  # time the store took
     sample: tuple[str, ...] = ()
     # A fleet purge (proxy/fleet/purger.py): the live edge processes that applied it, and
-    # those whose lease was live (as ClearResult). None: one process, no fleet.
+    # those whose lease was live (as ClearResult); a fleet dry run: ``live`` only, the
+    # processes asked. None: one process, no fleet.
     acked: int | None = None
     live: int | None = None
     # A fleet purge (decision 0026): how many of the ``acked`` processes reported their
     # entries and bytes with their ack (the figures above are their sum); a fleet dry run:
-    # the edge process whose store answered it.
+    # how many of the ``live`` ones answered (the figures are the sum of their caches').
     reported: int | None = None
+    # One edge process's answer to a fleet dry run, as it sends it: the process. The
+    # receipt of the whole dry run sums the answers and leaves this None; audit records
+    # written before dry runs asked every process still name the one they asked.
     answered_by: str | None = None
 
 

@@ -11,7 +11,11 @@ the API's 200 answer, the audit log, the CLI (``cdn-proxy purge``) and the dashb
   exact when ``exact`` is true, else an upper bound ("at most");
 - ``sample``: for a dry run, up to 20 covered request-targets; else empty;
 - ``acked``, ``live``: with a fleet, the edge processes that applied it and those live;
-  null without one;
+  null without one (a fleet dry run: ``live`` only, the processes asked);
+- ``reported``: with a fleet, how many processes' figures ``entries`` and ``bytes`` sum (the
+  acked ones that sent figures; a dry run: those that answered in time);
+- ``answered_by``: null (audit records of before decision 0026's "Dry runs" was revised
+  name the one edge process such a dry run asked);
 - ``seconds``: the time the control plane took, from the request's arrival to the answer.
 
 Pure functions: no I/O, no clock (``seconds`` is passed in).
@@ -108,7 +112,8 @@ def describe(fields: Mapping[str, object]) -> str:
 
     ``purged 3 URLs of example.com: 5 entries, 12.3 KiB (purge 42) in 0.002 s``;
     ``soft-purged ...`` for a soft purge; ``at most ...`` when not exact; a dry run says
-    ``would purge ...`` and names its sample."""
+    ``would purge ...`` and names its sample (``at least ...``: a fleet dry run that not
+    every edge process answered)."""
     soft = "soft-" if fields.get("soft") else ""
     what = _what(
         fields.get("kind"), fields.get("items"), fields.get("domain"), fields.get("items_total")
@@ -117,16 +122,23 @@ def describe(fields: Mapping[str, object]) -> str:
     size = fields.get("bytes")
     amount = f"{entries} {'entry' if entries == 1 else 'entries'}, "
     amount += size_text(size) if isinstance(size, int) else "? B"
-    if not fields.get("exact"):
+    if fields.get("exact"):
+        pass  # as counted
+    elif fields.get("dry_run"):  # a fleet dry run some edge processes did not answer in time
+        amount = "at least " + amount + " (not every edge process answered)"
+    else:
         amount = "at most " + amount + " (a dry run counts them exactly)"
     seconds = fields.get("seconds")
     took = f" in {seconds:.3f} s" if isinstance(seconds, (int, float)) else ""
     if fields.get("dry_run"):
         line = f"would {soft}purge {what}: {amount}{took}; nothing was changed"
         sample = fields.get("sample")
-        answered_by = fields.get("answered_by")
-        if answered_by is not None:
+        answered_by, live = fields.get("answered_by"), fields.get("live")
+        if answered_by is not None:  # an audit record of before dry runs asked every one
             line += f" (counted in the cache of edge process {answered_by})"
+        elif live is not None:
+            line += f" (counted in the caches of {fields.get('reported')} of {live} live"
+            line += " edge processes)"
         if isinstance(sample, list) and sample:
             line += "\nsample: " + " ".join(str(key) for key in sample)
         return line

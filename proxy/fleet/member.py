@@ -332,7 +332,7 @@ class FleetMember:
             await asyncio.sleep(self.settings.renew)  # back off before subscribing again
 
     def _dry_asked(self, text: str) -> None:
-        """A control plane asks one member (``id member``) for a dry run: if this one, it
+        """A control plane asks a member (``id member``) for a dry run: if this one, it
         answers from its store in a task of its own (a dry run walks the domain's keys)."""
         ident, _, member = text.partition(" ")
         if member != self.name:
@@ -348,4 +348,4 @@ class FleetMember:
             asked = None if text is None else parse_dry_request(text)
             if asked is not None:
                 result = await self.store.purge(*asked)
-                await self._scripts.answer_dry(ident, dry_answer(result))
+                await self._scripts.answer_dry(ident, dry_answer(result, self.name))

@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from proxy.core.fleet_purges import dry_request, parse_dry_answer
+from proxy.core.fleet_purges import dry_request, merge_dry_answers, parse_dry_answer
 from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
 from proxy.core.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
@@ -165,7 +164,7 @@ class FleetPurger:
         ``all`` is a clear; the others are records applied by every member before it acks.
         Returns once every live member applied it, raises as ``clear_domain`` does. The
         entries and bytes are the sums the members sent with their acks (``reported`` of
-        them). A dry run is asked of one live member's store (``answered_by``)."""
+        them). A dry run is counted by every live member, each in its own store."""
         started = time.perf_counter()
         if purge.dry_run:
             return await self._dry_run(domain, purge, started)
@@ -201,30 +200,54 @@ class FleetPurger:
         )
 
     async def _dry_run(self, domain: str, purge: Purge, started: float) -> PurgeResult:
-        """Not a fleet operation: one live member, not fenced, answers from its store, within
-        ``clear_timeout``; FleetUnavailable if none does."""
-        view = await self._scripts.members()
-        live = [
+        """Not a fleet operation: every live member not fenced is asked to count what the
+        purge would cover in its store, and the receipt sums those that answered within
+        ``clear_timeout`` (decision 0026, "Dry runs"). A member whose lease runs out while
+        it is waited for no longer serves from its cache and is no longer waited for.
+        FleetUnavailable if none is live, or none answered."""
+        asked = self._live(await self._scripts.members())
+        if not asked:
+            raise FleetUnavailable("no live edge process to answer the dry run")
+        within = self.settings.clear_timeout
+        ident = await self._scripts.ask_dry(
+            sorted(asked), dry_request(domain, purge), ttl=within + self.settings.timeout
+        )
+        if ident is None:
+            raise FleetUnavailable("no edge process listens for dry runs")
+        answers: dict[str, PurgeResult] = {}
+        every = min(self.settings.poll_interval, 0.01)
+        deadline = self._clock() + within
+        look_again = self._clock() + self.settings.renew
+        try:
+            while True:
+                for text in await self._scripts.dry_answers(ident):
+                    answer = parse_dry_answer(text)
+                    member = None if answer is None else answer.answered_by
+                    if answer is not None and member is not None and member in asked:
+                        answers[member] = answer
+                if asked <= answers.keys() or self._clock() >= deadline:
+                    break
+                if self._clock() >= look_again:
+                    asked &= self._live(await self._scripts.members()) | answers.keys()
+                    look_again = self._clock() + self.settings.renew
+                    continue
+                await asyncio.sleep(every)
+        finally:
+            with contextlib.suppress(FleetUnavailable):
+                await self._scripts.end_dry(ident)
+        if not answers:
+            raise FleetUnavailable(f"no edge process answered the dry run within {within:g} s")
+        result = merge_dry_answers(domain, purge, list(answers.values()), len(asked))
+        return replace(result, seconds=time.perf_counter() - started)
+
+    @staticmethod
+    def _live(view: MembersView) -> set[str]:
+        """The members whose lease is live and which were not fenced at their last sync."""
+        return {
             row.member
             for row in view.members
             if row.expires_ms > view.now_ms and not json.loads(row.info or "{}").get("fenced")
-        ]
-        if not live:
-            raise FleetUnavailable("no live edge process to answer the dry run")
-        member = random.choice(live)
-        answer = await self._scripts.ask_dry(
-            member,
-            dry_request(domain, purge),
-            within=self.settings.clear_timeout,
-            every=min(self.settings.poll_interval, 0.01),
-        )
-        result = None if answer is None else parse_dry_answer(answer, answered_by=member)
-        if result is None:
-            raise FleetUnavailable(
-                f"edge process {member} did not answer the dry run within"
-                f" {self.settings.clear_timeout:g} s"
-            )
-        return replace(result, seconds=time.perf_counter() - started)
+        }
 
     async def _recorded(
         self, domain: str, record: Callable[[], Awaitable[ClearRecord]]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,8 @@ KEYS = (
 CLEAR_KEYS = KEYS[:9]
 CLEARS = "{cdn}:clears"  # pub/sub hint: "epoch previous number domain" of each clear
 ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
-DRY = "{cdn}:dry"  # pub/sub: "id member", a dry run asked of one member (decision 0026)
+DRY = "{cdn}:dry"  # pub/sub: "id member", a dry run asked of a member (decision 0026)
+DRY_ANSWERS_AT_ONCE = 1000  # answers one LPOP takes
 LOG_CAP = 10_000
 
 _PRELUDE = """
@@ -399,32 +400,29 @@ class FleetScripts:
         )
         return MembersView(now_ms=_int(reply[0]), members=rows)
 
-    async def ask_dry(
-        self, member: str, request: str, *, within: float, every: float
-    ) -> str | None:
-        """Ask ``member`` for a dry run (its answer, or None if none came ``within`` seconds):
-        the request waits under ``{cdn}:dry:<id>``, the member is told on ``{cdn}:dry``, and
-        its answer is looked for every ``every`` seconds (a blocking pop would outlast the
-        socket timeout that guards every call)."""
-        key = f"{DRY}:{secrets.token_hex(8)}"
-        ttl_ms = round((within + self.timeout) * 1000)
-        await self._command("SET", key, request, "PX", ttl_ms)
-        try:
-            if not await self._command("PUBLISH", DRY, f"{key.rsplit(':', 1)[1]} {member}"):
-                return None  # nobody listens
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + within
-            while (answer := await self._command("LPOP", f"{key}:answer")) is None:
-                if loop.time() >= deadline:
-                    return None
-                await asyncio.sleep(every)
-            return _text(answer)
-        finally:
-            await self._command("DEL", key, f"{key}:answer")
+    async def ask_dry(self, members: Iterable[str], request: str, *, ttl: float) -> str | None:
+        """Ask each of ``members`` for a dry run: the request waits under ``{cdn}:dry:<id>``
+        for ``ttl`` seconds and each member is told on ``{cdn}:dry`` (``id member``). Its id,
+        for ``dry_answers`` and ``end_dry``; None if nobody listens on the channel."""
+        ident = secrets.token_hex(8)
+        await self._command("SET", f"{DRY}:{ident}", request, "PX", round(ttl * 1000))
+        for member in members:
+            if not await self._command("PUBLISH", DRY, f"{ident} {member}"):
+                await self.end_dry(ident)
+                return None
+        return ident
+
+    async def dry_answers(self, ident: str) -> list[str]:
+        """The answers to dry run ``ident`` that came since the last call (each taken once)."""
+        reply = await self._command("LPOP", f"{DRY}:{ident}:answer", DRY_ANSWERS_AT_ONCE)
+        return [] if reply is None else [_text(answer) for answer in reply]
+
+    async def end_dry(self, ident: str) -> None:
+        await self._command("DEL", f"{DRY}:{ident}", f"{DRY}:{ident}:answer")
 
     async def take_dry(self, ident: str) -> str | None:
-        """The dry-run request ``ident`` (a member's side), taken so no one answers twice."""
-        reply = await self._command("GETDEL", f"{DRY}:{ident}")
+        """The dry-run request ``ident`` (a member's side; every member asked reads it)."""
+        reply = await self._command("GET", f"{DRY}:{ident}")
         return None if reply is None else _text(reply)
 
     async def answer_dry(self, ident: str, answer: str) -> None:

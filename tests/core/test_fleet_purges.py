@@ -3,6 +3,8 @@ with a kind, the order a batch is applied in, what a sync applies, and the recor
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from proxy.core.fleet_purges import (
@@ -11,12 +13,13 @@ from proxy.core.fleet_purges import (
     dry_answer,
     dry_request,
     format_record,
+    merge_dry_answers,
     parse_dry_answer,
     parse_dry_request,
     parse_record,
 )
 from proxy.core.lease import Applied, ClearHint, SyncResult, parse_clear_hint, plan_hints, plan_sync
-from proxy.core.purges import Purge, PurgeResult, purge_request
+from proxy.core.purges import MAX_SAMPLE, Purge, PurgeResult, purge_request
 
 APPLIED = Applied(epoch="e", seq=10, generations={"a": 5, "b": 0})
 
@@ -133,19 +136,41 @@ def test_dry_runs_round_trip() -> None:
     result = PurgeResult(
         "a.test", "prefix", ("/p/",), False, True, 7, 3, 2, 20, True, 0.1, ("/p/x",)
     )
-    assert parse_dry_answer(dry_answer(result), answered_by="n/0/x") == PurgeResult(
-        "a.test",
-        "prefix",
-        ("/p/",),
-        False,
-        True,
-        7,
-        3,
-        2,
-        20,
-        True,
-        0.1,
-        ("/p/x",),
-        answered_by="n/0/x",
-    )
-    assert parse_dry_answer("{}", answered_by="m") is None
+    assert parse_dry_answer(dry_answer(result, "n/0/x")) == replace(result, answered_by="n/0/x")
+    assert parse_dry_answer("{}") is None
+    assert parse_dry_answer(dry_answer(result, "n/0/x").replace('"n/0/x"', "null")) is None
+
+
+def dry(member: str, entries: int, sample: tuple[str, ...], exact: bool = True) -> PurgeResult:
+    return PurgeResult(
+        "a.test", "prefix", ("/p/",), False, True, 7, 3, entries, 10 * entries, exact, 0.1,
+        sample, answered_by=member,
+    )  # fmt: skip
+
+
+def test_a_dry_run_sums_the_caches_of_every_member_that_answered() -> None:
+    purge = purge_request("prefix", ["/p/"], dry_run=True)
+    answers = [dry("m1", 2, ("/p/a", "/p/b")), dry("m2", 1, ("/p/b",)), dry("m3", 0, ())]
+    merged = merge_dry_answers("a.test", purge, answers, live=3)
+    assert (merged.entries, merged.bytes, merged.exact) == (3, 30, True)
+    assert (merged.live, merged.reported, merged.acked, merged.answered_by) == (3, 3, None, None)
+    assert merged.sample == ("/p/a", "/p/b")  # each target once, in the order they came
+    assert (merged.kind, merged.items, merged.dry_run) == ("prefix", ("/p/",), True)
+
+
+def test_a_dry_run_some_members_did_not_answer_is_not_exact() -> None:
+    purge = purge_request("prefix", ["/p/"], dry_run=True)
+    merged = merge_dry_answers("a.test", purge, [dry("m1", 2, ())], live=2)
+    assert (merged.entries, merged.exact, merged.live, merged.reported) == (2, False, 2, 1)
+    inexact = merge_dry_answers("a.test", purge, [dry("m1", 2, (), exact=False)], live=1)
+    assert not inexact.exact
+
+
+def test_a_dry_runs_sample_stays_within_its_limit() -> None:
+    purge = purge_request("prefix", ["/p/"], dry_run=True)
+    answers = [
+        dry(f"m{i}", MAX_SAMPLE, tuple(f"/p/{i}/{j}" for j in range(MAX_SAMPLE))) for i in range(3)
+    ]
+    merged = merge_dry_answers("a.test", purge, answers, live=3)
+    assert merged.sample == answers[0].sample
+    assert merged.entries == 3 * MAX_SAMPLE

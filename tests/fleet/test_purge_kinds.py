@@ -144,21 +144,40 @@ async def test_a_member_that_needs_a_dropped_record_clears_the_domain(
     assert await fleet.client().zcard("{cdn}:purges") == 2
 
 
-async def test_a_dry_run_is_answered_by_one_member_and_changes_nothing(fleet: Fleet) -> None:
-    nodes = [await fleet.node() for _ in range(2)]
-    for node in nodes:
-        await fill_pages(node)
+async def test_a_dry_run_counts_every_members_cache_and_changes_nothing(fleet: Fleet) -> None:
+    """Each member has its own cache: the receipt sums what each would purge."""
+    nodes = [await fleet.node() for _ in range(3)]
+    purger = fleet.purger()
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    await fill_pages(nodes[0])
+    await nodes[1].fill("a.test", "/assets/a.css", b"v1")
     seq = await fleet.client().get("{cdn}:seq")
-    result = await fleet.purger().purge(
-        "a.test", purge_request("prefix", ["/assets/"], dry_run=True)
-    )
-    assert result.dry_run and result.answered_by in {n.member.name for n in nodes}
-    assert (result.entries, result.exact) == (2, True)
+    result = await purger.purge("a.test", purge_request("prefix", ["/assets/"], dry_run=True))
+    assert result.dry_run and result.answered_by is None
+    assert (result.entries, result.exact, result.live, result.reported) == (3, True, 3, 3)
     assert sorted(result.sample) == ["/assets/a.css", "/assets/b.css"]
     assert result.acked is None  # not a fleet operation
     assert await fleet.client().get("{cdn}:seq") == seq  # no number taken
-    for node in nodes:
-        assert all(served(node, "a.test", target) == "fresh" for target in PAGES)
+    assert all(served(nodes[0], "a.test", target) == "fresh" for target in PAGES)
+    assert served(nodes[1], "a.test", "/assets/a.css") == "fresh"
+
+
+async def test_a_dry_run_stops_waiting_for_a_member_whose_lease_ran_out(fleet: Fleet) -> None:
+    """A member cut off without a word (its packets go nowhere) cannot answer; once its
+    lease has run out it serves nothing from its cache, and the dry run answers without it,
+    long before ``clear_timeout``."""
+    answering = await fleet.node()
+    silent = await fleet.node(relayed=True)
+    purger = fleet.purger(clear_timeout=30.0)
+    await purger.clear_domain("b.test")  # waits out the grace: both are live, not fenced
+    for node in (answering, silent):
+        await fill_pages(node)
+    assert silent.relay is not None
+    silent.relay.blackhole()
+    started = time.monotonic()
+    result = await purger.purge("a.test", purge_request("url", ["/index.html"], dry_run=True))
+    assert time.monotonic() - started < 10.0  # the lease is 0.6 s
+    assert (result.entries, result.exact, result.live, result.reported) == (1, True, 1, 1)
 
 
 async def test_a_dry_run_with_no_member_is_unavailable(fleet: Fleet) -> None:
@@ -167,13 +186,16 @@ async def test_a_dry_run_with_no_member_is_unavailable(fleet: Fleet) -> None:
 
 
 async def test_the_log_and_the_hint_name_the_kind(fleet: Fleet) -> None:
-    """The hint stays small whatever the items: ``epoch previous number domain kind``."""
-    await fleet.node()
+    """The hint stays small whatever the items: ``epoch previous number domain kind``. The
+    purge carries 2 MB of targets: its calls get more than the fixture's 0.2 s each (on a
+    busy machine one call took longer than that, connection included)."""
+    await fleet.node(timeout=2.0)
     pubsub = fleet.client().pubsub()
     await pubsub.subscribe("{cdn}:clears")
     try:
         long_targets = [f"/{i:03d}/" + "x" * 8000 for i in range(256)]
-        result = await fleet.purger().purge("a.test", purge_request("url", long_targets))
+        purger = fleet.purger(timeout=2.0)
+        result = await purger.purge("a.test", purge_request("url", long_targets))
         hint = None
         while hint is None:
             hint = await pubsub.get_message(True, timeout=1.0)
