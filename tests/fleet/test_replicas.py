@@ -264,9 +264,11 @@ async def test_a_member_cannot_ack_a_clear_the_new_primary_never_made(
     refuses the number."""
     purger = fleet.purger(replicas=1, timeout=TIMEOUT)
     await purger.clear_domain("b.test")
-    # Renewals (which fail from the cut on) are spaced wider than WAIT's 200 ms, so the
-    # member's loop is free to apply the hint between them.
-    node = await fleet.node(relayed=True, replicas=1, timeout=TIMEOUT, renew=0.25)
+    # Renewals (which fail from the cut on, each after WAIT's 200 ms) are a second apart, so
+    # the member's loop applies the hint between them (a hint that comes after the next
+    # renewal is due is not applied: the member syncs instead, and that fails). With renewals
+    # 0.25 s apart a busy machine (CI) missed that window.
+    node = await fleet.node(relayed=True, replicas=1, timeout=TIMEOUT, lease=3.0, renew=1.0)
     before = node.member.applied.seq
     await subscribed(pair)  # the member hears the clear's hint
     pair.link.blackhole()
