@@ -37,7 +37,7 @@ from proxy.core.domains import host_from_header
 from proxy.core.encodings import preferred
 from proxy.core.entry import CacheKey, Headers, StoredResponse
 from proxy.core.headers import cache_status, from_origin, to_origin
-from proxy.core.keys import request_target
+from proxy.core.keys import cache_target, request_target
 from proxy.core.policy import (
     DontStore,
     Revalidate,
@@ -80,6 +80,7 @@ class _Fill:
     request: web.BaseRequest
     config: DomainConfig
     key: CacheKey  # from the lookup: the store refuses it once the domain is cleared
+    target: str  # the request-target asked of the origin (the key's is marked for https)
     stale: StoredResponse | None  # the stored response it revalidates, if any
     fwd: str  # Cache-Status fwd= (RFC 9211)
     flight: Flight | None  # None when it leads no collapsed requests
@@ -109,6 +110,7 @@ class Edge:
         self._capability = surrogate_capability(cache.name)
         self._via = edge.via
         self._trusted = trusted_proxies(config)  # whose X-Forwarded-For is believed
+        self._believes = bool(self._trusted)  # read per request: no __len__ call
         self._body_timeout = edge.body_timeout
         self._buffer_bytes = edge.request_buffer_bytes
         self._slots = ConnectionSlots(config.domains)
@@ -140,6 +142,7 @@ class Edge:
         # checked) before anything has changed.
         self.tls.reconfigure(config)
         self._trusted = trusted_proxies(config)
+        self._believes = bool(self._trusted)
         self._domains = config.by_name
         self._hosts = {}
         self._slots = self._slots.reconfigured(config.domains)
@@ -165,7 +168,19 @@ class Edge:
         them, so the fast path never serves it."""
         return respond.prepared(entry, via=self._via, status=self._hit_status)
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def handle_tls(self, request: web.BaseRequest) -> web.StreamResponse:
+        """``handle`` for the TLS listener's requests."""
+        return await self.handle(request, True)
+
+    def _https(self, request: web.BaseRequest, tls: bool) -> bool:
+        """Whether the request is keyed as https (core/keys.py): the scheme the origin is
+        told, which a trusted proxy may say (X-Forwarded-Proto, Forwarded)."""
+        if not self._believes:
+            return tls
+        return request_client(self._trusted, request).scheme == "https"
+
+    async def handle(self, request: web.BaseRequest, tls: bool = False) -> web.StreamResponse:
+        """Answer a request from the edge listener (``tls``: from the TLS listener)."""
         head = request_head(request)  # its fields, not the request's reified properties
         headers = head.headers
         host = headers.get(hdrs.HOST)
@@ -188,6 +203,8 @@ class Edge:
         ):
             started = perf_counter()
             raw = head.path
+            if tls or self._believes:
+                raw = cache_target(raw, self._https(request, tls))
             entry = self._peek(config.name, raw) if raw[:1] == "/" else None
             if entry is not None and entry.hit_lines:
                 now = self._clock()
@@ -216,17 +233,17 @@ class Edge:
             if protocols is not None:
                 return await self._tunnel(request, config, target, protocols)
         if may_use_cache(request.method, headers, has_body=request.body_exists):
-            return await self._cacheable(request, config, target)
+            return await self._cacheable(request, config, target, self._https(request, tls))
         fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
         return await self._forward(request, config, target, fwd)
 
     # -- the cacheable path ----------------------------------------------------------------------
 
     async def _cacheable(
-        self, request: web.BaseRequest, config: DomainConfig, target: str
+        self, request: web.BaseRequest, config: DomainConfig, target: str, https: bool
     ) -> web.StreamResponse:
         now = self._clock()
-        found = await self._store.lookup(config.name, target)
+        found = await self._store.lookup(config.name, cache_target(target, https))
         if found.bypass is not None:
             # The store cannot answer for now (a fleet member whose lease ran out: decision
             # 0014): the origin answers, and nothing is stored.
@@ -245,7 +262,7 @@ class Edge:
             stale: StoredResponse | None = decision.response
             fwd = "stale"
             if serve_while_revalidating(decision.response, request.headers, now):
-                self._revalidate_later(request, config, key, decision.response)
+                self._revalidate_later(request, config, key, target, decision.response)
                 self._telemetry.request(config.name, HIT)
                 status = cache_status(self._name, hit=True, detail="stale-while-revalidate")
                 return self._from_stored(request, decision.response, now, status)
@@ -255,7 +272,7 @@ class Edge:
             return await self._forward(request, config, target, fwd)
         flight, leading = self.flights.join(key)
         if leading:
-            return await self._fill(_Fill(request, config, key, stale, fwd, flight))
+            return await self._fill(_Fill(request, config, key, target, stale, fwd, flight))
         result = await flight.wait(
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
@@ -269,7 +286,7 @@ class Edge:
             status = cache_status(self._name, fwd=fwd, collapsed=True)
             return self._from_stored(request, result, self._clock(), status)
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
-        return await self._fill(_Fill(request, config, key, stale, fwd, None))
+        return await self._fill(_Fill(request, config, key, target, stale, fwd, None))
 
     async def _fill(self, job: _Fill) -> web.StreamResponse:
         """Fetch from the origin, store what may be stored, and finish the flight.
@@ -296,7 +313,7 @@ class Edge:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
         try:
-            async with self._ask_origin(job.config, "GET", job.key[2], headers) as origin:
+            async with self._ask_origin(job.config, "GET", job.target, headers) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
                 filled = await self._answered(job, origin, request_time, self._clock())
@@ -313,7 +330,7 @@ class Edge:
         object is too large to keep: ranges.AskOrigin). Raises OriginError."""
         headers = self._origin_headers(job.request, job.config, cacheable=False)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
-        async with self._ask_origin(job.config, "GET", job.key[2], headers) as origin:
+        async with self._ask_origin(job.config, "GET", job.target, headers) as origin:
             return _Filled(await self._relay(job.request, origin, status), None)
 
     async def _answered(
@@ -370,7 +387,7 @@ class Edge:
         if isinstance(verdict, DontStore) or origin.tags is None:
             # The origin now forbids storing it (or tags it over the bounds: decision 0024):
             # serve the refreshed response once, keep nothing.
-            await self._store.invalidate(job.config.name, job.key[2])
+            await self._store.invalidate(job.config.name, job.target)
             entry, stored = replace(stale, headers=merged), False
         else:
             # Tags as the 304 sets them, else as stored (decision 0024).
@@ -435,7 +452,12 @@ class Edge:
         )
 
     def _revalidate_later(
-        self, request: web.BaseRequest, config: DomainConfig, key: CacheKey, stale: StoredResponse
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        key: CacheKey,
+        target: str,
+        stale: StoredResponse,
     ) -> None:
         """Revalidate in the background (RFC 5861 §3), unless a request for the key is already
         at the origin. The task is kept until it ends and cancelled by ``close``."""
@@ -443,7 +465,9 @@ class Edge:
         if not leading:
             return
         task = asyncio.create_task(
-            self._fill(_Fill(request, config, key, stale, "stale", flight, background=True)),
+            self._fill(
+                _Fill(request, config, key, target, stale, "stale", flight, background=True)
+            ),
             name="revalidate",
         )
         self._background.add(task)

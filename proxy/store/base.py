@@ -58,10 +58,12 @@ class Lookup:
 
 
 class Store(Protocol):
-    """Where cached responses live. Callers name a URL by its domain and request-target; the
-    store applies the domain's current generation itself, in the same step as the lookup, so
-    no clear can land between reading the generation and reading the entry (with a remote
-    store, that gap would be a network round trip)."""
+    """Where cached responses live. Callers name a URL by its domain and its target: for
+    ``peek``, ``lookup`` and the keys, the request-target as ``core.keys.cache_target``
+    marks it for the scheme; for ``invalidate`` and purges, the request-target alone, which
+    covers both schemes. The store applies the domain's current generation itself, in the
+    same step as the lookup, so no clear can land between reading the generation and
+    reading the entry (with a remote store, that gap would be a network round trip)."""
 
     def peek(self, domain: str, target: str) -> StoredResponse | None:
         """The common case of ``lookup``, answered at once without awaiting: the response
@@ -82,7 +84,8 @@ class Store(Protocol):
         ...
 
     async def invalidate(self, domain: str, target: str) -> int:
-        """Drop every variant stored for one URL of the domain (RFC 9111 §4.4)."""
+        """Drop every variant stored for one request-target of the domain, over either
+        scheme (RFC 9111 §4.4)."""
         ...
 
     async def clear_domain(self, domain: str) -> ClearResult:

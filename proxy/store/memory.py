@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from proxy.core.entry import CacheKey, StoredResponse, holds_no_cycle
+from proxy.core.keys import scheme_targets, target_of
 from proxy.core.purges import HARD, MAX_SAMPLE, Purge, PurgeResult, covering, stale_lifetime
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
@@ -268,7 +269,9 @@ class MemoryStore:
         return True
 
     async def invalidate(self, domain: str, target: str) -> int:
-        return self._drop(_joined((domain, self._generations.get(domain, 0), target)))
+        """Drop the request-target's entries, for either scheme (core/keys.py)."""
+        generation = self._generations.get(domain, 0)
+        return sum(self._drop(_joined((domain, generation, t))) for t in scheme_targets(target))
 
     async def clear_domain(self, domain: str) -> ClearResult:
         generation = self._generations.get(domain, 0)
@@ -491,10 +494,11 @@ class MemoryStore:
     def _purge_urls(
         self, state: DomainPurges, domain: str, purge: Purge, now: float
     ) -> tuple[int, int]:
-        """Drop (hard) or expire (soft) every variant of each URL, now: O(items)."""
+        """Drop (hard) or expire (soft) every variant of each URL, for both schemes, now:
+        O(items)."""
         prefix = f"{domain} {self._generations.get(domain, 0)} "
         entries = size = 0
-        for target in purge.items:
+        for target in itertools.chain.from_iterable(map(scheme_targets, purge.items)):
             key = prefix + target
             stored = self._lru.get(key)
             if stored is not None and state.top:
@@ -525,7 +529,8 @@ class MemoryStore:
         prefix = f"{domain} {self._generations.get(domain, 0)} "
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
         if purge.kind == "url":
-            keys: Iterable[_Key] = [prefix + target for target in purge.items]
+            targets = itertools.chain.from_iterable(map(scheme_targets, purge.items))
+            keys: Iterable[_Key] = [prefix + target for target in targets]
         elif bucket is None:
             keys = ()
         else:
@@ -553,8 +558,9 @@ class MemoryStore:
                 if covers(purge, target, variant.tags):
                     entries += 1
                     size += variant.size
-                    if len(sample) < MAX_SAMPLE and target not in sample:
-                        sample.append(target)
+                    named = target_of(target)  # either scheme's
+                    if len(sample) < MAX_SAMPLE and named not in sample:
+                        sample.append(named)
         return entries, size, tuple(sample)
 
     def items(self) -> list[tuple[CacheKey, _Stored]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from proxy.core.keys import target_of
 from proxy.core.purges import Bans, LastPurges, Purge
 
 RECENT = 1024  # purges remembered per domain for fills in flight
@@ -109,7 +110,7 @@ def covers(purge: Purge, target: str, tags: tuple[str, ...]) -> bool:
     if purge.kind == "all":
         return True
     if purge.kind == "url":
-        return target in purge.items
+        return target_of(target) in purge.items  # either scheme's
     if purge.kind == "prefix":
         return target.startswith(purge.items)
     return any(tag in purge.items for tag in tags)

@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 
 from proxy.config import load_config, parse_config
+from proxy.core.purges import purge_request
 from proxy.errors import ConfigError
 from proxy.service import Service, running
 from tests.conftest import Origin
@@ -156,6 +157,110 @@ async def test_without_sni_the_host_alone_routes(
     writer.close()
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert answer.endswith(b"by host")
+
+
+# -- the scheme in the cache key (core/keys.py) -----------------------------------------------
+
+
+def redirect_plain_to_https(origin: Origin, target: str) -> None:
+    """The origin's "force https": http gets a cacheable 301 to the https URL."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers["X-Forwarded-Proto"] == "http":
+            location = "https://example.com" + target
+            return web.Response(status=301, headers={"Location": location, **CACHEABLE})
+        return web.Response(body=b"the site", headers=CACHEABLE)
+
+    origin.route(target, handler)
+
+
+async def plain_get(
+    client: aiohttp.ClientSession, service: Service, target: str, **headers: str
+) -> tuple[int, dict[str, str], bytes]:
+    async with client.get(
+        service.edge_url + target, headers={"Host": "example.com", **headers}, allow_redirects=False
+    ) as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+async def test_a_redirect_to_https_stored_for_http_never_answers_https(
+    service: Service, origin: Origin, certs: Certificates, client: aiohttp.ClientSession
+) -> None:
+    """Each scheme has its own entries: the 301 the origin gives http clients is a hit for
+    them, and https clients get the page (else: a redirect loop for the whole site)."""
+    redirect_plain_to_https(origin, "/site")
+    for expected in ("stored", "hit"):
+        status, headers, _ = await plain_get(client, service, "/site")
+        assert (status, headers["Location"]) == (301, "https://example.com/site")
+        assert headers["Cache-Status"].endswith(expected)
+    for expected in ("stored", "hit"):
+        status, headers, body = await get(
+            client, tls_url(service) + "/site", certs.client(), sni="example.com"
+        )
+        assert (status, body) == (200, b"the site")
+        assert headers["Cache-Status"].endswith(expected)
+    assert [seen.headers["X-Forwarded-Proto"] for seen in origin.seen] == ["http", "https"]
+
+
+async def test_purges_and_invalidations_cover_both_schemes(
+    service: Service, origin: Origin, certs: Certificates, client: aiohttp.ClientSession
+) -> None:
+    """A request-target names its entries of both schemes: a URL purge, and a POST to it
+    (RFC 9111 §4.4), drop both; the dry run names the target once."""
+    for target in ("/one", "/two"):
+        origin.reply(target, target.encode(), headers=CACHEABLE)
+
+    async def fill(target: str) -> None:
+        assert (await plain_get(client, service, target))[0] == 200
+        assert (await get(client, tls_url(service) + target, certs.client(), sni="example.com"))[
+            0
+        ] == 200
+
+    async def both_miss(target: str) -> None:
+        _, plain, _ = await plain_get(client, service, target)
+        _, tls, _ = await get(client, tls_url(service) + target, certs.client(), sni="example.com")
+        assert "fwd=uri-miss" in plain["Cache-Status"] and "fwd=uri-miss" in tls["Cache-Status"]
+
+    await fill("/one")
+    dry = await service.store.purge("example.com", purge_request("url", ["/one"], dry_run=True))
+    assert (dry.entries, dry.sample) == (2, ("/one",))
+    purged = await service.store.purge("example.com", purge_request("url", ["/one"]))
+    assert purged.entries == 2
+    await both_miss("/one")
+    await fill("/two")
+    origin.reply("/two", b"posted", headers=CACHEABLE)
+    async with client.post(service.edge_url + "/two", headers={"Host": "example.com"}) as r:
+        assert r.status == 200
+    await both_miss("/two")
+
+
+async def test_a_trusted_proxys_https_is_keyed_as_https(
+    tmp_path: Path, origin: Origin, certs: Certificates, client: aiohttp.ClientSession
+) -> None:
+    """Behind a TLS terminator the scheme is the one it says (X-Forwarded-Proto): its https
+    requests share the TLS listener's entries, its http ones do not."""
+    config = tls_config(
+        tmp_path,
+        origin.url,
+        edge={**pair_keys(certs.issue("example.com")), "trusted_proxies": ["127.0.0.1/32"]},
+    )
+    redirect_plain_to_https(origin, "/site")
+    async with running(config) as service:
+        status, _, body = await get(
+            client, tls_url(service) + "/site", certs.client(), sni="example.com"
+        )
+        assert (status, body) == (200, b"the site")
+        status, headers, body = await plain_get(
+            client,
+            service,
+            "/site",
+            **{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"},
+        )
+        assert (status, body) == (200, b"the site")
+        assert headers["Cache-Status"].endswith("hit")
+        status, headers, _ = await plain_get(client, service, "/site")
+        assert (status, headers["Location"]) == (301, "https://example.com/site")
+    assert [seen.headers["X-Forwarded-Proto"] for seen in origin.seen] == ["https", "http"]
 
 
 # -- protocol versions, ciphers, ALPN ----------------------------------------------------------

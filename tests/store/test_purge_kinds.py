@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from proxy.core.entry import StoredResponse
+from proxy.core.keys import cache_target
 from proxy.core.purges import Purge, purge_request
 from proxy.store.memory import MemoryStore
 
@@ -332,3 +333,42 @@ async def test_stale_while_revalidate_counts_from_a_soft_purge(
     (stale,) = found.variants
     assert stale.expires_at == PURGED_AT
     assert stale.stale_while_revalidate == 30.0
+
+
+@pytest.mark.parametrize(
+    ("purge", "gone"),
+    [
+        (purge_request("url", ["/s/a"]), {"/s/a"}),
+        (purge_request("prefix", ["/s/"]), {"/s/a", "/s/b"}),
+        (purge_request("tag", ["t"]), {"/s/b"}),
+        (purge_request("all", []), {"/s/a", "/s/b", "/x"}),
+    ],
+    ids=["url", "prefix", "tag", "all"],
+)
+async def test_each_kind_covers_a_targets_entries_of_both_schemes(
+    purge: Purge, gone: set[str]
+) -> None:
+    """An https request's key target is marked (core/keys.py); purges name request-targets
+    and cover both schemes' entries, and nothing else."""
+    store = MemoryStore(max_bytes=MiB, clock=lambda: PURGED_AT)
+    for target, tags in (("/s/a", ()), ("/s/b", ("t",)), ("/x", ())):
+        for https in (False, True):
+            await filled(store, DOMAIN, cache_target(target, https), entry(tags=tags))
+    dry = await store.purge(DOMAIN, Purge(purge.kind, purge.items, dry_run=True))
+    assert (dry.entries, sorted(dry.sample)) == (2 * len(gone), sorted(gone))
+    await store.purge(DOMAIN, purge)
+    for target in ("/s/a", "/s/b", "/x"):
+        for https in (False, True):
+            held = store.peek(DOMAIN, cache_target(target, https))
+            assert (held is None) == (target in gone), (target, https)
+
+
+async def test_an_invalidation_drops_both_schemes_entries_and_a_fill_of_either_is_refused() -> None:
+    store = MemoryStore(max_bytes=MiB, clock=lambda: PURGED_AT)
+    await filled(store, DOMAIN, "/p", entry())
+    await filled(store, DOMAIN, cache_target("/p", True), entry())
+    assert await store.invalidate(DOMAIN, "/p") == 2
+    assert store.peek(DOMAIN, "/p") is None and store.peek(DOMAIN, "/p https") is None
+    looked_up = await store.lookup(DOMAIN, cache_target("/p", True))
+    await store.purge(DOMAIN, purge_request("url", ["/p"]))
+    assert not await store.put(looked_up.key, entry())  # fetched before the purge
