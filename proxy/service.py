@@ -34,7 +34,7 @@ from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
 from proxy.config import Config, Listen
 from proxy.edge.access_log import EdgeAccess
-from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
+from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer, HandshakeTimedSite
 from proxy.edge.connections import (
     ConnectionGuard,
     api_share,
@@ -255,6 +255,7 @@ async def edge_listening(
                 "edge.tls_listen",
                 reuse_port=reuse_port,
                 tls=edge.tls.listener_context(),
+                handshake_timeout=edge_config.header_timeout,
             )
         yield edge, url
 
@@ -371,10 +372,13 @@ async def _listen(
     *,
     reuse_port: bool = False,
     tls: ssl.SSLContext | None = None,
+    handshake_timeout: float = 60.0,
 ) -> str:
+    """Listen on ``where``; with ``tls``, a handshake not done ``handshake_timeout``
+    seconds after the connection opened closes it."""
     # A deep accept queue: after a clear, hundreds of clients may connect at once, and with
     # the default of 128 the kernel drops SYNs that are retried only a second later.
-    site = web.TCPSite(
+    site = HandshakeTimedSite(
         runner,
         where.host,
         where.port,
@@ -382,6 +386,7 @@ async def _listen(
         reuse_port=reuse_port or None,
         backlog=LISTEN_BACKLOG,
         ssl_context=tls,
+        handshake_timeout=handshake_timeout,
     )
     try:
         await site.start()

@@ -46,6 +46,13 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   its ``feed_eof``; the header timer sees none of them while the handler runs; flow control
   (``pause_reading``) leaves the HTTP parser alone once ``_upgraded`` is set; and
   ``RequestHandler.close`` (the server's ``pre_shutdown``) makes later reads be dropped.
+- ``HandshakeTimedSite``: a ``web.TCPSite`` whose TLS handshakes must end within a time of
+  ours (aiohttp's sites leave asyncio's 60 s, and a connection reaches the guard only once
+  its handshake is done). Its ``start`` is ``TCPSite.start`` with ``ssl_handshake_timeout``
+  passed to ``loop.create_server``. Assumed: ``BaseSite.start`` registers the site with its
+  runner, and the site's fields are ``_runner``, ``_host``, ``_port``, ``_ssl_context``,
+  ``_backlog``, ``_reuse_address``, ``_reuse_port``, ``_server`` and ``_bound_port``, which
+  ``stop``, ``port`` and the runner's ``addresses`` read.
 """
 
 from __future__ import annotations
@@ -440,3 +447,30 @@ def take_over(request: web.BaseRequest) -> StreamReader:
     protocol.set_parser(cast(Any, _TunnelFeed(reader)))
     protocol.keep_alive(False)
     return reader
+
+
+class HandshakeTimedSite(web.TCPSite):
+    """A TCP site whose TLS handshakes are abandoned (the connection closed) after
+    ``handshake_timeout`` seconds: a client that opens connections and never finishes a
+    handshake holds each that long at most, not asyncio's 60 s."""
+
+    def __init__(self, *args: Any, handshake_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+            ssl_handshake_timeout=self.handshake_timeout if self._ssl_context else None,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

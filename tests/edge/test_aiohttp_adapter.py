@@ -5,10 +5,12 @@ change (or the upgrade wait): see the module's docstring and decision 0013."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import re
 import socket
+import ssl
 import sys
 import tomllib
 from collections import Counter
@@ -28,6 +30,7 @@ from proxy.edge.aiohttp_adapter import (
     GuardedAppRunner,
     GuardedRequestHandler,
     GuardedServer,
+    HandshakeTimedSite,
     OriginConnector,
     Prewritten,
     answer_and_close,
@@ -36,6 +39,7 @@ from proxy.edge.aiohttp_adapter import (
 )
 from proxy.edge.connections import ConnectionGuard
 from tests.conftest import until
+from tests.edge.tls_support import Certificates
 
 MESSAGE = (
     b"HTTP/1.1 200 OK\r\n",
@@ -516,5 +520,61 @@ async def test_a_tunnel_escapes_the_header_timer_and_a_drains_close() -> None:
             writer.write(b"two")
             assert await reader.readexactly(3) == b"two"
         writer.close()
+    finally:
+        await runner.cleanup()
+
+
+# -- HandshakeTimedSite: TLS handshakes within a time of ours ---------------------------------
+
+
+async def closed_by_server(port: int, within: float) -> bool:
+    """Open a TCP connection, send nothing, and say whether the server closed it within
+    ``within`` seconds (a bound: False if it did not)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        async with asyncio.timeout(within):
+            try:
+                return await reader.read() == b""
+            except ConnectionResetError:
+                return True
+    except TimeoutError:
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def test_a_handshake_timed_site_serves_tls_and_drops_a_silent_client(
+    tmp_path: Path,
+) -> None:
+    """The site is TCPSite's, with ``ssl_handshake_timeout``: it registers with its runner,
+    reports its bound port, serves TLS clients, closes a connection whose handshake has not
+    begun after the timeout (the plain TCPSite keeps it for asyncio's 60 s), and stops."""
+    certs = Certificates(tmp_path)
+    pair = certs.issue("localhost")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pair.cert, pair.key)
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response(body=b"over tls")
+
+    runner = web.ServerRunner(web.Server(handle))
+    await runner.setup()
+    site = HandshakeTimedSite(runner, "127.0.0.1", 0, ssl_context=context, handshake_timeout=0.5)
+    plain_site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    try:
+        await site.start()
+        await plain_site.start()
+        port = site.port
+        assert port != 0 and runner.addresses[0][1] == port and site in runner.sites
+        url = f"https://localhost:{port}/"
+        async with aiohttp.ClientSession() as client, client.get(url, ssl=certs.client()) as got:
+            assert (got.status, await got.read()) == (200, b"over tls")
+        assert await closed_by_server(port, within=10.0)
+        assert not await closed_by_server(plain_site.port, within=1.5)  # what it replaces
+        await site.stop()
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", port)
     finally:
         await runner.cleanup()

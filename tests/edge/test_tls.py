@@ -8,6 +8,7 @@ trustme certificates and real TLS clients: the ssl module, aiohttp and curl."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -261,6 +262,28 @@ async def test_a_trusted_proxys_https_is_keyed_as_https(
         status, headers, _ = await plain_get(client, service, "/site")
         assert (status, headers["Location"]) == (301, "https://example.com/site")
     assert [seen.headers["X-Forwarded-Proto"] for seen in origin.seen] == ["https", "http"]
+
+
+async def test_a_client_that_never_finishes_its_handshake_is_closed_after_header_timeout(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """A connection to the TLS listener has ``edge.header_timeout`` for its handshake (then
+    as long again for its request head), not asyncio's 60 s."""
+    config = tls_config(
+        tmp_path, origin.url, edge={**pair_keys(certs.issue("example.com")), "header_timeout": 1}
+    )
+    async with running(config) as service:
+        port = int(tls_url(service).rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x16\x03\x01")  # the start of a ClientHello, and then nothing
+        try:
+            async with asyncio.timeout(10):  # a bound: the handshake timeout is 1 s
+                with contextlib.suppress(ConnectionResetError):
+                    assert await reader.read() == b""
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
 
 # -- protocol versions, ciphers, ALPN ----------------------------------------------------------
