@@ -240,7 +240,7 @@ async def edge_listening(
         tls_runner = None
         if edge_config.tls_listen is not None:
             # The same edge behind the Host-vs-SNI check, with the same log and figures.
-            tls_handler = TlsHandler(edge.handle_tls, edge.tls).handle
+            tls_handler = TlsHandler(edge.handle, edge.tls).handle
             tls_runner = await _edge_runner(tls_handler, guard, access, draining, stack)
         stack.push_async_callback(draining.drain)  # before the runners' cleanup
         where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)

@@ -25,6 +25,7 @@ import stat
 import threading
 import time
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
@@ -45,7 +46,7 @@ from proxy.core.responses import (
     bucket_of,
 )
 from proxy.edge.aiohttp_adapter import Prewritten
-from proxy.edge.origin import ORIGIN_SECONDS
+from proxy.edge.origin import ORIGIN_SECONDS, REQUEST_STARTED
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ _FAST = FAST_MICROSECONDS
 _FAST_BUCKET = FAST_BUCKET
 _bucket_of = bucket_of
 _REFERER = hdrs.REFERER
+_REQUEST_STARTED = REQUEST_STARTED
+_perf_counter = perf_counter
 _USER_AGENT = hdrs.USER_AGENT
 
 
@@ -178,10 +181,14 @@ class _Hook(AbstractAccessLogger):
                 headers = request.headers
                 host = headers.get(_HOST)
                 sent = response.body_length
+                took = _perf_counter() - response.started
                 _queue(
-                    access, writer, request, response, headers, host, response.status, sent, time
+                    access, writer, request, response, headers, host, response.status, sent, took
                 )
             return
+        started = _REQUEST_STARTED.get()
+        if started is not None:  # else aiohttp answered it alone (400): the loop's time
+            time = _perf_counter() - started
         headers = request.headers
         host = headers.get(_HOST)
         counts = access.by_host.get(host)

@@ -110,7 +110,7 @@ class Prewritten(web.StreamResponse):
         # written, and the perf_counter() its request's lookup began at: a fast hit is not
         # passed through the access-log hook's figures (decision 0019 has the cost).
         self._counts = counts
-        self._started = started
+        self.started = started
         # Hits share their entries' status lines: the few distinct ones are parsed once.
         status = _STATUSES.get(parts[0])
         self.status = status if status is not None else _status_of(parts[0])
@@ -173,7 +173,7 @@ class Prewritten(web.StreamResponse):
             self._body_length = self.body_length = len(message)
         counts = self._counts
         if counts is not None:
-            seconds = perf_counter() - self._started
+            seconds = perf_counter() - self.started
             counts[self.status // 100 % 10] += 1
             counts[SENT] += self.body_length
             us = int(seconds * 1e6)

@@ -63,7 +63,7 @@ from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import request_client, trusted_proxies
 from proxy.edge.aiohttp_adapter import answer_and_close, request_head
 from proxy.edge.flights import Flight, FlightResult, Flights
-from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
+from proxy.edge.origin import REQUEST_STARTED, ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
@@ -110,7 +110,10 @@ class Edge:
         self._capability = surrogate_capability(cache.name)
         self._via = edge.via
         self._trusted = trusted_proxies(config)  # whose X-Forwarded-For is believed
-        self._believes = bool(self._trusted)  # read per request: no __len__ call
+        # Whether a request can be https (a TLS listener, or a proxy believed to say so):
+        # read per request, so a plain-HTTP edge skips the scheme (core/keys.py).
+        self._tls_listener = edge.tls_listen is not None
+        self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
         self._body_timeout = edge.body_timeout
         self._buffer_bytes = edge.request_buffer_bytes
         self._slots = ConnectionSlots(config.domains)
@@ -142,7 +145,7 @@ class Edge:
         # checked) before anything has changed.
         self.tls.reconfigure(config)
         self._trusted = trusted_proxies(config)
-        self._believes = bool(self._trusted)
+        self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
         self._domains = config.by_name
         self._hosts = {}
         self._slots = self._slots.reconfigured(config.domains)
@@ -168,19 +171,14 @@ class Edge:
         them, so the fast path never serves it."""
         return respond.prepared(entry, via=self._via, status=self._hit_status)
 
-    async def handle_tls(self, request: web.BaseRequest) -> web.StreamResponse:
-        """``handle`` for the TLS listener's requests."""
-        return await self.handle(request, True)
-
-    def _https(self, request: web.BaseRequest, tls: bool) -> bool:
+    def _https(self, request: web.BaseRequest) -> bool:
         """Whether the request is keyed as https (core/keys.py): the scheme the origin is
-        told, which a trusted proxy may say (X-Forwarded-Proto, Forwarded)."""
-        if not self._believes:
-            return tls
+        told, the listener's or what a trusted proxy says (X-Forwarded-Proto, Forwarded)."""
+        if not self._keyed_by_scheme:
+            return False  # no TLS listener, no trusted proxy: every request is http
         return request_client(self._trusted, request).scheme == "https"
 
-    async def handle(self, request: web.BaseRequest, tls: bool = False) -> web.StreamResponse:
-        """Answer a request from the edge listener (``tls``: from the TLS listener)."""
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         head = request_head(request)  # its fields, not the request's reified properties
         headers = head.headers
         host = headers.get(hdrs.HOST)
@@ -203,8 +201,8 @@ class Edge:
         ):
             started = perf_counter()
             raw = head.path
-            if tls or self._believes:
-                raw = cache_target(raw, self._https(request, tls))
+            if self._keyed_by_scheme:
+                raw = cache_target(raw, self._https(request))
             entry = self._peek(config.name, raw) if raw[:1] == "/" else None
             if entry is not None and entry.hit_lines:
                 now = self._clock()
@@ -219,6 +217,7 @@ class Edge:
                             config.name
                         ).counts
                     return respond.Hit(parts, figures, started)
+        REQUEST_STARTED.set(perf_counter())  # the access log's time (proxy/edge/origin.py)
         target = request_target(request.raw_path, config.name)
         if target is None:
             return respond.text(400, "400 Bad Request: the request-target does not name this host")
@@ -233,7 +232,7 @@ class Edge:
             if protocols is not None:
                 return await self._tunnel(request, config, target, protocols)
         if may_use_cache(request.method, headers, has_body=request.body_exists):
-            return await self._cacheable(request, config, target, self._https(request, tls))
+            return await self._cacheable(request, config, target, self._https(request))
         fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
         return await self._forward(request, config, target, fwd)
 

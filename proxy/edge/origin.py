@@ -46,6 +46,11 @@ CHUNK = 64 * 1024
 # for its access log line. aiohttp runs each request in a task of its own, so the value is
 # that request's (a background revalidation's task keeps its own).
 ORIGIN_SECONDS: ContextVar[float | None] = ContextVar("origin_seconds", default=None)
+# The perf_counter() at which the edge began a request it did not answer as a fast hit (a
+# fast hit carries its own, Prewritten.started): its access-log line and figures are timed
+# from it. aiohttp's own time is the loop's clock, which under uvloop counts whole
+# milliseconds (a request's total could read less than its origin time).
+REQUEST_STARTED: ContextVar[float | None] = ContextVar("request_started", default=None)
 
 
 def new_session() -> aiohttp.ClientSession:
