@@ -97,6 +97,11 @@ def size_text(count: int) -> str:
     return f"{value:.1f} {unit}"
 
 
+def duration_text(seconds: float) -> str:
+    """A purge's time for people: 0.2 ms, 12.5 ms, 1.25 s."""
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 def _what(kind: object, items: object, domain: object, total: object = None) -> str:
     if kind == "all" or kind not in _NOUNS:
         return f"all of {domain}"
@@ -110,7 +115,7 @@ def _what(kind: object, items: object, domain: object, total: object = None) -> 
 def describe(fields: Mapping[str, object]) -> str:
     """One or two lines a person reads: what was purged (or would be), how much, how long.
 
-    ``purged 3 URLs of example.com: 5 entries, 12.3 KiB (purge 42) in 0.002 s``;
+    ``purged 3 URLs of example.com: 5 entries, 12.3 KiB (purge 42) in 2.1 ms``;
     ``soft-purged ...`` for a soft purge; ``at most ...`` when not exact; a dry run says
     ``would purge ...`` and names its sample (``at least ...``: a fleet dry run that not
     every edge process answered)."""
@@ -129,7 +134,7 @@ def describe(fields: Mapping[str, object]) -> str:
     else:
         amount = "at most " + amount + " (a dry run counts them exactly)"
     seconds = fields.get("seconds")
-    took = f" in {seconds:.3f} s" if isinstance(seconds, (int, float)) else ""
+    took = f" in {duration_text(seconds)}" if isinstance(seconds, (int, float)) else ""
     if fields.get("dry_run"):
         line = f"would {soft}purge {what}: {amount}{took}; nothing was changed"
         sample = fields.get("sample")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlencode
@@ -138,6 +139,7 @@ async def test_confirm_purges_what_was_previewed_and_shows_the_receipt(
     assert done.html.find("h1").text == "Purge receipt"
     assert receipt_figure(done, "domain") == DOMAIN
     assert receipt_figure(done, "number") == "1"
+    assert re.fullmatch(r"\d+\.\d ms", receipt_figure(done, "seconds"))  # not "0.000 s"
     if exact:
         assert receipt_figure(done, "amount").startswith(f"{len(covered)} entries, ")
     else:  # lazy: the domain's entries, as a bound
@@ -310,6 +312,19 @@ async def test_history_shows_kinds_receipts_and_old_rows(filled: Dashboard) -> N
     assert dry_prefix["receipt"].startswith("/assets/ : 2 entries, 1.2 KiB Receipt would purge")
     assert (cleared["kind"], cleared["receipt"]) == ("clear", "—")
     assert (old["kind"], old["receipt"]) == ("clear", "—")
+    assert [row["dropped"] for row in (purged, dry_url, dry_prefix, cleared, old)] == [
+        "0", "0", "0", "1", "3"
+    ]  # fmt: skip
+
+
+async def test_history_says_at_most_for_a_purge_that_did_not_count(filled: Dashboard) -> None:
+    """A prefix purge drops what it covers without counting it: its record holds the
+    domain's entries, an upper bound, and History must not show it as a count."""
+    await preview_and_confirm(filled, purge_fields(DOMAIN, "prefix", "/assets/"))
+    page = await filled.get("/dashboard/history?kind=prefix")
+    purged, dry_run = history_rows(page)
+    assert (purged["outcome"], purged["dropped"]) == ("purged", f"≤ {len(STORED)}")
+    assert (dry_run["outcome"], dry_run["dropped"]) == ("dry_run", "0")
 
 
 @pytest.mark.parametrize(

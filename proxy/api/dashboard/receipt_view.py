@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.api.purge import UNKNOWN_KIND
-from proxy.core.receipts import describe, size_text
+from proxy.core.receipts import describe, duration_text, size_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
 
 # Labels of the kinds, for the form's select and the pages.
@@ -58,6 +58,10 @@ class ReceiptView:
         if self.bytes is not None:
             text += f", {size_text(self.bytes)}"
         return text if self.exact else "at most " + text
+
+    @property
+    def took(self) -> str:
+        return duration_text(self.seconds) if self.seconds is not None else "—"
 
     @property
     def edge(self) -> str | None:
@@ -128,6 +132,15 @@ class HistoryRow:
     kind: str  # url, prefix, tag, all, or "clear" (no kind: clear-cache, or before schema 5)
     dry_run: bool
     receipt: ReceiptView | None
+
+    @property
+    def dropped(self) -> str:
+        """The Entries dropped cell: "≤ N" for a purge that did not count what it covered
+        (N is then the domain's entries and bytes, an upper bound), else the count."""
+        count = self.record.entries_dropped
+        if self.receipt is not None and not self.receipt.exact and not self.dry_run:
+            return f"≤ {count}"
+        return str(count)
 
 
 def history_row(record: AuditRecord) -> HistoryRow:
