@@ -47,7 +47,7 @@ from proxy.edge.origin import new_session
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
 from proxy.reload import domains_hook, reloading
-from proxy.state.sqlite import AsyncState
+from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
 from proxy.store.memory import MemoryStore
 from proxy.telemetry import StoreFigures, Telemetry

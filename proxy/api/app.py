@@ -30,7 +30,7 @@ from proxy.api.readiness import READINESS, READYZ_PATH, Readiness, readiness_con
 from proxy.config import Config
 from proxy.core.ratelimit import FailureThrottle, SlidingWindow
 from proxy.routes import CLEAR_CACHE_PATH, PURGE_PATH
-from proxy.state.sqlite import AsyncState
+from proxy.state.async_state import AsyncState
 from proxy.store.base import Purger
 from proxy.telemetry import METRICS_PATH, TELEMETRY, StoreFigures, Telemetry, metrics
 

@@ -51,7 +51,8 @@ from proxy.errors import (
     PurgeUnsupported,
     StateError,
 )
-from proxy.state.sqlite import AsyncState, AuditRecord, TokenRecord
+from proxy.state.async_state import AsyncState
+from proxy.state.sqlite import AuditRecord, TokenRecord
 from proxy.store.base import Purger
 from proxy.telemetry import Telemetry
 

@@ -1,5 +1,6 @@
 """What must survive a restart: API tokens (hashes only) and the purge audit log."""
 
-from proxy.state.sqlite import AsyncState, AuditRecord, StateDB, TokenRecord
+from proxy.state.async_state import AsyncState
+from proxy.state.sqlite import AuditRecord, StateDB, TokenRecord
 
 __all__ = ["AsyncState", "AuditRecord", "StateDB", "TokenRecord"]

@@ -1,6 +1,6 @@
 """The audit journal: every audit record is on disk before its clear is answered.
 
-SQLite is written behind the answer, in batches (``sqlite.AsyncState``): one transaction per
+SQLite is written behind the answer, in batches (``async_state.AsyncState``): one transaction per
 clear cost the edge's core more than the clear itself (decision 0010). A process killed in
 that window lost the records of clears it had already confirmed. So each record is first
 appended to this journal, with one ``write()`` on an ``O_APPEND`` file descriptor, before the

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.api.app import create_api_app
 from proxy.core.tokens import Scope
-from proxy.state.sqlite import AsyncState
+from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger
 from proxy.store.memory import MemoryStore
 from tests.api.support import (

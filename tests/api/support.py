@@ -17,7 +17,8 @@ from multidict import CIMultiDict
 
 from proxy.config import Config, parse_config
 from proxy.core.entry import CacheKey, StoredResponse
-from proxy.state.sqlite import AsyncState, AuditRecord
+from proxy.state.async_state import AsyncState
+from proxy.state.sqlite import AuditRecord
 from proxy.store.memory import MemoryStore
 
 CLEAR_CACHE = "/api/v1/cdn/clear-cache"

@@ -19,7 +19,8 @@ from argon2 import PasswordHasher, profiles
 from multidict import CIMultiDict
 
 from proxy.config import Config, parse_config
-from proxy.state.sqlite import AsyncState, AuditRecord
+from proxy.state.async_state import AsyncState
+from proxy.state.sqlite import AuditRecord
 from proxy.store.memory import MemoryStore
 from proxy.telemetry import Telemetry
 from tests.api.support import DOMAINS, START, FakeClock, stored_response

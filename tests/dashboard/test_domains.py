@@ -13,7 +13,8 @@ from proxy.api.app import create_api_app
 from proxy.api.clear_cache import OUTCOMES
 from proxy.core.tokens import Scope
 from proxy.state.admins import hash_password
-from proxy.state.sqlite import AsyncState, AuditRecord
+from proxy.state.async_state import AsyncState
+from proxy.state.sqlite import AuditRecord
 from proxy.store.base import ClearResult, LocalPurger
 from proxy.store.memory import MemoryStore
 from proxy.telemetry import Telemetry

@@ -19,7 +19,8 @@ from proxy.state.admins import (
     password_hasher,
     verify_password,
 )
-from proxy.state.sqlite import SCHEMA_VERSION, AsyncState, StateDB
+from proxy.state.async_state import AsyncState
+from proxy.state.sqlite import SCHEMA_VERSION, StateDB
 
 T0 = 1_700_000_000.0
 CHEAP = PasswordHasher.from_parameters(profiles.CHEAPEST)

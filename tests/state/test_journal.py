@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import StateError
+from proxy.state.async_state import AsyncState
 from proxy.state.journal import (
     AuditJournal,
     decode,
@@ -18,7 +19,7 @@ from proxy.state.journal import (
     journal_directory,
     read_segment,
 )
-from proxy.state.sqlite import AsyncState, AuditRecord, StateDB
+from proxy.state.sqlite import AuditRecord, StateDB
 
 T0 = 1_700_000_000.0
 

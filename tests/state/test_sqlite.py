@@ -14,15 +14,8 @@ import pytest
 
 from proxy.core.tokens import Scope, hash_token
 from proxy.errors import NotFoundError, StateError
-from proxy.state.sqlite import (
-    AUDIT_BATCH_MAX,
-    AUDIT_FLUSH_SECONDS,
-    SCHEMA_VERSION,
-    AsyncState,
-    AuditRecord,
-    StateDB,
-    TokenRecord,
-)
+from proxy.state.async_state import AUDIT_BATCH_MAX, AUDIT_FLUSH_SECONDS, AsyncState
+from proxy.state.sqlite import SCHEMA_VERSION, AuditRecord, StateDB, TokenRecord
 
 T0 = 1_700_000_000.0
 EXAMPLE = Scope.only(["example.com"])

@@ -15,7 +15,7 @@ from proxy.api.clear_cache import ClearCacheContext
 from proxy.config import Config
 from proxy.core.ratelimit import FailureThrottle
 from proxy.core.sessions import SessionPolicy
-from proxy.state.sqlite import AsyncState
+from proxy.state.async_state import AsyncState
 from proxy.telemetry import StoreFigures, Telemetry
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
