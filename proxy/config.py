@@ -5,8 +5,9 @@ ConfigError naming the key (``domains[1].origin: ...``); nothing is started befo
 file is known to be good.
 
 Each table is a frozen dataclass whose fields are its keys. A field's ``Annotated`` metadata is
-the function that checks and converts its value, and the field's default is the key's default,
-so adding a key is one line and ``_build`` does the rest: unknown keys, required keys, defaults.
+the function that checks and converts its value (``config_values.py``, imported as ``check``),
+and the field's default is the key's default, so adding a key is one line and ``_build`` does
+the rest: unknown keys, required keys, defaults.
 Rules between keys (two listeners, two limits) sit in the function that builds their table.
 Decision 0012 says why this is hand-written rather than msgspec or pydantic.
 
@@ -27,28 +28,17 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
-from urllib.parse import urlsplit
 
+from proxy import config_values as check
 from proxy.config_tls import checked_tls
-from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.encodings import DEFAULT_ENCODINGS, check_encodings
-from proxy.core.forwarded import HEADER_KINDS, X_FORWARDED_FOR, Network, parse_networks
+from proxy.config_values import Listen
+from proxy.core.encodings import DEFAULT_ENCODINGS
+from proxy.core.forwarded import X_FORWARDED_FOR, Network
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
-_UNITS = {
-    None: 1,
-    "B": 1,
-    "KB": 1000,
-    "KiB": 1024,
-    "MB": 1000**2,
-    "MiB": 1024**2,
-    "GB": 1000**3,
-    "GiB": 1024**3,
-}
 _DEFAULT_MAX_OBJECT = 8 * 1024**2  # unless cache.max_bytes is smaller
 _TABLES = ("edge", "api", "cache", "state", "dashboard", "fleet", "domains")
 
@@ -62,115 +52,106 @@ _T = TypeVar("_T", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
-class Listen:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
 class DomainConfig:
-    name: Annotated[str, _domain_name]
-    origin: Annotated[str, _origin]  # scheme://host[:port], no path
-    heuristic_freshness: Annotated[bool, _flag] = False
-    connect_timeout: Annotated[float, _seconds] = 5.0
-    read_timeout: Annotated[float, _seconds] = 30.0
+    name: Annotated[str, check.domain_name]
+    origin: Annotated[str, check.origin]  # scheme://host[:port], no path
+    heuristic_freshness: Annotated[bool, check.flag] = False
+    connect_timeout: Annotated[float, check.seconds] = 5.0
+    read_timeout: Annotated[float, check.seconds] = 30.0
     # Seconds past expiry a stored response may still be served while the origin cannot be
     # reached (RFC 9111 §4.2.4) or answers 500, 502, 503 or 504 (RFC 5861 §4), unless the
     # response forbids it. Off (0) unless configured: the response's own stale-if-error wins.
-    stale_if_error: Annotated[float, _seconds_or_zero] = 0.0
+    stale_if_error: Annotated[float, check.seconds_or_zero] = 0.0
     # Connections to the origin this edge process holds at once for the domain, and how long a
     # request waits for one before it is answered 503 (decision 0015).
-    origin_connections: Annotated[int, _count] = 256
-    origin_queue_timeout: Annotated[float, _seconds] = 5.0
+    origin_connections: Annotated[int, check.count] = 256
+    origin_queue_timeout: Annotated[float, check.seconds] = 5.0
     # Content codings the origin is asked for, in order of preference; each request's
     # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
-    encodings: Annotated[tuple[str, ...], _encodings] = DEFAULT_ENCODINGS
+    encodings: Annotated[tuple[str, ...], check.encodings] = DEFAULT_ENCODINGS
     # TLS (decision 0018): this domain's certificate (PEM, its chain after it) and key for the
     # edge's tls_listen, chosen by SNI; and the CA bundle its https:// origin is verified
     # against instead of the system store. Paths are relative to the config file.
-    tls_cert: Annotated[Path | None, _path] = None
-    tls_key: Annotated[Path | None, _path] = None
-    origin_ca: Annotated[Path | None, _path] = None
+    tls_cert: Annotated[Path | None, check.path] = None
+    tls_key: Annotated[Path | None, check.path] = None
+    origin_ca: Annotated[Path | None, check.path] = None
     # Response fields read as the origin's tags for tag purges (decision 0024), and removed
     # before responses reach clients: "Surrogate-Key" (space-separated), "Cache-Tag"
     # (comma-separated), both, or none ([]).
-    tag_headers: Annotated[tuple[str, ...], _tag_headers] = ("Surrogate-Key", "Cache-Tag")
+    tag_headers: Annotated[tuple[str, ...], check.tag_headers] = ("Surrogate-Key", "Cache-Tag")
 
 
 @dataclass(frozen=True, slots=True)
 class EdgeConfig:
-    listen: Annotated[Listen, _listen]
-    shutdown_timeout: Annotated[float, _seconds] = 30.0
-    via: Annotated[str, _token_text] = "cdn-proxy"
+    listen: Annotated[Listen, check.listen]
+    shutdown_timeout: Annotated[float, check.seconds] = 30.0
+    via: Annotated[str, check.token_text] = "cdn-proxy"
     # Edge processes sharing the listen port (SO_REUSEPORT); "auto" is one per usable core.
     # More than one makes them a fleet: see [fleet].
-    workers: Annotated[int, _workers] = 1
+    workers: Annotated[int, check.workers] = 1
     # Request bodies (decision 0015): the longest wait for the next piece of one (nginx's
     # client_body_timeout), and how much of one is read before the origin is asked (nginx's
     # proxy_request_buffering); a longer one is streamed.
-    body_timeout: Annotated[float, _seconds] = 60.0
-    request_buffer_bytes: Annotated[int, _size] = 1024**2
+    body_timeout: Annotated[float, check.seconds] = 60.0
+    request_buffer_bytes: Annotated[int, check.size] = 1024**2
     # Seconds a connection may take to send a whole request head, from its opening or from
     # the head's first byte (nginx: client_header_timeout); then it is closed (408).
-    header_timeout: Annotated[float, _seconds] = 15.0
+    header_timeout: Annotated[float, check.seconds] = 15.0
     # Seconds a connection may stay idle between requests (nginx: keepalive_timeout).
-    keepalive_timeout: Annotated[float, _seconds] = 30.0
+    keepalive_timeout: Annotated[float, check.seconds] = 30.0
     # Open client connections, for the node (each worker takes its share); "auto" (None)
     # derives it from the open-files limit (proxy/edge/connections.py).
-    max_connections: Annotated[int | None, _max_connections] = None
+    max_connections: Annotated[int | None, check.max_connections] = None
     # HTTPS beside listen (decision 0018), serving the same domains; and the certificate for
     # a client whose SNI names no domain with a certificate of its own (or none at all).
-    tls_listen: Annotated[Listen | None, _listen] = None
-    tls_cert: Annotated[Path | None, _path] = None
-    tls_key: Annotated[Path | None, _path] = None
+    tls_listen: Annotated[Listen | None, check.listen] = None
+    tls_cert: Annotated[Path | None, check.path] = None
+    tls_key: Annotated[Path | None, check.path] = None
     # Upgraded connections (WebSocket and any other Upgrade, decision 0022): closed after this
     # many seconds without a byte either way (nginx: proxy_read_timeout), and after this many
     # seconds in all, however busy.
-    tunnel_idle_timeout: Annotated[float, _seconds] = 60.0
-    tunnel_max_seconds: Annotated[float, _seconds] = 86_400.0
+    tunnel_idle_timeout: Annotated[float, check.seconds] = 60.0
+    tunnel_max_seconds: Annotated[float, check.seconds] = 86_400.0
     # Peers whose X-Forwarded-For/-Proto (or Forwarded) are believed (proxy/core/forwarded.py).
-    trusted_proxies: Annotated[tuple[Network, ...], _networks] = ()
-    forwarded_header: Annotated[str, _forwarded_header] = X_FORWARDED_FOR
+    trusted_proxies: Annotated[tuple[Network, ...], check.networks] = ()
+    forwarded_header: Annotated[str, check.forwarded_header] = X_FORWARDED_FOR
     # The access log: "-" (standard output), a file path, or None (false: off). Decision 0019.
-    access_log: Annotated[str | None, _access_log] = None
-    access_log_format: Annotated[str, _access_log_format] = "combined"
+    access_log: Annotated[str | None, check.access_log] = None
+    access_log_format: Annotated[str, check.access_log_format] = "combined"
 
 
 @dataclass(frozen=True, slots=True)
 class ApiConfig:
-    listen: Annotated[Listen, _listen]
-    max_body_bytes: Annotated[int, _size] = 4096
-    auth_failures_allowed: Annotated[int, _count] = 10
-    auth_failure_window: Annotated[float, _seconds] = 60.0
+    listen: Annotated[Listen, check.listen]
+    max_body_bytes: Annotated[int, check.size] = 4096
+    auth_failures_allowed: Annotated[int, check.count] = 10
+    auth_failure_window: Annotated[float, check.seconds] = 60.0
     # seconds a clear-cache request's whole body may take to arrive (it is at most
     # max_body_bytes); a body still incomplete then is answered 408 and its connection closed
-    body_timeout: Annotated[float, _seconds] = 10.0
-    header_timeout: Annotated[float, _seconds] = 15.0  # as edge.header_timeout
-    keepalive_timeout: Annotated[float, _seconds] = 30.0  # as edge.keepalive_timeout
-    trusted_proxies: Annotated[tuple[Network, ...], _networks] = ()  # as edge.trusted_proxies
-    forwarded_header: Annotated[str, _forwarded_header] = X_FORWARDED_FOR
+    body_timeout: Annotated[float, check.seconds] = 10.0
+    header_timeout: Annotated[float, check.seconds] = 15.0  # as edge.header_timeout
+    keepalive_timeout: Annotated[float, check.seconds] = 30.0  # as edge.keepalive_timeout
+    trusted_proxies: Annotated[tuple[Network, ...], check.networks] = ()  # as edge.trusted_proxies
+    forwarded_header: Annotated[str, check.forwarded_header] = X_FORWARDED_FOR
     # A purge body (POST /api/v1/cdn/purge) carries up to 256 URLs, prefixes or tags: 1 MiB
     # holds 256 targets of 4 KiB; raise it for longer ones (a target may have 8,190 bytes).
-    max_purge_body_bytes: Annotated[int, _size] = 1024**2
+    max_purge_body_bytes: Annotated[int, check.size] = 1024**2
 
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    max_bytes: Annotated[int, _size]
-    max_object_bytes: Annotated[int, _size]  # defaults to min(max_bytes, 8 MiB): see _cache
-    name: Annotated[str, _token_text] = "cdn-proxy"
+    max_bytes: Annotated[int, check.size]
+    max_object_bytes: Annotated[int, check.size]  # defaults to min(max_bytes, 8 MiB): see _cache
+    name: Annotated[str, check.token_text] = "cdn-proxy"
 
 
 @dataclass(frozen=True, slots=True)
 class StateConfig:
-    path: Annotated[Path, _path]
-    audit_max_rows: Annotated[int, _count] = 100_000
+    path: Annotated[Path, check.path]
+    audit_max_rows: Annotated[int, check.count] = 100_000
     # true: each audit record waits for fdatasync before its clear is answered, so that a
     # power loss cannot lose it either (a process crash cannot without it)
-    audit_fsync: Annotated[bool, _flag] = False
+    audit_fsync: Annotated[bool, check.flag] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +159,16 @@ class DashboardConfig:
     """The dashboard on the API listener: sessions and sign-in throttling."""
 
     # seconds without a request that end a session
-    session_idle_timeout: Annotated[float, _seconds] = 3600.0
+    session_idle_timeout: Annotated[float, check.seconds] = 3600.0
     # seconds after sign-in that end it regardless
-    session_lifetime: Annotated[float, _seconds] = 28_800.0
+    session_lifetime: Annotated[float, check.seconds] = 28_800.0
     # per user name and per address, before delays start
-    signin_failures_allowed: Annotated[int, _count] = 5
+    signin_failures_allowed: Annotated[int, check.count] = 5
     # the cap of the doubling delay, in seconds
-    signin_max_delay: Annotated[float, _delay_cap] = 900.0
+    signin_max_delay: Annotated[float, check.delay_cap] = 900.0
     # The listener speaks plain HTTP; true marks the session cookie Secure, for when the
     # dashboard is reached over HTTPS through a TLS-terminating proxy.
-    secure_cookie: Annotated[bool, _flag] = False
+    secure_cookie: Annotated[bool, check.flag] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,18 +177,18 @@ class FleetConfig:
 
     # redis://, rediss:// or unix:// (Valkey or Redis). Left out: the control process starts
     # an embedded Valkey on a Unix socket beside the state database (workers on one machine).
-    url: Annotated[str | None, _fleet_url] = None
-    node: Annotated[str, _token_text] = ""  # this machine's name in the fleet; the host name
-    lease: Annotated[float, _seconds] = 2.0  # an edge process serves from cache only within it
-    renew: Annotated[float, _seconds] = 0.5  # how often an edge process renews its lease
+    url: Annotated[str | None, check.fleet_url] = None
+    node: Annotated[str, check.token_text] = ""  # this machine's name in the fleet; the host name
+    lease: Annotated[float, check.seconds] = 2.0  # an edge process serves from cache only within it
+    renew: Annotated[float, check.seconds] = 0.5  # how often an edge process renews its lease
     # How long a clear may wait for every live edge process before it answers 503.
-    clear_timeout: Annotated[float, _seconds] = 5.0
+    clear_timeout: Annotated[float, check.seconds] = 5.0
     # How often a waiting clear asks Valkey again when no ack hint has come (hints are lost).
-    poll_interval: Annotated[float, _seconds] = 0.05
-    timeout: Annotated[float, _seconds] = 0.5  # the longest any one Valkey call may take
+    poll_interval: Annotated[float, check.seconds] = 0.05
+    timeout: Annotated[float, check.seconds] = 0.5  # the longest any one Valkey call may take
     # How many replicas must have each clear and each sync (WAIT) before it counts, so a
     # failover to a replica loses neither; 0: a single Valkey (0014 "Failover").
-    replicas: Annotated[int, _replicas] = 0
+    replicas: Annotated[int, check.replicas] = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +315,7 @@ def _host_name() -> str:
 
 
 def _cache(raw: Mapping[str, Any]) -> CacheConfig:
-    max_bytes = _size("cache.max_bytes", raw.get("max_bytes"))
+    max_bytes = check.size("cache.max_bytes", raw.get("max_bytes"))
     cache = _build(
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
@@ -383,9 +364,9 @@ def _build(cls: type[_T], where: str, raw: Mapping[str, Any]) -> _T:
     fields = _checked_fields(cls)
     _only_keys(where, raw, fields)
     values = {}
-    for name, (check, required) in fields.items():
+    for name, (checked, required) in fields.items():
         if name in raw or required:
-            values[name] = check(f"{where}.{name}", raw.get(name))
+            values[name] = checked(f"{where}.{name}", raw.get(name))
     return cls(**values)
 
 
@@ -407,190 +388,6 @@ def _only_keys(where: str, table: Mapping[str, Any], allowed: Collection[str]) -
         if key not in allowed:
             name = f"{where}.{key}" if where else key
             raise ConfigError(name, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
-
-
-# -- checks of single values --------------------------------------------------------------------
-
-
-def _listen(key: str, value: object) -> Listen:
-    if not isinstance(value, str):
-        raise ConfigError(key, "is required and must be a string such as '127.0.0.1:8080'")
-    host, sep, port_text = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(key, f"{value!r} must be HOST:PORT with a port from 0 to 65535")
-    return Listen(host=host, port=int(port_text))
-
-
-def _size(key: str, value: object) -> int:
-    if value is None:
-        raise ConfigError(key, "is required")
-    if isinstance(value, bool):
-        raise ConfigError(key, "must be a size such as 256MiB")
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, str) and (match := _SIZE.match(value)):
-        size = int(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        raise ConfigError(key, f"{value!r} is not a size (use bytes or a unit: KiB, MiB, GiB)")
-    if size <= 0:
-        raise ConfigError(key, "must be greater than zero")
-    return size
-
-
-def _seconds(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(key, "must be a number of seconds greater than zero")
-    return float(value)
-
-
-def _seconds_or_zero(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(key, "must be a number of seconds, 0 or more")
-    return float(value)
-
-
-def _delay_cap(key: str, value: object) -> float:
-    seconds = _seconds(key, value)
-    if seconds < 1:
-        raise ConfigError(key, "must be at least 1 second")
-    return seconds
-
-
-def _workers(key: str, value: object) -> int:
-    if value == "auto":
-        return len(os.sched_getaffinity(0))
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
-        raise ConfigError(key, 'must be a whole number from 1 to 256, or "auto"')
-    return value
-
-
-def _replicas(key: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
-        raise ConfigError(key, "must be a whole number from 0 to 16")
-    return value
-
-
-def _max_connections(key: str, value: object) -> int | None:
-    if value == "auto":
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
-        raise ConfigError(key, 'must be a whole number from 1 to 10000000, or "auto"')
-    return value
-
-
-def _networks(key: str, value: object) -> tuple[Network, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(key, 'must be a list of CIDRs such as ["10.0.0.0/8", "::1"]')
-    try:
-        return parse_networks(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
-
-
-def _forwarded_header(key: str, value: object) -> str:
-    if value not in HEADER_KINDS:
-        raise ConfigError(key, f"must be one of: {', '.join(HEADER_KINDS)}")
-    return str(value)
-
-
-def _access_log(key: str, value: object) -> str | None:
-    if value is False:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(key, 'must be "-" (standard output), a file path, or false')
-    return value
-
-
-def _access_log_format(key: str, value: object) -> str:
-    if value not in ("combined", "json"):
-        raise ConfigError(key, 'must be "combined" or "json"')
-    return str(value)
-
-
-def _fleet_url(key: str, value: object) -> str:
-    if not isinstance(value, str) or urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(key, f"{value!r} must be a redis://, rediss:// or unix:// URL")
-    parts = urlsplit(value)
-    if parts.scheme == "unix" and not parts.path:
-        raise ConfigError(key, f"{value!r} names no socket path")
-    if parts.scheme != "unix" and not parts.hostname:
-        raise ConfigError(key, f"{value!r} has no host")
-    return value
-
-
-def _encodings(key: str, value: object) -> tuple[str, ...]:
-    try:
-        return check_encodings(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
-
-
-def _tag_headers(key: str, value: object) -> tuple[str, ...]:
-    known = {"surrogate-key": "Surrogate-Key", "cache-tag": "Cache-Tag"}
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(key, 'must be a list such as ["Surrogate-Key", "Cache-Tag"]')
-    names = [known.get(v.lower()) for v in value]
-    if None in names or len(set(names)) != len(names):
-        raise ConfigError(
-            key, 'may list "Surrogate-Key" and "Cache-Tag", each at most once, and nothing else'
-        )
-    return tuple(name for name in names if name is not None)
-
-
-def _count(key: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(key, "must be a whole number greater than zero")
-    return value
-
-
-def _flag(key: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(key, "must be true or false")
-    return value
-
-
-def _token_text(key: str, value: object) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
-        raise ConfigError(key, "must be 1-64 letters, digits, '.', '_' or '-'")
-    return value
-
-
-def _path(key: str, value: object) -> Path:
-    if value is None:
-        raise ConfigError(key, "is required")
-    if not isinstance(value, str) or not value:
-        raise ConfigError(key, "must be a non-empty string")
-    return Path(value)
-
-
-def _domain_name(key: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(key, "is required and must be a string")
-    try:
-        return normalise_domain(value)
-    except InvalidDomain as exc:
-        raise ConfigError(key, f"{value!r} is not a host name: {exc}") from None
-
-
-def _origin(key: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(key, "is required and must be a URL such as http://127.0.0.1:9000")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https"):
-        raise ConfigError(key, f"{value!r} must start with http:// or https://")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(key, f"{value!r} has a bad port") from None
-    if not parts.hostname:
-        raise ConfigError(key, f"{value!r} has no host")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise ConfigError(key, f"{value!r} must be scheme://host[:port] with no path or user")
-    host = parts.hostname
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 # -- the purge client ---------------------------------------------------------------------------

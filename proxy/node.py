@@ -29,7 +29,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-from proxy.config import Config, FleetConfig, Listen
+from proxy.config import Config, FleetConfig
+from proxy.config_values import Listen
 from proxy.core.reload import ConfigChange
 from proxy.edge.access_log import check_destination
 from proxy.edge.connections import raise_open_files_limit

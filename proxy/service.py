@@ -32,7 +32,8 @@ from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
-from proxy.config import Config, Listen
+from proxy.config import Config
+from proxy.config_values import Listen
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer, HandshakeTimedSite
 from proxy.edge.connections import (

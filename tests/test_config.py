@@ -16,11 +16,11 @@ from proxy.config import (
     CacheConfig,
     DomainConfig,
     EdgeConfig,
-    Listen,
     StateConfig,
     load_config,
     parse_config,
 )
+from proxy.config_values import Listen
 from proxy.errors import ConfigError
 from proxy.worker import fleet_settings
 

@@ -1,0 +1,220 @@
+"""The values a config key may take: each key's check, which converts its TOML value or
+raises a ConfigError naming the key. ``proxy/config.py`` names a key's check in its field's
+``Annotated`` metadata (``Annotated[float, check.seconds]``); a check takes the key's full
+name and its value, None when the key was left out (TOML has no null).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from proxy.core.domains import InvalidDomain, normalise_domain
+from proxy.core.encodings import check_encodings
+from proxy.core.forwarded import HEADER_KINDS, Network, parse_networks
+from proxy.errors import ConfigError
+
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_UNITS = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "KiB": 1024,
+    "MB": 1000**2,
+    "MiB": 1024**2,
+    "GB": 1000**3,
+    "GiB": 1024**3,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def listen(key: str, value: object) -> Listen:
+    if not isinstance(value, str):
+        raise ConfigError(key, "is required and must be a string such as '127.0.0.1:8080'")
+    host, sep, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(key, f"{value!r} must be HOST:PORT with a port from 0 to 65535")
+    return Listen(host=host, port=int(port_text))
+
+
+def size(key: str, value: object) -> int:
+    if value is None:
+        raise ConfigError(key, "is required")
+    if isinstance(value, bool):
+        raise ConfigError(key, "must be a size such as 256MiB")
+    if isinstance(value, int):
+        amount = value
+    elif isinstance(value, str) and (match := _SIZE.match(value)):
+        amount = int(match.group(1)) * _UNITS[match.group(2)]
+    else:
+        raise ConfigError(key, f"{value!r} is not a size (use bytes or a unit: KiB, MiB, GiB)")
+    if amount <= 0:
+        raise ConfigError(key, "must be greater than zero")
+    return amount
+
+
+def seconds(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(key, "must be a number of seconds greater than zero")
+    return float(value)
+
+
+def seconds_or_zero(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(key, "must be a number of seconds, 0 or more")
+    return float(value)
+
+
+def delay_cap(key: str, value: object) -> float:
+    given = seconds(key, value)
+    if given < 1:
+        raise ConfigError(key, "must be at least 1 second")
+    return given
+
+
+def workers(key: str, value: object) -> int:
+    if value == "auto":
+        return len(os.sched_getaffinity(0))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
+        raise ConfigError(key, 'must be a whole number from 1 to 256, or "auto"')
+    return value
+
+
+def replicas(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
+        raise ConfigError(key, "must be a whole number from 0 to 16")
+    return value
+
+
+def max_connections(key: str, value: object) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
+        raise ConfigError(key, 'must be a whole number from 1 to 10000000, or "auto"')
+    return value
+
+
+def networks(key: str, value: object) -> tuple[Network, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(key, 'must be a list of CIDRs such as ["10.0.0.0/8", "::1"]')
+    try:
+        return parse_networks(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def forwarded_header(key: str, value: object) -> str:
+    if value not in HEADER_KINDS:
+        raise ConfigError(key, f"must be one of: {', '.join(HEADER_KINDS)}")
+    return str(value)
+
+
+def access_log(key: str, value: object) -> str | None:
+    if value is False:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, 'must be "-" (standard output), a file path, or false')
+    return value
+
+
+def access_log_format(key: str, value: object) -> str:
+    if value not in ("combined", "json"):
+        raise ConfigError(key, 'must be "combined" or "json"')
+    return str(value)
+
+
+def fleet_url(key: str, value: object) -> str:
+    if not isinstance(value, str) or urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(key, f"{value!r} must be a redis://, rediss:// or unix:// URL")
+    parts = urlsplit(value)
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(key, f"{value!r} names no socket path")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(key, f"{value!r} has no host")
+    return value
+
+
+def encodings(key: str, value: object) -> tuple[str, ...]:
+    try:
+        return check_encodings(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def tag_headers(key: str, value: object) -> tuple[str, ...]:
+    known = {"surrogate-key": "Surrogate-Key", "cache-tag": "Cache-Tag"}
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(key, 'must be a list such as ["Surrogate-Key", "Cache-Tag"]')
+    names = [known.get(v.lower()) for v in value]
+    if None in names or len(set(names)) != len(names):
+        raise ConfigError(
+            key, 'may list "Surrogate-Key" and "Cache-Tag", each at most once, and nothing else'
+        )
+    return tuple(name for name in names if name is not None)
+
+
+def count(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(key, "must be a whole number greater than zero")
+    return value
+
+
+def flag(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, "must be true or false")
+    return value
+
+
+def token_text(key: str, value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+        raise ConfigError(key, "must be 1-64 letters, digits, '.', '_' or '-'")
+    return value
+
+
+def path(key: str, value: object) -> Path:
+    if value is None:
+        raise ConfigError(key, "is required")
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, "must be a non-empty string")
+    return Path(value)
+
+
+def domain_name(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, "is required and must be a string")
+    try:
+        return normalise_domain(value)
+    except InvalidDomain as exc:
+        raise ConfigError(key, f"{value!r} is not a host name: {exc}") from None
+
+
+def origin(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, "is required and must be a URL such as http://127.0.0.1:9000")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(key, f"{value!r} must start with http:// or https://")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(key, f"{value!r} has a bad port") from None
+    if not parts.hostname:
+        raise ConfigError(key, f"{value!r} has no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ConfigError(key, f"{value!r} must be scheme://host[:port] with no path or user")
+    host = parts.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
