@@ -27,7 +27,6 @@ Layout:
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import gc
 import itertools
@@ -38,16 +37,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from proxy.core.entry import CacheKey, StoredResponse, holds_no_cycle
-from proxy.core.keys import scheme_targets, target_of
-from proxy.core.purges import HARD, MAX_SAMPLE, Purge, PurgeResult, covering, stale_lifetime
+from proxy.core.keys import scheme_targets
+from proxy.core.purges import HARD, Purge, PurgeResult, covering, stale_lifetime
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
-from proxy.store.purging import DomainPurges, Walk, covers, listed_key
+from proxy.store.purging import DomainPurges, Walk, dry_count, listed_key
 
 MAX_VARIANTS_PER_KEY = 16
 RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
 COMPACT_SLACK = 64  # listed keys beyond twice the live ones before a bucket's list is compacted
-DRY_SLICE = 2000  # keys a dry run reads between yields to the event loop
 
 # What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
 _Stored = StoredResponse | list[StoredResponse]
@@ -520,9 +518,8 @@ class MemoryStore:
         return entries, size
 
     async def _dry_run(self, domain: str, purge: Purge) -> tuple[int, int, tuple[str, ...]]:
-        """What the purge would cover now: entries, bytes and up to MAX_SAMPLE targets. URLs
-        are looked up (O(items)); other kinds walk the domain's keys (O(entries)), DRY_SLICE
-        at a time, yielding to requests between slices. The walk reads a snapshot of the key
+        """What the purge would cover now (purging.dry_count): URLs are looked up (O(items));
+        other kinds walk the domain's keys (O(entries)). The walk reads a snapshot of the key
         list (its sealed tuples never change; a pointer per 256 keys is copied), so entries
         stored during it are not counted, and entries dropped during it are not either."""
         state = self._purges.get(domain)
@@ -537,31 +534,11 @@ class MemoryStore:
             keys = itertools.chain(
                 itertools.chain.from_iterable(list(bucket.sealed)), tuple(bucket.keys)
             )
-        entries = size = 0
-        sample: list[str] = []
-        seen: set[_Key] = set()  # a key listed twice (dropped, stored again) counts once
-        for count, key in enumerate(keys, 1):
-            if count % DRY_SLICE == 0:
-                await asyncio.sleep(0)
-            stored = self._lru.get(key)
-            if stored is None or key in seen:
-                continue
-            seen.add(key)
-            target = key[len(prefix) :]
-            for variant in _variants(stored):
-                if state is not None and variant.mark < state.top:
-                    gone = covering(
-                        state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
-                    )
-                    if gone is HARD:
-                        continue  # purged already, not yet dropped
-                if covers(purge, target, variant.tags):
-                    entries += 1
-                    size += variant.size
-                    named = target_of(target)  # either scheme's
-                    if len(sample) < MAX_SAMPLE and named not in sample:
-                        sample.append(named)
-        return entries, size, tuple(sample)
+        return await dry_count(keys, self._held, prefix=prefix, state=state, purge=purge)
+
+    def _held(self, key: _Key) -> Sequence[StoredResponse]:
+        stored = self._lru.get(key)
+        return () if stored is None else _variants(stored)
 
     def items(self) -> list[tuple[CacheKey, _Stored]]:
         """What is stored, least recently used first, without touching recency (for tests and

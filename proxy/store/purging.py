@@ -16,18 +16,24 @@ Per domain that has had any purge but a plain clear, a ``DomainPurges`` keeps:
   marking each entry; once through, every entry's mark is at least the number it started
   at, so every lazy purge up to that number covers nothing more and is dropped. The store's
   background task runs it between requests, like the reclaim after a clear.
+
+``dry_count`` counts what a purge would cover, for a dry run, without changing anything.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from proxy.core.entry import StoredResponse
 from proxy.core.keys import target_of
-from proxy.core.purges import Bans, LastPurges, Purge
+from proxy.core.purges import HARD, MAX_SAMPLE, Bans, LastPurges, Purge, covering
 
 RECENT = 1024  # purges remembered per domain for fills in flight
 KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (memory._Bucket)
+DRY_SLICE = 2000  # keys a dry run reads between yields to the event loop
 
 
 @dataclass(slots=True)
@@ -124,3 +130,44 @@ def listed_key(sealed: list[tuple[str, ...]], keys: list[str], index: int) -> st
         return sealed[chunk][offset]
     offset = index - KEY_CHUNK * len(sealed)
     return keys[offset] if offset < len(keys) else None
+
+
+async def dry_count(
+    keys: Iterable[str],
+    held: Callable[[str], Sequence[StoredResponse]],
+    *,
+    prefix: str,
+    state: DomainPurges | None,
+    purge: Purge,
+) -> tuple[int, int, tuple[str, ...]]:
+    """What ``purge`` would cover among ``keys`` (each read with ``held``: its variants, none
+    when it holds nothing) now: entries, bytes, and up to MAX_SAMPLE request-targets. A
+    variant an outstanding lazy purge already covers hard is gone, not counted. DRY_SLICE keys
+    at a time, yielding to requests between slices; a key listed twice counts once."""
+    entries = size = 0
+    sample: list[str] = []
+    seen: set[str] = set()
+    for count, key in enumerate(keys, 1):
+        if count % DRY_SLICE == 0:
+            await asyncio.sleep(0)
+        if key in seen:
+            continue
+        variants = held(key)
+        if not variants:
+            continue
+        seen.add(key)
+        target = key[len(prefix) :]
+        for variant in variants:
+            if state is not None and variant.mark < state.top:
+                gone = covering(
+                    state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
+                )
+                if gone is HARD:
+                    continue  # purged already, not yet dropped
+            if covers(purge, target, variant.tags):
+                entries += 1
+                size += variant.size
+                named = target_of(target)  # either scheme's
+                if len(sample) < MAX_SAMPLE and named not in sample:
+                    sample.append(named)
+    return entries, size, tuple(sample)
