@@ -24,6 +24,10 @@ of a tagged entry.
 ``--access-log combined|json`` runs cdn-proxy with its access log on, written to a file in
 its temporary directory (decision 0019); off by default, as in the default config.
 
+``--post`` sends POSTs with a ``--size`` byte body instead of GETs: the edge forwards each to
+the origin (which answers with the object) and relays the answer, so the count is that of the
+forwarded path (edge/forward.py), origin connection included.
+
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
 behind in batches).
@@ -97,18 +101,19 @@ def start(
     return server, port
 
 
-async def drive(port: int, path: str, requests: int) -> None:
+async def drive(port: int, path: str, requests: int, post: bytes | None = None) -> None:
     reply = await load.get(port, path, HOST)  # the miss that caches it
     if reply.status != 200:
         raise SystemExit(f"GET {path}: {reply.status}")
+    method, body = ("GET", b"") if post is None else ("POST", post)
 
     async def client(count: int) -> None:
         connection = await load.Connection.open(port)
         try:
             for _ in range(count):
-                connection.send("GET", path, HOST)
+                connection.send(method, path, HOST, body=body)
                 if (await connection.receive()).status != 200:
-                    raise SystemExit(f"GET {path} was not a 200")
+                    raise SystemExit(f"{method} {path} was not a 200")
         finally:
             await connection.close()
 
@@ -125,13 +130,14 @@ def instructions(
     tmp: Path,
     kind: str = "o",
     access_log: str | None = None,
+    post: bool = False,
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
     server, port = start(system, out, size, origin_port, root, home, access_log)
     try:
-        asyncio.run(drive(port, f"/{kind}/{size}/0", requests))
+        asyncio.run(drive(port, f"/{kind}/{size}/0", requests, b"x" * size if post else None))
     finally:
         server.stop()  # SIGTERM: callgrind writes its counts as the process ends
     return totals(out)
@@ -197,6 +203,9 @@ def main() -> None:
     parser.add_argument(
         "--access-log", choices=("combined", "json"), help="cdn-proxy with its access log on"
     )
+    parser.add_argument(
+        "--post", action="store_true", help="forwarded POSTs of a --size body instead of hits"
+    )
     args = parser.parse_args()
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
@@ -220,19 +229,23 @@ def main() -> None:
                 root = args.root if system == "cdn-proxy" else ROOT
                 kind = "tagged" if args.tagged else "o"
                 log = args.access_log if system == "cdn-proxy" else None
-                base = instructions(system, args.size, 0, origin.port, root, tmp, kind, log)
+                base = instructions(
+                    system, args.size, 0, origin.port, root, tmp, kind, log, args.post
+                )
                 loaded = instructions(
-                    system, args.size, args.requests, origin.port, root, tmp, kind, log
+                    system, args.size, args.requests, origin.port, root, tmp, kind, log, args.post
                 )
                 results[system] = (loaded - base) / args.requests
-                print(f"{system}: {results[system]:,.0f} instructions per hit", flush=True)
+                what = "forwarded POST" if args.post else "hit"
+                print(f"{system}: {results[system]:,.0f} instructions per {what}", flush=True)
         finally:
             origin.stop()
     if "cdn-proxy" in results:
         for system, value in results.items():
             if system != "cdn-proxy":
                 print(f"cdn-proxy / {system}: {results['cdn-proxy'] / value:.2f}x instructions")
-    print(f"({' '.join(sys.argv)}; {args.size} B object, {args.requests} hits)")
+    counted = "forwarded POSTs" if args.post else "hits"
+    print(f"({' '.join(sys.argv)}; {args.size} B object, {args.requests} {counted})")
 
 
 if __name__ == "__main__":
