@@ -7,8 +7,8 @@
   answered from the whole response (edge/ranges.py);
 - forwarded (every other method, and requests the cache must not answer): sent to the origin
   as they are, streamed back, and for unsafe methods the URL's entries invalidated
-  (RFC 9111 §4.4). A request body is read before the origin is asked, up to
-  edge.request_buffer_bytes, and a longer one streamed within its share (edge/bodies.py);
+  (RFC 9111 §4.4); edge/forward.py, which also relays the cacheable path's responses that
+  are not stored;
 - tunnelled (a request to switch protocols, as WebSocket's: core/upgrade.py): passed to the
   origin both ways, never cached (edge/tunnel.py).
 
@@ -21,7 +21,6 @@ connection instead of sending a truncated body that looks complete.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -46,7 +45,6 @@ from proxy.core.policy import (
     assess_response,
     conditional_headers,
     decide_lookup,
-    invalidation_targets,
     may_serve_stale,
     merge_not_modified,
     only_if_cached,
@@ -61,12 +59,13 @@ from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.core.upgrade import tunnel_protocols
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import request_client, trusted_proxies
-from proxy.edge.aiohttp_adapter import answer_and_close, request_head
+from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.flights import Flight, FlightResult, Flights
+from proxy.edge.forward import Forwarder, relay
 from proxy.edge.origin import REQUEST_STARTED, ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
-from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
+from proxy.errors import OriginError
 from proxy.store.base import Store
 from proxy.telemetry import Telemetry
 
@@ -114,10 +113,7 @@ class Edge:
         # read per request, so a plain-HTTP edge skips the scheme (core/keys.py).
         self._tls_listener = edge.tls_listen is not None
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
-        self._body_timeout = edge.body_timeout
-        self._buffer_bytes = edge.request_buffer_bytes
         self._slots = ConnectionSlots(config.domains)
-        self._uploads = bodies.UploadShares({d.name: d.origin_connections for d in config.domains})
         self._max_object = cache.max_object_bytes
         self._store = store
         self._session = session
@@ -134,13 +130,20 @@ class Edge:
         # Certificates for the TLS listener and how each https:// origin is verified.
         self.tls = EdgeTls(config)
         self.tunnels = Tunnels(config=config, telemetry=self._telemetry, tls=self.tls)
+        self._forwarder = Forwarder(
+            config=config,
+            name=self._name,
+            store=store,
+            telemetry=self._telemetry,
+            ask_origin=self._ask_origin,
+        )
 
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config (proxy/reload.py): the domains, and the limits that
         proxy/core/reload.py names as reloadable. Synchronous, so no request sees half of it.
         Requests already routed finish with the DomainConfig they took; the routing memo
         starts again. The caller clears the domains removed or re-pointed."""
-        edge, cache = config.edge_role()
+        _, cache = config.edge_role()
         # First, as it may refuse (ConfigError: a certificate unreadable since the file was
         # checked) before anything has changed.
         self.tls.reconfigure(config)
@@ -149,11 +152,9 @@ class Edge:
         self._domains = config.by_name
         self._hosts = {}
         self._slots = self._slots.reconfigured(config.domains)
-        self._uploads.reconfigure({d.name: d.origin_connections for d in config.domains})
-        self._body_timeout = edge.body_timeout
-        self._buffer_bytes = edge.request_buffer_bytes
         self._max_object = cache.max_object_bytes
         self.tunnels.reconfigure(config)
+        self._forwarder.reconfigure(config)
 
     def _route(self, host: str | None) -> DomainConfig | None:
         """The domain a Host header names, remembered per exact spelling. Only spellings of
@@ -330,7 +331,10 @@ class Edge:
         headers = self._origin_headers(job.request, job.config, cacheable=False)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         async with self._ask_origin(job.config, "GET", job.target, headers) as origin:
-            return _Filled(await self._relay(job.request, origin, status), None)
+            relayed = await relay(
+                job.request, origin, status, via=self._via, max_object=self._max_object
+            )
+            return _Filled(relayed, None)
 
     async def _answered(
         self, job: _Fill, origin: OriginResponse, request_time: float, response_time: float
@@ -407,8 +411,14 @@ class Edge:
                 job.request, origin, self._max_object, via=self._via, status=status, prefix=prefix
             )
             return _Filled(cut, None) if cut is not None else ranges.AskOrigin(reason)
-        relayed = await self._relay(
-            job.request, origin, status, prefix=prefix, background=job.background
+        relayed = await relay(
+            job.request,
+            origin,
+            status,
+            via=self._via,
+            max_object=self._max_object,
+            prefix=prefix,
+            background=job.background,
         )
         return _Filled(relayed, None)
 
@@ -495,7 +505,7 @@ class Edge:
         fields = self._origin_headers(request, config, cacheable=False)
         return await self.tunnels.open(request, config, target, fields, protocols)
 
-    # -- the forwarded path ------------------------------------------------------------------------
+    # -- the forwarded path (edge/forward.py) -------------------------------------------------
 
     async def _forward(
         self,
@@ -506,118 +516,7 @@ class Edge:
         detail: str | None = None,
     ) -> web.StreamResponse:
         headers = self._origin_headers(request, config, cacheable=False)
-        status = cache_status(self._name, fwd=fwd, detail=detail)
-        if not request.body_exists:
-            return await self._send(request, config, target, headers, None, status, fwd)
-        try:
-            if _expects_continue(request):
-                # The body is read here, before the origin is asked, so the 100 is ours to
-                # send, and the origin gets no Expect (RFC 9110 §10.1.1).
-                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                headers = [(n, v) for n, v in headers if n.lower() != "expect"]
-            data, complete = await bodies.buffer(
-                request.content, limit=self._buffer_bytes, seconds=self._body_timeout
-            )
-            if complete:
-                return await self._send(request, config, target, headers, data, status, fwd)
-            with self._uploads.taken(config.name, request.remote or ""):
-                streamed = bodies.Streamed(data, request.content, self._body_timeout)
-                return await self._send(request, config, target, headers, streamed, status, fwd)
-        except bodies.UploadsBusy as exc:
-            self._telemetry.origin_busy(config.name, "uploads")
-            return self._refused(config, exc, status)
-        except RequestBodyError as exc:
-            response = self._refused(config, exc, status)
-            if isinstance(exc, RequestBodyTimeout):
-                # Nothing came for body_timeout: close now, not after lingering on the body.
-                self._telemetry.body_timeout(config.name)
-                with contextlib.suppress(ConnectionError):
-                    await answer_and_close(request, response)
-            return response
-
-    def _refused(
-        self, config: DomainConfig, exc: RequestBodyError | OriginError, status: str
-    ) -> web.StreamResponse:
-        """The request's body was not (all) read: answer, and keep the connection no longer
-        (aiohttp reads and drops what is still coming, for at most lingering_time)."""
-        self._telemetry.request(config.name, ERROR)
-        response = respond.failed(exc, cache_status=status)
-        response.force_close()
-        return response
-
-    async def _send(
-        self,
-        request: web.BaseRequest,
-        config: DomainConfig,
-        target: str,
-        headers: list[tuple[str, str]],
-        data: bytes | bodies.Streamed | None,
-        status: str,
-        fwd: str,
-    ) -> web.StreamResponse:
-        try:
-            async with self._ask_origin(config, request.method, target, headers, data) as origin:
-                if request.method not in SAFE_METHODS:
-                    for stale_target in invalidation_targets(
-                        domain=config.name,
-                        target=target,
-                        status=origin.status,
-                        response_headers=origin.headers,
-                    ):
-                        await self._store.invalidate(config.name, stale_target)
-                response = await self._relay(request, origin, status)
-                self._telemetry.request(config.name, outcome_of_fwd(fwd))
-                return response
-        except OriginError as exc:
-            self._telemetry.request(config.name, ERROR)
-            response = respond.origin_failed(exc, cache_status=status)
-            if isinstance(data, bodies.Streamed):
-                response.force_close()  # the rest of the body is unread
-            return response
-
-    async def _relay(
-        self,
-        request: web.BaseRequest,
-        origin: OriginResponse,
-        status: str,
-        prefix: bytes | None = None,
-        *,
-        background: bool = False,
-    ) -> web.StreamResponse:
-        """Send the origin's response on. Raises OriginError only before anything was sent.
-        In the background there is no one to send it to: the origin response is dropped."""
-        if background:
-            origin.close()
-            return web.Response(status=origin.status)
-        headers = respond.relayed_headers(from_origin(origin.headers), via=self._via, status=status)
-        if request.method == "HEAD" or origin.status in (204, 304):
-            origin.close()
-            response = web.Response(status=origin.status, reason=origin.reason, headers=headers)
-            if request.method == "HEAD" and origin.content_length is not None:
-                response.headers["Content-Length"] = str(origin.content_length)
-            return response
-        if prefix is None:
-            prefix, complete = await origin.read_up_to(self._max_object)
-            if complete:
-                return web.Response(
-                    status=origin.status, reason=origin.reason, headers=headers, body=prefix
-                )
-        stream = web.StreamResponse(status=origin.status, reason=origin.reason, headers=headers)
-        if origin.content_length is not None:
-            stream.content_length = origin.content_length
-        await stream.prepare(request)
-        try:
-            await stream.write(prefix)
-            while chunk := await origin.read_chunk():
-                await stream.write(chunk)
-        except OriginError as exc:
-            respond.log.warning("%s (after the response started; connection aborted)", exc)
-            origin.close()
-            if request.transport is not None:
-                request.transport.abort()
-            return stream
-        await stream.write_eof()
-        return stream
+        return await self._forwarder.forward(request, config, target, headers, fwd, detail)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -685,8 +584,3 @@ def _coding(request: web.BaseRequest, config: DomainConfig) -> str:
     """The request's Accept-Encoding as the domain reads it: the key of its variant and what
     a fill asks the origin for (core.encodings; decision 0023)."""
     return preferred(request.headers.getall(hdrs.ACCEPT_ENCODING, ()), config.encodings)
-
-
-def _expects_continue(request: web.BaseRequest) -> bool:
-    expect = request.headers.get(hdrs.EXPECT)
-    return expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)

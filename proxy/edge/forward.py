@@ -1,0 +1,207 @@
+"""The forwarded path of the edge (edge/handler.py): requests the cache must not answer.
+
+Every method but GET and HEAD, and the requests the rules send past the cache, go to the
+origin as they are, and the answer is streamed back. After an unsafe method that did not
+fail, the URL's entries are invalidated, and those of the URLs its Location and
+Content-Location name on the same host (RFC 9111 §4.4). A request body is read before the
+origin is asked, up to
+edge.request_buffer_bytes, and a longer one is streamed within the domain's share of
+uploads (edge/bodies.py).
+
+``relay`` sends an origin's response on to the client: for this path, and for the
+cacheable path's responses that are not stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+from aiohttp import hdrs, web
+
+from proxy.config import Config, DomainConfig
+from proxy.core.headers import cache_status, from_origin
+from proxy.core.policy import invalidation_targets
+from proxy.core.requests import SAFE_METHODS
+from proxy.core.traffic import ERROR, outcome_of_fwd
+from proxy.edge import bodies, respond
+from proxy.edge.aiohttp_adapter import answer_and_close
+from proxy.edge.origin import OriginResponse
+from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
+from proxy.store.base import Store
+from proxy.telemetry import Telemetry
+
+# One request to a domain's origin (Edge._ask_origin): the domain, method, target, header
+# fields and body.
+AskOrigin = Callable[
+    [DomainConfig, str, str, list[tuple[str, str]], bytes | bodies.Streamed | None],
+    AbstractAsyncContextManager[OriginResponse],
+]
+
+
+class Forwarder:
+    """Sends the requests the cache does not answer to their origin, and their answers back."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        name: str,
+        store: Store,
+        telemetry: Telemetry,
+        ask_origin: AskOrigin,
+    ) -> None:
+        self._name = name
+        self._store = store
+        self._telemetry = telemetry
+        self._ask_origin = ask_origin
+        self._uploads = bodies.UploadShares({d.name: d.origin_connections for d in config.domains})
+        self._limits(config)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's domains and limits (proxy/reload.py)."""
+        self._uploads.reconfigure({d.name: d.origin_connections for d in config.domains})
+        self._limits(config)
+
+    def _limits(self, config: Config) -> None:
+        edge, cache = config.edge_role()
+        self._via = edge.via
+        self._body_timeout = edge.body_timeout
+        self._buffer_bytes = edge.request_buffer_bytes
+        self._max_object = cache.max_object_bytes
+
+    async def forward(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        headers: list[tuple[str, str]],
+        fwd: str,
+        detail: str | None = None,
+    ) -> web.StreamResponse:
+        """Ask the origin, with ``headers`` (the request's, as the origin gets them), and
+        answer with what it says; Cache-Status says ``fwd`` (RFC 9211) and ``detail``."""
+        status = cache_status(self._name, fwd=fwd, detail=detail)
+        if not request.body_exists:
+            return await self._send(request, config, target, headers, None, status, fwd)
+        try:
+            if _expects_continue(request):
+                # The body is read here, before the origin is asked, so the 100 is ours to
+                # send, and the origin gets no Expect (RFC 9110 §10.1.1).
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                headers = [(n, v) for n, v in headers if n.lower() != "expect"]
+            data, complete = await bodies.buffer(
+                request.content, limit=self._buffer_bytes, seconds=self._body_timeout
+            )
+            if complete:
+                return await self._send(request, config, target, headers, data, status, fwd)
+            with self._uploads.taken(config.name, request.remote or ""):
+                streamed = bodies.Streamed(data, request.content, self._body_timeout)
+                return await self._send(request, config, target, headers, streamed, status, fwd)
+        except bodies.UploadsBusy as exc:
+            self._telemetry.origin_busy(config.name, "uploads")
+            return self._refused(config, exc, status)
+        except RequestBodyError as exc:
+            response = self._refused(config, exc, status)
+            if isinstance(exc, RequestBodyTimeout):
+                # Nothing came for body_timeout: close now, not after lingering on the body.
+                self._telemetry.body_timeout(config.name)
+                with contextlib.suppress(ConnectionError):
+                    await answer_and_close(request, response)
+            return response
+
+    def _refused(
+        self, config: DomainConfig, exc: RequestBodyError | OriginError, status: str
+    ) -> web.StreamResponse:
+        """The request's body was not (all) read: answer, and keep the connection no longer
+        (aiohttp reads and drops what is still coming, for at most lingering_time)."""
+        self._telemetry.request(config.name, ERROR)
+        response = respond.failed(exc, cache_status=status)
+        response.force_close()
+        return response
+
+    async def _send(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        headers: list[tuple[str, str]],
+        data: bytes | bodies.Streamed | None,
+        status: str,
+        fwd: str,
+    ) -> web.StreamResponse:
+        try:
+            async with self._ask_origin(config, request.method, target, headers, data) as origin:
+                if request.method not in SAFE_METHODS:
+                    for stale_target in invalidation_targets(
+                        domain=config.name,
+                        target=target,
+                        status=origin.status,
+                        response_headers=origin.headers,
+                    ):
+                        await self._store.invalidate(config.name, stale_target)
+                response = await relay(
+                    request, origin, status, via=self._via, max_object=self._max_object
+                )
+                self._telemetry.request(config.name, outcome_of_fwd(fwd))
+                return response
+        except OriginError as exc:
+            self._telemetry.request(config.name, ERROR)
+            response = respond.origin_failed(exc, cache_status=status)
+            if isinstance(data, bodies.Streamed):
+                response.force_close()  # the rest of the body is unread
+            return response
+
+
+async def relay(
+    request: web.BaseRequest,
+    origin: OriginResponse,
+    status: str,
+    *,
+    via: str,
+    max_object: int,
+    prefix: bytes | None = None,
+    background: bool = False,
+) -> web.StreamResponse:
+    """Send the origin's response on: whole when its body ends within ``max_object`` bytes
+    (``prefix``: what was read of it already), else streamed. Raises OriginError only before
+    anything was sent; after that, a broken origin aborts the client's connection. In the
+    background there is no one to send it to: the origin response is dropped."""
+    if background:
+        origin.close()
+        return web.Response(status=origin.status)
+    headers = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
+    if request.method == "HEAD" or origin.status in (204, 304):
+        origin.close()
+        response = web.Response(status=origin.status, reason=origin.reason, headers=headers)
+        if request.method == "HEAD" and origin.content_length is not None:
+            response.headers["Content-Length"] = str(origin.content_length)
+        return response
+    if prefix is None:
+        prefix, complete = await origin.read_up_to(max_object)
+        if complete:
+            return web.Response(
+                status=origin.status, reason=origin.reason, headers=headers, body=prefix
+            )
+    stream = web.StreamResponse(status=origin.status, reason=origin.reason, headers=headers)
+    if origin.content_length is not None:
+        stream.content_length = origin.content_length
+    await stream.prepare(request)
+    try:
+        await stream.write(prefix)
+        while chunk := await origin.read_chunk():
+            await stream.write(chunk)
+    except OriginError as exc:
+        respond.log.warning("%s (after the response started; connection aborted)", exc)
+        origin.close()
+        if request.transport is not None:
+            request.transport.abort()
+        return stream
+    await stream.write_eof()
+    return stream
+
+
+def _expects_continue(request: web.BaseRequest) -> bool:
+    expect = request.headers.get(hdrs.EXPECT)
+    return expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)
