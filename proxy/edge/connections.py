@@ -16,9 +16,11 @@ descriptor, and a process out of them can accept nothing, not even on the API li
   process's own files (``OWN_FILES``: listeners, the state database, Valkey, pipes, logs).
 
 A connection refused at the limit gets a 503 with ``Retry-After`` and is closed at once, so
-it frees its descriptor; one line is logged per ``LOG_EVERY`` seconds, however many there
-were, and each is counted. Malformed requests (answered 400 by aiohttp) are logged the same
-way: one line per ``LOG_EVERY`` seconds saying how many, never a traceback each.
+it frees its descriptor (a TLS connection is admitted before its handshake, and closed
+without a word at the limit: there is no TLS yet to answer over); one line is logged per
+``LOG_EVERY`` seconds, however many there were, and each is counted. Malformed requests
+(answered 400 by aiohttp) are logged the same way: one line per ``LOG_EVERY`` seconds saying
+how many, never a traceback each.
 
 A tunnel (an upgraded connection, decision 0022) stays one open connection for its whole
 life, and holds one more file for its origin connection, outside the origin pool: when files
@@ -220,7 +222,7 @@ def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -
         (
             CounterMetricFamily,
             "connections_refused",
-            "Client connections refused (503) at the limit, by listener.",
+            "Client connections refused at the limit (503, or closed before a TLS handshake).",
         ),
         (
             CounterMetricFamily,

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from proxy.config import load_config, parse_config
 from proxy.core.purges import purge_request
+from proxy.edge.connections import ConnectionGuard
 from proxy.errors import ConfigError
 from proxy.service import Service, running
 from tests.conftest import Origin
@@ -284,6 +285,82 @@ async def test_a_client_that_never_finishes_its_handshake_is_closed_after_header
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+
+def edge_guard(service: Service) -> ConnectionGuard:
+    return next(g for g in service.telemetry.connections if g.listener == "edge")
+
+
+async def silent_connection(port: int) -> asyncio.StreamWriter:
+    """A TCP connection to ``port`` that sends nothing: a handshake that never starts."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    return writer
+
+
+async def handshake_refused(port: int, certs: Certificates) -> bool:
+    """Whether a TLS client's handshake with ``port`` fails (the server closed it)."""
+    try:
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=certs.client(), server_hostname="example.com"
+        )
+    except (ssl.SSLError, ConnectionError):
+        return True
+    writer.close()
+    return False
+
+
+async def test_connections_in_their_handshake_count_against_max_connections(
+    tmp_path: Path, origin: Origin, certs: Certificates, client: aiohttp.ClientSession
+) -> None:
+    """With max_connections = 2, two connections that never start a handshake hold both
+    places: a third TLS client is closed before its handshake (and counted refused), a
+    plain-HTTP one gets the 503. Once they close, their places are free again. Before, a
+    connection reached the limit only after its handshake, so silent ones were not counted."""
+    config = tls_config(
+        tmp_path,
+        origin.url,
+        edge={**pair_keys(certs.issue("example.com")), "max_connections": 2},
+    )
+    origin.reply("/page", b"page", headers=CACHEABLE)
+    async with running(config) as service:
+        guard = edge_guard(service)
+        port = int(tls_url(service).rsplit(":", 1)[1])
+        silent = [await silent_connection(port) for _ in range(2)]
+        assert await handshake_refused(port, certs)
+        assert (guard.open, guard.refused) == (2, 1)
+        async with client.get(service.edge_url + "/page", headers={"Host": "example.com"}) as r:
+            assert r.status == 503
+        for writer in silent:
+            writer.close()
+        async with asyncio.timeout(10):
+            await guard.none_open()
+        url = tls_url(service) + "/page"
+        status, _, body = await get(client, url, certs.client(), sni="example.com")
+        assert (status, body) == (200, b"page")
+
+
+async def test_a_failed_handshake_frees_its_place_at_once(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """Bytes that are not TLS end the handshake, and the connection's place with it: at
+    once, not when the handshake timeout would have."""
+    config = tls_config(
+        tmp_path,
+        origin.url,
+        edge={**pair_keys(certs.issue("example.com")), "max_connections": 1, "header_timeout": 60},
+    )
+    async with running(config) as service:
+        guard = edge_guard(service)
+        port = int(tls_url(service).rsplit(":", 1)[1])
+        for _ in range(3):  # each in turn takes the only place, and gives it back
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+            async with asyncio.timeout(10):  # a bound: the handshake timeout is 60 s
+                with contextlib.suppress(ConnectionResetError):
+                    await reader.read()
+                await guard.none_open()
+            writer.close()
+        assert guard.refused == 0
 
 
 # -- protocol versions, ciphers, ALPN ----------------------------------------------------------
@@ -629,6 +706,50 @@ async def test_cdn_proxy_serve_answers_curl_over_tls(
         await node.kill()
     log = (tmp_path / "node.log").read_text()
     assert "Traceback" not in log
+
+
+async def connections_open(api: str) -> float:
+    """cdn_proxy_connections_open of the edge listener, from a node's /metrics."""
+    async with aiohttp.ClientSession() as session, session.get(api + "/metrics") as answer:
+        text = await answer.text()
+    prefix = 'cdn_proxy_connections_open{listener="edge"} '
+    return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
+
+
+async def test_cdn_proxy_serve_counts_handshakes_against_max_connections(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """The same limit in ``cdn-proxy serve`` (uvloop): two silent connections hold both places
+    of max_connections = 2, so curl's handshake is refused; once they close, curl is served."""
+    pair = certs.issue("example.com")
+    extra = f'tls_cert = "{pair.cert.name}"\ntls_key = "{pair.key.name}"'
+    config = write_config(tmp_path, origin.url, extra=extra, edge="max_connections = 2")
+    config.write_text(
+        config.read_text().replace(
+            'listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\ntls_listen = "127.0.0.1:0"\n', 1
+        )
+    )
+    origin.reply("/page", b"served", headers=CACHEABLE)
+    node = await Node.start(config, roles=3, log=tmp_path / "node.log")
+    try:
+        url = node.addresses["edge-tls"] + "/page"
+        port = int(url.removeprefix("https://").split("/", 1)[0].rpartition(":")[2])
+        silent = [await silent_connection(port) for _ in range(2)]
+        code, _, _ = await curl(url, certs, "example.com", "-o", os.devnull)
+        assert code != 0, "a third connection was let in"
+        for writer in silent:
+            writer.close()
+        for _ in range(200):  # /metrics is outside this process: ask until both are gone
+            if await connections_open(node.api) == 0:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the closed connections still hold their places")
+        code, head, err = await curl(url, certs, "example.com", "-o", os.devnull)
+        assert code == 0, err
+        assert head.startswith("HTTP/1.1 200")
+    finally:
+        await node.kill()
 
 
 async def served_certificate(url: str, certs: Certificates, name: str) -> bytes:
