@@ -636,6 +636,7 @@ def test_origin_ca_needs_an_https_origin(tmp_path: Path, certs: Certificates) ->
 # -- real processes ----------------------------------------------------------------------------
 
 CURL = shutil.which("curl")  # scripts/test installs it: never skipped
+TLS_LISTEN = 'tls_listen = "127.0.0.1:0"'  # [edge] key for write_config: a TLS listener too
 
 
 async def curl(url: str, certs: Certificates, name: str, *args: str) -> tuple[int, str, str]:
@@ -677,12 +678,7 @@ async def test_cdn_proxy_serve_answers_curl_over_tls(
         f'tls_cert = "{pair.cert.name}"\ntls_key = "{pair.key.name}"\n'
         f'[[domains]]\nname = "other.test"\norigin = "{origin.url}"'
     )
-    config = write_config(tmp_path, origin.url, workers=workers, extra=extra)
-    config.write_text(
-        config.read_text().replace(
-            'listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\ntls_listen = "127.0.0.1:0"\n', 1
-        )
-    )
+    config = write_config(tmp_path, origin.url, workers=workers, extra=extra, edge=TLS_LISTEN)
     origin.reply("/page", b"served by a node", headers=CACHEABLE)
     node = await Node.start(config, roles=3, log=tmp_path / "node.log")
     try:
@@ -723,12 +719,8 @@ async def test_cdn_proxy_serve_counts_handshakes_against_max_connections(
     of max_connections = 2, so curl's handshake is refused; once they close, curl is served."""
     pair = certs.issue("example.com")
     extra = f'tls_cert = "{pair.cert.name}"\ntls_key = "{pair.key.name}"'
-    config = write_config(tmp_path, origin.url, extra=extra, edge="max_connections = 2")
-    config.write_text(
-        config.read_text().replace(
-            'listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\ntls_listen = "127.0.0.1:0"\n', 1
-        )
-    )
+    edge = TLS_LISTEN + "\nmax_connections = 2"
+    config = write_config(tmp_path, origin.url, extra=extra, edge=edge)
     origin.reply("/page", b"served", headers=CACHEABLE)
     node = await Node.start(config, roles=3, log=tmp_path / "node.log")
     try:
@@ -783,11 +775,7 @@ async def test_a_reload_serves_the_new_certificate_to_new_connections(
     it (in every worker), and one opened before the reload keeps its own and still works."""
     old, new = certs.issue("example.com"), certs.issue("example.com")
     extra = f'tls_cert = "{old.cert.name}"\ntls_key = "{old.key.name}"\n'
-    config = write_config(tmp_path, origin.url, workers=workers, extra=extra)
-    text = config.read_text().replace(
-        'listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\ntls_listen = "127.0.0.1:0"\n', 1
-    )
-    config.write_text(text)
+    config = write_config(tmp_path, origin.url, workers=workers, extra=extra, edge=TLS_LISTEN)
     origin.reply("/page", b"page", headers=CACHEABLE)
     node = await Node.start(config, roles=3, log=tmp_path / "node.log")
     try:
@@ -798,6 +786,7 @@ async def test_a_reload_serves_the_new_certificate_to_new_connections(
                 tls_url + "/page", ssl=certs.client(), server_hostname="example.com", headers=HOST
             ) as response:
                 assert response.status == 200
+            text = config.read_text()
             config.write_text(
                 text.replace(old.cert.name, new.cert.name).replace(old.key.name, new.key.name)
             )
