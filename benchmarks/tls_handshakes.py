@@ -4,10 +4,12 @@ the cost of accepting a TLS connection (decision 0018).
 
     .venv/bin/python -m benchmarks.tls_handshakes [--root DIR] [--batches 5] [--connections 300]
 
-The server runs on core 1 (``taskset``), this client on core 0; connections are made one
-after another. ``--root`` runs cdn-proxy from another checkout (``git worktree add``), to
-compare a change with what it replaces. The client is Python's ``ssl`` module, so its own
-handshake work is in the figure: compare runs with each other, not with other tools.
+The server (benchmarks.tls's config: both listeners, a trustme certificate) runs on core 1,
+the benchmark origin and this client on core 0; connections are made one after another. The
+client does not verify the certificate (its own work is not what is measured), but it is
+Python's ``ssl`` module, so its side of each handshake is in the figure: compare runs with
+each other, not with other tools. ``--root`` runs cdn-proxy from another checkout (``git
+worktree add``), to compare a change with what it replaces.
 """
 
 from __future__ import annotations
@@ -22,88 +24,47 @@ import tempfile
 import time
 from pathlib import Path
 
-import trustme
-from aiohttp import web
+from benchmarks.systems import DOMAINS, PYTHON, ROOT, Origin, Server
+from benchmarks.tls import listening, tls_config
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG = """[edge]
-listen = "127.0.0.1:0"
-tls_listen = "127.0.0.1:0"
-tls_cert = "cert.pem"
-tls_key = "key.pem"
-[api]
-listen = "127.0.0.1:0"
-[cache]
-max_bytes = "8MiB"
-[state]
-path = "state.db"
-[[domains]]
-name = "example.com"
-origin = "http://127.0.0.1:{port}"
-"""
-REQUEST = b"GET /object HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
-
-
-async def origin() -> tuple[web.AppRunner, int]:
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(body=b"x" * 1024, headers={"Cache-Control": "max-age=600"})
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", page)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, int(runner.addresses[0][1])
+PATH = "/o/1024/tls-handshakes"
+REQUEST = f"GET {PATH} HTTP/1.1\r\nHost: {DOMAINS[0]}\r\nConnection: close\r\n\r\n".encode()
 
 
 async def measure(root: Path, batches: int, connections: int) -> list[float]:
-    tmp = Path(tempfile.mkdtemp(prefix="tls-handshakes-"))
-    ca = trustme.CA()
-    cert = ca.issue_cert("example.com")
-    cert.private_key_pem.write_to_path(str(tmp / "key.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp / "cert.pem"))
-    runner, port = await origin()
-    (tmp / "proxy.toml").write_text(CONFIG.format(port=port), encoding="utf-8")
-    server = await asyncio.create_subprocess_exec(
-        "taskset", "-c", "1", sys.executable, "-m", "proxy", "serve",
-        "--config", str(tmp / "proxy.toml"),
-        cwd=root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    assert server.stdout is not None
-    try:
-        addresses: dict[str, str] = {}
-        while len(addresses) < 3:  # edge, edge-tls and api, once each listens
-            line = (await server.stdout.readline()).decode()
-            if not line:
-                raise SystemExit("cdn-proxy serve exited before it listened")
-            name, _, url = line.strip().partition(" ")
-            addresses[name] = url
-        tls_port = int(addresses["edge-tls"].rsplit(":", 1)[1])
-        context = ssl.create_default_context()
-        ca.configure_trust(context)
+    with tempfile.TemporaryDirectory(prefix="tls-handshakes-") as name:
+        home = Path(name)
+        origin = Origin(home, "0", slow_ms=0)
+        argv = [PYTHON, "-m", "proxy", "serve", "--config", str(tls_config(home, origin.port))]
+        server = Server("cdn-proxy", argv, home / "proxy.log", "1", cwd=root)
+        try:
+            server.start()
+            port = int(listening(server)["edge-tls"].rsplit(":", 1)[1])
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
 
-        async def one() -> None:
-            reader, writer = await asyncio.open_connection(
-                "127.0.0.1", tls_port, ssl=context, server_hostname="example.com"
-            )
-            writer.write(REQUEST)
-            answer = await reader.read()
-            writer.close()
-            if not answer.startswith(b"HTTP/1.1 200"):
-                raise SystemExit(f"not a 200: {answer[:60]!r}")
+            async def one() -> None:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=context, server_hostname=DOMAINS[0]
+                )
+                writer.write(REQUEST)
+                answer = await reader.read()
+                writer.close()
+                if not answer.startswith(b"HTTP/1.1 200"):
+                    raise SystemExit(f"not a 200: {answer[:60]!r}")
 
-        await one()  # the fill
-        rates = []
-        for _ in range(batches):
-            started = time.perf_counter()
-            for _ in range(connections):
-                await one()
-            rates.append(connections / (time.perf_counter() - started))
-        return rates
-    finally:
-        server.terminate()
-        await server.wait()
-        await runner.cleanup()
+            await one()  # the fill
+            rates = []
+            for _ in range(batches):
+                started = time.perf_counter()
+                for _ in range(connections):
+                    await one()
+                rates.append(connections / (time.perf_counter() - started))
+            return rates
+        finally:
+            server.stop()
+            origin.stop()
 
 
 def main() -> None:
