@@ -18,8 +18,8 @@ import statistics
 import time
 from dataclasses import replace
 
-from proxy.core.entry import StoredResponse
-from proxy.service import RECLAIM_SLICE, RECLAIM_SLICE_SECONDS
+from proxy.core.cache.entry import StoredResponse
+from proxy.process.service import RECLAIM_SLICE, RECLAIM_SLICE_SECONDS
 from proxy.store.memory import MemoryStore
 
 BODY = b"x" * 64

@@ -28,8 +28,8 @@ from typing import Any
 
 from benchmarks.fleet_clear import DOMAIN, node_config, percentile, pin, wait_for_workers
 from benchmarks.systems import Server, proxy_addresses, proxy_argv
-from proxy.core.fleet_purges import KEPT_RECORDS
-from proxy.core.purges import Purge, purge_request
+from proxy.core.purge.fleet import KEPT_RECORDS
+from proxy.core.purge.purges import Purge, purge_request
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.settings import FleetSettings
 

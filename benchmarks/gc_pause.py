@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m benchmarks.gc_pause [--entries 100000] [--runs 5] [--strategy untrack]
      [--origin-fails]
 
-The service runs in this process (``proxy.service.running``, the start-up heap frozen as
+The service runs in this process (``proxy.process.service.running``, the start-up heap frozen as
 ``cdn-proxy serve`` freezes it) in front of the benchmark origin. It is filled with
 ``--entries`` objects of 1 KiB over HTTP, then ``gc.collect()`` is timed ``--runs`` times;
 the median is printed with how many objects the collector tracks per cached entry. Every
@@ -41,8 +41,8 @@ import uvloop
 
 from benchmarks import load
 from benchmarks.systems import Origin, proxy_config
-from proxy.config import load_config
-from proxy.service import running
+from proxy.config.model import load_config
+from proxy.process.service import running
 from proxy.store import memory
 
 STRATEGIES = ("untrack", "none", "freeze")

@@ -26,8 +26,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from proxy.core.entry import StoredResponse
-from proxy.core.purges import Purge, purge_request
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.purge.purges import Purge, purge_request
 from proxy.store.memory import MemoryStore
 
 DOMAIN = "a.example"

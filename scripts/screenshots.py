@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/screenshots.py [OUTPUT_DIR]
 
-Starts the whole service (``proxy.service.running``) on 127.0.0.1 with a throwaway state
+Starts the whole service (``proxy.process.service.running``) on 127.0.0.1 with a throwaway state
 database and a small origin, plays an hour of traffic through the real edge and clears
 through the real API (moving the control plane's clock back and forth, so the chart and the
 history have an hour to show), then drives Debian's Chromium with Playwright through each
@@ -28,9 +28,9 @@ import aiohttp
 from aiohttp import web
 from playwright.async_api import Browser, Page, Playwright, ViewportSize, async_playwright, expect
 
-from proxy.config import parse_config
-from proxy.core.tokens import Scope
-from proxy.service import Service, running
+from proxy.config.model import parse_config
+from proxy.core.auth.tokens import Scope
+from proxy.process.service import Service, running
 from proxy.state.admins import hash_password, password_hasher
 
 CHROMIUM = "/usr/bin/chromium"

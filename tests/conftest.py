@@ -16,11 +16,11 @@ from aiohttp.test_utils import RawTestServer, TestServer
 from hypothesis import settings
 from yarl import URL
 
-from proxy.config import Config, parse_config
+from proxy.config.model import Config, parse_config
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
+from proxy.observe.telemetry import Telemetry
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.nodes import Node
 
 # Property tests judge behaviour, not speed: a per-example deadline only makes them flaky on

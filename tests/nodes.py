@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from proxy.config import load_config
+from proxy.config.model import load_config
 
 ENV = {**os.environ, "CDN_PROXY_URL": "", "CDN_PROXY_TOKEN": ""}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import (
+from proxy.config.model import (
     ApiConfig,
     CacheConfig,
     DomainConfig,
@@ -20,9 +20,9 @@ from proxy.config import (
     load_config,
     parse_config,
 )
-from proxy.config_values import Listen
+from proxy.config.values import Listen
 from proxy.errors import ConfigError
-from proxy.worker import fleet_settings
+from proxy.process.worker import fleet_settings
 
 
 def base() -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.reload import find_running
+from proxy.process.reload import find_running
 from tests.conftest import Origin
 from tests.nodes import Node, cli, eventually
 

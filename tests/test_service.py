@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.core.tokens import Scope
-from proxy.service import Service, StartError, running
+from proxy.core.auth.tokens import Scope
+from proxy.process.service import Service, StartError, running
 from tests.conftest import Origin, make_config
 from tests.nodes import Node, alive, cli, write_config
 

@@ -27,12 +27,12 @@ from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
 from proxy.api.dashboard import create_dashboard
 from proxy.api.purge import purge
 from proxy.api.readiness import READINESS, READYZ_PATH, Readiness, readiness_context, readyz
-from proxy.config import Config
-from proxy.core.ratelimit import FailureThrottle, SlidingWindow
-from proxy.routes import CLEAR_CACHE_PATH, PURGE_PATH
+from proxy.config.model import Config
+from proxy.core.auth.ratelimit import FailureThrottle, SlidingWindow
+from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH
+from proxy.observe.telemetry import METRICS_PATH, TELEMETRY, StoreFigures, Telemetry, metrics
 from proxy.state.async_state import AsyncState
 from proxy.store.base import Purger
-from proxy.telemetry import METRICS_PATH, TELEMETRY, StoreFigures, Telemetry, metrics
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
     from proxy.fleet.figures import FleetFigures

@@ -50,7 +50,7 @@ from proxy.api.gate import (
     reject,
 )
 from proxy.api.problems import problem
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
 
 __all__ = [
     "CLEAR_CACHE_CONTEXT",

@@ -6,7 +6,7 @@ node may run only one of them. With none configured (the default), nothing is re
 peer is the client, as before. Otherwise a middleware, first of all, hands every handler the
 request cloned with the believed address and scheme (aiohttp's ``Request.clone``), so the
 rate limits of wrong tokens and of sign-ins, the audit log and the dashboard's log lines all
-see the client rather than the proxy (proxy/core/forwarded.py has the rule).
+see the client rather than the proxy (proxy/core/http/forwarded.py has the rule).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from proxy.config import ApiConfig
-from proxy.core.forwarded import TrustedProxies
+from proxy.config.model import ApiConfig
+from proxy.core.http.forwarded import TrustedProxies
 from proxy.edge.access_log import request_client
 
 

@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, NoReturn
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from proxy.config import Config
-from proxy.core.domains import normalise_domain
-from proxy.core.ratelimit import FailureThrottle
-from proxy.core.tokens import (
+from proxy.config.model import Config
+from proxy.core.auth.ratelimit import FailureThrottle
+from proxy.core.auth.tokens import (
     BearerToken,
     MalformedCredentials,
     NoCredentials,
     Scope,
     parse_authorization,
 )
+from proxy.core.domains import normalise_domain
 from proxy.errors import (
     ClearNotConfirmed,
     FleetUnavailable,
@@ -51,13 +51,13 @@ from proxy.errors import (
     PurgeUnsupported,
     StateError,
 )
+from proxy.observe.telemetry import Telemetry
 from proxy.state.async_state import AsyncState
 from proxy.state.sqlite import AuditRecord, TokenRecord
 from proxy.store.base import Purger
-from proxy.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from proxy.core.purges import Purge
+    from proxy.core.purge.purges import Purge
 
 CHALLENGE = 'Bearer realm="cdn-proxy"'
 ADMIN_ACTOR = "admin:"  # + the admin's name: who cleared from the dashboard, in the audit log
@@ -80,7 +80,7 @@ class ClearCacheContext:
     telemetry: Telemetry | None = None  # counts and times every attempt, by outcome
 
     def reconfigure(self, config: Config) -> None:
-        """Take a reloaded config (proxy/reload.py): one attribute, read per request."""
+        """Take a reloaded config (proxy/process/reload.py): one attribute, read per request."""
         self.config = config
 
     @property

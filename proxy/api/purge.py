@@ -7,10 +7,10 @@ size and time, scope, configured domain), with its own body and its own limit
     {"domain": "example.com", "urls": ["/a", "/b?x=1"], "soft": false, "dry_run": false}
 
 with exactly one of ``urls``, ``prefixes``, ``tags`` (each a non-empty list of at most 256
-strings, checked by ``proxy.core.purges.purge_request``) or ``all: true``. Anything else is a
+strings, checked by ``proxy.core.purge.purges.purge_request``) or ``all: true``. Anything else is a
 400 naming the field, before the scope (403) and the domain (404) are checked.
 
-The answer is 200 with the receipt (proxy/core/receipts.py) once the purger says the purge
+The answer is 200 with the receipt (proxy/core/purge/receipts.py) once the purger says the purge
 is in effect: after it, no request gets content the purge covers. ``audited_purge`` is the
 one path every purge takes, the API's and the dashboard's, and writes exactly one audit
 record per attempt, with the purge's kind and its receipt.
@@ -27,9 +27,9 @@ from aiohttp import web
 
 from proxy.api import gate
 from proxy.api.problems import problem
-from proxy.core.purges import MAX_ITEMS, InvalidPurge, Purge, purge_request
-from proxy.core.receipts import audit_text, receipt
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
+from proxy.core.purge.purges import MAX_ITEMS, InvalidPurge, Purge, purge_request
+from proxy.core.purge.receipts import audit_text, receipt
 
 EXAMPLE = '{"domain": "<cdn domain>", "urls": ["/path?query"]}'
 # The body's list fields, and the kind each asks for; "all" is the fourth kind.

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 from aiohttp import web
 
-from proxy.config import Config, DomainConfig
+from proxy.config.model import Config, DomainConfig
 from proxy.edge.origin import new_session, origin_request
 from proxy.errors import OriginError
 

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.fleet_purges import CLEAR, PurgeRecord, PurgeStep, hint_kind, steps_after_clears
+from proxy.core.purge.fleet import CLEAR, PurgeRecord, PurgeStep, hint_kind, steps_after_clears
 
 MARGIN_FRACTION = 0.1  # of the lease
 MIN_MARGIN = 0.1  # seconds

@@ -6,7 +6,8 @@ request's head came: parse errors (400), the proxy's own 421 and fast hits inclu
 (``_Hook.log``) counts the response in ``Responses`` (status class, bytes, time: /metrics) and,
 when the log is on, appends a tuple of what it read to a bounded queue. That is all it does on
 the request's path: a writer thread (``LogWriter``) wakes when the queue stops being empty,
-lets a batch gather for ``BATCH_SECONDS``, formats the lines (proxy/core/access_format.py) and
+lets a batch gather for ``BATCH_SECONDS``, formats the lines
+(proxy/core/observe/access_format.py) and
 writes them with as few ``write`` calls as it can, each holding whole lines, to a file opened
 with O_APPEND (so the edge workers of a node can share one file) or to standard output. A
 stalled disk blocks only that thread; the queue stops at ``QUEUE_LINES`` and lines past it
@@ -31,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractAccessLogger
 
-from proxy.config import Config
-from proxy.core.access_format import Entry, Formatter, cache_label
+from proxy.config.model import Config
 from proxy.core.domains import host_from_header
-from proxy.core.forwarded import Client, TrustedProxies
-from proxy.core.responses import (
+from proxy.core.http.forwarded import Client, TrustedProxies
+from proxy.core.observe.access_format import Entry, Formatter, cache_label
+from proxy.core.observe.responses import (
     FAST_BUCKET,
     FAST_MICROSECONDS,
     SECONDS,

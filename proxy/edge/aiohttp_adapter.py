@@ -75,7 +75,7 @@ from aiohttp.http import HttpProcessingError, RawRequestMessage
 from aiohttp.tracing import Trace
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.core.responses import FAST_BUCKET, FAST_MICROSECONDS, SECONDS, SENT, bucket_of
+from proxy.core.observe.responses import FAST_BUCKET, FAST_MICROSECONDS, SECONDS, SENT, bucket_of
 from proxy.edge.connections import ConnectionGuard
 
 # A body up to this size is copied behind its head and sent in one write; a larger one is
@@ -113,7 +113,8 @@ class Prewritten(web.StreamResponse):
         self, parts: tuple[bytes, ...], counts: list[float] | None = None, started: float = 0.0
     ) -> None:  # no super().__init__(): see module
         self._parts = parts
-        # The domain's response figures (proxy/core/responses.py), which it adds itself to once
+        # The domain's response figures (proxy/core/observe/responses.py), which it adds itself
+        # to once
         # written, and the perf_counter() its request's lookup began at: a fast hit is not
         # passed through the access-log hook's figures (decision 0019 has the cost).
         self._counts = counts

@@ -10,7 +10,7 @@ can never be shared (one streamed to its client because it is too large, for ins
 Waiters follow the leader while its response makes progress, not for a fixed time: the
 leader records each step (``progress``: the headers arrived, body bytes arrived) in the
 flight, and a waiter gives up, as if the answer were not shareable, only once the leader has
-made none for as long as ``proxy.core.collapsing.give_up_at`` allows. A waiter sleeps until
+made none for as long as ``proxy.core.cache.collapsing.give_up_at`` allows. A waiter sleeps until
 that moment and then looks at the record again, so a body arriving in many pieces costs the
 leader one clock read per piece and wakes no waiter.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 
-from proxy.core.collapsing import give_up_at
-from proxy.core.entry import CacheKey, StoredResponse
+from proxy.core.cache.collapsing import give_up_at
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.errors import OriginError
 
 FlightResult = StoredResponse | OriginError | None

@@ -20,17 +20,17 @@ from contextlib import AbstractAsyncContextManager
 
 from aiohttp import hdrs, web
 
-from proxy.config import Config, DomainConfig
-from proxy.core.headers import cache_status, from_origin
-from proxy.core.policy import invalidation_targets
-from proxy.core.requests import SAFE_METHODS
-from proxy.core.traffic import ERROR, outcome_of_fwd
+from proxy.config.model import Config, DomainConfig
+from proxy.core.cache.policy import invalidation_targets
+from proxy.core.http.headers import cache_status, from_origin
+from proxy.core.http.requests import SAFE_METHODS
+from proxy.core.observe.traffic import ERROR, outcome_of_fwd
 from proxy.edge import bodies, respond
 from proxy.edge.aiohttp_adapter import answer_and_close
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
+from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
-from proxy.telemetry import Telemetry
 
 # One request to a domain's origin (Edge._ask_origin): the domain, method, target, header
 # fields and body.
@@ -60,7 +60,7 @@ class Forwarder:
         self._limits(config)
 
     def reconfigure(self, config: Config) -> None:
-        """A reloaded config's domains and limits (proxy/reload.py)."""
+        """A reloaded config's domains and limits (proxy/process/reload.py)."""
         self._uploads.reconfigure({d.name: d.origin_connections for d in config.domains})
         self._limits(config)
 

@@ -31,13 +31,10 @@ import aiohttp
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
 
-from proxy.config import Config, DomainConfig
-from proxy.core.domains import host_from_header
-from proxy.core.encodings import preferred
-from proxy.core.entry import CacheKey, Headers, StoredResponse
-from proxy.core.headers import cache_status, from_origin, to_origin
-from proxy.core.keys import cache_target, request_target
-from proxy.core.policy import (
+from proxy.config.model import Config, DomainConfig
+from proxy.core.cache.entry import CacheKey, Headers, StoredResponse
+from proxy.core.cache.keys import cache_target, request_target
+from proxy.core.cache.policy import (
     DontStore,
     Revalidate,
     Serve,
@@ -52,11 +49,14 @@ from proxy.core.policy import (
     select_variant,
     serve_while_revalidating,
 )
-from proxy.core.purges import tagged
-from proxy.core.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
-from proxy.core.targeted import surrogate_capability
-from proxy.core.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.core.upgrade import tunnel_protocols
+from proxy.core.cache.targeted import surrogate_capability
+from proxy.core.domains import host_from_header
+from proxy.core.http.encodings import preferred
+from proxy.core.http.headers import cache_status, from_origin, to_origin
+from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
+from proxy.core.http.upgrade import tunnel_protocols
+from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
+from proxy.core.purge.purges import tagged
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import request_client, trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
@@ -66,8 +66,8 @@ from proxy.edge.origin import REQUEST_STARTED, ConnectionSlots, OriginResponse, 
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.errors import OriginError
+from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
-from proxy.telemetry import Telemetry
 
 HOST_SPELLINGS = 256
 
@@ -139,8 +139,8 @@ class Edge:
         )
 
     def reconfigure(self, config: Config) -> None:
-        """Apply a reloaded config (proxy/reload.py): the domains, and the limits that
-        proxy/core/reload.py names as reloadable. Synchronous, so no request sees half of it.
+        """Apply a reloaded config (proxy/process/reload.py): the domains, and the limits that
+        proxy/config/diff.py names as reloadable. Synchronous, so no request sees half of it.
         Requests already routed finish with the DomainConfig they took; the routing memo
         starts again. The caller clears the domains removed or re-pointed."""
         _, cache = config.edge_role()

@@ -27,8 +27,8 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from proxy.config import DomainConfig
-from proxy.core.purges import split_tags, tag_header_names
+from proxy.config.model import DomainConfig
+from proxy.core.purge.purges import split_tags, tag_header_names
 from proxy.edge.aiohttp_adapter import OriginConnector
 from proxy.edge.bodies import Streamed
 from proxy.errors import (
@@ -38,7 +38,7 @@ from proxy.errors import (
     OriginTimeout,
     OriginUnreachable,
 )
-from proxy.telemetry import Telemetry, error_kind
+from proxy.observe.telemetry import Telemetry, error_kind
 
 CHUNK = 64 * 1024
 

@@ -1,5 +1,5 @@
 """Range requests on the edge: the 206 or 416 built from the whole response the cache would
-send (``proxy.core.ranges`` decides which; decision 0021).
+send (``proxy.core.http.ranges`` decides which; decision 0021).
 
 Where they are answered (``Edge``):
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.core.headers import from_origin
-from proxy.core.ranges import Part, Whole, decide_range
+from proxy.core.http.headers import from_origin
+from proxy.core.http.ranges import Part, Whole, decide_range
 from proxy.edge import respond
 from proxy.edge.origin import OriginResponse
 

@@ -10,9 +10,9 @@ from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
-from proxy.core.entry import Headers, Lines, StoredResponse, write_lines
-from proxy.core.headers import via_value
-from proxy.core.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
+from proxy.core.cache.entry import Headers, Lines, StoredResponse, write_lines
+from proxy.core.cache.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
+from proxy.core.http.headers import via_value
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.errors import OriginBusy, OriginError, RequestBodyError
 

@@ -2,13 +2,13 @@
 check, and the contexts that verify https:// origins (decision 0018).
 
 ``EdgeTls`` holds every context the edge uses, loaded from the config (the files are read
-by proxy/config_tls.py, which names the key of a bad one):
+by proxy/config/tls.py, which names the key of a bad one):
 
 - the listener's context: made once, it holds no certificate of its own. Its SNI callback
   (``ssl.SSLContext.sni_callback``) hands each new connection the context of the domain its
   ClientHello names, or the default certificate's, or refuses the handshake with the
   ``unrecognized_name`` alert when there is no default (RFC 6066 §3). Which name gets which
-  certificate is proxy/core/sni.py's rule.
+  certificate is proxy/core/http/sni.py's rule.
 - one client context per domain with ``origin_ca``: it trusts that bundle instead of the
   system store. Every other https:// origin is verified against the system store (``True``:
   aiohttp's default context). The origin session is shared by every domain, so the context
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 from aiohttp import hdrs, web
 
-from proxy.config import Config
-from proxy.config_tls import load_origin_ca, load_server_pair
-from proxy.core.sni import misdirected, server_name
+from proxy.config.model import Config
+from proxy.config.tls import load_origin_ca, load_server_pair
+from proxy.core.http.sni import misdirected, server_name
 from proxy.edge import respond
 
 # TLS 1.2 suites: forward secrecy (ECDHE) and authenticated encryption (GCM, ChaCha20-Poly1305),

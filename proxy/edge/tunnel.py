@@ -1,5 +1,5 @@
 """Upgrade tunnels (decision 0022): WebSocket, and any other protocol a request asks to switch
-to (which ones: proxy/core/upgrade.py), passed through to the origin both ways, never cached.
+to (which ones: proxy/core/http/upgrade.py), passed through to the origin both ways, never cached.
 
 The request head goes to the domain's origin on a connection of its own (never a pooled one:
 it will carry another protocol), TLS for an https:// origin, driven by h11, the HTTP/1.1
@@ -30,15 +30,15 @@ from urllib.parse import urlsplit
 import h11
 from aiohttp import StreamReader, web
 
-from proxy.config import Config, DomainConfig
-from proxy.core.headers import cache_status, from_origin
-from proxy.core.traffic import BYPASS, ERROR
-from proxy.core.upgrade import origin_fields, switched_fields
+from proxy.config.model import Config, DomainConfig
+from proxy.core.http.headers import cache_status, from_origin
+from proxy.core.http.upgrade import origin_fields, switched_fields
+from proxy.core.observe.traffic import BYPASS, ERROR
 from proxy.edge import respond
 from proxy.edge.aiohttp_adapter import take_over
 from proxy.edge.tls import EdgeTls
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
-from proxy.telemetry import Telemetry, error_kind
+from proxy.observe.telemetry import Telemetry, error_kind
 
 log = logging.getLogger("proxy.edge")
 

@@ -19,13 +19,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from proxy.core.responses import Responses
-from proxy.core.traffic import OUTCOMES, MinuteCounts
+from proxy.core.observe.responses import Responses
+from proxy.core.observe.traffic import OUTCOMES, MinuteCounts
 from proxy.edge.connections import CONNECTION_FIGURES
 from proxy.errors import FleetUnavailable
 from proxy.fleet.scripts import FleetScripts, MembersView
+from proxy.observe.telemetry import Telemetry
 from proxy.store.base import DomainStats, Store, StoreStats
-from proxy.telemetry import Telemetry
 
 log = logging.getLogger("proxy.fleet")
 

@@ -25,13 +25,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from proxy.core.fleet_purges import (
-    PurgeRecord,
-    PurgeStep,
-    dry_answer,
-    figures_args,
-    parse_dry_request,
-)
 from proxy.core.lease import (
     NOTHING_APPLIED,
     Applied,
@@ -42,6 +35,13 @@ from proxy.core.lease import (
     parse_clear_hint,
     plan_hints,
     plan_sync,
+)
+from proxy.core.purge.fleet import (
+    PurgeRecord,
+    PurgeStep,
+    dry_answer,
+    figures_args,
+    parse_dry_request,
 )
 from proxy.errors import FleetUnavailable, NotReplicated
 from proxy.fleet.scripts import CLEARS, DRY, FleetScripts, connect

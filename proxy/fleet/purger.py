@@ -22,9 +22,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from proxy.core.fleet_purges import dry_request, merge_dry_answers, parse_dry_answer
 from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
-from proxy.core.purges import Purge, PurgeResult
+from proxy.core.purge.fleet import dry_request, merge_dry_answers, parse_dry_answer
+from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
 from proxy.fleet.scripts import ACKED, ClearRecord, FleetScripts, MembersView, connect
 from proxy.fleet.settings import FleetSettings

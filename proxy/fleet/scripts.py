@@ -26,7 +26,8 @@ from typing import Any
 import valkey.asyncio
 import valkey.exceptions
 
-from proxy.core.fleet_purges import (
+from proxy.core.lease import FleetView, LiveMember, SyncResult
+from proxy.core.purge.fleet import (
     KEPT_BYTES,
     KEPT_RECORDS,
     Figures,
@@ -35,8 +36,7 @@ from proxy.core.fleet_purges import (
     parse_figures,
     parse_record,
 )
-from proxy.core.lease import FleetView, LiveMember, SyncResult
-from proxy.core.purges import Purge
+from proxy.core.purge.purges import Purge
 from proxy.errors import FleetUnavailable, NotReplicated, PurgeUnsupported
 from proxy.fleet import purge_scripts
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from proxy.core.entry import CacheKey, StoredResponse
-from proxy.core.purges import Purge, PurgeResult
+from proxy.core.cache.entry import CacheKey, StoredResponse
+from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
 

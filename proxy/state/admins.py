@@ -25,7 +25,7 @@ from typing import ParamSpec, Protocol, TypeVar
 from argon2 import PasswordHasher, profiles
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from proxy.core.tokens import is_valid_token_name
+from proxy.core.auth.tokens import is_valid_token_name
 from proxy.errors import NotFoundError, StateError
 
 MIN_PASSWORD_LENGTH = 12

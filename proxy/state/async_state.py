@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
-from proxy.core.tokens import Scope, hash_token
+from proxy.core.auth.tokens import Scope, hash_token
 from proxy.errors import StateError
 from proxy.state.admins import AsyncAdmins
 from proxy.state.sqlite import AuditRecord, StateDB, TokenRecord

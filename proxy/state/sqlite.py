@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from proxy.core.tokens import (
+from proxy.core.auth.tokens import (
     TOKEN_PREFIX,
     Scope,
     digests_equal,
@@ -152,7 +152,7 @@ class AuditRecord:
     answered_by: str | None = None
     # A purge's kind (url, prefix, tag, all; None for a clear-cache attempt, and for a purge
     # whose body named none) and, when it was answered 200, its receipt as JSON
-    # (proxy/core/receipts.py). None in rows written before schema version 5.
+    # (proxy/core/purge/receipts.py). None in rows written before schema version 5.
     kind: str | None = None
     receipt: str | None = None
     # Its id in the audit journal (journal.py), so that a record replayed twice is stored

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.core.entry import CacheKey, StoredResponse
-from proxy.core.purges import Purge, PurgeResult
+from proxy.core.cache.entry import CacheKey, StoredResponse
+from proxy.core.purge.purges import Purge, PurgeResult
 
 
 @dataclass(frozen=True, slots=True)

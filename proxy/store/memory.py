@@ -36,9 +36,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from proxy.core.entry import CacheKey, StoredResponse, holds_no_cycle
-from proxy.core.keys import scheme_targets
-from proxy.core.purges import HARD, Purge, PurgeResult, covering, stale_lifetime
+from proxy.core.cache.entry import CacheKey, StoredResponse, holds_no_cycle
+from proxy.core.cache.keys import scheme_targets
+from proxy.core.purge.purges import HARD, Purge, PurgeResult, covering, stale_lifetime
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
 from proxy.store.purging import DomainPurges, Walk, dry_count, listed_key

@@ -27,9 +27,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.entry import StoredResponse
-from proxy.core.keys import target_of
-from proxy.core.purges import HARD, MAX_SAMPLE, Bans, LastPurges, Purge, covering
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.keys import target_of
+from proxy.core.purge.purges import HARD, MAX_SAMPLE, Bans, LastPurges, Purge, covering
 
 RECENT = 1024  # purges remembered per domain for fills in flight
 KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (memory._Bucket)

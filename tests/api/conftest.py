@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.api.app import create_api_app
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger
 from proxy.store.memory import MemoryStore

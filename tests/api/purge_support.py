@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.core.purges import Purge, PurgeResult
+from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, PurgeUnsupported
 from proxy.store.base import ClearResult
 from tests.api.support import DOMAIN, Answer, ApiUnderTest

@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
-from proxy.config import Config, parse_config
-from proxy.core.entry import CacheKey, StoredResponse
+from proxy.config.model import Config, parse_config
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.state.async_state import AsyncState
 from proxy.state.sqlite import AuditRecord
 from proxy.store.memory import MemoryStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
 from proxy.state.sqlite import StateDB
 from proxy.store.base import ClearResult
 from tests.api.support import (

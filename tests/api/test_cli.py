@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.cli import main
-from proxy.core.tokens import Scope, hash_token
-from proxy.service import running
+from proxy.cli.main import main
+from proxy.core.auth.tokens import Scope, hash_token
+from proxy.process.service import running
 from proxy.state.sqlite import StateDB
 from tests.api.support import DOMAIN, OTHER, ApiFactory, table_rows, write_cli_config
 from tests.conftest import Origin, make_config

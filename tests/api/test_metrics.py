@@ -16,10 +16,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.core.tokens import Scope
-from proxy.core.traffic import DomainCounts
-from proxy.service import Service, running
-from proxy.telemetry import Telemetry
+from proxy.core.auth.tokens import Scope
+from proxy.core.observe.traffic import DomainCounts
+from proxy.observe.telemetry import Telemetry
+from proxy.process.service import Service, running
 from tests.conftest import Origin, make_config, until
 
 CACHEABLE = {"Cache-Control": "max-age=60"}

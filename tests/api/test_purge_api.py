@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestServer
 
 from proxy.api.gate import CLEAR_CACHE_CONTEXT, as_admin
 from proxy.api.purge import audited_purge
-from proxy.core.purges import purge_request
-from proxy.core.receipts import FIELDS
+from proxy.core.purge.purges import purge_request
+from proxy.core.purge.receipts import FIELDS
 from tests.api.purge_support import (
     assert_purged,
     post_purge,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.core.receipts import FIELDS
+from proxy.core.purge.receipts import FIELDS
 from tests.api.purge_support import purge_node
 from tests.api.support import DOMAIN, OTHER, ApiFactory
 from tests.api.test_cli import purge

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.core.purges import MAX_ITEMS, MAX_TARGET_CHARS
+from proxy.core.purge.purges import MAX_ITEMS, MAX_TARGET_CHARS
 from proxy.errors import ConfigError
 from tests.api.purge_support import FAILURES, PURGE, FailingPurger, post_purge
 from tests.api.support import (

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.purges import InvalidPurge, purge_request
+from proxy.core.purge.purges import InvalidPurge, purge_request
 from tests.api.purge_support import PURGE
 from tests.api.support import DOMAINS, OTHER, ApiFactory, ApiUnderTest
 from tests.api.test_clear_cache_fuzz import (

@@ -1,10 +1,10 @@
-"""How long a collapsed request waits for its leader (proxy/core/collapsing.py)."""
+"""How long a collapsed request waits for its leader (proxy/core/cache/collapsing.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.core.collapsing import LEADER_FIRST, give_up_at
+from proxy.core.cache.collapsing import LEADER_FIRST, give_up_at
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Accept-Encoding reduced to one coding per request (proxy/core/encodings.py, decision 0023).
+"""Accept-Encoding reduced to one coding per request (proxy/core/http/encodings.py, decision 0023).
 
 RFC 9110 §12.5.3 (Accept-Encoding), §12.4.2 (qvalues), §8.4.1.3 (x-gzip is gzip)."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.encodings import (
+from proxy.core.http.encodings import (
     CODINGS,
     DEFAULT_ENCODINGS,
     IDENTITY,

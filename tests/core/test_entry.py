@@ -1,4 +1,4 @@
-"""What the cache keeps for one response (proxy.core.entry): a layout that holds its fields
+"""What the cache keeps for one response (proxy.core.cache.entry): a layout that holds its fields
 once and no number it can derive, and that still says exactly what it was given."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from proxy.core.entry import (
+from proxy.core.cache.entry import (
     ENTRY_OVERHEAD,
     HEADER_OVERHEAD,
     LINE_OVERHEAD,

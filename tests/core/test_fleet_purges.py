@@ -1,4 +1,4 @@
-"""The fleet's purge rules (proxy/core/fleet_purges.py, core/lease.py; decision 0026): hints
+"""The fleet's purge rules (proxy/core/purge/fleet.py, core/lease.py; decision 0026): hints
 with a kind, the order a batch is applied in, what a sync applies, and the record format."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.core.fleet_purges import (
+from proxy.core.lease import Applied, ClearHint, SyncResult, parse_clear_hint, plan_hints, plan_sync
+from proxy.core.purge.fleet import (
     PurgeRecord,
     PurgeStep,
     dry_answer,
@@ -18,8 +19,7 @@ from proxy.core.fleet_purges import (
     parse_dry_request,
     parse_record,
 )
-from proxy.core.lease import Applied, ClearHint, SyncResult, parse_clear_hint, plan_hints, plan_sync
-from proxy.core.purges import MAX_SAMPLE, Purge, PurgeResult, purge_request
+from proxy.core.purge.purges import MAX_SAMPLE, Purge, PurgeResult, purge_request
 
 APPLIED = Applied(epoch="e", seq=10, generations={"a": 5, "b": 0})
 

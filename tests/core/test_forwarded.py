@@ -1,4 +1,4 @@
-"""Which client address and scheme to believe (proxy/core/forwarded.py): forwarding fields
+"""Which client address and scheme to believe (proxy/core/http/forwarded.py): forwarding fields
 only from trusted peers, walked from the right as nginx's real_ip_recursive does."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.forwarded import (
+from proxy.core.http.forwarded import (
     FORWARDED,
     X_FORWARDED_FOR,
     Client,

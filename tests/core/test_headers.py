@@ -5,7 +5,7 @@ from __future__ import annotations
 import http_sf
 import pytest
 
-from proxy.core.headers import (
+from proxy.core.http.headers import (
     cache_status,
     connection_tokens,
     field_name,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.httpdate import (
+from proxy.core.http.httpdate import (
     Directives,
     delta_seconds,
     field_names,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.keys import request_target
+from proxy.core.cache.keys import request_target
 
 DOMAIN = "example.com"
 

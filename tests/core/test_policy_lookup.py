@@ -8,8 +8,8 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.entry import HEADER_OVERHEAD, StoredResponse
-from proxy.core.policy import (
+from proxy.core.cache.entry import HEADER_OVERHEAD, StoredResponse
+from proxy.core.cache.policy import (
     Forward,
     Revalidate,
     Serve,

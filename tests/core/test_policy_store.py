@@ -7,9 +7,8 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.entry import ENTRY_OVERHEAD, Headers
-from proxy.core.httpdate import parse_cache_control
-from proxy.core.policy import (
+from proxy.core.cache.entry import ENTRY_OVERHEAD, Headers
+from proxy.core.cache.policy import (
     DontStore,
     Storable,
     assess_response,
@@ -17,6 +16,7 @@ from proxy.core.policy import (
     explicit_lifetime,
     heuristic_lifetime,
 )
+from proxy.core.http.httpdate import parse_cache_control
 
 NOW = 1_700_000_000.0
 DAY = 86_400.0

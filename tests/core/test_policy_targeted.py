@@ -8,21 +8,21 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.entry import StoredResponse
-from proxy.core.httpdate import age_seconds
-from proxy.core.policy import (
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.policy import (
     DontStore,
     Storable,
     assess_response,
     may_serve_stale,
     merge_not_modified,
 )
-from proxy.core.targeted import (
+from proxy.core.cache.targeted import (
     cdn_cache_control,
     surrogate_capability,
     surrogate_control,
     targeted_directives,
 )
+from proxy.core.http.httpdate import age_seconds
 
 NOW = 1_700_000_000.0
 Fields = list[tuple[str, str]]

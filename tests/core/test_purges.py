@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.purges import (
+from proxy.core.purge.purges import (
     HARD,
     MAX_ITEMS,
     MAX_TAG_CHARS,

@@ -1,5 +1,5 @@
 """Range requests answered from a whole response: RFC 9110 §14 (ranges), §13.1.5 (If-Range),
-§15.3.7 (206) and §15.5.17 (416). proxy/core/ranges.py."""
+§15.3.7 (206) and §15.5.17 (416). proxy/core/http/ranges.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.ranges import (
+from proxy.core.http.ranges import (
     MAX_RANGES,
     Part,
     RangeDecision,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.ratelimit import FailureThrottle, SlidingWindow
+from proxy.core.auth.ratelimit import FailureThrottle, SlidingWindow
 
 T0 = 1_000.0
 

@@ -1,4 +1,4 @@
-"""How a receipt reads to a person (proxy/core/receipts.py ``describe``), for the CLI and
+"""How a receipt reads to a person (proxy/core/purge/receipts.py ``describe``), for the CLI and
 the dashboard: a purge, a fleet purge, a fleet dry run, and an old audit record's dry run."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.core.purges import PurgeResult
-from proxy.core.receipts import describe, duration_text, receipt
+from proxy.core.purge.purges import PurgeResult
+from proxy.core.purge.receipts import describe, duration_text, receipt
 
 URLS = PurgeResult(
     "a.test", "url", ("/a", "/b"), False, False, 7, 3, 2, 2048, True, 0.0, acked=None

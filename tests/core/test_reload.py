@@ -1,4 +1,4 @@
-"""What a reload changes (proxy/core/reload.py): domains added, removed, re-pointed (their
+"""What a reload changes (proxy/config/diff.py): domains added, removed, re-pointed (their
 entries cleared), retuned (kept), and keys that need a restart (the reload refused)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Config, parse_config
-from proxy.core.reload import ConfigChange, diff
+from proxy.config.diff import ConfigChange, diff
+from proxy.config.model import Config, parse_config
 
 ORIGIN = "http://127.0.0.1:9000"
 

@@ -1,13 +1,13 @@
 """Which requests the cache may answer, and which a fresh stored response answers as stored.
 
-The edge's full path and its fast path both ask these (proxy/core/requests.py)."""
+The edge's full path and its fast path both ask these (proxy/core/http/requests.py)."""
 
 from __future__ import annotations
 
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.requests import may_use_cache, plain_get
+from proxy.core.http.requests import may_use_cache, plain_get
 
 
 @pytest.mark.parametrize(

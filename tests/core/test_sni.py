@@ -1,10 +1,10 @@
-"""The Host-vs-SNI rule of the TLS listener (proxy/core/sni.py, decision 0018)."""
+"""The Host-vs-SNI rule of the TLS listener (proxy/core/http/sni.py, decision 0018)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.core.sni import misdirected, server_name
+from proxy.core.http.sni import misdirected, server_name
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.httpdate import parse_cache_control
-from proxy.core.storability import NOT_STORED, refusal, stored_fields
+from proxy.core.cache.storability import NOT_STORED, refusal, stored_fields
+from proxy.core.http.httpdate import parse_cache_control
 
 Fields = list[tuple[str, str]]
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.tokens import (
+from proxy.core.auth.tokens import (
     BearerToken,
     Credentials,
     MalformedCredentials,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.traffic import (
+from proxy.core.observe.traffic import (
     BYPASS,
     ERROR,
     HIT,

@@ -1,11 +1,11 @@
 """RFC 9110 §7.8 (Upgrade) as the edge applies it: which requests are tunnelled, and the
-heads on each side (proxy/core/upgrade.py, decision 0022)."""
+heads on each side (proxy/core/http/upgrade.py, decision 0022)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.core.upgrade import origin_fields, switched_fields, tunnel_protocols
+from proxy.core.http.upgrade import origin_fields, switched_fields, tunnel_protocols
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ import pytest
 
 from proxy.api.app import create_api_app
 from proxy.fleet.figures import FleetFigures
+from proxy.observe.telemetry import Telemetry
 from proxy.state.admins import hash_password
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.api.support import START, AiohttpClient, FakeClock
 from tests.dashboard.support import (
     ADMIN,

@@ -1,4 +1,4 @@
-"""The whole service for browser tests: ``proxy.service.running`` and a real origin, on an
+"""The whole service for browser tests: ``proxy.process.service.running`` and a real origin, on an
 event loop of their own in a background thread, so that Playwright's sync API can drive a
 real Chromium from the test's thread. Everything listens on 127.0.0.1 only."""
 
@@ -15,7 +15,7 @@ from typing import TypeVar
 from aiohttp import web
 from playwright.sync_api import Browser, Playwright
 
-from proxy.service import Service, running
+from proxy.process.service import Service, running
 from proxy.state.admins import hash_password, password_hasher
 from tests.conftest import FakeClock, Origin, make_config
 

@@ -18,11 +18,11 @@ from aiohttp.test_utils import TestClient
 from argon2 import PasswordHasher, profiles
 from multidict import CIMultiDict
 
-from proxy.config import Config, parse_config
+from proxy.config.model import Config, parse_config
+from proxy.observe.telemetry import Telemetry
 from proxy.state.async_state import AsyncState
 from proxy.state.sqlite import AuditRecord
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.api.support import DOMAINS, START, FakeClock, stored_response
 
 ADMIN = "alice"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 
-from proxy.cli import main
+from proxy.cli.main import main
 from proxy.state.sqlite import StateDB
 from tests.api.support import table_rows, write_cli_config
 

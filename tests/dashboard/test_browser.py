@@ -1,5 +1,5 @@
 """The dashboard in a real browser: Debian's Chromium driven by Playwright against the whole
-service (``proxy.service.running``) with a real origin behind the edge.
+service (``proxy.process.service.running``) with a real origin behind the edge.
 
 What a test sees is what an operator sees: labels, buttons and links by their names. What
 the server did is checked from outside: real HTTP calls to the API and the edge, and what the
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
 from tests.dashboard.live import ADMIN, IDLE, PASSWORD, Live, launch, live_service
 
 CACHEABLE = {"Cache-Control": "max-age=300"}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import DashboardConfig, load_config, parse_config
+from proxy.config.model import DashboardConfig, load_config, parse_config
 from proxy.errors import ConfigError
 
 BASE: dict[str, Any] = {

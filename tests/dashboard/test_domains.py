@@ -11,13 +11,13 @@ import pytest
 from proxy.api import clear_cache, gate, purge
 from proxy.api.app import create_api_app
 from proxy.api.clear_cache import OUTCOMES
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
+from proxy.observe.telemetry import Telemetry
 from proxy.state.admins import hash_password
 from proxy.state.async_state import AsyncState
 from proxy.state.sqlite import AuditRecord
 from proxy.store.base import ClearResult, LocalPurger
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.api.support import AiohttpClient, FakeClock
 from tests.dashboard.support import (
     ADMIN,

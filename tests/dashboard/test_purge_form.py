@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.core.purges import tagged
+from proxy.core.purge.purges import tagged
 from proxy.state.sqlite import AuditRecord
 from tests.api.purge_support import FAILURES, FailingPurger, assert_purged, warm
 from tests.api.support import stored_response

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.api.dashboard.chart import build_chart, nice_step
-from proxy.core.ratelimit import DoublingDelay, FailureThrottle
-from proxy.core.sessions import (
+from proxy.core.auth.ratelimit import DoublingDelay, FailureThrottle
+from proxy.core.auth.sessions import (
     SessionCheck,
     SessionPolicy,
     check_session,

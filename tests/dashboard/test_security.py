@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from proxy.api.dashboard.pages import SECURITY_HEADERS
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
 from tests.dashboard.support import ADMIN, START, Dashboard, Page
 
 CSP = SECURITY_HEADERS["Content-Security-Policy"]

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from proxy.core.tokens import Scope
+from proxy.core.auth.tokens import Scope
 from tests.dashboard.support import START, Dashboard
 
 

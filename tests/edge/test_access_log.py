@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from proxy.config import Config, load_config
-from proxy.core.responses import Responses
+from proxy.config.model import Config, load_config
+from proxy.core.observe.responses import Responses
 from proxy.edge.access_log import EdgeAccess
 from proxy.errors import ConfigError
 from tests.conftest import Origin

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.test_utils import RawTestServer
 
-from proxy.core.entry import StoredResponse
+from proxy.core.cache.entry import StoredResponse
 from proxy.edge import respond
 from tests.conftest import FakeClock, Origin
 from tests.edge.conftest import ClockedEdge

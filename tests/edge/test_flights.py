@@ -1,14 +1,14 @@
 """Flights: waiters follow their leader's progress, and give up only when it stops.
 
 The leader here is the test, recording progress at a pace of its own; the bounds come from
-``proxy.core.collapsing.give_up_at`` (tested in tests/core/test_collapsing.py).
+``proxy.core.cache.collapsing.give_up_at`` (tested in tests/core/test_collapsing.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from proxy.core.collapsing import LEADER_FIRST
+from proxy.core.cache.collapsing import LEADER_FIRST
 from proxy.edge.flights import Flight, Flights
 from proxy.errors import OriginTimeout
 from tests.conftest import until

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import RawTestServer, TestServer
 
-from proxy.core.entry import StoredResponse
+from proxy.core.cache.entry import StoredResponse
 from proxy.edge import respond
 from tests.conftest import FakeClock, Origin
 from tests.edge.conftest import ClockedEdge

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from proxy.core.purges import MAX_TAGS, Purge, purge_request
+from proxy.core.purge.purges import MAX_TAGS, Purge, purge_request
 from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, until
 
 TAGS = {"/assets/a.css": "assets", "/assets/b.js": "assets", "/page": "page p-1"}

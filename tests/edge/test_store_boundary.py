@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import RawTestServer
 
-from proxy.core.entry import CacheKey, StoredResponse
-from proxy.core.purges import Purge, PurgeResult
+from proxy.core.cache.entry import CacheKey, StoredResponse
+from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.fleet.store import FleetStore

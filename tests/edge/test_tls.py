@@ -21,11 +21,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.config import load_config, parse_config
-from proxy.core.purges import purge_request
+from proxy.config.model import load_config, parse_config
+from proxy.core.purge.purges import purge_request
 from proxy.edge.connections import ConnectionGuard
 from proxy.errors import ConfigError
-from proxy.service import Service, running
+from proxy.process.service import Service, running
 from tests.conftest import Origin
 from tests.edge.tls_support import (
     Certificates,
@@ -468,7 +468,7 @@ async def test_an_https_origin_is_verified_and_origin_ca_names_its_trust(
                 {"name": "other.test", "origin": origin_url, "origin_ca": "ca.pem"},
             ],
         }
-        from proxy.config import parse_config
+        from proxy.config.model import parse_config
 
         async with running(parse_config(data, base_dir=tmp_path)) as service:
             with caplog.at_level(logging.WARNING):

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
-from proxy.service import edge_listening
+from proxy.observe.telemetry import Telemetry
+from proxy.process.service import edge_listening
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.conftest import Origin, make_config
 from tests.edge.tls_support import Certificates
 from tests.edge.upgrade_support import (

@@ -15,7 +15,7 @@ import aiohttp
 import trustme
 from aiohttp import web
 
-from proxy.config import Config, parse_config
+from proxy.config.model import Config, parse_config
 
 
 @dataclass(frozen=True)

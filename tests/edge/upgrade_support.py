@@ -16,9 +16,9 @@ from aiohttp import WSMsgType, web
 
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.handler import Edge
-from proxy.service import Draining, edge_listening
+from proxy.observe.telemetry import Telemetry
+from proxy.process.service import Draining, edge_listening
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.conftest import make_config
 
 HOST = "example.com"

@@ -14,7 +14,7 @@ import pytest
 import valkey.asyncio
 
 from benchmarks.fleet_relay import Relay
-from proxy.core.entry import StoredResponse
+from proxy.core.cache.entry import StoredResponse
 from proxy.fleet.member import FleetMember
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.settings import FleetSettings

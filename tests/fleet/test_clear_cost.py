@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.purges import purge_request
+from proxy.core.purge.purges import purge_request
 from proxy.fleet import scripts
 from tests.fleet.conftest import Fleet, Node, until
 

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.core.traffic import HIT, MISS
+from proxy.core.observe.traffic import HIT, MISS
 from proxy.fleet.figures import FleetFigures, edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.scripts import FleetScripts, connect
+from proxy.observe.telemetry import Telemetry
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import Telemetry
 from tests.dashboard.support import DashboardFactory
 from tests.fleet.conftest import DOMAINS, LEASE, Fleet, response, settings
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from proxy.core.purges import Purge, purge_request
+from proxy.core.purge.purges import Purge, purge_request
 from proxy.errors import FleetUnavailable, PurgeUnsupported
 from proxy.fleet import scripts
 from tests.fleet.conftest import Fleet, Node, response, until

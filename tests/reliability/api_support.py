@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.routes import CLEAR_CACHE_PATH
+from proxy.core.routes import CLEAR_CACHE_PATH
 from tests.nodes import Node, cli, write_config
 
 DOMAIN = "example.com"

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.routes import CLEAR_CACHE_PATH
+from proxy.core.routes import CLEAR_CACHE_PATH
 from tests.reliability.api_support import DOMAIN, clear, raw_exchange, served
 
 BODY = json.dumps({"domain": DOMAIN}).encode()

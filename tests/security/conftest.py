@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.service import Service, running
+from proxy.process.service import Service, running
 from tests.conftest import Origin, make_config
 from tests.security.support import RawOrigin, Responder
 

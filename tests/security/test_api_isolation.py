@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from proxy.core.tokens import Scope
-from proxy.service import Service
+from proxy.core.auth.tokens import Scope
+from proxy.process.service import Service
 from tests.security.conftest import Site
 from tests.security.support import exchange
 

@@ -25,9 +25,9 @@ from aiohttp import web
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.auth.tokens import Scope
 from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.tokens import Scope
-from proxy.service import Service, running
+from proxy.process.service import Service, running
 from tests.conftest import EdgeUnderTest, make_config
 from tests.security.conftest import Site
 from tests.security.support import CACHEABLE, RawResponse, exchange, split_url

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.headers import field_name
+from proxy.core.http.headers import field_name
 from tests.conftest import EdgeFactory, EdgeUnderTest, until
 from tests.security.conftest import RawOriginFactory
 from tests.security.support import OriginRequest, RawOrigin, exchange, ok

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.tokens import Scope, hash_token
+from proxy.core.auth.tokens import Scope, hash_token
 from proxy.errors import NotFoundError, StateError
 from proxy.state.async_state import AUDIT_BATCH_MAX, AUDIT_FLUSH_SECONDS, AsyncState
 from proxy.state.sqlite import SCHEMA_VERSION, AuditRecord, StateDB, TokenRecord

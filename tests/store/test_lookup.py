@@ -3,7 +3,7 @@ and returns the key it used, under which a fill may store (until the next clear)
 
 from __future__ import annotations
 
-from proxy.core.entry import StoredResponse
+from proxy.core.cache.entry import StoredResponse
 from proxy.store.memory import MemoryStore
 
 DOMAIN = "example.com"

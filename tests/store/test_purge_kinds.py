@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.core.entry import StoredResponse
-from proxy.core.keys import cache_target
-from proxy.core.purges import Purge, purge_request
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.keys import cache_target
+from proxy.core.purge.purges import Purge, purge_request
 from proxy.store.memory import MemoryStore
 
 NOW = 1_700_000_000.0

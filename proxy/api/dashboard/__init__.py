@@ -27,10 +27,10 @@ from proxy.api.clear_cache import ClearCacheContext
 from proxy.api.dashboard import auth, purge_form, tokens, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
 from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
-from proxy.core.ratelimit import DoublingDelay, FailureThrottle
-from proxy.core.sessions import SessionPolicy
+from proxy.core.auth.ratelimit import DoublingDelay, FailureThrottle
+from proxy.core.auth.sessions import SessionPolicy
+from proxy.observe.telemetry import StoreFigures, Telemetry
 from proxy.state.admins import password_hasher
-from proxy.telemetry import StoreFigures, Telemetry
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
     from proxy.fleet.figures import FleetFigures

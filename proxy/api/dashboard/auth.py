@@ -3,14 +3,14 @@
 - **Sign-in.** The form carries a CSRF token derived from a random secret in a short-lived
   ``cdnp_signin`` cookie, so another site cannot sign a browser in to an account of its
   choosing. Failed sign-ins count against the user name and the address
-  (``proxy.core.ratelimit``): past ``dashboard.signin_failures_allowed`` each further failure
+  (``proxy.core.auth.ratelimit``): past ``dashboard.signin_failures_allowed`` each further failure
   doubles the wait, and an attempt made while waiting is refused (429) without checking the
   password. An unknown user name costs one argon2 verification, like a known one.
 - **Sessions.** A fresh random id on every sign-in (so no id chosen before sign-in survives
   it), sent as an HttpOnly, SameSite=Strict cookie scoped to /dashboard, Secure when
   ``dashboard.secure_cookie`` says the dashboard is reached over HTTPS. The database keeps
   only the id's SHA-256 and ends the session after ``session_idle_timeout`` idle or
-  ``session_lifetime`` in all (``proxy.core.sessions``). Signing out deletes it.
+  ``session_lifetime`` in all (``proxy.core.auth.sessions``). Signing out deletes it.
 - **CSRF.** ``action`` handlers run only for a live session whose form carries the session's
   token; anything else is refused with 403 before the handler sees the form.
 """
@@ -38,7 +38,7 @@ from proxy.api.dashboard.context import (
     Session,
 )
 from proxy.api.dashboard.pages import PageError, error_page, render
-from proxy.core.sessions import (
+from proxy.core.auth.sessions import (
     SessionCheck,
     check_session,
     csrf_matches,

@@ -23,7 +23,7 @@ BOTTOM = 30  # room for the x labels
 
 
 class Minute(Protocol):
-    """One minute of counts (proxy.telemetry.MinuteCounts has this shape)."""
+    """One minute of counts (proxy.observe.telemetry.MinuteCounts has this shape)."""
 
     @property
     def hits(self) -> int: ...

@@ -12,11 +12,11 @@ from aiohttp import web
 from argon2 import PasswordHasher
 
 from proxy.api.clear_cache import ClearCacheContext
-from proxy.config import Config
-from proxy.core.ratelimit import FailureThrottle
-from proxy.core.sessions import SessionPolicy
+from proxy.config.model import Config
+from proxy.core.auth.ratelimit import FailureThrottle
+from proxy.core.auth.sessions import SessionPolicy
+from proxy.observe.telemetry import StoreFigures, Telemetry
 from proxy.state.async_state import AsyncState
-from proxy.telemetry import StoreFigures, Telemetry
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
     from proxy.fleet.figures import FleetFigures

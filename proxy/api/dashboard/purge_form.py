@@ -33,7 +33,7 @@ from proxy.api.dashboard.receipt_view import KIND_LABELS, receipt_view
 from proxy.api.dashboard.views import render_domains
 from proxy.api.gate import as_admin
 from proxy.api.purge import PurgeAnswer, audited_purge
-from proxy.core.purges import InvalidPurge, Purge, purge_request
+from proxy.core.purge.purges import InvalidPurge, Purge, purge_request
 
 log = logging.getLogger("proxy.dashboard")
 

@@ -1,6 +1,6 @@
 """Receipts for people: what the purge page and the History page show of a purge.
 
-A receipt (proxy/core/receipts.py) reaches the dashboard two ways: as the dict
+A receipt (proxy/core/purge/receipts.py) reaches the dashboard two ways: as the dict
 ``audited_purge`` answers, and as the JSON an audit record keeps (its first AUDIT_ITEMS items
 and ``items_total``). Both become a ``ReceiptView``. The JSON is read defensively: a row
 written by an older or newer program, or damaged, shows what can be read and never fails the
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.api.purge import UNKNOWN_KIND
-from proxy.core.receipts import describe, duration_text, size_text
+from proxy.core.purge.receipts import describe, duration_text, size_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
 
 # Labels of the kinds, for the form's select and the pages.

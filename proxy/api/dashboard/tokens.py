@@ -19,9 +19,9 @@ from multidict import MultiDict
 from proxy.api.dashboard.auth import action, see_other, signed_in
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
 from proxy.api.dashboard.pages import PageError, render
-from proxy.config import Config
+from proxy.config.model import Config
+from proxy.core.auth.tokens import Scope, is_valid_token_name
 from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.tokens import Scope, is_valid_token_name
 from proxy.errors import NotFoundError
 
 log = logging.getLogger("proxy.dashboard")

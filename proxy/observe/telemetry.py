@@ -6,7 +6,7 @@ in prometheus-client's process-wide default registry, so two services in one pro
 the tests) never share or clash over a metric.
 
 The per-request hook (``request``) is on the hit path, so it only bumps plain ints in
-``proxy.core.traffic.Traffic``; a collector turns them into Prometheus samples when /metrics
+``proxy.core.observe.traffic.Traffic``; a collector turns them into Prometheus samples when /metrics
 is scraped. Origin requests and clears are rare beside the I/O they measure, so they use
 prometheus-client's Histogram and Counter directly. Store gauges are read from the store at
 scrape time (decision 0005).
@@ -14,7 +14,7 @@ scrape time (decision 0005).
 Metrics (all prefixed ``cdn_proxy_``):
 
 - ``requests_total{domain, cache_status}``: edge responses; cache_status is one of
-  hit, miss, stale, bypass, error (see proxy/core/traffic.py).
+  hit, miss, stale, bypass, error (see proxy/core/observe/traffic.py).
 - ``origin_request_duration_seconds{domain}``: time to the origin's response headers, or to
   the failure when none came.
 - ``origin_errors_total{domain, kind}``: kind is timeout, unreachable or protocol.
@@ -57,8 +57,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-from proxy.core.responses import BUCKETS, Responses
-from proxy.core.traffic import (
+from proxy.core.observe.responses import BUCKETS, Responses
+from proxy.core.observe.traffic import (
     BYPASS,
     CLEARED,
     ERROR,
@@ -71,8 +71,8 @@ from proxy.core.traffic import (
     Traffic,
 )
 from proxy.edge.connections import ConnectionGuard, connection_metrics
-from proxy.edge.response_metrics import response_metrics
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.observe.response_metrics import response_metrics
 from proxy.store.base import DomainStats, StoreStats
 
 __all__ = [
@@ -275,7 +275,7 @@ class Telemetry:
         self._worker_restarts.labels(str(index)).inc()
 
     def set_domains(self, domains: Sequence[str]) -> None:
-        """The domains whose series a scrape shows, after a config reload (proxy/reload.py).
+        """The domains whose series a scrape shows, after a config reload (proxy/process/reload.py).
         A removed domain's counters stay in the registry but are no longer listed."""
         self._domains = tuple(domains)
 

@@ -32,10 +32,12 @@ from http import HTTPStatus
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
+from proxy.core.cache.entry import Headers, Lines, StoredResponse, last_field
+from proxy.core.cache.storability import HEURISTICALLY_CACHEABLE, NOT_STORED, refusal, stored_fields
+from proxy.core.cache.targeted import targeted_directives
 from proxy.core.domains import host_from_header
-from proxy.core.entry import Headers, Lines, StoredResponse, last_field
-from proxy.core.headers import not_passed_on_fill
-from proxy.core.httpdate import (
+from proxy.core.http.headers import not_passed_on_fill
+from proxy.core.http.httpdate import (
     Directives,
     age_seconds,
     delta_seconds,
@@ -44,8 +46,6 @@ from proxy.core.httpdate import (
     parse_http_date,
     unqualified,
 )
-from proxy.core.storability import HEURISTICALLY_CACHEABLE, NOT_STORED, refusal, stored_fields
-from proxy.core.targeted import targeted_directives
 
 HEURISTIC_FRACTION = 0.1  # §4.2.2: "a typical setting of this fraction might be 10%"
 HEURISTIC_MAX = 86_400.0

@@ -1,10 +1,10 @@
 """Edge worker processes: started, restarted when they die, and stopped together.
 
-Each worker is a process of its own (``python -m proxy worker ...``: proxy/worker.py) with its
-own memory store and event loop, listening on the shared edge port (SO_REUSEPORT, so the
-kernel spreads connections among them). A worker says it is ready by printing one line,
-``ready``, on its standard output; everything else it says goes to its standard error, which
-is this process's.
+Each worker is a process of its own (``python -m proxy worker ...``: proxy/process/worker.py)
+with its own memory store and event loop, listening on the shared edge port (SO_REUSEPORT, so
+the kernel spreads connections among them). A worker says it is ready by printing one line,
+``ready``, on its standard output; everything else it says goes to its standard error, which is
+this process's.
 
 A worker that exits while the node is running is started again at once; one that dies within
 a second of starting is restarted after a delay that doubles up to ``MAX_RESTART_DELAY``, so
@@ -111,7 +111,7 @@ class Workers:
 
     async def _spawn(self, index: int) -> None:
         # Its standard input is a pipe nobody writes to: when this process ends, however it
-        # ends, the pipe closes and the worker stops (proxy/worker.py).
+        # ends, the pipe closes and the worker stops (proxy/process/worker.py).
         process = await asyncio.create_subprocess_exec(
             *self._argv(index),
             stdout=asyncio.subprocess.PIPE,
@@ -145,7 +145,7 @@ class Workers:
             self._said.pop(process.pid, None)
 
     async def reload(self, *, wait: float) -> dict[int, str | None]:
-        """SIGHUP every ready worker (each re-reads the config file: proxy/worker.py) and
+        """SIGHUP every ready worker (each re-reads the config file: proxy/process/worker.py) and
         collect the line each prints about it: worker index -> that line, or None if it did
         not answer within ``wait`` seconds. A worker starting now is not signalled: it
         reads the file as it starts."""

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
-from proxy import config_values as check
-from proxy.config_tls import checked_tls
-from proxy.config_values import Listen
-from proxy.core.encodings import DEFAULT_ENCODINGS
-from proxy.core.forwarded import X_FORWARDED_FOR, Network
+from proxy.config import values as check
+from proxy.config.tls import checked_tls
+from proxy.config.values import Listen
+from proxy.core.http.encodings import DEFAULT_ENCODINGS
+from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class EdgeConfig:
     # seconds in all, however busy.
     tunnel_idle_timeout: Annotated[float, check.seconds] = 60.0
     tunnel_max_seconds: Annotated[float, check.seconds] = 86_400.0
-    # Peers whose X-Forwarded-For/-Proto (or Forwarded) are believed (proxy/core/forwarded.py).
+    # Peers whose X-Forwarded-For/-Proto (or Forwarded) are believed (proxy/core/http/forwarded.py).
     trusted_proxies: Annotated[tuple[Network, ...], check.networks] = ()
     forwarded_header: Annotated[str, check.forwarded_header] = X_FORWARDED_FOR
     # The access log: "-" (standard output), a file path, or None (false: off). Decision 0019.
@@ -229,7 +229,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 def load_config_file(path: str | os.PathLike[str]) -> tuple[Config, str]:
     """``load_config``, and the SHA-256 (hex) of the bytes read: a config reload
-    (proxy/reload.py) tells by it whether two processes read the same file."""
+    (proxy/process/reload.py) tells by it whether two processes read the same file."""
     file = Path(path)
     try:
         raw = file.read_bytes()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from proxy.core.httpdate import parse_http_date
+from proxy.core.http.httpdate import parse_http_date
 
 # More ranges than this in one request are not read: the Range is ignored (§14.2 lets a
 # server ignore a set of many small ranges; this bounds the work one header can cause).

@@ -1,4 +1,5 @@
-"""The response figures (proxy/core/responses.py) as Prometheus metric families, at scrape time.
+"""The response figures (proxy/core/observe/responses.py) as Prometheus metric families, at
+scrape time.
 
 - ``responses_total{domain, class}``: responses sent, by status class (1xx ... 5xx);
 - ``response_bytes_total{domain}``: bytes sent, heads included;
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-from proxy.core.responses import BUCKETS, CLASSES, Responses
+from proxy.core.observe.responses import BUCKETS, CLASSES, Responses
 
 
 def response_metrics(responses: Responses, prefix: str) -> Iterable[Metric]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
-from proxy.core.entry import Headers, StoredResponse
+from proxy.core.cache.entry import Headers, StoredResponse
 
 PurgeKind = Literal["url", "prefix", "tag", "all"]
 KINDS: tuple[PurgeKind, ...] = ("url", "prefix", "tag", "all")

@@ -32,8 +32,8 @@ from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
-from proxy.config import Config
-from proxy.config_values import Listen
+from proxy.config.model import Config
+from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer, HandshakeTimedSite
 from proxy.edge.connections import (
@@ -47,11 +47,11 @@ from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
-from proxy.reload import domains_hook, reloading
+from proxy.observe.telemetry import StoreFigures, Telemetry
+from proxy.process.reload import domains_hook, reloading
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
 from proxy.store.memory import MemoryStore
-from proxy.telemetry import StoreFigures, Telemetry
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
     from proxy.fleet.figures import FleetFigures
@@ -74,7 +74,7 @@ class Service:
     edge_url: str
     api_url: str
     draining: Draining
-    # What a config reload calls besides the edge's and telemetry's (proxy/reload.py).
+    # What a config reload calls besides the edge's and telemetry's (proxy/process/reload.py).
     reload_hooks: list[Callable[[Config], None]] = field(default_factory=list)
 
     @property
@@ -312,7 +312,7 @@ async def control_listening(
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
     /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``.
-    ``reload_hooks``: where it adds what a config reload calls (proxy/reload.py)."""
+    ``reload_hooks``: where it adds what a config reload calls (proxy/process/reload.py)."""
     api_config, state_config = config.api_role()
     draining = Draining(_shutdown_timeout(config)) if draining is None else draining
     async with AsyncExitStack() as stack:
@@ -431,8 +431,8 @@ def event_loop_runner() -> asyncio.Runner:
 
 def serve(config: Config, config_path: Path | None = None) -> int:
     """Run one process with both roles until SIGTERM/SIGINT; return the exit code. (A node
-    with workers or a fleet is run by proxy/node.py instead.) SIGHUP reloads the config from
-    ``config_path`` (proxy/reload.py)."""
+    with workers or a fleet is run by proxy/process/node.py instead.) SIGHUP reloads the config from
+    ``config_path`` (proxy/process/reload.py)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise_open_files_limit()
     with event_loop_runner() as runner:

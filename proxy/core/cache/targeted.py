@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import http_sf
 
-from proxy.core.httpdate import Directives, parse_cache_control
+from proxy.core.http.httpdate import Directives, parse_cache_control
 
 # Directives whose value must be an Integer in CDN-Cache-Control (RFC 9213 §2.1 reuses the
 # Cache-Control registry; delta-seconds map to Integer).

@@ -17,7 +17,7 @@ are baked into every stored entry's precomputed hit lines. ``diff`` sorts the di
 Both lists are fail-safe for keys added later: a table key is applied on reload only when it
 is named in RELOADABLE (else it needs a restart), and a domain key keeps the domain's entries
 only when it is named in KEEPS_ENTRIES (else changing it clears the domain). Adding a key
-that a reload can apply is one line here, beside the hook that applies it (proxy/reload.py).
+that a reload can apply is one line here, beside the hook that applies it (proxy/process/reload.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxy.config import Config, DomainConfig
+    from proxy.config.model import Config, DomainConfig
 
 # Keys of the tables a running process applies on reload (``table.key``). Every other key of
 # [edge], [api], [cache], [state], [dashboard] and [fleet] needs a restart.

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
-from proxy.core.purges import (
+from proxy.core.purge.purges import (
     KINDS,
     MAX_SAMPLE,
     InvalidPurge,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from proxy.core.purges import PurgeResult
+from proxy.core.purge.purges import PurgeResult
 
 FIELDS = (
     "domain",

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from proxy.core.entry import Headers
-from proxy.core.headers import from_origin, via_value
+from proxy.core.cache.entry import Headers
+from proxy.core.http.headers import from_origin, via_value
 
 # RFC 9110 §7.8: protocol = protocol-name ["/" protocol-version], both tokens (§5.6.2).
 _TCHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"

@@ -4,7 +4,7 @@ from a deploy hook.
 Errors are one line on stderr and a non-zero exit, never a traceback: 2 for a usage or
 configuration mistake, 1 for anything else that failed.
 
-``purge`` is the deploy-hook client (proxy/purge_client.py).
+``purge`` is the deploy-hook client (proxy/cli/purge.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy import __version__, purge_client
-from proxy.config import Config, load_config
+from proxy import __version__
+from proxy.cli import purge as purge_client
+from proxy.config.model import Config, load_config
+from proxy.core.auth.tokens import Scope
 from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.tokens import Scope
 from proxy.errors import ConfigError, ProxyError
 from proxy.state.admins import (
     AdminRecord,
@@ -78,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         help="check the config file, then make the running `serve` of it reload it",
     )
     reload.set_defaults(run=_reload)
-    # Internal: one edge worker process, started by a node's supervisor (proxy/node.py).
+    # Internal: one edge worker process, started by a node's supervisor (proxy/process/node.py).
     worker = commands.add_parser(
         "worker", parents=[with_config], help="(internal) one edge worker process of a node"
     )
@@ -163,17 +164,17 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     # The server stack is only imported by the command that runs it.
     if config.fleet is None:
-        from proxy import service
+        from proxy.process import service
 
         return service.serve(config, args.config)
-    from proxy import node
+    from proxy.process import node
 
     return node.serve(config, args.config)
 
 
 def _reload(args: argparse.Namespace) -> int:
     load_config(args.config)  # a bad file: the message serve would print, and exit 2
-    from proxy.reload import ReloadFailed, request_reload
+    from proxy.process.reload import ReloadFailed, request_reload
 
     try:
         print(f"reloaded: {request_reload(args.config)}")
@@ -184,7 +185,7 @@ def _reload(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    from proxy import worker
+    from proxy.process import worker
 
     return worker.run(
         config,

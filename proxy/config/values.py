@@ -1,5 +1,5 @@
 """The values a config key may take: each key's check, which converts its TOML value or
-raises a ConfigError naming the key. ``proxy/config.py`` names a key's check in its field's
+raises a ConfigError naming the key. ``proxy/config/model.py`` names a key's check in its field's
 ``Annotated`` metadata (``Annotated[float, check.seconds]``); a check takes the key's full
 name and its value, None when the key was left out (TOML has no null).
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from proxy.core.domains import InvalidDomain, normalise_domain
-from proxy.core.encodings import check_encodings
-from proxy.core.forwarded import HEADER_KINDS, Network, parse_networks
+from proxy.core.http.encodings import check_encodings
+from proxy.core.http.forwarded import HEADER_KINDS, Network, parse_networks
 from proxy.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")

@@ -2,7 +2,7 @@
 ``cdn-proxy reload --config PATH`` does it from the command line (decision 0020).
 
 A ``Reloader`` holds the config in force. On SIGHUP it reads the file again and checks it
-whole (the same ``load_config`` as at start-up); sorts the difference (proxy/core/reload.py)
+whole (the same ``load_config`` as at start-up); sorts the difference (proxy/config/diff.py)
 and refuses a change a reload cannot apply; then calls its hooks, each a synchronous
 ``reconfigure(config)`` that swaps in the new config's part (the edge's domains and limits,
 the control plane's domain list, the metrics' domains...), with no await between them, so
@@ -36,8 +36,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.config import Config, load_config_file
-from proxy.core.reload import ConfigChange, diff
+from proxy.config.diff import ConfigChange, diff
+from proxy.config.model import Config, load_config_file
 from proxy.errors import ConfigError
 
 log = logging.getLogger("proxy.reload")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from proxy.core.entry import Headers
-from proxy.core.httpdate import Directives, delta_seconds, field_names, unqualified
+from proxy.core.cache.entry import Headers
+from proxy.core.http.httpdate import Directives, delta_seconds, field_names, unqualified
 
 # RFC 9110 §15.1: "a response with a heuristically cacheable status code" (§3 ¶2.7).
 HEURISTICALLY_CACHEABLE = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})

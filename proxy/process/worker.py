@@ -1,5 +1,5 @@
 """One edge worker process of a fleet: ``python -m proxy worker --config PATH --index N --port P
---fleet-url URL``, started by the node's supervisor (proxy/supervisor.py), never by hand.
+--fleet-url URL``, started by the node's supervisor (proxy/process/supervisor.py), never by hand.
 
 It owns a memory store of its own (``cache.max_bytes`` divided by ``edge.workers``), joins the
 fleet as a member (proxy/fleet/member.py: lease, generations, acknowledgements), and listens
@@ -21,16 +21,16 @@ import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from proxy.config import Config, FleetConfig
+from proxy.config.model import Config, FleetConfig
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.connections import raise_open_files_limit
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
-from proxy.reload import Outcome, domains_hook, reloading
-from proxy.service import edge_listening, event_loop_runner, memory_store
-from proxy.telemetry import Telemetry
+from proxy.observe.telemetry import Telemetry
+from proxy.process.reload import Outcome, domains_hook, reloading
+from proxy.process.service import edge_listening, event_loop_runner, memory_store
 
 log = logging.getLogger("proxy.worker")
 

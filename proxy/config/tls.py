@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
-    from proxy.config import DomainConfig, EdgeConfig
+    from proxy.config.model import DomainConfig, EdgeConfig
 
 
 _Table = TypeVar("_Table", "EdgeConfig", "DomainConfig")

@@ -1,0 +1,1 @@
+"""Who may do what: API tokens, dashboard sessions, and throttles against guessing."""

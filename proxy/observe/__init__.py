@@ -1,0 +1,1 @@
+"""What the running process reports: telemetry for /metrics and the dashboard."""
