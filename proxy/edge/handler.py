@@ -270,6 +270,11 @@ class Edge:
             stale, fwd = None, decision.reason
         if request.method == "HEAD" and stale is None:
             return await self._forward(request, config, target, fwd)
+        # A range of part of an object: sent to the origin as it is, unless a fill of the
+        # URL is under way (decision 0031: a small range never costs the origin an object).
+        partial = stale is None and ranges.forwarded(request)
+        if partial and self.flights.get(key) is None:
+            return await self._forward(request, config, target, fwd, "range")
         flight, leading = self.flights.join(key)
         if leading:
             return await self._fill(_Fill(request, config, key, target, stale, fwd, flight))
@@ -286,6 +291,8 @@ class Edge:
             status = cache_status(self._name, fwd=fwd, collapsed=True)
             return self._from_stored(request, result, self._clock(), status)
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
+        if partial:
+            return await self._forward(request, config, target, fwd, "range")
         return await self._fill(_Fill(request, config, key, target, stale, fwd, None))
 
     async def _fill(self, job: _Fill) -> web.StreamResponse:
@@ -407,10 +414,19 @@ class Edge:
         self._land(job.key, job.flight, None)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         if origin.status == 200 and not job.background and ranges.asked(job.request):
-            cut = await ranges.cut_from_origin(
-                job.request, origin, self._max_object, via=self._via, status=status, prefix=prefix
-            )
-            return _Filled(cut, None) if cut is not None else ranges.AskOrigin(reason)
+            # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by
+            # its Content-Length, or by what arrived) is not read further: a range of part of
+            # it goes to the origin (AskOrigin), while for bytes=0- it is what the client
+            # asked for, and is relayed (decision 0031).
+            length = origin.content_length
+            if prefix is None and (length is None or length <= self._max_object):
+                prefix, complete = await origin.read_up_to(self._max_object)
+                if complete:
+                    cut = ranges.cut(job.request, origin, prefix, via=self._via, status=status)
+                    return _Filled(cut, None)
+            if ranges.forwarded(job.request):
+                origin.close()
+                return ranges.AskOrigin(reason)
         relayed = await relay(
             job.request,
             origin,

@@ -6,8 +6,13 @@ Where they are answered (``Edge``):
 - from a stored response, whatever made it servable (fresh, revalidated, stale while
   revalidating or on an origin error, a collapsed request's shared fill): the full answer is
   built as for any request, and ``answer`` cuts the range out of it last;
-- on a miss, the fill fetches the whole object without the Range (``headers.to_origin``) and
-  stores it when it may, then answers as above. When the whole object may not be kept,
+- on a miss, a Range that asks for less than the whole object (``forwarded``) is sent to the
+  origin as it is, and its answer relayed, never stored: a one-byte range must not cost the
+  origin a whole object (RangeAmp; decision 0031). It joins a fill of the URL already under
+  way, though, and is cut from what that fill stores;
+- on a miss for ``bytes=0-`` (or a Range the cache ignores), the fill fetches the whole
+  object without the Range (``headers.to_origin``) and stores it when it may, then answers as
+  above. When the whole object may not be kept,
   ``cut_from_origin`` says what to do: a 200 that is not storable but ends within
   cache.max_object_bytes is read and the range cut from it; one that is larger (by its
   Content-Length, or by what arrived when it had none) is dropped and the origin is asked
@@ -26,7 +31,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.core.http.headers import from_origin
-from proxy.core.http.ranges import Part, Whole, decide_range
+from proxy.core.http.ranges import Part, Whole, decide_range, fetches_whole
 from proxy.edge import respond
 from proxy.edge.origin import OriginResponse
 
@@ -41,6 +46,12 @@ class AskOrigin:
 def asked(request: web.BaseRequest) -> bool:
     """A GET with a Range: the only request a range is ever cut for (RFC 9110 §14.2)."""
     return request.method == "GET" and hdrs.RANGE in request.headers
+
+
+def forwarded(request: web.BaseRequest) -> bool:
+    """A Range GET that a miss sends to the origin as it is, rather than filling the whole
+    object for it (``core.http.ranges.fetches_whole``; decision 0031)."""
+    return asked(request) and not fetches_whole(request.headers.getall(hdrs.RANGE))
 
 
 def answer(request: web.BaseRequest, full: web.Response, body: bytes) -> web.Response:
@@ -80,28 +91,14 @@ def answer(request: web.BaseRequest, full: web.Response, body: bytes) -> web.Res
     return unsatisfiable
 
 
-async def cut_from_origin(
-    request: web.BaseRequest,
-    origin: OriginResponse,
-    limit: int,
-    *,
-    via: str,
-    status: str,
-    prefix: bytes | None,
-) -> web.Response | None:
-    """The answer to a Range request from the origin's whole 200, which is not stored: the
-    range cut from it when it ends within ``limit`` bytes (cache.max_object_bytes). None when
-    it is larger (by its Content-Length, or ``prefix``: what was read of it, past the limit):
-    it is dropped, and the caller asks the origin for the range itself (``AskOrigin``)."""
-    length = origin.content_length
-    if prefix is None and (length is None or length <= limit):
-        body, complete = await origin.read_up_to(limit)
-        if complete:
-            fields = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
-            full = web.Response(status=200, reason=origin.reason, headers=fields, body=body)
-            return answer(request, full, body)
-    origin.close()
-    return None
+def cut(
+    request: web.BaseRequest, origin: OriginResponse, body: bytes, *, via: str, status: str
+) -> web.Response:
+    """The answer to a Range request from the origin's whole 200 (``body``, read to its end),
+    which is not stored: the range cut from it, as from a stored response."""
+    fields = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
+    full = web.Response(status=200, reason=origin.reason, headers=fields, body=body)
+    return answer(request, full, body)
 
 
 def _last(fields: CIMultiDictProxy[str] | CIMultiDict[str], name: str) -> str | None:

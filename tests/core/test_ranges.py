@@ -15,6 +15,7 @@ from proxy.core.http.ranges import (
     Whole,
     coalesced,
     decide_range,
+    fetches_whole,
     if_range_holds,
     parse_range,
 )
@@ -209,3 +210,24 @@ def test_a_failed_if_range_wins_over_an_unsatisfiable_range() -> None:
 def test_coalesced(spans: list[tuple[int, int]], expected: list[tuple[int, int]]) -> None:
     """§15.3.7.2: ranges that overlap or touch are sent as one."""
     assert coalesced(spans) == expected
+
+
+@pytest.mark.parametrize(
+    ("ranges", "whole"),
+    [
+        # Decision 0031: only a Range whose answer is the whole object fills the cache.
+        (["bytes=0-"], True),
+        (["BYTES=0-"], True),
+        (["bytes=0-, 5-9"], True),
+        (["bytes=0-0"], False),  # the RangeAmp probe
+        (["bytes=0-1"], False),
+        (["bytes=100-"], False),
+        (["bytes=-1"], False),
+        (["bytes=0-1,5-6"], False),
+        (["items=0-1"], True),  # ignored by the cache: the answer is the whole 200
+        (["bytes=x"], True),
+        (["bytes=0-0", "bytes=0-0"], True),  # sent twice: ignored
+    ],
+)
+def test_fetches_whole(ranges: list[str], whole: bool) -> None:
+    assert fetches_whole(ranges) is whole

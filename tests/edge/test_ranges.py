@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -36,11 +37,12 @@ def ranges_seen(origin: Origin, target: str) -> list[str | None]:
 async def test_one_origin_fetch_answers_a_seeking_player(
     make_edge: EdgeFactory, origin: Origin
 ) -> None:
-    """A video-like seek: the first range misses and the whole object is fetched once,
-    without the Range; every range after it, and the whole object, come from the cache."""
+    """A video-like seek: the player's first ``bytes=0-`` misses and the whole object is
+    fetched once, without the Range (decision 0031); every range after it, and the whole
+    object, come from the cache."""
     edge = await make_edge(cache=big_cache())
     origin.reply("/video.mp4", VIDEO, headers={**FRESH, "Content-Type": "video/mp4"})
-    seeks = [(0, 1), (0, None), (1_500_000, 1_599_999), (MIB, None), (2 * MIB - 10, None)]
+    seeks = [(0, None), (0, 1), (1_500_000, 1_599_999), (MIB, None), (2 * MIB - 10, None)]
     for first, last in seeks:
         spec = f"bytes={first}-{'' if last is None else last}"
         response, body = await edge.get("/video.mp4", headers={"Range": spec})
@@ -64,8 +66,8 @@ async def test_cache_status_and_age_on_a_206_as_on_a_200(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:
     origin.reply("/a", b"0123456789", headers=FRESH)
-    first, body = await edge.get("/a", headers={"Range": "bytes=2-4"})
-    assert (first.status, body) == (206, b"234")
+    first, body = await edge.get("/a", headers={"Range": "bytes=0-"})
+    assert (first.status, body) == (206, b"0123456789")
     assert first.headers["Cache-Status"] == "cdn-proxy; fwd=uri-miss; stored"
     assert first.headers["Age"] == "0"
     assert first.headers["Via"] == "1.1 cdn-proxy"
@@ -80,8 +82,9 @@ async def test_cache_status_and_age_on_a_206_as_on_a_200(
 async def test_concurrent_range_misses_collapse_into_one_fetch(
     make_edge: EdgeFactory, origin: Origin
 ) -> None:
-    """Ranges of one URL asked at once, on a miss: one origin request, without Range
-    (edge/flights.py), and each client its own range."""
+    """Ranges of one URL asked while a fill of it is under way (here a player's
+    ``bytes=0-``): they wait on it (edge/flights.py) rather than go to the origin, and each
+    client gets its own range from the stored object."""
     edge = await make_edge(cache=big_cache())
     release = asyncio.Event()
     arrived = 0
@@ -93,19 +96,22 @@ async def test_concurrent_range_misses_collapse_into_one_fetch(
         return web.Response(body=VIDEO, headers=FRESH)
 
     origin.route("/v", slow)
+    leader = asyncio.create_task(edge.get("/v", headers={"Range": "bytes=0-"}))
+    await until(lambda: arrived == 1)
+    flight = edge.edge.flights.get(("example.com", 0, "/v"))
+    assert flight is not None
     starts = [0, 100, MIB, 2 * MIB - 1, 12345]
     tasks = [
         asyncio.create_task(edge.get("/v", headers={"Range": f"bytes={s}-{s + 99}"}))
         for s in starts
     ]
-    await until(lambda: arrived == 1)
-    flight = edge.edge.flights.get(("example.com", 0, "/v"))
-    assert flight is not None
-    await until(lambda: flight.waiters == len(starts) - 1)
+    await until(lambda: flight.waiters == len(starts))
     release.set()
     for start, (response, body) in zip(starts, await asyncio.gather(*tasks), strict=True):
         assert response.status == 206
         assert body == VIDEO[start : start + 100]
+    first, body = await leader
+    assert (first.status, body) == (206, VIDEO)
     assert ranges_seen(origin, "/v") == [None]
 
 
@@ -140,6 +146,7 @@ async def test_if_range_with_a_date(edge: EdgeUnderTest, origin: Origin) -> None
 async def test_416_when_no_range_is_satisfiable(edge: EdgeUnderTest, origin: Origin) -> None:
     """RFC 9110 §15.5.17: a 416 with ``Content-Range: bytes */LEN``, from the cache."""
     origin.reply("/s", b"0123456789", headers=FRESH)
+    await edge.get("/s")
     for spec in ("bytes=10-", "bytes=10-20,30-40", "bytes=-0"):
         response, _ = await edge.get("/s", headers={"Range": spec})
         assert response.status == 416, spec
@@ -154,6 +161,7 @@ async def test_ranges_the_cache_ignores_get_the_whole_200(
     """RFC 9110 §14.2: an unknown unit, invalid syntax and (decision 0021) several ranges
     that do not coalesce are ignored; overlapping ones are sent as one range."""
     origin.reply("/i", b"0123456789", headers=FRESH)
+    await edge.get("/i")
     for spec in ("items=0-1", "bytes=3-1", "bytes=x", "bytes=0-1,5-6"):
         response, body = await edge.get("/i", headers={"Range": spec})
         assert (response.status, body) == (200, b"0123456789"), spec
@@ -174,6 +182,7 @@ async def test_range_on_head_and_on_a_stored_error_are_ignored(
     origin.reply("/h", b"0123456789", headers=FRESH)
     origin.reply("/missing", b"not here", status=404, headers={"Cache-Control": "max-age=600"})
     await edge.get("/h")
+    await edge.get("/missing")
     head, body = await edge.get("/h", method="HEAD", headers={"Range": "bytes=0-1"})
     assert (head.status, body) == (200, b"")
     assert "Content-Range" not in head.headers
@@ -249,16 +258,25 @@ async def test_a_revalidated_entry_answers_the_range(edge: EdgeUnderTest, origin
     assert [s.headers.get("If-None-Match") for s in origin.seen] == [None, '"v1"']
 
 
-async def test_a_response_that_is_not_stored_still_answers_the_range(
+async def test_a_response_that_is_not_stored_answers_bytes_0_and_passes_other_ranges(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:
-    """A private 200 within max_object_bytes: the range is cut from it, nothing is kept."""
-    origin.reply("/p", b"0123456789", headers={"Cache-Control": "private"})
+    """A private 200 within max_object_bytes: ``bytes=0-`` is cut from the whole 200, and
+    nothing is kept; a range of part of it goes to the origin as it is (decision 0031)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await ranged_origin(request, b"0123456789", chunked=False, cache="private")
+
+    origin.route("/p", handler)
     for _ in range(2):
+        response, body = await edge.get("/p", headers={"Range": "bytes=0-"})
+        assert (response.status, body) == (206, b"0123456789")
+        assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="private"'
         response, body = await edge.get("/p", headers={"Range": "bytes=1-2"})
         assert (response.status, body) == (206, b"12")
-        assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="private"'
-    assert ranges_seen(origin, "/p") == [None, None]
+        assert response.headers["Content-Range"] == "bytes 1-2/10"
+        assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="range"'
+    assert ranges_seen(origin, "/p") == [None, "bytes=1-2", None, "bytes=1-2"]
 
 
 async def test_a_partial_answer_to_the_fill_is_passed_on(
@@ -269,7 +287,7 @@ async def test_a_partial_answer_to_the_fill_is_passed_on(
     headers = {**FRESH, "Content-Range": "bytes 0-4/10"}
     origin.reply("/odd", b"01234", status=206, headers=headers)
     for _ in range(2):
-        response, body = await edge.get("/odd", headers={"Range": "bytes=0-4"})
+        response, body = await edge.get("/odd", headers={"Range": "bytes=0-"})
         assert (response.status, body) == (206, b"01234")
     assert origin.count("/odd") == 2
 
@@ -277,9 +295,12 @@ async def test_a_partial_answer_to_the_fill_is_passed_on(
 # -- objects larger than cache.max_object_bytes (1 MiB in these tests) -------------------------
 
 
-async def ranged_origin(request: web.Request, body: bytes, *, chunked: bool) -> web.StreamResponse:
+async def ranged_origin(
+    request: web.Request, body: bytes, *, chunked: bool, cache: str = "max-age=600"
+) -> web.StreamResponse:
     """An origin with its own single-range support; whole answers with a Content-Length, or
     chunked (no length known in advance)."""
+    fresh = {**FRESH, "Cache-Control": cache}
     spec = request.headers.get("Range")
     if spec is not None:
         first, _, last = spec.removeprefix("bytes=").partition("-")
@@ -290,9 +311,9 @@ async def ranged_origin(request: web.Request, body: bytes, *, chunked: bool) -> 
         return web.Response(
             status=206,
             body=body[start : end + 1],
-            headers={"Content-Range": f"bytes {start}-{end}/{len(body)}", **FRESH},
+            headers={"Content-Range": f"bytes {start}-{end}/{len(body)}", **fresh},
         )
-    response = web.StreamResponse(headers=FRESH)
+    response = web.StreamResponse(headers=fresh)
     if chunked:
         response.enable_chunked_encoding()
     else:
@@ -307,38 +328,60 @@ async def ranged_origin(request: web.Request, body: bytes, *, chunked: bool) -> 
     return response
 
 
-async def test_too_large_by_its_length_the_range_goes_to_the_origin(
+async def test_a_range_of_part_of_an_object_goes_to_the_origin_as_it_is(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:
-    """The origin's Content-Length says the object will not be kept: the edge lets go of it
-    at its headers and passes the client's Range on; the origin's 206 is relayed."""
+    """A miss for a range of part of an object: the client's Range is passed on and the
+    origin's 206 relayed, never stored, whatever the object's size (decision 0031)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         return await ranged_origin(request, VIDEO, chunked=False)
 
     origin.route("/big", handler)
-    response, body = await edge.get("/big", headers={"Range": "bytes=1000-1999"})
-    assert (response.status, body) == (206, VIDEO[1000:2000])
-    assert response.headers["Content-Range"] == f"bytes 1000-1999/{len(VIDEO)}"
-    assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="too-large"'
-    assert ranges_seen(origin, "/big") == [None, "bytes=1000-1999"]
+    for _ in range(2):
+        response, body = await edge.get("/big", headers={"Range": "bytes=1000-1999"})
+        assert (response.status, body) == (206, VIDEO[1000:2000])
+        assert response.headers["Content-Range"] == f"bytes 1000-1999/{len(VIDEO)}"
+        assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="range"'
+    assert ranges_seen(origin, "/big") == ["bytes=1000-1999"] * 2
 
 
-async def test_too_large_without_a_length_the_range_goes_to_the_origin(
-    edge: EdgeUnderTest, origin: Origin
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_too_large_bytes_0_is_relayed_whole(
+    edge: EdgeUnderTest, origin: Origin, chunked: bool
 ) -> None:
-    """No Content-Length, and more than max_object_bytes arrive: that prefix cannot answer a
-    range of the whole (its length is unknown), so the origin is asked for the range."""
+    """``bytes=0-`` of an object over max_object_bytes (by its Content-Length, or by what
+    arrived of a chunked one): the whole object is what the client asked for; it is relayed
+    as the 200 it is, from the one origin request (RFC 9110 §14.2 lets a server ignore a
+    Range), never asked for twice."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        return await ranged_origin(request, VIDEO, chunked=True)
+        return await ranged_origin(request, VIDEO, chunked=chunked)
 
     origin.route("/stream", handler)
-    response, body = await edge.get("/stream", headers={"Range": "bytes=-100"})
+    response, body = await edge.get("/stream", headers={"Range": "bytes=0-"})
+    assert (response.status, body) == (200, VIDEO)
+    assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="too-large"'
+    assert ranges_seen(origin, "/stream") == [None]
+
+
+async def test_a_stale_entry_too_large_now_gets_the_range_from_the_origin(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """Revalidating a stale entry with a range: the origin's new 200 is over
+    max_object_bytes, so it is let go at its headers and the range asked of the origin."""
+    origin.reply("/grown", b"0123456789", headers={"Cache-Control": "max-age=10"})
+    await edge.get("/grown")
+    edge.clock.advance(20)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await ranged_origin(request, VIDEO, chunked=False)
+
+    origin.route("/grown", handler)
+    response, body = await edge.get("/grown", headers={"Range": "bytes=-100"})
     assert (response.status, body) == (206, VIDEO[-100:])
-    assert ranges_seen(origin, "/stream") == [None, "bytes=-100"]
-    whole, body = await edge.get("/stream")  # without Range: streamed through, as before
-    assert (whole.status, body) == (200, VIDEO)
+    assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=stale; detail="too-large"'
+    assert ranges_seen(origin, "/grown") == [None, None, "bytes=-100"]
 
 
 async def test_a_range_of_a_stale_entry_when_the_origin_fails(
@@ -386,8 +429,8 @@ async def test_a_running_node_seeks_in_a_cached_video_while_the_origin_is_down(
                     return response.status, dict(response.headers), await response.read()
 
             for path in ("/video.mp4", "/stale.mp4"):
-                status, _, body = await get(path, "bytes=0-0")  # the fill
-                assert (status, body) == (206, VIDEO[:1])
+                status, _, body = await get(path, "bytes=0-")  # the fill
+                assert (status, body) == (206, VIDEO)
             await server.close()
             for path in ("/video.mp4", "/stale.mp4"):
                 status, headers, body = await get(path, "bytes=0-99")

@@ -121,6 +121,20 @@ def decide_range(
     return Part(first, last, length)
 
 
+def fetches_whole(ranges: list[str]) -> bool:
+    """Whether a miss for a request with these Range values may be filled with the whole
+    object (decision 0031): only when the answer is the whole object anyway, so the origin
+    sends no more than the client asked for. That is a Range this cache ignores (unreadable,
+    another unit, sent twice: §14.2) or one that asks from the first byte to the end
+    (``bytes=0-``, what players and browsers open a media file with). Any other range is
+    forwarded to the origin as it is, so a one-byte range cannot cost the origin an object
+    (the RangeAmp attack)."""
+    if len(ranges) != 1:
+        return True
+    specs = parse_range(ranges[0])
+    return specs is None or (0, None) in specs
+
+
 def parse_range(value: str) -> list[RangeSpec] | None:
     """The byte ranges of a Range field value (§14.1.1, §14.2), or None when it is not a
     ``bytes`` range set this cache reads: another unit, invalid syntax, an int-range whose
