@@ -567,6 +567,7 @@ class Edge:
         coding: str | None = None,
     ) -> list[tuple[str, str]]:
         client = request_client(self._trusted, request)
+        trusted = self._trusted
         headers = to_origin(
             request.headers.items(),
             domain=config.name,
@@ -575,6 +576,7 @@ class Edge:
             via=self._via,
             cacheable=cacheable,
             accept_encoding=coding,
+            trusted_peer=bool(trusted) and trusted.trusts(request.remote or ""),
         )
         headers.append(("Surrogate-Capability", self._capability))
         return headers

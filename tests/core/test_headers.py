@@ -115,6 +115,13 @@ def test_to_origin_without_via_or_host_from_the_client() -> None:
         "X-Forwarded-Path",
         "X-Original-URI",
         "X-HTTP-Host-Override",
+        "Content_Length",  # framing read from an underscore spelling (issue 24)
+        "X-Forwarded-User",
+        "X_Forwarded_Client_Cert",
+        "X-Forwarded",
+        "CF-Connecting-IP",
+        "Client_IP",
+        "X-Url-Scheme",
     ],
 )
 def test_to_origin_drops_every_spelling_an_origin_reads_as_a_dropped_field(name: str) -> None:
@@ -129,6 +136,26 @@ def test_to_origin_drops_every_spelling_an_origin_reads_as_a_dropped_field(name:
         ("X-Forwarded-Proto", "https"),
         ("X-Forwarded-Host", "example.com"),
     ]
+
+
+@pytest.mark.parametrize("name", ["X-Forwarded-User", "X_Forwarded_Groups", "CF-Connecting-IP"])
+def test_to_origin_passes_front_end_fields_from_a_trusted_peer(name: str) -> None:
+    """A trusted proxy is the front end that writes them (issue 24); the trio stays the
+    edge's own, and Content-Length is still never taken from '_'."""
+    fields = [(name, "alice"), ("X-Forwarded-Host", "evil"), ("Content_Length", "0")]
+    out = to_origin(
+        fields,
+        domain="example.com",
+        client_address="203.0.113.7",
+        scheme="https",
+        via="cdn-proxy",
+        cacheable=True,
+        trusted_peer=True,
+    )
+    assert out[0] == (name, "alice")
+    assert [n for n, _ in out].count("X-Forwarded-Host") == 1
+    assert ("X-Forwarded-Host", "example.com") in out
+    assert "Content_Length" not in [n for n, _ in out]
 
 
 def test_to_origin_keeps_other_underscore_fields() -> None:

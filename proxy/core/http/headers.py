@@ -6,10 +6,17 @@
   clients: the proxy sets the X-Forwarded-* trio itself, from what it saw, so an origin never
   takes a client's claim about its address, scheme or host as truth, and a client cannot
   steer an origin that trusts them (cache poisoning through unkeyed headers).
+- The rest of the X-Forwarded-* family (X-Forwarded-User, -Email, -Groups, -Client-Cert:
+  how oauth2-proxy and mTLS front ends tell an application who the user is) and the
+  client-address aliases of other proxies and CDNs (CF-Connecting-IP, Client-IP, ...) pass
+  only from a trusted proxy (edge.trusted_proxies), the front end the operator put there to
+  write them; from any other peer they are removed (issue 24).
 - Method-override fields are removed from cacheable requests, so a GET cannot be turned into
   something else behind the cache's back.
 - Names are compared with '_' read as '-': CGI and WSGI origins map both to '_', so
-  ``X_Forwarded_Host`` would reach them as X-Forwarded-Host (the CVE-2015-0219 class).
+  ``X_Forwarded_Host`` would reach them as X-Forwarded-Host (the CVE-2015-0219 class). For
+  the same reason a framing field spelled with '_' (``Content_Length``) is removed: such an
+  origin would read it as the message's framing.
 """
 
 from __future__ import annotations
@@ -64,6 +71,25 @@ CLIENT_FORWARDING = frozenset(
     }
 )
 
+# Written by a front end about the client or the user (besides the X-Forwarded-* family, which
+# is matched by its prefix): believed from a trusted proxy only (``to_origin``).
+FRONT_END = frozenset(
+    {
+        "x-forwarded",
+        "front-end-https",
+        "x-url-scheme",
+        "cf-connecting-ip",
+        "x-cluster-client-ip",
+        "client-ip",
+        "x-originating-ip",
+        "x-proxyuser-ip",
+        "x-original-forwarded-for",
+    }
+)
+
+# Message framing: never taken from a name spelled with '_' (``field_name``).
+FRAMING = frozenset({"content-length", "transfer-encoding"})
+
 METHOD_OVERRIDE = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
 
 # Conditional and range fields the cache answers itself on a fill (it fetches the whole
@@ -84,6 +110,12 @@ _NOT_PASSED_ON_FILL = (
 def field_name(name: str) -> str:
     """The name an origin may read a field under: lowercase, '_' read as '-'."""
     return name.lower().replace("_", "-")
+
+
+def from_front_end(name: str) -> bool:
+    """Is ``name`` (as ``field_name`` gives it) one a front end writes about the client or
+    the user, passed on from a trusted proxy only?"""
+    return name.startswith("x-forwarded-") or name in FRONT_END
 
 
 def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -115,16 +147,26 @@ def to_origin(
     via: str,
     cacheable: bool,
     accept_encoding: str | None = None,
+    trusted_peer: bool = False,
 ) -> list[tuple[str, str]]:
     """The request headers sent to the origin. ``accept_encoding``, when given, replaces the
-    client's Accept-Encoding: the one coding the request is keyed by (``encodings``)."""
+    client's Accept-Encoding: the one coding the request is keyed by (``encodings``).
+    ``trusted_peer``: the request came from a trusted proxy, whose ``from_front_end`` fields
+    are passed on."""
     items = list(headers)
     drop = HOP_BY_HOP | CLIENT_FORWARDING | connection_tokens(items) | {"host"}
     if cacheable:
         drop = drop | METHOD_OVERRIDE | CLIENT_CONDITIONALS
     if accept_encoding is not None:
         drop = drop | {"accept-encoding"}
-    out = [(name, value) for name, value in items if field_name(name) not in drop]
+    out = []
+    for name, value in items:
+        field = field_name(name)
+        if field in drop or (not trusted_peer and from_front_end(field)):
+            continue
+        if field in FRAMING and "_" in name:
+            continue
+        out.append((name, value))
     if accept_encoding is not None:
         out.append(("Accept-Encoding", accept_encoding))
     previous_via = [value for name, value in out if name.lower() == "via"]
