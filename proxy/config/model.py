@@ -34,6 +34,7 @@ from proxy.config.tls import checked_tls
 from proxy.config.values import Listen
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
+from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,6 +113,8 @@ class EdgeConfig:
     # seconds in all, however busy.
     tunnel_idle_timeout: Annotated[float, check.seconds] = 60.0
     tunnel_max_seconds: Annotated[float, check.seconds] = 86_400.0
+    # The protocols an Upgrade may be tunnelled to (an allowlist; never one carrying HTTP).
+    upgrade_protocols: Annotated[tuple[str, ...], check.upgrade_protocols] = DEFAULT_UPGRADES
     # Peers whose X-Forwarded-For/-Proto (or Forwarded) are believed (proxy/core/http/forwarded.py).
     trusted_proxies: Annotated[tuple[Network, ...], check.networks] = ()
     forwarded_header: Annotated[str, check.forwarded_header] = X_FORWARDED_FOR

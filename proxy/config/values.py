@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.core.http.encodings import check_encodings
 from proxy.core.http.forwarded import HEADER_KINDS, Network, parse_networks
+from proxy.core.http.upgrade import check_allowlist
 from proxy.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
@@ -149,6 +150,13 @@ def fleet_url(key: str, value: object) -> str:
 def encodings(key: str, value: object) -> tuple[str, ...]:
     try:
         return check_encodings(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def upgrade_protocols(key: str, value: object) -> tuple[str, ...]:
+    try:
+        return check_allowlist(value)
     except ValueError as exc:
         raise ConfigError(key, str(exc)) from None
 

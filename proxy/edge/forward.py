@@ -171,6 +171,12 @@ async def relay(
     if background:
         origin.close()
         return web.Response(status=origin.status)
+    if origin.status < 200:
+        # A switch (101) or other interim answer as the final one, to a request that asked for
+        # no upgrade (or was not tunnelled: core/http/upgrade.py): not HTTP the client can use.
+        origin.close()
+        respond.log.warning("origin answered %d to a request not tunnelled", origin.status)
+        return respond.text(502, "502 Bad Gateway: the origin switched protocols unasked")
     headers = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
     if request.method == "HEAD" or origin.status in (204, 304):
         origin.close()

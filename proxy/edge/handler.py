@@ -113,6 +113,7 @@ class Edge:
         # read per request, so a plain-HTTP edge skips the scheme (core/keys.py).
         self._tls_listener = edge.tls_listen is not None
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
+        self._upgrades = edge.upgrade_protocols
         self._slots = ConnectionSlots(config.domains)
         self._max_object = cache.max_object_bytes
         self._store = store
@@ -143,12 +144,13 @@ class Edge:
         proxy/config/diff.py names as reloadable. Synchronous, so no request sees half of it.
         Requests already routed finish with the DomainConfig they took; the routing memo
         starts again. The caller clears the domains removed or re-pointed."""
-        _, cache = config.edge_role()
+        edge, cache = config.edge_role()
         # First, as it may refuse (ConfigError: a certificate unreadable since the file was
         # checked) before anything has changed.
         self.tls.reconfigure(config)
         self._trusted = trusted_proxies(config)
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
+        self._upgrades = edge.upgrade_protocols
         self._domains = config.by_name
         self._hosts = {}
         self._slots = self._slots.reconfigured(config.domains)
@@ -229,10 +231,22 @@ class Edge:
                 has_body=request.body_exists,
                 connection=headers.getall(hdrs.CONNECTION, ()),
                 upgrade=headers.getall(hdrs.UPGRADE),
+                allowed=self._upgrades,
             )
             if protocols is not None:
                 return await self._tunnel(request, config, target, protocols)
-        if may_use_cache(request.method, headers, has_body=request.body_exists):
+            # Answered as any request, then the connection is closed: aiohttp dropped what
+            # followed this head in its read (core/http/upgrade.py), so a request pipelined
+            # behind it is refused visibly, never lost without an answer.
+            response = await self._answer(request, config, target)
+            response.force_close()
+            return response
+        return await self._answer(request, config, target)
+
+    async def _answer(
+        self, request: web.BaseRequest, config: DomainConfig, target: str
+    ) -> web.StreamResponse:
+        if may_use_cache(request.method, request.headers, has_body=request.body_exists):
             return await self._cacheable(request, config, target, self._https(request))
         fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
         return await self._forward(request, config, target, fwd)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.http.upgrade import origin_fields, switched_fields, tunnel_protocols
+from proxy.core.http.upgrade import (
+    check_allowlist,
+    origin_fields,
+    switched_fields,
+    tunnel_protocols,
+)
 
 
 @pytest.mark.parametrize(
@@ -53,9 +58,56 @@ def test_which_requests_are_tunnelled(
             has_body=has_body,
             connection=connection,
             upgrade=upgrade,
+            allowed=("websocket", "echo", "chat", "a", "b", "tcp", "h2c", "http", "tls"),
         )
         == expected
     )
+
+
+@pytest.mark.parametrize(
+    ("upgrade", "allowed", "expected"),
+    [
+        # Issue 24: an allowlist, "websocket" by default; only allowed protocols are offered.
+        (["websocket"], None, "websocket"),
+        (["WebSocket/13"], None, "WebSocket/13"),
+        (["http2"], None, None),  # tunnelled before if the origin answered 101
+        (["foo"], None, None),
+        (["foo, websocket"], None, "websocket"),
+        (["foo"], ("foo",), "foo"),
+        (["websocket"], ("foo",), None),
+    ],
+)
+def test_only_allowed_protocols_are_tunnelled(
+    upgrade: list[str], allowed: tuple[str, ...] | None, expected: str | None
+) -> None:
+    extra = {} if allowed is None else {"allowed": allowed}
+    protocols = tunnel_protocols(
+        method="GET",
+        version=(1, 1),
+        has_body=False,
+        connection=["upgrade"],
+        upgrade=upgrade,
+        **extra,
+    )
+    assert protocols == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (["websocket"], ("websocket",)),
+        (["WebSocket", "websocket", "echo"], ("websocket", "echo")),
+        ([], ()),  # no upgrades at all
+    ],
+)
+def test_check_allowlist(value: list[str], expected: tuple[str, ...]) -> None:
+    assert check_allowlist(value) == expected
+
+
+@pytest.mark.parametrize("value", ["websocket", [1], ["web socket"], ["h2c"], ["HTTP"], ["tls"]])
+def test_check_allowlist_refuses(value: object) -> None:
+    with pytest.raises(ValueError):
+        check_allowlist(value)
 
 
 def test_the_origin_is_asked_with_the_upgrade_put_back() -> None:

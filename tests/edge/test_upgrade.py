@@ -270,7 +270,11 @@ async def test_an_unreachable_origin_gets_502(tmp_path: Path) -> None:
 
 
 async def test_an_origin_switching_to_a_protocol_not_offered_gets_502(tmp_path: Path) -> None:
-    async with raw_origin() as origin, running_edge(tmp_path, origin.url) as edge:
+    allowed = ["echo", "chat"]
+    async with (
+        raw_origin() as origin,
+        running_edge(tmp_path, origin.url, upgrade_protocols=allowed) as edge,
+    ):
         offer_other = UPGRADE_ECHO.replace(b"Upgrade: echo/1", b"Upgrade: chat")
         (_, writer), head = await raw_tunnel(edge.address, offer_other)
         assert head.startswith(b"HTTP/1.1 502 ")
@@ -331,7 +335,7 @@ async def test_sigterm_with_an_open_tunnel_exits_within_the_shutdown_timeout(
     tmp_path: Path,
 ) -> None:
     async with raw_origin() as origin:
-        text = config_text(origin.url, edge="shutdown_timeout = 2\n")
+        text = config_text(origin.url, edge='shutdown_timeout = 2\nupgrade_protocols = ["echo"]\n')
         async with served(tmp_path, text) as proxy:
             tunnel, _ = await raw_tunnel(proxy.edge_address)
             assert await tunnel[0].readexactly(3) == b"hi>"
@@ -377,7 +381,10 @@ async def test_an_upgrade_with_an_unsafe_method_invalidates_the_url(
         return web.Response(text="page", headers={"Cache-Control": "max-age=600"})
 
     origin.route("/doc", page)
-    async with running_edge(tmp_path, origin.url) as edge, aiohttp.ClientSession() as client:
+    async with (
+        running_edge(tmp_path, origin.url, upgrade_protocols=["tcp"]) as edge,
+        aiohttp.ClientSession() as client,
+    ):
         for _ in range(2):
             async with client.get(edge.url + "/doc", headers=WS_HEADERS) as response:
                 assert response.headers["Cache-Status"].startswith("cdn-proxy; ")

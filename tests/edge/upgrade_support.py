@@ -47,7 +47,9 @@ class RunningEdge:
 @asynccontextmanager
 async def running_edge(tmp_path: Path, origin_url: str, **edge: Any) -> AsyncIterator[RunningEdge]:
     """The edge for example.com on ``origin_url``, listening as in ``cdn-proxy serve``
-    (guarded connections, a drain), with ``edge`` keys added to its [edge] table."""
+    (guarded connections, a drain), with ``edge`` keys added to its [edge] table. Its
+    upgrade allowlist has the raw origin's "echo" beside "websocket" unless ``edge`` says."""
+    edge = {"upgrade_protocols": ["websocket", "echo"], **edge}
     config = make_config(
         tmp_path, origin_url, edge={"listen": "127.0.0.1:0", "shutdown_timeout": 5, **edge}
     )

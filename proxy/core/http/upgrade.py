@@ -14,7 +14,17 @@ A request is tunnelled when it asks to switch, properly, to a protocol that is n
 - not CONNECT, which names a host to tunnel to, not a protocol;
 - no protocol of the list is HTTP itself (h2c, HTTP/2.0) or TLS (RFC 2817, HTTP inside):
   after the switch the client would speak HTTP straight to the origin, past the edge's
-  routing and its removal of forwarding fields: the "h2c smuggling" class of attacks.
+  routing and its removal of forwarding fields: the "h2c smuggling" class of attacks;
+- and the protocols are on the operator's allowlist (edge.upgrade_protocols, "websocket"
+  unless configured: issue 24): only those of the list that are allowed are offered to the
+  origin, and a request offering none of them is not tunnelled. An allowlist rather than a
+  blocklist, so a protocol nobody vetted (``http2``, a private one) is not tunnelled because
+  an origin happens to answer 101.
+
+A request that asks for an upgrade and is not tunnelled is answered as any request and its
+connection then closed (the edge's handler): aiohttp's parser treats only "websocket" as an
+upgrade and drops whatever followed the head of any other in the same read, so a request
+pipelined behind it would otherwise be lost without an answer.
 
 What the origin is sent is the forwarded request's head (headers.to_origin) with the upgrade
 put back: ``Connection: upgrade`` and the client's Upgrade. A 101 from the origin is relayed
@@ -35,6 +45,25 @@ _TCHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _PROTOCOL = re.compile(rf"({_TCHARS})(?:/({_TCHARS}))?")
 # Names of protocols that carry HTTP: a tunnel to one would be an HTTP connection past the edge.
 _HTTP_NAMES = frozenset({"http", "h2c", "h2", "tls"})
+DEFAULT_ALLOWED = ("websocket",)
+
+
+def check_allowlist(values: object) -> tuple[str, ...]:
+    """The protocol names of a configured allowlist, lowercase (edge.upgrade_protocols).
+    ValueError names what is wrong: not a list of tokens, or a protocol that carries HTTP."""
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError('must be a list of protocol names such as ["websocket"]')
+    names: list[str] = []
+    for value in values:
+        if not re.fullmatch(_TCHARS, value):
+            raise ValueError(f"{value!r} is not a protocol name (RFC 9110 §7.8: a token)")
+        if value.lower() in _HTTP_NAMES:
+            raise ValueError(
+                f"{value!r} carries HTTP: tunnelled, it would pass the edge's routing and rules"
+            )
+        if value.lower() not in names:
+            names.append(value.lower())
+    return tuple(names)
 
 
 def tunnel_protocols(
@@ -44,16 +73,21 @@ def tunnel_protocols(
     has_body: bool,
     connection: Sequence[str],
     upgrade: Sequence[str],
+    allowed: Sequence[str] = DEFAULT_ALLOWED,
 ) -> str | None:
     """The Upgrade value to send the origin when the request is to be tunnelled; None when it
     is a request like any other. ``connection`` and ``upgrade`` are the values of every
-    Connection and Upgrade field line of the request, as sent."""
+    Connection and Upgrade field line of the request, as sent; ``allowed``: the lowercase
+    names of the protocols that may be tunnelled (``check_allowlist``)."""
     if not upgrade or version != (1, 1) or has_body or method == "CONNECT":
         return None
     if "upgrade" not in _options(connection):
         return None
     protocols = _protocols(upgrade)
     if not protocols or any(name.lower() in _HTTP_NAMES for name, _ in protocols):
+        return None
+    protocols = [(name, version) for name, version in protocols if name.lower() in allowed]
+    if not protocols:
         return None
     return ", ".join(f"{name}/{version}" if version else name for name, version in protocols)
 
