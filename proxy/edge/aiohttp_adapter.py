@@ -30,7 +30,9 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   ``Server.__call__`` makes the protocol from ``_kwargs``; ``RequestHandler`` waits for a
   request on ``_waiter`` with the parsed ones queued in ``_messages``; a parse error reaches
   ``handle_error`` and ``log_exception`` as an ``HttpProcessingError``; ``AppRunner`` makes
-  its server in ``_make_server``.
+  its server in ``_make_server``. Its error pages are ours (``error_page``): aiohttp's
+  echo the bytes it could not parse. Assumed: the request loop sends what ``handle_error``
+  returns.
 - ``request_head``: the parsed head a request was built from (``BaseRequest._message``, a
   ``RawRequestMessage``), whose fields the fast hit path reads as tuple fields, instead of
   five reified properties that each cost a Python call on every new request (decision 0013
@@ -65,6 +67,7 @@ import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine
+from http import HTTPStatus
 from time import perf_counter
 from typing import Any, cast
 
@@ -390,12 +393,29 @@ class GuardedRequestHandler(web.RequestHandler):
     ) -> web.StreamResponse:
         if isinstance(exc, HttpProcessingError):
             self._guard.bad_request(request.remote, message or exc.message)
-        return super().handle_error(request, status, exc, message)
+        super().handle_error(request, status, exc, message)  # its logging, and its refusal
+        return error_page(status)
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         if isinstance(kw.get("exc_info"), HttpProcessingError):
             return  # counted, and summarised by the guard's throttled line
         super().log_exception(*args, **kw)
+
+
+def error_page(status: int) -> web.Response:
+    """The answer to a request aiohttp could not read or handle, in place of its own page,
+    which echoes the offending bytes as text/plain (issue 24): a fixed text of ours, never
+    sniffed as anything else, never stored, and the connection closed after it."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    why = "the request could not be read" if status < 500 else "the request failed"
+    response = web.Response(status=status, text=f"{status} {phrase}: {why}\n")
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-store"
+    response.force_close()
+    return response
 
 
 class GuardedServer(web.Server):
