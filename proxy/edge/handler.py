@@ -3,8 +3,9 @@
 ``Edge.handle`` routes by Host, then takes one of two paths:
 
 - cacheable (GET or HEAD without a body): look up, then serve a fresh entry, or fill it from
-  the origin under request collapsing (``fill``), revalidating a stale one. A Range GET is
-  answered from the whole response (edge/ranges.py);
+  the origin under request collapsing (``_fill``; what the origin's answer becomes is
+  edge/fill.py's), revalidating a stale one. A Range GET is answered from the whole
+  response, and on a miss a range of part of an object is forwarded (edge/ranges.py);
 - forwarded (every other method, and requests the cache must not answer): sent to the origin
   as they are, streamed back, and for unsafe methods the URL's entries invalidated
   (RFC 9111 §4.4); edge/forward.py, which also relays the cacheable path's responses that
@@ -24,7 +25,6 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
 from time import perf_counter
 
 import aiohttp
@@ -35,33 +35,25 @@ from proxy.config.model import Config, DomainConfig
 from proxy.core.cache.entry import CacheKey, Headers, StoredResponse
 from proxy.core.cache.keys import cache_target, request_target
 from proxy.core.cache.policy import (
-    DontStore,
     Revalidate,
     Serve,
-    Storable,
-    assess_response,
-    conditional_headers,
     decide_lookup,
-    may_serve_stale,
-    merge_not_modified,
     only_if_cached,
-    refreshed,
     select_variant,
     serve_while_revalidating,
 )
 from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.domains import host_from_header
-from proxy.core.http.encodings import preferred
-from proxy.core.http.headers import cache_status, from_origin, to_origin
+from proxy.core.http.headers import cache_status, to_origin
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.core.purge.purges import tagged
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import request_client, trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
+from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
-from proxy.edge.forward import Forwarder, relay
+from proxy.edge.forward import Forwarder
 from proxy.edge.origin import REQUEST_STARTED, ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
@@ -70,27 +62,6 @@ from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
 
 HOST_SPELLINGS = 256
-
-
-@dataclass(frozen=True, slots=True)
-class _Fill:
-    """One origin fetch for a cacheable request: what it was for, and who waits on it."""
-
-    request: web.BaseRequest
-    config: DomainConfig
-    key: CacheKey  # from the lookup: the store refuses it once the domain is cleared
-    target: str  # the request-target asked of the origin (the key's is marked for https)
-    stale: StoredResponse | None  # the stored response it revalidates, if any
-    fwd: str  # Cache-Status fwd= (RFC 9211)
-    flight: Flight | None  # None when it leads no collapsed requests
-    # stale-while-revalidate: the client has had its answer; nothing is relayed.
-    background: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Filled:
-    response: web.StreamResponse  # for the client
-    result: FlightResult  # for the waiters: the stored response, the origin error, or None
 
 
 class Edge:
@@ -115,7 +86,6 @@ class Edge:
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
         self._upgrades = edge.upgrade_protocols
         self._slots = ConnectionSlots(config.domains)
-        self._max_object = cache.max_object_bytes
         self._store = store
         self._session = session
         self._clock = clock
@@ -131,6 +101,18 @@ class Edge:
         # Certificates for the TLS listener and how each https:// origin is verified.
         self.tls = EdgeTls(config)
         self.tunnels = Tunnels(config=config, telemetry=self._telemetry, tls=self.tls)
+        self._filler = Filler(
+            name=self._name,
+            via=self._via,
+            store=store,
+            clock=clock,
+            max_object=cache.max_object_bytes,
+            ask_origin=self._ask_origin,
+            origin_headers=self._origin_headers,
+            from_stored=self._from_stored,
+            ready=self._ready,
+            land=self._land,
+        )
         self._forwarder = Forwarder(
             config=config,
             name=self._name,
@@ -154,7 +136,7 @@ class Edge:
         self._domains = config.by_name
         self._hosts = {}
         self._slots = self._slots.reconfigured(config.domains)
-        self._max_object = cache.max_object_bytes
+        self._filler.max_object = cache.max_object_bytes
         self.tunnels.reconfigure(config)
         self._forwarder.reconfigure(config)
 
@@ -263,7 +245,7 @@ class Edge:
             # 0014): the origin answers, and nothing is stored.
             return await self._forward(request, config, target, "bypass", found.bypass)
         key = found.key
-        coding = _coding(request, config)
+        coding = coding_of(request, config)
         decision = decide_lookup(found.variants, request.headers, now, coding)
         if isinstance(decision, Serve):
             self._telemetry.request(config.name, HIT)
@@ -291,7 +273,7 @@ class Edge:
             return await self._forward(request, config, target, fwd, "range")
         flight, leading = self.flights.join(key)
         if leading:
-            return await self._fill(_Fill(request, config, key, target, stale, fwd, flight))
+            return await self._fill(Fill(request, config, key, target, stale, fwd, flight))
         result = await flight.wait(
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
@@ -307,17 +289,17 @@ class Edge:
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
         if partial:
             return await self._forward(request, config, target, fwd, "range")
-        return await self._fill(_Fill(request, config, key, target, stale, fwd, None))
+        return await self._fill(Fill(request, config, key, target, stale, fwd, None))
 
-    async def _fill(self, job: _Fill) -> web.StreamResponse:
+    async def _fill(self, job: Fill) -> web.StreamResponse:
         """Fetch from the origin, store what may be stored, and finish the flight.
 
         The request is counted once, here, when its outcome is known. A background
         revalidation (stale-while-revalidate) answers no client, so it counts nothing: the
         client it started for was counted when its stale hit was served."""
-        filled: _Filled | None = None
+        filled: Filled | None = None
         try:
-            filled = await self._fetch(job)
+            filled = await self._filler.fetch(job)
         finally:
             # Waiters are released however the fetch ends, a client gone away included.
             self._land(job.key, job.flight, None if filled is None else filled.result)
@@ -325,170 +307,6 @@ class Edge:
             failed = isinstance(filled.result, OriginError)
             self._telemetry.request(job.config.name, ERROR if failed else outcome_of_fwd(job.fwd))
         return filled.response
-
-    async def _fetch(self, job: _Fill) -> _Filled:
-        headers = self._origin_headers(
-            job.request, job.config, cacheable=True, coding=_coding(job.request, job.config)
-        )
-        if job.stale is not None:
-            headers += conditional_headers(job.stale)
-        request_time = self._clock()
-        try:
-            async with self._ask_origin(job.config, "GET", job.target, headers) as origin:
-                if job.flight is not None:
-                    job.flight.progress()  # the headers: waiters now follow the body's pace
-                filled = await self._answered(job, origin, request_time, self._clock())
-            if isinstance(filled, ranges.AskOrigin):
-                # Once the whole response's connection is let go (a second one held at
-                # once could wait on the domain's connection slots).
-                return await self._range_from_origin(job, filled.reason)
-            return filled
-        except OriginError as exc:
-            return self._origin_failed(job, exc)
-
-    async def _range_from_origin(self, job: _Fill, reason: str) -> _Filled:
-        """Relay the origin's answer to the client's Range request as it is sent (the whole
-        object is too large to keep: ranges.AskOrigin). Raises OriginError."""
-        headers = self._origin_headers(job.request, job.config, cacheable=False)
-        status = cache_status(self._name, fwd=job.fwd, detail=reason)
-        async with self._ask_origin(job.config, "GET", job.target, headers) as origin:
-            relayed = await relay(
-                job.request, origin, status, via=self._via, max_object=self._max_object
-            )
-            return _Filled(relayed, None)
-
-    async def _answered(
-        self, job: _Fill, origin: OriginResponse, request_time: float, response_time: float
-    ) -> _Filled | ranges.AskOrigin:
-        """The origin answered: refresh the stale entry, serve it instead of an error, store
-        the response, or pass it on unstored."""
-        stale = job.stale
-        if stale is not None and origin.status == 304:
-            return await self._refresh(job, stale, origin, request_time, response_time)
-        if stale is not None and may_serve_stale(
-            stale,
-            job.request.headers,
-            response_time,
-            status=origin.status,
-            default_window=job.config.stale_if_error,
-        ):
-            # The origin's 5xx, and the response allows stale-if-error (RFC 5861 §4).
-            origin.close()
-            return self._stale_if_error(job, stale, response_time)
-        fields = from_origin(origin.headers)
-        verdict = self._assess(
-            job, origin.status, origin.reason, fields, request_time, response_time
-        )
-        if isinstance(verdict, DontStore):
-            return await self._pass_on(job, origin, verdict.reason)
-        if origin.tags is None:  # a tag purge could miss it (decision 0024)
-            return await self._pass_on(job, origin, "tags-over-limit")
-        length = origin.content_length
-        if length is not None and length > self._max_object:
-            return await self._pass_on(job, origin, "too-large")
-        progress = job.flight.progress if job.flight is not None else None
-        body, complete = await origin.read_up_to(self._max_object, progress)
-        if not complete:
-            return await self._pass_on(job, origin, "too-large", prefix=body)
-        entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags))
-        status = cache_status(self._name, fwd=job.fwd, stored=await self._store.put(job.key, entry))
-        # This client gets the origin's fields in full; only the stored copy drops those that
-        # no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
-        response = self._from_stored(job.request, entry, response_time, status, headers=fields)
-        return _Filled(response, entry)
-
-    async def _refresh(
-        self,
-        job: _Fill,
-        stale: StoredResponse,
-        origin: OriginResponse,
-        request_time: float,
-        response_time: float,
-    ) -> _Filled:
-        """A 304 answered the revalidation: update the stored headers (RFC 9111 §4.3.4)."""
-        merged = merge_not_modified(stale, from_origin(origin.headers))
-        verdict = self._assess(job, stale.status, stale.reason, merged, request_time, response_time)
-        if isinstance(verdict, DontStore) or origin.tags is None:
-            # The origin now forbids storing it (or tags it over the bounds: decision 0024):
-            # serve the refreshed response once, keep nothing.
-            await self._store.invalidate(job.config.name, job.target)
-            entry, stored = replace(stale, headers=merged), False
-        else:
-            # Tags as the 304 sets them, else as stored (decision 0024).
-            entry = self._ready(tagged(refreshed(stale, verdict), origin.tags or stale.tags))
-            stored = await self._store.put(job.key, entry)
-        status = cache_status(self._name, fwd=job.fwd, stored=stored)
-        return _Filled(self._from_stored(job.request, entry, response_time, status), entry)
-
-    async def _pass_on(
-        self, job: _Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
-    ) -> _Filled | ranges.AskOrigin:
-        """Relay a response that is not stored. Its waiters are released first (each asks the
-        origin itself), not kept until the relay ends."""
-        self._land(job.key, job.flight, None)
-        status = cache_status(self._name, fwd=job.fwd, detail=reason)
-        if origin.status == 200 and not job.background and ranges.asked(job.request):
-            # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by
-            # its Content-Length, or by what arrived) is not read further: a range of part of
-            # it goes to the origin (AskOrigin), while for bytes=0- it is what the client
-            # asked for, and is relayed (decision 0031).
-            length = origin.content_length
-            if prefix is None and (length is None or length <= self._max_object):
-                prefix, complete = await origin.read_up_to(self._max_object)
-                if complete:
-                    cut = ranges.cut(job.request, origin, prefix, via=self._via, status=status)
-                    return _Filled(cut, None)
-            if ranges.forwarded(job.request):
-                origin.close()
-                return ranges.AskOrigin(reason)
-        relayed = await relay(
-            job.request,
-            origin,
-            status,
-            via=self._via,
-            max_object=self._max_object,
-            prefix=prefix,
-            background=job.background,
-        )
-        return _Filled(relayed, None)
-
-    def _origin_failed(self, job: _Fill, exc: OriginError) -> _Filled:
-        now = self._clock()
-        stale = job.stale
-        if stale is not None and may_serve_stale(
-            stale, job.request.headers, now, status=None, default_window=job.config.stale_if_error
-        ):
-            # Disconnected from the origin: a stale copy beats an error (RFC 9111 §4.2.4).
-            respond.log.warning("%s; served a stale copy", exc)
-            return self._stale_if_error(job, stale, now)
-        status = cache_status(self._name, fwd=job.fwd)
-        return _Filled(respond.origin_failed(exc, cache_status=status), exc)
-
-    def _stale_if_error(self, job: _Fill, stale: StoredResponse, now: float) -> _Filled:
-        status = cache_status(self._name, fwd=job.fwd, detail="stale-if-error")
-        return _Filled(self._from_stored(job.request, stale, now, status), stale)
-
-    def _assess(
-        self,
-        job: _Fill,
-        status: int,
-        reason: str,
-        fields: Headers,
-        request_time: float,
-        response_time: float,
-    ) -> Storable | DontStore:
-        return assess_response(
-            method="GET",
-            request=job.request.headers,
-            status=status,
-            reason=reason,
-            headers=fields,
-            request_time=request_time,
-            response_time=response_time,
-            heuristic=job.config.heuristic_freshness,
-            surrogate_name=self._name,
-            accept_encoding=_coding(job.request, job.config),
-        )
 
     def _revalidate_later(
         self,
@@ -504,9 +322,7 @@ class Edge:
         if not leading:
             return
         task = asyncio.create_task(
-            self._fill(
-                _Fill(request, config, key, target, stale, "stale", flight, background=True)
-            ),
+            self._fill(Fill(request, config, key, target, stale, "stale", flight, background=True)),
             name="revalidate",
         )
         self._background.add(task)
@@ -610,9 +426,3 @@ class Edge:
         if hdrs.RANGE in request.headers:
             return ranges.answer(request, response, entry.body)
         return response
-
-
-def _coding(request: web.BaseRequest, config: DomainConfig) -> str:
-    """The request's Accept-Encoding as the domain reads it: the key of its variant and what
-    a fill asks the origin for (core.encodings; decision 0023)."""
-    return preferred(request.headers.getall(hdrs.ACCEPT_ENCODING, ()), config.encodings)

@@ -1,0 +1,271 @@
+"""The fill: one origin request for a cacheable request that missed, or whose stored response
+must be revalidated, and what becomes of the answer. ``Edge`` (edge/handler.py) leads it under
+request collapsing (edge/flights.py) and counts it; ``Filler.fetch`` does the rest:
+
+- a 304 to a revalidation refreshes the stored response (RFC 9111 §4.3.4);
+- an origin error, or a 5xx the response allows it for, serves the stale copy (RFC 9111
+  §4.2.4, RFC 5861 §4);
+- a storable response whose body ends within cache.max_object_bytes is stored and served;
+- anything else is passed on unstored (``_pass_on``): relayed, or for a Range request cut
+  from the whole 200 when it ends within the limit. Past the limit (by its Content-Length, or
+  by what arrived of a chunked body) nothing more is read for the cache: ``bytes=0-`` is
+  relayed as the 200 it is, and a range of part of it is asked of the origin
+  (``ranges.AskOrigin``), once the first connection is let go (decision 0031).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from aiohttp import hdrs, web
+
+from proxy.config.model import DomainConfig
+from proxy.core.cache.entry import CacheKey, Headers, StoredResponse
+from proxy.core.cache.policy import (
+    DontStore,
+    Storable,
+    assess_response,
+    conditional_headers,
+    may_serve_stale,
+    merge_not_modified,
+    refreshed,
+)
+from proxy.core.http.encodings import preferred
+from proxy.core.http.headers import cache_status, from_origin
+from proxy.core.purge.purges import tagged
+from proxy.edge import ranges, respond
+from proxy.edge.flights import Flight, FlightResult
+from proxy.edge.forward import AskOrigin, relay
+from proxy.edge.origin import OriginResponse
+from proxy.errors import OriginError
+from proxy.store.base import Store
+
+# Edge._origin_headers, Edge._from_stored, Edge._ready and Edge._land: what the fill shares
+# with the edge's other paths.
+OriginHeaders = Callable[..., list[tuple[str, str]]]
+FromStored = Callable[..., web.Response]
+Ready = Callable[[StoredResponse], StoredResponse]
+Land = Callable[[CacheKey, Flight | None, FlightResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """One origin fetch for a cacheable request: what it was for, and who waits on it."""
+
+    request: web.BaseRequest
+    config: DomainConfig
+    key: CacheKey  # from the lookup: the store refuses it once the domain is cleared
+    target: str  # the request-target asked of the origin (the key's is marked for https)
+    stale: StoredResponse | None  # the stored response it revalidates, if any
+    fwd: str  # Cache-Status fwd= (RFC 9211)
+    flight: Flight | None  # None when it leads no collapsed requests
+    # stale-while-revalidate: the client has had its answer; nothing is relayed.
+    background: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    response: web.StreamResponse  # for the client
+    result: FlightResult  # for the waiters: the stored response, the origin error, or None
+
+
+class Filler:
+    """Fetches and decides for ``Fill`` jobs; the edge's shared parts are passed in."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        via: str,
+        store: Store,
+        clock: Callable[[], float],
+        max_object: int,
+        ask_origin: AskOrigin,
+        origin_headers: OriginHeaders,
+        from_stored: FromStored,
+        ready: Ready,
+        land: Land,
+    ) -> None:
+        self._name = name
+        self._via = via
+        self._store = store
+        self._clock = clock
+        self.max_object = max_object  # cache.max_object_bytes; a reload sets it
+        self._ask_origin = ask_origin
+        self._origin_headers = origin_headers
+        self._from_stored = from_stored
+        self._ready = ready
+        self._land = land
+
+    async def fetch(self, job: Fill) -> Filled:
+        """Ask the origin for the job's response and decide what becomes of it. Waiters on
+        the job's flight are released as soon as its answer is known not to be shareable."""
+        headers = self._origin_headers(
+            job.request, job.config, cacheable=True, coding=coding_of(job.request, job.config)
+        )
+        if job.stale is not None:
+            headers += conditional_headers(job.stale)
+        request_time = self._clock()
+        try:
+            async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
+                if job.flight is not None:
+                    job.flight.progress()  # the headers: waiters now follow the body's pace
+                filled = await self._answered(job, origin, request_time, self._clock())
+            if isinstance(filled, ranges.AskOrigin):
+                # Once the whole response's connection is let go (a second one held at
+                # once could wait on the domain's connection slots).
+                return await self._range_from_origin(job, filled.reason)
+            return filled
+        except OriginError as exc:
+            return self._origin_failed(job, exc)
+
+    async def _range_from_origin(self, job: Fill, reason: str) -> Filled:
+        """Relay the origin's answer to the client's Range request as it is sent (the whole
+        object is too large to keep: ranges.AskOrigin). Raises OriginError."""
+        headers = self._origin_headers(job.request, job.config, cacheable=False)
+        status = cache_status(self._name, fwd=job.fwd, detail=reason)
+        async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
+            relayed = await relay(
+                job.request, origin, status, via=self._via, max_object=self.max_object
+            )
+            return Filled(relayed, None)
+
+    async def _answered(
+        self, job: Fill, origin: OriginResponse, request_time: float, response_time: float
+    ) -> Filled | ranges.AskOrigin:
+        """The origin answered: refresh the stale entry, serve it instead of an error, store
+        the response, or pass it on unstored."""
+        stale = job.stale
+        if stale is not None and origin.status == 304:
+            return await self._refresh(job, stale, origin, request_time, response_time)
+        if stale is not None and may_serve_stale(
+            stale,
+            job.request.headers,
+            response_time,
+            status=origin.status,
+            default_window=job.config.stale_if_error,
+        ):
+            # The origin's 5xx, and the response allows stale-if-error (RFC 5861 §4).
+            origin.close()
+            return self._stale_if_error(job, stale, response_time)
+        fields = from_origin(origin.headers)
+        verdict = self._assess(
+            job, origin.status, origin.reason, fields, request_time, response_time
+        )
+        if isinstance(verdict, DontStore):
+            return await self._pass_on(job, origin, verdict.reason)
+        if origin.tags is None:  # a tag purge could miss it (decision 0024)
+            return await self._pass_on(job, origin, "tags-over-limit")
+        length = origin.content_length
+        if length is not None and length > self.max_object:
+            return await self._pass_on(job, origin, "too-large")
+        progress = job.flight.progress if job.flight is not None else None
+        body, complete = await origin.read_up_to(self.max_object, progress)
+        if not complete:
+            return await self._pass_on(job, origin, "too-large", prefix=body)
+        entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags))
+        status = cache_status(self._name, fwd=job.fwd, stored=await self._store.put(job.key, entry))
+        # This client gets the origin's fields in full; only the stored copy drops those that
+        # no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
+        response = self._from_stored(job.request, entry, response_time, status, headers=fields)
+        return Filled(response, entry)
+
+    async def _refresh(
+        self,
+        job: Fill,
+        stale: StoredResponse,
+        origin: OriginResponse,
+        request_time: float,
+        response_time: float,
+    ) -> Filled:
+        """A 304 answered the revalidation: update the stored headers (RFC 9111 §4.3.4)."""
+        merged = merge_not_modified(stale, from_origin(origin.headers))
+        verdict = self._assess(job, stale.status, stale.reason, merged, request_time, response_time)
+        if isinstance(verdict, DontStore) or origin.tags is None:
+            # The origin now forbids storing it (or tags it over the bounds: decision 0024):
+            # serve the refreshed response once, keep nothing.
+            await self._store.invalidate(job.config.name, job.target)
+            entry, stored = replace(stale, headers=merged), False
+        else:
+            # Tags as the 304 sets them, else as stored (decision 0024).
+            entry = self._ready(tagged(refreshed(stale, verdict), origin.tags or stale.tags))
+            stored = await self._store.put(job.key, entry)
+        status = cache_status(self._name, fwd=job.fwd, stored=stored)
+        return Filled(self._from_stored(job.request, entry, response_time, status), entry)
+
+    async def _pass_on(
+        self, job: Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
+    ) -> Filled | ranges.AskOrigin:
+        """Relay a response that is not stored. Its waiters are released first (each asks the
+        origin itself), not kept until the relay ends."""
+        self._land(job.key, job.flight, None)
+        status = cache_status(self._name, fwd=job.fwd, detail=reason)
+        if origin.status == 200 and not job.background and ranges.asked(job.request):
+            # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by
+            # its Content-Length, or by what arrived) is not read further: a range of part of
+            # it goes to the origin (AskOrigin), while for bytes=0- it is what the client
+            # asked for, and is relayed (decision 0031).
+            length = origin.content_length
+            if prefix is None and (length is None or length <= self.max_object):
+                prefix, complete = await origin.read_up_to(self.max_object)
+                if complete:
+                    cut = ranges.cut(job.request, origin, prefix, via=self._via, status=status)
+                    return Filled(cut, None)
+            if ranges.forwarded(job.request):
+                origin.close()
+                return ranges.AskOrigin(reason)
+        relayed = await relay(
+            job.request,
+            origin,
+            status,
+            via=self._via,
+            max_object=self.max_object,
+            prefix=prefix,
+            background=job.background,
+        )
+        return Filled(relayed, None)
+
+    def _origin_failed(self, job: Fill, exc: OriginError) -> Filled:
+        now = self._clock()
+        stale = job.stale
+        if stale is not None and may_serve_stale(
+            stale, job.request.headers, now, status=None, default_window=job.config.stale_if_error
+        ):
+            # Disconnected from the origin: a stale copy beats an error (RFC 9111 §4.2.4).
+            respond.log.warning("%s; served a stale copy", exc)
+            return self._stale_if_error(job, stale, now)
+        status = cache_status(self._name, fwd=job.fwd)
+        return Filled(respond.origin_failed(exc, cache_status=status), exc)
+
+    def _stale_if_error(self, job: Fill, stale: StoredResponse, now: float) -> Filled:
+        status = cache_status(self._name, fwd=job.fwd, detail="stale-if-error")
+        return Filled(self._from_stored(job.request, stale, now, status), stale)
+
+    def _assess(
+        self,
+        job: Fill,
+        status: int,
+        reason: str,
+        fields: Headers,
+        request_time: float,
+        response_time: float,
+    ) -> Storable | DontStore:
+        return assess_response(
+            method="GET",
+            request=job.request.headers,
+            status=status,
+            reason=reason,
+            headers=fields,
+            request_time=request_time,
+            response_time=response_time,
+            heuristic=job.config.heuristic_freshness,
+            surrogate_name=self._name,
+            accept_encoding=coding_of(job.request, job.config),
+        )
+
+
+def coding_of(request: web.BaseRequest, config: DomainConfig) -> str:
+    """The request's Accept-Encoding as the domain reads it: the key of its variant and what
+    a fill asks the origin for (core.encodings; decision 0023)."""
+    return preferred(request.headers.getall(hdrs.ACCEPT_ENCODING, ()), config.encodings)
