@@ -443,3 +443,33 @@ async def test_a_running_node_seeks_in_a_cached_video_while_the_origin_is_down(
     finally:
         await node.kill()
     assert asked == [("/video.mp4", None), ("/stale.mp4", None)]
+
+
+async def test_a_range_waiting_on_a_fill_that_cannot_be_shared_goes_to_the_origin_as_it_is(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """A range that joined a fill under way, whose answer turns out not to be shareable
+    (no-store): it asks the origin for its range, never for the whole object (decision
+    0031)."""
+    release = asyncio.Event()
+    body = bytes(range(100))
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        if "Range" not in request.headers:
+            await release.wait()
+        return await ranged_origin(request, body, chunked=False, cache="no-store")
+
+    origin.route("/n", slow)
+    leader = asyncio.create_task(edge.get("/n"))
+    await until(lambda: origin.count("/n") == 1)
+    flight = edge.edge.flights.get(("example.com", 0, "/n"))
+    assert flight is not None
+    waiter = asyncio.create_task(edge.get("/n", headers={"Range": "bytes=10-19"}))
+    await until(lambda: flight.waiters == 1)
+    release.set()
+    whole, received = await leader
+    assert (whole.status, received) == (200, body)
+    ranged, received = await waiter
+    assert (ranged.status, received) == (206, body[10:20])
+    assert ranged.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="range"'
+    assert ranges_seen(origin, "/n") == [None, "bytes=10-19"]
