@@ -200,6 +200,11 @@ class Filler:
         """Relay a response that is not stored. Its waiters are released first (each asks the
         origin itself), not kept until the relay ends."""
         self._land(job.key, job.flight, None)
+        if job.stale is not None and origin.status == 200:
+            # A new 200 replaced the stored response, and is not kept: the old one is neither
+            # served again nor revalidated again (each time costing the origin up to
+            # max_object_bytes of a chunked body: decision 0031), as after a 304 (_refresh).
+            await self._store.invalidate(job.config.name, job.target)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         if origin.status == 200 and not job.background and ranges.asked(job.request):
             # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by

@@ -369,7 +369,8 @@ async def test_a_stale_entry_too_large_now_gets_the_range_from_the_origin(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:
     """Revalidating a stale entry with a range: the origin's new 200 is over
-    max_object_bytes, so it is let go at its headers and the range asked of the origin."""
+    max_object_bytes, so it is let go at its headers, the range asked of the origin, and the
+    stale entry, replaced, dropped."""
     origin.reply("/grown", b"0123456789", headers={"Cache-Control": "max-age=10"})
     await edge.get("/grown")
     edge.clock.advance(20)
@@ -382,6 +383,12 @@ async def test_a_stale_entry_too_large_now_gets_the_range_from_the_origin(
     assert (response.status, body) == (206, VIDEO[-100:])
     assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=stale; detail="too-large"'
     assert ranges_seen(origin, "/grown") == [None, None, "bytes=-100"]
+    # The new 200 replaced the stored one: the old copy is gone, and the next range is a
+    # miss forwarded as it is, not another whole-object revalidation.
+    response, body = await edge.get("/grown", headers={"Range": "bytes=-100"})
+    assert (response.status, body) == (206, VIDEO[-100:])
+    assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="range"'
+    assert ranges_seen(origin, "/grown") == [None, None, "bytes=-100", "bytes=-100"]
 
 
 async def test_a_range_of_a_stale_entry_when_the_origin_fails(
