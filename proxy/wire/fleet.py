@@ -45,19 +45,25 @@ def pack_hint(hint: ClearHint) -> str:
 
 
 def unpack_hint(text: str) -> ClearHint:
-    """The hint ``text`` says; WireError for anything else (its reader syncs instead)."""
-    _, body = text_version(HINT, text, READS)
-    parts = body.split(" ")
-    if len(parts) not in (4, 5):
+    """The hint ``text`` says; WireError for anything else (its reader syncs instead). On
+    every member's path of every clear: the untagged form is read without a detour."""
+    parts = text.split(" ")
+    if "/" in parts[0]:
+        parts = text_version(HINT, text, READS)[1].split(" ")
+    if len(parts) == 4:
+        epoch, previous, own, domain = parts
+        kind, figures = CLEAR, False
+    elif len(parts) == 5:
+        epoch, previous, own, domain, kind = parts
+        if kind not in KINDS and kind != CLEAR:
+            raise WireError(f"{HINT} of an unknown kind {kind[:20]!r}")
+        figures = kind == CLEAR
+    else:
         raise WireError(f"not a {HINT}: {len(parts)} parts, not 4 or 5: {text[:80]!r}")
-    epoch, previous, own, domain, *kind = parts
     before, after = number(previous), number(own)
     if before is None or after is None:
         raise WireError(f"not a {HINT}: its numbers are {previous[:20]!r} {own[:20]!r}")
-    if kind and kind[0] not in KINDS and kind[0] != CLEAR:
-        raise WireError(f"{HINT} of an unknown kind {kind[0][:20]!r}")
-    named = kind[0] if kind else CLEAR
-    return ClearHint(epoch, before, after, domain, named, figures=kind == [CLEAR])
+    return ClearHint(epoch, before, after, domain, kind, figures)
 
 
 def unpack_ack_hint(text: str) -> int:

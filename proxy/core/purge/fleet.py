@@ -116,23 +116,10 @@ def _receipt(
     live: int,
     sample: tuple[str, ...] = (),
 ) -> PurgeResult:
-    return PurgeResult(
-        domain=domain,
-        kind=purge.kind,
-        items=purge.items,
-        soft=purge.soft,
-        dry_run=purge.dry_run,
-        number=number,
-        generation=generation,
-        entries=figures.entries,
-        bytes=figures.bytes,
-        exact=exact,
-        seconds=seconds,
-        sample=sample,
-        acked=acked,
-        live=live,
-        reported=figures.reported,
-    )
+    # In PurgeResult's order: what was asked, then what came of it.
+    asked = (domain, purge.kind, purge.items, purge.soft, purge.dry_run)
+    came = (number, generation, figures.entries, figures.bytes, exact, seconds, sample)
+    return PurgeResult(*(asked + came), acked=acked, live=live, reported=figures.reported)
 
 
 def merge_dry_answers(
