@@ -164,7 +164,10 @@ def pack_dry_request(domain: str, purge: Purge) -> str:
 def unpack_dry_request(text: str) -> tuple[str, Purge]:
     """The domain and the (dry) purge a control plane asks a member about."""
     _, body = text_version(DRY_REQUEST, text, READS)
-    record = unpack_record(f"0 {body}")
+    try:
+        record = unpack_record(f"0 {body}")
+    except WireError as exc:
+        raise WireError(f"not a {DRY_REQUEST}: {exc}") from None
     return record.domain, replace(record.purge, dry_run=True)
 
 

@@ -176,6 +176,20 @@ def test_unreadable_dry_answers_are_refused(text: str) -> None:
         unpack_dry_answer(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "not a dry-request: not a purge-record"),
+        ("a.test url 0 [1]", "not a dry-request: not a purge-record: Expected `str`"),
+        ("a.test ban 0 []", "not a dry-request: purge-record 0 is not a purge"),
+        ("dry-request/2 a.test all 0 []", "dry-request of version 2"),
+    ],
+)
+def test_unreadable_dry_requests_are_refused_saying_why(text: str, says: str) -> None:
+    with pytest.raises(WireError, match=says):
+        unpack_dry_request(text)
+
+
 @pytest.mark.parametrize("text", ["", "00ff", "00ff ", " n/0/x", "dry-call/2 00ff n/0/x"])
 def test_unreadable_dry_calls_are_refused(text: str) -> None:
     with pytest.raises(WireError):
