@@ -15,6 +15,9 @@
     ├── RequestBodyError            the client's request body did not arrive → 4xx, closed
     │   ├── RequestBodyTimeout      nothing of it came for edge.body_timeout seconds → 408
     │   └── RequestBodyIncomplete   it ended before its length (the client left) → 400
+    ├── WireError                   a record from another process (a fleet hint or report, a
+    │                               worker's line) is garbage or of a version this build
+    │                               cannot read (proxy/wire/); its reader goes on without it
     └── FleetError                  the fleet (Valkey) could not do what was asked → 503
         ├── FleetUnavailable        Valkey did not answer, or answered with an error
         │   └── NotReplicated       a write was made, but fewer than fleet.replicas replicas
@@ -103,6 +106,13 @@ class RequestBodyTimeout(RequestBodyError):
 
 class RequestBodyIncomplete(RequestBodyError):
     pass
+
+
+class WireError(ProxyError):
+    """A record that crossed a process could not be read: not of its shape, or written in a
+    version this build does not read. The message says which record and why; the reader
+    logs it or treats it as missing (a hint that cannot be read means a sync), never
+    crashes on it."""
 
 
 class FleetError(ProxyError):

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.purge.fleet import CLEAR, PurgeRecord, PurgeStep, hint_kind, steps_after_clears
+from proxy.core.purge.fleet import CLEAR, PurgeRecord, PurgeStep, steps_after_clears
 
 MARGIN_FRACTION = 0.1  # of the lease
 MIN_MARGIN = 0.1  # seconds
@@ -131,7 +131,8 @@ class ClearHint:
     clear before it (``seq`` just before the clear script ran), its own number, and its
     domain. Clear numbers in one epoch form a chain: each clear's ``previous`` is the number
     of the clear before it. A purge of another kind (decision 0026) takes its place in the
-    same chain, and its hint names its kind as a fifth part."""
+    same chain, and its hint names its kind as a fifth part. proxy/wire/fleet.py reads and
+    writes it."""
 
     epoch: str
     previous: int
@@ -139,20 +140,6 @@ class ClearHint:
     domain: str
     kind: str = CLEAR
     figures: bool = False  # a clear whose acks carry figures (a hard purge of all)
-
-
-def parse_clear_hint(text: str) -> ClearHint | None:
-    """The hint as the clear script writes it (``epoch previous number domain``, and ``clear``
-    when its acks must carry figures) or the purge script (the same and ``kind``), or None
-    for anything else: a hint that cannot be read only means a full sync."""
-    parts = text.split(" ")
-    if len(parts) not in (4, 5) or not parts[1].isdigit() or not parts[2].isdigit():
-        return None
-    kind = hint_kind(parts[4]) if len(parts) == 5 else CLEAR
-    if kind is None:
-        return None
-    figures = len(parts) == 5 and kind == CLEAR
-    return ClearHint(parts[0], int(parts[1]), int(parts[2]), parts[3], kind, figures)
 
 
 def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
@@ -269,6 +256,15 @@ class GiveUp:
 
 
 WaitDecision = Done | Wait | GiveUp
+
+
+def unreachable_retry_after(lease: float) -> int:
+    """The Retry-After of a clear recorded while Valkey stopped answering before the fleet
+    confirmed it (no view to judge by): a member that did not apply it stops serving from
+    its cache once its lease runs out, so within about one lease from now: the lease and
+    half a second, rounded to whole seconds, at least 1. (``wait_decision`` gives the
+    sibling rule when Valkey answers: until the last pending lease's expiry.)"""
+    return max(1, round(lease + 0.5))
 
 
 def wait_decision(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,10 +21,11 @@ from dataclasses import dataclass
 from proxy.core.observe.responses import Responses
 from proxy.core.observe.traffic import OUTCOMES, MinuteCounts
 from proxy.edge.connections import CONNECTION_FIGURES
-from proxy.errors import FleetUnavailable
+from proxy.errors import FleetUnavailable, WireError
 from proxy.fleet.scripts import FleetScripts, MembersView
 from proxy.observe.telemetry import Telemetry
 from proxy.store.base import DomainStats, Store, StoreStats
+from proxy.wire.reports import NO_INFO, EdgeReport, MemberInfo, unpack_member_info
 
 log = logging.getLogger("proxy.fleet")
 
@@ -35,27 +35,27 @@ MINUTES = 60
 
 async def edge_report(
     telemetry: Telemetry, store: Store, domains: Sequence[str], now: float
-) -> dict[str, object]:
+) -> EdgeReport:
     """What an edge process tells the control plane about itself: its responses by domain
     and outcome, its last hour's hits and misses per minute (only minutes with any), and its
-    store's figures."""
+    store's figures (proxy/wire/reports.py is its format)."""
     stats = await store.stats()
-    return {
-        "counts": {domain: dict(counts) for domain, counts in telemetry.outcomes().items()},
-        "minutes": [
-            [minute.start, minute.hits, minute.misses]
+    return EdgeReport(
+        counts={domain: dict(counts) for domain, counts in telemetry.outcomes().items()},
+        minutes=[
+            (minute.start, minute.hits, minute.misses)
             for minute in telemetry.timeline(now, MINUTES)
             if minute.hits or minute.misses
         ],
-        "store": [stats.entries, stats.bytes, stats.max_bytes, stats.evictions],
-        "connections": {guard.listener: guard.figures() for guard in telemetry.connections},
-        "responses": telemetry.responses.report(),
-        "domains": {
-            domain: [figures.entries, figures.bytes]
+        store=(stats.entries, stats.bytes, stats.max_bytes, stats.evictions),
+        connections={guard.listener: list(guard.figures()) for guard in telemetry.connections},
+        responses=telemetry.responses.report(),
+        domains={
+            domain: (figures.entries, figures.bytes)
             for domain in domains
             if (figures := await store.domain_stats(domain)).entries
         },
-    }
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ class FleetFigures:
         self._scripts = scripts
         self._lease = lease
         self._view = MembersView(now_ms=0, members=())
-        self._reports: dict[str, Mapping[str, object]] = {}
+        self._reports: dict[str, MemberInfo] = {}
         self._totals = _Totals.of(())
         self._task: asyncio.Task[None] | None = None
 
@@ -100,14 +100,12 @@ class FleetFigures:
 
     async def refresh(self) -> None:
         view = await self._scripts.members()
-        reports: dict[str, Mapping[str, object]] = {}
+        reports: dict[str, MemberInfo] = {}
         for row in view.members:
             try:
-                info = json.loads(row.info)
-            except ValueError:
-                continue
-            if isinstance(info, dict):
-                reports[row.member] = info
+                reports[row.member] = unpack_member_info(row.info)
+            except WireError as exc:
+                log.debug("member %s left out of the figures: %s", row.member, exc)
         self._view, self._reports, self._totals = view, reports, _Totals.of(reports.values())
 
     async def _refresh_loop(self) -> None:
@@ -124,21 +122,21 @@ class FleetFigures:
         now_ms = self._view.now_ms
         rows = []
         for row in self._view.members:
-            info = self._reports.get(row.member, {})
+            info = self._reports.get(row.member, NO_INFO)
             live = row.expires_ms > now_ms
             renewed_ms = row.expires_ms - self._lease * 1000
             rows.append(
                 EdgeProcess(
                     member=row.member,
-                    node=str(info.get("node", "")),
-                    worker=_int(info.get("worker")),
-                    pid=_int(info.get("pid")),
-                    address=str(info.get("address", "")),
+                    node=info.node,
+                    worker=info.worker,
+                    pid=info.pid,
+                    address=info.address,
                     lease_age=max(0.0, (now_ms - renewed_ms) / 1000) if live else None,
-                    applied=_int(info.get("applied")),
+                    applied=info.applied,
                     acked=row.ack,
-                    fenced=not live or bool(info.get("fenced")),
-                    renew_failures=_int(info.get("renew_failures")),
+                    fenced=not live or info.fenced,
+                    renew_failures=info.renew_failures,
                 )
             )
         return sorted(rows, key=lambda p: (p.node, p.worker, p.member))
@@ -199,62 +197,39 @@ class _Totals:
     responses: Responses
 
     @classmethod
-    def of(cls, reports: Iterable[Mapping[str, object]]) -> _Totals:
+    def of(cls, reports: Iterable[MemberInfo]) -> _Totals:
         reports = list(reports)
         outcomes: dict[str, dict[str, int]] = {}
         minutes: dict[float, tuple[int, int]] = {}
-        store = [0, 0, 0, 0]  # entries, bytes, max_bytes, evictions
         domains: dict[str, DomainStats] = {}
-        renew_failures = 0
         connections: dict[str, list[int]] = {}
         for report in reports:
-            counts = report.get("counts")
-            for domain, by_outcome in counts.items() if isinstance(counts, dict) else ():
-                mine = outcomes.setdefault(str(domain), dict.fromkeys(OUTCOMES, 0))
-                if isinstance(by_outcome, dict):
-                    for outcome in OUTCOMES:
-                        mine[outcome] += _int(by_outcome.get(outcome))
-            for entry in _list(report.get("minutes")):
-                if isinstance(entry, list) and len(entry) == 3:
-                    hits, misses = minutes.get(float(entry[0]), (0, 0))
-                    minutes[float(entry[0])] = (hits + _int(entry[1]), misses + _int(entry[2]))
-            figures = _list(report.get("store"))
-            if len(figures) == 4:
-                store = [total + _int(value) for total, value in zip(store, figures, strict=True)]
-            per_domain = report.get("domains")
-            for domain, pair in per_domain.items() if isinstance(per_domain, dict) else ():
-                pair = _list(pair)
-                if len(pair) == 2:
-                    had = domains.get(str(domain), _NO_ENTRIES)
-                    domains[str(domain)] = DomainStats(
-                        entries=had.entries + _int(pair[0]), bytes=had.bytes + _int(pair[1])
-                    )
-            renew_failures += _int(report.get("renew_failures"))
-            listeners = report.get("connections")
-            for listener, figures in listeners.items() if isinstance(listeners, dict) else ():
-                into = connections.setdefault(str(listener), [0] * CONNECTION_FIGURES)
-                for index, value in enumerate(_list(figures)[:CONNECTION_FIGURES]):
-                    into[index] += _int(value)
+            for domain, by_outcome in report.counts.items():
+                mine = outcomes.setdefault(domain, dict.fromkeys(OUTCOMES, 0))
+                for outcome in OUTCOMES:
+                    mine[outcome] += by_outcome.get(outcome, 0)
+            for start, hits, misses in report.minutes:
+                had_hits, had_misses = minutes.get(start, (0, 0))
+                minutes[start] = (had_hits + hits, had_misses + misses)
+            for domain, (entries, size) in report.domains.items():
+                had = domains.get(domain, _NO_ENTRIES)
+                domains[domain] = DomainStats(entries=had.entries + entries, bytes=had.bytes + size)
+            for listener, figures in report.connections.items():
+                into = connections.setdefault(listener, [0] * CONNECTION_FIGURES)
+                for index, value in enumerate(figures[:CONNECTION_FIGURES]):
+                    into[index] += value
         return cls(
             outcomes=outcomes,
             minutes=minutes,
             store=StoreStats(
-                entries=store[0],
-                bytes=store[1],
-                max_bytes=store[2],
-                evictions=store[3],
+                entries=sum(report.store[0] for report in reports),
+                bytes=sum(report.store[1] for report in reports),
+                max_bytes=sum(report.store[2] for report in reports),
+                evictions=sum(report.store[3] for report in reports),
                 pending_reclaim=0,
             ),
             domains=domains,
-            renew_failures=renew_failures,
+            renew_failures=sum(report.renew_failures for report in reports),
             connections=connections,
-            responses=Responses.summed(report.get("responses") for report in reports),
+            responses=Responses.summed(report.responses for report in reports),
         )
-
-
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def _list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []

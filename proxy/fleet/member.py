@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+
+import msgspec
 
 from proxy.core.lease import (
     NOTHING_APPLIED,
@@ -32,21 +34,24 @@ from proxy.core.lease import (
     SyncPlan,
     lease_deadline,
     may_serve,
-    parse_clear_hint,
     plan_hints,
     plan_sync,
 )
-from proxy.core.purge.fleet import (
-    PurgeRecord,
-    PurgeStep,
-    dry_answer,
-    figures_args,
-    parse_dry_request,
-)
-from proxy.errors import FleetUnavailable, NotReplicated
+from proxy.core.purge.fleet import PurgeRecord, PurgeStep
+from proxy.errors import FleetUnavailable, NotReplicated, WireError
 from proxy.fleet.scripts import CLEARS, DRY, FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.memory import MemoryStore
+from proxy.wire.fleet import (
+    pack_ack_figures,
+    pack_dry_answer,
+    unpack_dry_ask,
+    unpack_dry_request,
+    unpack_hint,
+)
+from proxy.wire.reports import EdgeReport, MemberInfo, pack_member_info
+
+log = logging.getLogger("proxy.fleet")
 
 
 class FleetMember:
@@ -62,7 +67,7 @@ class FleetMember:
         worker: int = 0,
         address: str = "",
         clock: Callable[[], float] = time.monotonic,
-        report: Callable[[], Awaitable[Mapping[str, object]]] | None = None,
+        report: Callable[[], Awaitable[EdgeReport]] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -251,28 +256,25 @@ class FleetMember:
                 member=self.name,
                 epoch=plan.applied.epoch or "",
                 number=plan.applied.seq,
-                figures=figures_args(figures) if figures else (),
+                figures=pack_ack_figures(figures) if figures else (),
             )
         except FleetUnavailable:
             self.renew_failures += 1  # the next sync records the ack instead
 
     async def _info(self) -> str:
-        report = await self._report() if self._report is not None else {}
-        return json.dumps(
-            {
-                "node": self._node,
-                "worker": self._worker,
-                "pid": os.getpid(),
-                "address": self._address,
-                "fenced": self.fenced,
-                "applied": self.applied.seq,
-                "renew_failures": self.renew_failures,
-                # It applies purge records (decision 0026): the purge script refuses a purge
-                # while a live member does not say so (a build that would ack it unapplied).
-                "purges": 1,
-                **report,
-            },
-            separators=(",", ":"),
+        report = await self._report() if self._report is not None else EdgeReport()
+        return pack_member_info(
+            MemberInfo(
+                **msgspec.structs.asdict(report),
+                node=self._node,
+                worker=self._worker,
+                pid=os.getpid(),
+                address=self._address,
+                fenced=self.fenced,
+                applied=self.applied.seq,
+                renew_failures=self.renew_failures,
+                purges=1,  # it applies purge records (decision 0026)
+            )
         )
 
     async def _sync_loop(self) -> None:
@@ -319,11 +321,11 @@ class FleetMember:
                     if channel == DRY:
                         self._dry_asked(text)
                         continue
-                    hint = parse_clear_hint(text)
-                    if hint is None:
+                    try:
+                        self._hints.append(unpack_hint(text))
+                    except WireError as exc:
+                        log.info("%s syncs: %s", self.name, exc)
                         self._must_sync = True
-                    else:
-                        self._hints.append(hint)
                     self._hint.set()
             except FleetUnavailable:
                 pass
@@ -334,7 +336,11 @@ class FleetMember:
     def _dry_asked(self, text: str) -> None:
         """A control plane asks a member (``id member``) for a dry run: if this one, it
         answers from its store in a task of its own (a dry run walks the domain's keys)."""
-        ident, _, member = text.partition(" ")
+        try:
+            ident, member = unpack_dry_ask(text)
+        except WireError as exc:
+            log.warning("%s: dry run not answered: %s", self.name, exc)
+            return
         if member != self.name:
             return
         task = asyncio.create_task(self._answer_dry(ident), name=f"fleet-dry {self.name}")
@@ -345,7 +351,11 @@ class FleetMember:
         assert self._scripts is not None
         with contextlib.suppress(FleetUnavailable):
             text = await self._scripts.take_dry(ident)
-            asked = None if text is None else parse_dry_request(text)
+            try:
+                asked = None if text is None else unpack_dry_request(text)
+            except WireError as exc:
+                log.warning("%s: dry run not answered: %s", self.name, exc)
+                return
             if asked is not None:
                 result = await self.store.purge(*asked)
-                await self._scripts.answer_dry(ident, dry_answer(result, self.name))
+                await self._scripts.answer_dry(ident, pack_dry_answer(result, self.name))

@@ -17,18 +17,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from proxy.core.lease import Done, FleetView, GiveUp, Wait, hints_cover, wait_decision
-from proxy.core.purge.fleet import dry_request, merge_dry_answers, parse_dry_answer
+from proxy.core.lease import (
+    Done,
+    FleetView,
+    GiveUp,
+    Wait,
+    hints_cover,
+    unreachable_retry_after,
+    wait_decision,
+)
+from proxy.core.purge.fleet import merge_dry_answers, purge_receipt
 from proxy.core.purge.purges import Purge, PurgeResult
-from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated
+from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, WireError
 from proxy.fleet.scripts import ACKED, ClearRecord, FleetScripts, MembersView, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult
+from proxy.wire.fleet import pack_dry_request, unpack_ack_hint, unpack_dry_answer
+from proxy.wire.reports import unpack_member_info
+
+log = logging.getLogger("proxy.fleet")
 
 
 class AckWaiter:
@@ -108,10 +120,13 @@ class AckHints:
             await asyncio.sleep(self._settings.poll_interval)  # back off, then subscribe again
 
     def _dispatch(self, text: str) -> None:
-        if not text.isdigit():
+        try:
+            number = unpack_ack_hint(text)
+        except WireError as exc:
+            log.info("ack hint ignored: %s", exc)  # hints only say when to ask Valkey
             return
         for waiter in self._waiters:
-            waiter.add(int(text))
+            waiter.add(number)
 
 
 class FleetPurger:
@@ -179,24 +194,17 @@ class FleetPurger:
         recorded, done = await self._recorded(domain, record)
         try:
             figures = await scripts.figures(recorded.number)
-        except FleetUnavailable:  # the purge is done; only its figures are unknown
+        except (FleetUnavailable, WireError):  # the purge is done; only its figures are unknown
             figures = None
-        reported = 0 if figures is None else figures.reported
-        return PurgeResult(
-            domain=domain,
-            kind=purge.kind,
-            items=purge.items,
-            soft=purge.soft,
-            dry_run=False,
+        return purge_receipt(
+            domain,
+            purge,
             number=recorded.number,
             generation=recorded.number if hard_all else recorded.generation,
-            entries=0 if figures is None else figures.entries,
-            bytes=0 if figures is None else figures.bytes,
-            exact=figures is not None and not figures.inexact and reported == done.acked,
-            seconds=time.perf_counter() - started,
+            figures=figures,
             acked=done.acked,
             live=done.live,
-            reported=reported,
+            seconds=time.perf_counter() - started,
         )
 
     async def _dry_run(self, domain: str, purge: Purge, started: float) -> PurgeResult:
@@ -210,7 +218,7 @@ class FleetPurger:
             raise FleetUnavailable("no live edge process to answer the dry run")
         within = self.settings.clear_timeout
         ident = await self._scripts.ask_dry(
-            sorted(asked), dry_request(domain, purge), ttl=within + self.settings.timeout
+            sorted(asked), pack_dry_request(domain, purge), ttl=within + self.settings.timeout
         )
         if ident is None:
             raise FleetUnavailable("no edge process listens for dry runs")
@@ -221,9 +229,13 @@ class FleetPurger:
         try:
             while True:
                 for text in await self._scripts.dry_answers(ident):
-                    answer = parse_dry_answer(text)
-                    member = None if answer is None else answer.answered_by
-                    if answer is not None and member is not None and member in asked:
+                    try:
+                        answer = unpack_dry_answer(text)
+                    except WireError as exc:
+                        log.warning("dry-run answer ignored: %s", exc)
+                        continue
+                    member = answer.answered_by
+                    if member is not None and member in asked:
                         answers[member] = answer
                 if asked <= answers.keys() or self._clock() >= deadline:
                     break
@@ -242,11 +254,12 @@ class FleetPurger:
 
     @staticmethod
     def _live(view: MembersView) -> set[str]:
-        """The members whose lease is live and which were not fenced at their last sync."""
+        """The members whose lease is live and which were not fenced at their last sync (a
+        member whose info cannot be read is asked: it may answer)."""
         return {
             row.member
             for row in view.members
-            if row.expires_ms > view.now_ms and not json.loads(row.info or "{}").get("fenced")
+            if row.expires_ms > view.now_ms and not _fenced(row.info)
         }
 
     async def _recorded(
@@ -307,7 +320,7 @@ class FleetPurger:
                     number=record.number,
                     acked=acked,
                     live=live,
-                    retry_after=max(1, round(settings.lease + 0.5)),
+                    retry_after=unreachable_retry_after(settings.lease),
                 )
             else:
                 await asyncio.sleep(min(settings.poll_interval, deadline - now))
@@ -333,3 +346,10 @@ class FleetPurger:
     def _restart_hints(self) -> None:
         if self._hints is not None:
             self._hints.restart()
+
+
+def _fenced(info: str) -> bool:
+    try:
+        return unpack_member_info(info).fenced
+    except WireError:
+        return False

@@ -27,18 +27,17 @@ import valkey.asyncio
 import valkey.exceptions
 
 from proxy.core.lease import FleetView, LiveMember, SyncResult
-from proxy.core.purge.fleet import (
-    KEPT_BYTES,
-    KEPT_RECORDS,
-    Figures,
-    PurgeRecord,
-    format_record,
-    parse_figures,
-    parse_record,
-)
+from proxy.core.purge.fleet import KEPT_BYTES, KEPT_RECORDS, NO_FIGURES, Figures, PurgeRecord
 from proxy.core.purge.purges import Purge
-from proxy.errors import FleetUnavailable, NotReplicated, PurgeUnsupported
+from proxy.errors import FleetUnavailable, NotReplicated, PurgeUnsupported, WireError
 from proxy.fleet import purge_scripts
+from proxy.wire.fleet import (
+    pack_dry_ask,
+    pack_record,
+    record_head,
+    unpack_figures,
+    unpack_record,
+)
 
 KEYS = (
     "{cdn}:epoch",  # KEYS[1] hash: id, born (Valkey ms)
@@ -323,7 +322,7 @@ class FleetScripts:
     async def purge(self, domain: str, purge: Purge, *, by: str) -> ClearRecord:
         """A purge other than a hard ``all`` (decision 0026): numbered, logged, kept as a
         record and published as a clear is, without moving the domain's generation."""
-        kind, soft, items = format_record(domain, purge)
+        kind, soft, items = pack_record(purge)
         args = (domain, _fresh_epoch(), by, LOG_CAP, CLEARS, kind, soft, items)
         reply = await self._call(self._purge, (*args, KEPT_RECORDS, KEPT_BYTES), replicated=True)
         if _text(reply[0]) == "unable":
@@ -335,12 +334,13 @@ class FleetScripts:
     async def records(self, lowest: int, highest: int) -> tuple[PurgeRecord | None, ...]:
         """The purge records numbered from ``lowest`` to ``highest`` (None: unreadable)."""
         reply = await self._call(self._records, (lowest, highest))
-        return tuple(parse_record(_text(r)) for r in reply)
+        return tuple(_record(_text(r)) for r in reply)
 
     async def figures(self, number: int) -> Figures:
-        """What the members reported with their acks of purge ``number``, taken away."""
+        """What the members reported with their acks of purge ``number``, taken away.
+        WireError if what Valkey holds cannot be read."""
         reply = await self._call(self._figures, (number,))
-        return parse_figures(None if reply is None else _text(reply))
+        return NO_FIGURES if reply is None else unpack_figures(_text(reply))
 
     async def sync(
         self,
@@ -365,13 +365,10 @@ class FleetScripts:
         # An unreadable record: the domain is cleared instead (its floor says so).
         records = []
         for text in reply[3 + 2 * count :]:
-            record = parse_record(_text(text))
+            record = _record(_text(text))
             if record is None:
-                number, _, rest = _text(text).partition(" ")
-                domain = rest.split(" ", 1)[0]
-                floors[domain] = max(
-                    floors.get(domain, 0), int(number) if number.isdigit() else seq
-                )
+                number, domain = record_head(_text(text))
+                floors[domain] = max(floors.get(domain, 0), seq if number is None else number)
             else:
                 records.append(record)
         return SyncResult(epoch_id, seq, generations, purges=tuple(records), floors=floors)
@@ -407,7 +404,7 @@ class FleetScripts:
         ident = secrets.token_hex(8)
         await self._command("SET", f"{DRY}:{ident}", request, "PX", round(ttl * 1000))
         for member in members:
-            if not await self._command("PUBLISH", DRY, f"{ident} {member}"):
+            if not await self._command("PUBLISH", DRY, pack_dry_ask(ident, member)):
                 await self.end_dry(ident)
                 return None
         return ident
@@ -553,6 +550,14 @@ class Hints:
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         except _FAILURES:
             pass
+
+
+def _record(text: str) -> PurgeRecord | None:
+    """A purge record, or None if it cannot be read (its member clears the domain)."""
+    try:
+        return unpack_record(text)
+    except WireError:
+        return None
 
 
 def _fresh_epoch() -> str:

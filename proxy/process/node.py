@@ -34,7 +34,7 @@ from proxy.config.model import Config, FleetConfig
 from proxy.config.values import Listen
 from proxy.edge.access_log import check_destination
 from proxy.edge.connections import raise_open_files_limit
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, WireError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
@@ -43,6 +43,7 @@ from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import Draining, StartError, control_listening, event_loop_runner
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
+from proxy.wire.worker import Reloaded, unpack_worker_line
 
 log = logging.getLogger("proxy.node")
 
@@ -214,10 +215,15 @@ def workers_reloaded(workers: list[Workers]) -> After:
 def _worker_failure(index: int, line: str | None, digest: str) -> str | None:
     if line is None:
         return f"edge worker {index} did not confirm the reload in {WORKER_RELOAD_TIMEOUT:g} s"
-    _, said, read, message = [*line.split(" ", 3), "", "", ""][:4]
-    if said != "ok":
-        return f"edge worker {index}: {message}"
-    if read != digest:
+    try:
+        said = unpack_worker_line(line)
+    except WireError as exc:
+        return f"edge worker {index}: {exc}"
+    if not isinstance(said, Reloaded):
+        return f"edge worker {index} said {line!r}, not how its reload went"
+    if not said.ok:
+        return f"edge worker {index}: {said.message}"
+    if said.digest != digest:
         return (
             f"edge worker {index} read a different file (it changed during the reload):"
             " reload again"

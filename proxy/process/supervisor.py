@@ -20,7 +20,8 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, WireError
+from proxy.wire.worker import Ready, unpack_worker_line
 
 log = logging.getLogger("proxy.supervisor")
 
@@ -125,7 +126,7 @@ class Workers:
                 line = await process.stdout.readline()
         except TimeoutError:
             line = b""
-        if line.strip() != b"ready":
+        if not _ready(line):
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             code = await process.wait()
@@ -197,3 +198,11 @@ class Workers:
                 await self._spawn(index)
             except WorkerStartError as exc:
                 log.error("%s", exc)
+
+
+def _ready(line: bytes) -> bool:
+    """Whether a worker's first line says it is ready (proxy/wire/worker.py)."""
+    try:
+        return isinstance(unpack_worker_line(line.decode("utf-8", "replace").strip()), Ready)
+    except WireError:
+        return False

@@ -31,6 +31,7 @@ from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
 from proxy.process.reload import Outcome, domains_hook, reloading
 from proxy.process.service import edge_listening, event_loop_runner, memory_store
+from proxy.wire.worker import Ready, Reloaded, pack_worker_line
 
 log = logging.getLogger("proxy.worker")
 
@@ -148,7 +149,7 @@ async def _run(
         gc.collect()
         gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach
         log.info("edge worker listening on %s as %s", url, member.name)
-        print("ready", flush=True)
+        print(pack_worker_line(Ready()), flush=True)
         await stop.wait()
         log.info("stopping: draining in-flight requests")
     return 0
@@ -156,8 +157,8 @@ async def _run(
 
 def _tell_node(outcome: Outcome) -> None:
     """One line on standard output, which the node's supervisor reads."""
-    said = "ok" if outcome.ok else "failed"
-    print(f"reloaded {said} {outcome.digest or '-'} {outcome.message}", flush=True)
+    said = Reloaded(ok=outcome.ok, digest=outcome.digest or None, message=outcome.message)
+    print(pack_worker_line(said), flush=True)
 
 
 def _stop_when_orphaned(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -17,9 +17,10 @@ What survives what (decision 0016):
   ``state.audit_fsync`` makes each record wait for ``fdatasync`` (off the event loop) before
   its answer.
 
-Format: one JSON object per line, in segment files ``<seq>.jsonl`` (seq: 12 digits, growing)
-in the directory ``<state db>.audit-journal``. A line that is cut short (no newline: the
-process died inside ``write()``, or the power went) is ignored, with a warning.
+Format: one JSON array per line (proxy/wire/journal.py), in segment files ``<seq>.jsonl``
+(seq: 12 digits, growing) in the directory ``<state db>.audit-journal``. A line that is cut
+short (no newline: the process died inside ``write()``, or the power went) is ignored, with
+a warning.
 
 A segment is retired (a new one started) once it holds ROTATE_BYTES, and deleted once every
 record written to it is in SQLite; a clean close deletes the last one too. A batch that
@@ -32,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import json
 import logging
 import operator
 import os
@@ -42,8 +42,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.errors import StateError
+from proxy.errors import StateError, WireError
 from proxy.state.sqlite import AuditRecord, StateDB
+from proxy.wire.journal import AUDIT_FIELDS, pack_audit, unpack_audit
 
 log = logging.getLogger("proxy.state")
 
@@ -54,18 +55,9 @@ REPLAY_BATCH = 1000  # records per transaction when replaying
 # only what SQLite lacks.
 ROTATE_BYTES = 1024 * 1024
 _SEGMENT = re.compile(r"([0-9]{12})\.jsonl")
-# A line is a JSON array: the format's tag, then the record's fields in this order (faster
-# to write than an object, which matters: it is written on the clear's path).
-_TAG = "audit/2"
-# A line of a journal written before purges had a kind and a receipt: the same fields but
-# those two (schema version 4), replayed with both None.
-_TAG_1 = "audit/1"
-_ADDED_IN_2 = ("kind", "receipt")
 _FIELDS = tuple(field.name for field in dataclasses.fields(AuditRecord))
-assert _FIELDS[-1] == "journal_id"
-assert _FIELDS[-3:-1] == _ADDED_IN_2
+assert _FIELDS == AUDIT_FIELDS, "a journal line's fields are the record's (proxy/wire/journal.py)"
 _VALUES = operator.attrgetter(*_FIELDS[:-1])  # every field but journal_id, in order
-_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def journal_directory(db_path: Path) -> Path:
@@ -77,8 +69,7 @@ def with_id(record: AuditRecord, journal_id: str) -> tuple[AuditRecord, bytes]:
     """``record`` given ``journal_id``, and its journal line. ASCII-only JSON: a lone
     surrogate from a client's body survives the round trip."""
     values = _VALUES(record)
-    line = _ENCODER.encode([_TAG, *values, journal_id]).encode("ascii") + b"\n"
-    return AuditRecord(*(*values, journal_id)), line
+    return AuditRecord(*(*values, journal_id)), pack_audit(values, journal_id)
 
 
 def encode(record: AuditRecord) -> bytes:
@@ -88,18 +79,8 @@ def encode(record: AuditRecord) -> bytes:
 
 
 def decode(line: bytes) -> AuditRecord:
-    """The record of one journal line; ValueError if it is not one."""
-    values = json.loads(line)
-    if isinstance(values, list) and values[:1] == [_TAG_1]:
-        values = [_TAG, *values[1:-1], *(None for _ in _ADDED_IN_2), values[-1]]
-    if (
-        not isinstance(values, list)
-        or len(values) != len(_FIELDS) + 1
-        or values[0] != _TAG
-        or not isinstance(values[-1], str)
-    ):
-        raise ValueError("not an audit record")
-    return AuditRecord(*values[1:])
+    """The record of one journal line; WireError if it is not one."""
+    return AuditRecord(*unpack_audit(line))
 
 
 def read_segment(path: Path) -> list[AuditRecord]:
@@ -113,7 +94,7 @@ def read_segment(path: Path) -> list[AuditRecord]:
     for number, line in enumerate(lines[:-1], start=1):
         try:
             records.append(decode(line))
-        except ValueError as exc:
+        except WireError as exc:
             log.error("audit journal %s line %d is damaged (%s); ignored", path, number, exc)
     return records
 

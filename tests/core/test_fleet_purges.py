@@ -3,40 +3,19 @@ with a kind, the order a batch is applied in, what a sync applies, and the recor
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from proxy.core.lease import Applied, ClearHint, SyncResult, parse_clear_hint, plan_hints, plan_sync
+from proxy.core.lease import Applied, ClearHint, SyncResult, plan_hints, plan_sync
 from proxy.core.purge.fleet import (
+    Figures,
     PurgeRecord,
     PurgeStep,
-    dry_answer,
-    dry_request,
-    format_record,
     merge_dry_answers,
-    parse_dry_answer,
-    parse_dry_request,
-    parse_record,
+    purge_receipt,
 )
 from proxy.core.purge.purges import MAX_SAMPLE, Purge, PurgeResult, purge_request
 
 APPLIED = Applied(epoch="e", seq=10, generations={"a": 5, "b": 0})
-
-
-@pytest.mark.parametrize(
-    ("text", "kind"),
-    [
-        ("e 10 11 a", "clear"),
-        ("e 10 11 a url", "url"),
-        ("e 10 11 a all", "all"),
-        ("e 10 11 a ban", None),  # unknown kind: not a hint, so a sync
-        ("e 10 11 a url x", None),
-    ],
-)
-def test_hints_name_their_kind(text: str, kind: str | None) -> None:
-    hint = parse_clear_hint(text)
-    assert (hint.kind if hint else None) == kind
 
 
 def test_a_batch_applies_clears_first_and_drops_the_purges_before_them() -> None:
@@ -98,47 +77,37 @@ def test_a_new_epoch_clears_everything_and_needs_no_record() -> None:
     assert plan.clear_all and plan.purges == ()
 
 
-@pytest.mark.parametrize(
-    "purge",
-    [
-        purge_request("url", ["/a b"[:2], "/q?x=1"]),
-        purge_request("prefix", ["/"], soft=True),
-        purge_request("tag", ["t-1", "T,2"[:1]]),
-        purge_request("all", soft=True),
-    ],
-)
-def test_records_round_trip(purge: Purge) -> None:
-    text = " ".join(("123", "a.test", *format_record("a.test", purge)))
-    assert parse_record(text) == PurgeRecord(123, "a.test", purge)
+@pytest.mark.parametrize("purge", [purge_request("url", ["/x"]), purge_request("all")])
+def test_a_record_matches_only_the_step_its_hint_announced(purge: Purge) -> None:
     assert PurgeStep(123, "a.test", purge.kind).matches(PurgeRecord(123, "a.test", purge))
     assert not PurgeStep(123, "b.test", purge.kind).matches(PurgeRecord(123, "a.test", purge))
+    assert not PurgeStep(124, "a.test", purge.kind).matches(PurgeRecord(123, "a.test", purge))
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("figures", "acked", "entries", "exact", "reported"),
     [
-        "",
-        "x a url 0 []",
-        "1 a url 2 []",
-        "1 a url 0 [",
-        "1 a url 0 {}",
-        "1 a url 0 [1]",
-        "1 a no 0 []",
+        (Figures(3, 30, 300, 0), 3, 30, True, 3),
+        (Figures(2, 30, 300, 0), 3, 30, False, 2),  # one member sent no figures
+        (Figures(3, 30, 300, 1), 3, 30, False, 3),  # one reported a bound
+        (None, 3, 0, False, 0),  # not known (Valkey stopped answering)
     ],
 )
-def test_unreadable_records_are_none(text: str) -> None:
-    assert parse_record(text) is None
-
-
-def test_dry_runs_round_trip() -> None:
-    purge = purge_request("prefix", ["/p/"], dry_run=True)
-    assert parse_dry_request(dry_request("a.test", purge)) == ("a.test", purge)
-    result = PurgeResult(
-        "a.test", "prefix", ("/p/",), False, True, 7, 3, 2, 20, True, 0.1, ("/p/x",)
+def test_a_fleet_purges_receipt_sums_the_figures_acked_with_it(
+    figures: Figures | None, acked: int, entries: int, exact: bool, reported: int
+) -> None:
+    purge = purge_request("tag", ["t"])
+    receipt = purge_receipt(
+        "a.test", purge, number=9, generation=4, figures=figures, acked=acked, live=4, seconds=0.5
     )
-    assert parse_dry_answer(dry_answer(result, "n/0/x")) == replace(result, answered_by="n/0/x")
-    assert parse_dry_answer("{}") is None
-    assert parse_dry_answer(dry_answer(result, "n/0/x").replace('"n/0/x"', "null")) is None
+    assert (receipt.entries, receipt.exact, receipt.reported) == (entries, exact, reported)
+    assert (receipt.kind, receipt.items, receipt.dry_run, receipt.number) == (
+        "tag",
+        ("t",),
+        False,
+        9,
+    )
+    assert (receipt.generation, receipt.acked, receipt.live, receipt.seconds) == (4, acked, 4, 0.5)
 
 
 def dry(member: str, entries: int, sample: tuple[str, ...], exact: bool = True) -> PurgeResult:

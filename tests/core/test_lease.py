@@ -19,10 +19,10 @@ from proxy.core.lease import (
     lease_deadline,
     lease_margin,
     may_serve,
-    parse_clear_hint,
     pending_members,
     plan_hints,
     plan_sync,
+    unreachable_retry_after,
     wait_decision,
 )
 
@@ -211,22 +211,6 @@ def hint(previous: int, number: int, domain: str = "a.test", epoch: str = E1) ->
 
 
 @pytest.mark.parametrize(
-    ("text", "parsed"),
-    [
-        ("e1 100 120 a.test", hint(100, 120)),
-        ("e1 0 5 b.test", hint(0, 5, "b.test")),
-        ("120", None),  # the bare number of an older control plane: sync instead
-        ("e1 100 x a.test", None),
-        ("e1 -1 5 a.test", None),
-        ("e1 100 120 a.test extra", None),
-        ("", None),
-    ],
-)
-def test_parse_clear_hint(text: str, parsed: ClearHint | None) -> None:
-    assert parse_clear_hint(text) == parsed
-
-
-@pytest.mark.parametrize(
     ("hints", "plan"),
     [
         # The next clear in the chain, of one of the member's domains: clear it, ack.
@@ -295,3 +279,15 @@ def test_hints_cover_a_clear_acked_by_everyone_waited_for(hinted: int, covered: 
 def test_hints_never_cover_a_wait_with_nobody_pending() -> None:
     """A wait for the grace of a new epoch: no hint can end it, only time."""
     assert not hints_cover(Wait(acked=1, live=1, seconds=1.5), 900)
+
+
+@pytest.mark.parametrize(
+    ("lease", "retry_after"),
+    [(0.2, 1), (0.6, 1), (1.0, 2), (2.0, 2), (2.6, 3), (30.0, 30)],
+)
+def test_a_clear_valkey_stopped_confirming_is_retried_after_about_one_lease(
+    lease: float, retry_after: int
+) -> None:
+    """0014 "Wait for the fleet": with no view of the members, every member that did not
+    apply the clear stops serving from cache once its lease runs out."""
+    assert unreachable_retry_after(lease) == retry_after

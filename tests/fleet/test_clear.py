@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 import pytest
@@ -215,6 +216,32 @@ async def test_a_lost_hint_makes_the_member_sync(fleet: Fleet) -> None:
     assert node.member.syncs > syncs  # the hint did not continue the chain: it synced
     assert node.read("a.test", "/x") is None
     assert_true_everywhere([node], "a.test", int(reply[0]))
+
+
+async def test_a_hint_that_cannot_be_read_is_logged_and_the_member_goes_on(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Decision 0027: garbage on the hint channel, and a hint of a later version, are each
+    logged and make the member sync; it goes on applying and acking the clears after them."""
+    node = await fleet.node(lease=2.0, renew=0.9)
+    purger = fleet.purger(lease=2.0)
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    client = fleet.client()
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if " syncs: " in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="proxy.fleet"):
+        epoch = node.member.applied.epoch
+        for text in ("garbage", f"hint/2 {epoch} 1 2 a.test url 7"):
+            assert await client.publish(CLEARS, text) == 1  # the member listens
+        await until(lambda: len(said()) == 2)
+    assert "not a hint: 1 parts, not 4 or 5: 'garbage'" in said()[0]
+    assert "hint of version 2: this build reads version 1" in said()[1]
+    assert await node.fill("a.test", "/x", b"v1")
+    result = await purger.clear_domain("a.test")
+    assert (result.acked, result.live) == (1, 1)
+    assert_true_everywhere([node], "a.test", result.generation)
 
 
 async def test_one_ack_hint_per_clear(fleet: Fleet) -> None:

@@ -101,3 +101,29 @@ async def test_without_a_fleet_the_nodes_page_says_so(make_dashboard: DashboardF
     page = await dashboard.get("/dashboard/nodes")
     assert page.status == 200
     assert "there is no fleet to show" in page.words
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        "not json",
+        '{"pid":"7","counts":{"a.test":{"hit":100}}}',  # a field of the wrong type
+        '{"v":2,"counts":{"a.test":{"hit":100}}}',  # a later build's version
+    ],
+)
+async def test_a_process_whose_info_cannot_be_read_is_listed_but_left_out_of_the_sums(
+    fleet: Fleet, figures: FleetFigures, info: str
+) -> None:
+    """Its lease is registered by the real sync script with that info (decision 0027)."""
+    member = await reporting_member(fleet, "n1", 3)
+    odd = FleetScripts(fleet.client(), timeout=1.0)
+    await odd.sync(member="odd", lease_ms=60_000, epoch=None, applied=0, info=info, domains=[])
+    try:
+        await figures.refresh()
+        assert figures.outcomes()["a.test"][HIT] == 3  # the readable report only
+        rows = {row.member: row for row in figures.processes()}
+        assert rows.keys() == {member.name, "odd"}
+        assert (rows["odd"].node, rows["odd"].pid, rows["odd"].fenced) == ("", 0, False)
+        assert figures.live_and_fenced() == (2, 0)
+    finally:
+        await member.close()

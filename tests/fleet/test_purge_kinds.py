@@ -180,6 +180,20 @@ async def test_a_dry_run_stops_waiting_for_a_member_whose_lease_ran_out(fleet: F
     assert (result.entries, result.exact, result.live, result.reported) == (1, True, 1, 1)
 
 
+async def test_a_dry_run_asks_a_member_whose_info_cannot_be_read(fleet: Fleet) -> None:
+    """Decision 0027: a live member whose info is not JSON (registered by the real sync
+    script) is asked too, as one whose fencing is unknown; it does not answer, and the dry
+    run answers with the others' count once ``clear_timeout`` is over (before: a 500)."""
+    node = await fleet.node()
+    purger = fleet.purger(clear_timeout=1.0)
+    await purger.clear_domain("b.test")  # waits out the grace of the test's new epoch
+    await fill_pages(node)
+    odd = scripts.FleetScripts(fleet.client(), timeout=1.0)
+    await odd.sync(member="odd", lease_ms=60_000, epoch=None, applied=0, info="{", domains=[])
+    result = await purger.purge("a.test", purge_request("url", ["/index.html"], dry_run=True))
+    assert (result.entries, result.exact, result.live, result.reported) == (1, False, 2, 1)
+
+
 async def test_a_dry_run_with_no_member_is_unavailable(fleet: Fleet) -> None:
     with pytest.raises(FleetUnavailable):
         await fleet.purger().purge("a.test", Purge("all", dry_run=True))

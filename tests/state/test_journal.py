@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.errors import StateError
+from proxy.errors import StateError, WireError
 from proxy.state.async_state import AsyncState
 from proxy.state.journal import (
     AuditJournal,
@@ -82,7 +82,7 @@ def test_a_line_is_one_record_and_reads_back_the_same(record: AuditRecord) -> No
     ],
 )
 def test_what_is_not_a_journaled_record_is_refused(line: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(WireError):
         decode(line)
 
 

@@ -23,19 +23,10 @@ applied number is below a floor missed a record it can no longer read, and clear
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import cast
+from dataclasses import dataclass, replace
 
-from proxy.core.purge.purges import (
-    KINDS,
-    MAX_SAMPLE,
-    InvalidPurge,
-    Purge,
-    PurgeResult,
-    purge_request,
-)
+from proxy.core.purge.purges import MAX_SAMPLE, Purge, PurgeResult
 
 KEPT_RECORDS = 1024  # purge records Valkey keeps (all domains), oldest dropped first
 KEPT_BYTES = 8 << 20  # and their bytes: one purge at its largest (about 2 MB) fits
@@ -49,34 +40,6 @@ class PurgeRecord:
     number: int
     domain: str
     purge: Purge
-
-
-def format_record(domain: str, purge: Purge) -> tuple[str, str, str]:
-    """The parts of a record the purge script joins after the number: kind, soft flag, and
-    the items as a JSON list (no spaces inside, so the record splits on its first four)."""
-    items = json.dumps(list(purge.items), separators=(",", ":"))
-    return purge.kind, "1" if purge.soft else "0", items
-
-
-def parse_record(text: str) -> PurgeRecord | None:
-    """A record as the purge script wrote it, or None for anything else (the member then
-    clears the domain: it cannot tell what the purge covered)."""
-    parts = text.split(" ", 4)
-    if len(parts) != 5 or not parts[0].isdigit() or parts[3] not in ("0", "1"):
-        return None
-    try:
-        items = json.loads(parts[4])
-        if not isinstance(items, list):
-            return None
-        purge = purge_request(parts[2], cast(Sequence[object], items), soft=parts[3] == "1")
-    except (ValueError, InvalidPurge):
-        return None
-    return PurgeRecord(number=int(parts[0]), domain=parts[1], purge=purge)
-
-
-def hint_kind(text: str) -> str | None:
-    """The kind a hint names (its fifth part; a clear's hint has four), or None if unknown."""
-    return text if text in KINDS or text == CLEAR else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +68,6 @@ def steps_after_clears(steps: Sequence[PurgeStep], cleared: Sequence[str]) -> tu
     return tuple(step for step in steps if step.domain not in gone)
 
 
-def figures_args(figures: Sequence[tuple[int, int, int, bool]]) -> tuple[int, ...]:
-    """The ack script's extra arguments: number, entries, bytes, exact (1/0) per purge."""
-    return tuple(v for n, e, b, x in figures for v in (n, e, b, 1 if x else 0))
-
-
 @dataclass(frozen=True, slots=True)
 class Figures:
     """What the members that applied one purge reported with their acks: how many, and the
@@ -121,51 +79,47 @@ class Figures:
     inexact: int
 
 
-def parse_figures(text: str | None) -> Figures:
-    parts = (text or "").split(" ")
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
-        return Figures(0, 0, 0, 0)
-    reported, entries, size, inexact = (int(p) for p in parts)
-    return Figures(reported, entries, size, inexact)
+NO_FIGURES = Figures(0, 0, 0, 0)
 
 
-# -- dry runs: asked of every live member, each answering with its store's receipt -------------
+# -- receipts: a purge's as the fleet applied it, a dry run's as the members counted it --------
 
 
-def dry_request(domain: str, purge: Purge) -> str:
-    kind, soft, items = format_record(domain, purge)
-    return f"{domain} {kind} {soft} {items}"
+def purge_receipt(
+    domain: str,
+    purge: Purge,
+    *,
+    number: int,
+    generation: int,
+    figures: Figures | None,
+    acked: int,
+    live: int,
+    seconds: float,
+) -> PurgeResult:
+    """The receipt of a purge every live member applied (``acked`` of ``live``): the
+    entries and bytes are the sums of the ``figures`` members sent with their acks (None:
+    not known), exact when every member that acked reported exact ones."""
+    exact = figures is not None and not figures.inexact and figures.reported == acked
+    known = NO_FIGURES if figures is None else figures
+    return _receipt(domain, purge, number, generation, known, exact, seconds, acked, live)
 
 
-def parse_dry_request(text: str) -> tuple[str, Purge] | None:
-    """The domain and the (dry) purge a control plane asks a member about, or None."""
-    record = parse_record(f"0 {text}")
-    if record is None:
-        return None
-    return record.domain, replace(record.purge, dry_run=True)
-
-
-def dry_answer(result: PurgeResult, member: str) -> str:
-    """``member``'s receipt for a dry run, as it sends it (``answered_by`` names it)."""
-    fields = {
-        **asdict(result),
-        "items": list(result.items),
-        "sample": list(result.sample),
-        "answered_by": member,
-    }
-    return json.dumps(fields, separators=(",", ":"))
-
-
-def parse_dry_answer(text: str) -> PurgeResult | None:
-    """A member's receipt for a dry run (``answered_by`` naming the member), or None."""
-    try:
-        fields = json.loads(text)
-        fields["items"] = tuple(fields["items"])
-        fields["sample"] = tuple(fields["sample"])
-        result = PurgeResult(**fields)
-    except (ValueError, TypeError, KeyError):
-        return None
-    return result if isinstance(result.answered_by, str) else None
+def _receipt(
+    domain: str,
+    purge: Purge,
+    number: int,
+    generation: int,
+    figures: Figures,
+    exact: bool,
+    seconds: float,
+    acked: int | None,
+    live: int,
+    sample: tuple[str, ...] = (),
+) -> PurgeResult:
+    # In PurgeResult's order: what was asked, then what came of it.
+    asked = (domain, purge.kind, purge.items, purge.soft, purge.dry_run)
+    came = (number, generation, figures.entries, figures.bytes, exact, seconds, sample)
+    return PurgeResult(*(asked + came), acked=acked, live=live, reported=figures.reported)
 
 
 def merge_dry_answers(
@@ -181,19 +135,21 @@ def merge_dry_answers(
         for target in answer.sample:
             if len(sample) < MAX_SAMPLE:
                 sample.setdefault(target)
-    return PurgeResult(
-        domain=domain,
-        kind=purge.kind,
-        items=purge.items,
-        soft=purge.soft,
-        dry_run=True,
-        number=max((answer.number for answer in answers), default=0),
-        generation=max((answer.generation for answer in answers), default=0),
+    figures = Figures(
+        reported=len(answers),
         entries=sum(answer.entries for answer in answers),
         bytes=sum(answer.bytes for answer in answers),
-        exact=len(answers) == live and all(answer.exact for answer in answers),
-        seconds=0.0,
-        sample=tuple(sample),
-        live=live,
-        reported=len(answers),
+        inexact=sum(1 for answer in answers if not answer.exact),
+    )
+    return _receipt(
+        domain,
+        replace(purge, dry_run=True),
+        max((answer.number for answer in answers), default=0),
+        max((answer.generation for answer in answers), default=0),
+        figures,
+        len(answers) == live and not figures.inexact,
+        0.0,
+        None,
+        live,
+        tuple(sample),
     )

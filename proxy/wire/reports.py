@@ -1,0 +1,72 @@
+"""A member's info: who it is and how it is, and its report, written at every sync into
+``{cdn}:members`` (proxy/fleet/member.py) and read by every control plane for the Nodes page,
+/metrics and the dashboard (proxy/fleet/figures.py).
+
+Version 1 is the JSON object the builds before decision 0027 wrote (the same keys; the
+report's now come first); a later version adds ``"v"``. Every key has a default, so an info
+written by an older build that lacked some (``purges`` came with decision 0026, ``connections`` and
+``responses`` later) is read with those at their default; keys this build does not know are
+ignored. A value of the wrong type refuses the whole info: its member is left out of the sums,
+as one whose info was not JSON was.
+
+The purge script finds ``"purges":1`` in the info by a plain search (proxy/fleet/
+purge_scripts.py): the encoder writes no space, and ``purges`` must stay an integer key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from proxy.wire.versions import decode_json, object_version
+
+READS = (1,)
+INFO = "member-info"
+
+
+class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
+    """An edge process's figures since it started (proxy/fleet/figures.py ``edge_report``)."""
+
+    # responses by domain and outcome
+    counts: dict[str, dict[str, int]] = {}
+    # the last hour's minutes with any hits or misses: start, hits, misses
+    minutes: list[tuple[float, int, int]] = []
+    # the store's entries, bytes, max_bytes and evictions
+    store: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # listener -> ConnectionGuard.figures()
+    connections: dict[str, list[int]] = {}
+    # Responses.report(): summed by Responses.summed, which skips what it cannot read
+    responses: dict[str, Any] = {}
+    # the entries and bytes of each domain with any
+    domains: dict[str, tuple[int, int]] = {}
+
+
+class MemberInfo(EdgeReport, frozen=True, kw_only=True):
+    """Who a member is and how it stands (proxy/fleet/member.py), with its report."""
+
+    node: str = ""
+    worker: int = 0
+    pid: int = 0
+    address: str = ""
+    fenced: bool = False
+    applied: int = 0
+    renew_failures: int = 0
+    # 1: it applies purge records (decision 0026); the purge script refuses a purge while a
+    # live member does not say so (a build that would ack it unapplied).
+    purges: int = 0
+
+
+NO_INFO = MemberInfo()
+_ENCODER = msgspec.json.Encoder()
+
+
+def pack_member_info(info: MemberInfo) -> str:
+    return _ENCODER.encode(info).decode()
+
+
+def unpack_member_info(text: str | bytes) -> MemberInfo:
+    """The info a member wrote; WireError if it is not one this build reads."""
+    fields = decode_json(INFO, text, dict[str, Any])
+    object_version(INFO, fields, READS)
+    return decode_json(INFO, text, MemberInfo)
