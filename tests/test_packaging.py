@@ -165,6 +165,9 @@ async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_pa
             async with client.get(addresses["api"] + "/dashboard/static/dashboard.css") as response:
                 assert response.status == 200
                 assert response.content_type == "text/css"
+            async with client.get(addresses["api"] + "/dashboard/static/favicon.svg") as response:
+                assert response.status == 200
+                assert response.content_type == "image/svg+xml"
     finally:
         code, _ = await stopped(process)
     assert code == 0
