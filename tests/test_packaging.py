@@ -12,6 +12,7 @@ import asyncio
 import fnmatch
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -251,3 +252,19 @@ async def test_the_production_example_serves_https_through_workers(
         finally:
             await node.kill()
     assert "Traceback" not in (tmp_path / "node.log").read_text()
+
+
+def test_the_readme_https_steps_write_files_git_ignores() -> None:
+    """Issue 22 item 8: the README's HTTPS steps write a private key into config/, which
+    .gitignore did not cover: one ``git add config`` from committing it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    written = re.findall(r" -(?:keyout|out) (config/\S+)", readme)
+    assert "config/example.com.key" in written
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *written],  # noqa: S607 (git from PATH)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ignored.stdout.split() == written, ignored.stderr
