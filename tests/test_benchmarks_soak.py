@@ -12,6 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# slow: a benchmark run, if short; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--minutes", "0.3", "--slowloris", "2", "--regenerate-every", "5"]
 

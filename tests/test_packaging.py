@@ -21,6 +21,7 @@ import sysconfig
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.conftest import Origin
 from tests.edge.tls_support import Certificates, get, https_origin
@@ -144,6 +145,7 @@ async def stopped(process: asyncio.subprocess.Process) -> tuple[int, str]:
     return process.returncode, err.decode()
 
 
+@pytest.mark.slow  # a wheel build and install
 async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_path: Path) -> None:
     """The Dockerfile's install step: a non-editable install, run from elsewhere."""
     site = tmp_path / "site"
@@ -174,6 +176,7 @@ async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_pa
     assert code == 0
 
 
+@pytest.mark.slow  # a venv, and pip installs in it
 async def test_scripts_serve_installs_only_when_pyproject_changed(tmp_path: Path) -> None:
     """A real venv of its own whose dependencies come from this one (a .pth file), so that
     the install step is the project's alone."""

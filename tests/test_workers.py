@@ -20,6 +20,9 @@ from aiohttp import web
 from tests.conftest import Origin
 from tests.nodes import Node, cli, eventually, exited, write_config
 
+# slow: nodes of several worker processes; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 CACHEABLE = {"Cache-Control": "max-age=600"}
 HOST = {"Host": "example.com"}
 CONNECTIONS = 200  # fresh connections to reach both workers (the kernel spreads them)

@@ -20,6 +20,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from proxy.core.auth.tokens import Scope
 from tests.dashboard.live import ADMIN, IDLE, PASSWORD, Live, launch, live_service
 
+# slow: a real Chromium; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 CACHEABLE = {"Cache-Control": "max-age=300"}
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1, no proxy
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
 from aiohttp import web
 from playwright.sync_api import Dialog, Locator, Page, expect
 
@@ -22,6 +23,9 @@ from tests.dashboard.test_browser import (  # noqa: F401  (fixtures, shared)
     page,
     signed_in,
 )
+
+# slow: a real Chromium; not in the quick subset (README)
+pytestmark = pytest.mark.slow
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -25,6 +25,9 @@ from tests.fleet.conftest import Fleet, Node, settings, until
 from tests.fleet.replicas_support import KINDS, Pair, repoint, start_server
 from tests.fleet.servers import DebianRedis
 
+# slow: Valkey and Redis primaries and replicas, failed over; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 TIMEOUT = 0.4  # each Valkey call; WAIT gets half of it
 
 
