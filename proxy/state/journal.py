@@ -17,9 +17,10 @@ What survives what (decision 0016):
   ``state.audit_fsync`` makes each record wait for ``fdatasync`` (off the event loop) before
   its answer.
 
-Format: one JSON object per line, in segment files ``<seq>.jsonl`` (seq: 12 digits, growing)
-in the directory ``<state db>.audit-journal``. A line that is cut short (no newline: the
-process died inside ``write()``, or the power went) is ignored, with a warning.
+Format: one JSON array per line (its version tag, ``audit/2``, then the record's fields in
+``AuditRecord`` order, its journal id last), in segment files ``<seq>.jsonl`` (seq: 12
+digits, growing) in the directory ``<state db>.audit-journal``. A line that is cut short (no
+newline: the process died inside ``write()``, or the power went) is ignored, with a warning.
 
 A segment is retired (a new one started) once it holds ROTATE_BYTES, and deleted once every
 record written to it is in SQLite; a clean close deletes the last one too. A batch that
