@@ -25,7 +25,8 @@ import pytest
 
 from tests.conftest import Origin
 from tests.edge.tls_support import Certificates, get, https_origin
-from tests.nodes import ENV, Node, eventually
+from tests.nodes import ENV, Node
+from tests.polling import until
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "config" / "cdn-proxy.service"
@@ -246,7 +247,11 @@ async def test_the_production_example_serves_https_through_workers(
                     assert got == (body or b"secret origin")
             # Both requests are in the JSON access log, written by the workers.
             log = tmp_path / "access.log"
-            await eventually(lambda: log.exists() and len(log.read_text().splitlines()) >= 2)
+            await until(
+                lambda: log.exists() and len(log.read_text().splitlines()) >= 2,
+                within=30.0,
+                every=0.05,
+            )
             lines = [json.loads(line) for line in log.read_text().splitlines()]
             assert {(line["host"], line["status"]) for line in lines} == {
                 ("www.example.com", 200),

@@ -39,8 +39,8 @@ from proxy.edge.aiohttp_adapter import (
     take_over,
 )
 from proxy.edge.connections import ConnectionGuard
-from tests.conftest import until
 from tests.edge.tls_support import Certificates
+from tests.polling import until
 
 MESSAGE = (
     b"HTTP/1.1 200 OK\r\n",
