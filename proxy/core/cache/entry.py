@@ -197,9 +197,10 @@ class StoredResponse:
     hit_lines: Lines
     if TYPE_CHECKING:  # a slot, not a field: the _RARE_FIELDS and the fields as pairs when
         _rare: tuple[Any, ...] | None  # one is not its default
-        # A slot the store writes, not a field: the domain's purge number when the entry was
-        # stored or last checked against the outstanding purges (core/purges.py). 0 until
-        # stored; ``replace`` does not copy it.
+        # A slot, not a field, and the one thing that changes in an entry: the domain's purge
+        # number when the store stored it or last checked it against the outstanding purges
+        # (core/purges.py), written only through ``set_mark``. 0 until stored; ``replace``
+        # does not copy it.
         mark: int
     # The rarely set fields (``_RARE_FIELDS``), read from ``_rare``. After the slots: a
     # descriptor has a class-level default, as far as the dataclass machinery can tell.
@@ -258,6 +259,12 @@ class StoredResponse:
             None if held else headers,
         )
         set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
+
+    def set_mark(self, number: int) -> None:
+        """The store's note that the entry is checked against the domain's purges up to
+        ``number`` (memory.py). The one write to an entry, and not one a hit can see: whatever
+        the mark, the entry serves the same bytes; only the store's purge check reads it."""
+        object.__setattr__(self, "mark", number)
 
     @property
     def expires_at(self) -> float:
