@@ -299,7 +299,7 @@ class Edge:
             filled = await self._fetch(job)
         finally:
             # Waiters are released however the fetch ends, a client gone away included.
-            self._land(job.key, job.flight, None if filled is None else filled.result)
+            self._end_flight(job.key, job.flight, None if filled is None else filled.result)
         if not job.background:
             failed = isinstance(filled.result, OriginError)
             self._telemetry.request(job.config.name, ERROR if failed else outcome_of_fwd(job.fwd))
@@ -404,7 +404,7 @@ class Edge:
     ) -> _Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the
         origin itself), not kept until the relay ends."""
-        self._land(job.key, job.flight, None)
+        self._end_flight(job.key, job.flight, None)
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         if origin.status == 200 and not job.background and ranges.asked(job.request):
             cut = await ranges.cut_from_origin(
@@ -489,7 +489,7 @@ class Edge:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _land(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
+    def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:
             self.flights.land(key, flight, result)
 
