@@ -24,7 +24,7 @@ import jinja2
 from aiohttp import web
 from argon2 import PasswordHasher
 
-from proxy.api.clear_cache import ClearCacheContext
+from proxy.api.clear_cache import PurgeContext
 from proxy.api.dashboard import auth, purge_form, tokens, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
 from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
@@ -48,7 +48,7 @@ _STATIC = {
 
 def create_dashboard(
     *,
-    clear: ClearCacheContext,
+    clear: PurgeContext,
     store: StoreFigures | None,
     telemetry: Telemetry | None,
     clock: Callable[[], float] = time.time,
