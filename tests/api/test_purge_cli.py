@@ -16,9 +16,8 @@ from aiohttp.test_utils import TestServer
 
 from proxy.core.purge.receipts import FIELDS
 from tests.api.purge_support import purge_node
-from tests.api.support import DOMAIN, OTHER, ApiFactory
+from tests.api.support import DOMAIN, OTHER, ApiFactory, recording_api
 from tests.api.test_cli import purge
-from tests.api.test_fixes_i14 import recording_api
 from tests.conftest import Origin
 from tests.edge.test_purges_end_to_end import URLS
 from tests.nodes import Node, cli, start, write_config
