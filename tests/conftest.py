@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -127,18 +126,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
-
-
-async def until(condition: Callable[[], bool], *, turns: int = 10_000) -> None:
-    """Let the event loop run until ``condition`` holds; fail if it never does.
-
-    Not a timed sleep: each turn yields once to the loop, so this waits exactly as long as
-    the other tasks need to reach the state the test is about."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
 
 
 @dataclass

@@ -166,17 +166,6 @@ async def exited(pid: int) -> None:
         os.close(fd)
 
 
-async def eventually(condition: Callable[[], bool], *, seconds: float = 30.0) -> None:
-    """Wait until ``condition`` holds, checking every 50 ms: for states outside this process
-    that send no notice (the process table), never as a stand-in for an event we could wait
-    on. Fails after ``seconds``."""
-    for _ in range(int(seconds / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"still not true after {seconds} s")
-
-
 def alive(pid: int) -> bool:
     """Is the process running (neither gone nor a zombie waiting to be reaped)?"""
     try:

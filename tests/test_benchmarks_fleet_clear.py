@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# slow: a benchmark run, if short; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--workers", "2", "--clears", "5", "--warmup", "2", "--json"]
 

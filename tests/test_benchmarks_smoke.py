@@ -16,6 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# slow: benchmark runs, if short; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = {
     "1. Hit throughput and latency": "cdn-proxy",

@@ -12,6 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# slow: a benchmark run, if short; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--minutes", "0.3", "--slowloris", "2", "--regenerate-every", "5"]
 
@@ -39,5 +44,6 @@ def test_a_short_soak_reports_no_stale_read_and_no_unexpected_5xx(tmp_path: Path
     assert doc["api_probe"]["outcomes"].get("healthz ok", 0) > 0
     assert doc["slowloris"]["outcomes"]["edge headers opened"] > 0
     [kill] = doc["kills"]  # the kill -9 at the end, counted whatever it lost
-    assert kill["confirmed"] > 0 and kill["audit_lost"] >= 0
+    # A kill -9 loses no audit record of a clear answered 200 (the journal, decision 0016).
+    assert kill["confirmed"] > 0 and kill["audit_lost"] == 0
     assert len(doc["samples"]) >= 5 and all(rss > 0 for _, rss, _, _ in doc["samples"])

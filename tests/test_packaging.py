@@ -12,6 +12,7 @@ import asyncio
 import fnmatch
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -20,10 +21,12 @@ import sysconfig
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.conftest import Origin
 from tests.edge.tls_support import Certificates, get, https_origin
-from tests.nodes import ENV, Node, eventually
+from tests.nodes import ENV, Node
+from tests.polling import until
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "config" / "cdn-proxy.service"
@@ -143,6 +146,7 @@ async def stopped(process: asyncio.subprocess.Process) -> tuple[int, str]:
     return process.returncode, err.decode()
 
 
+@pytest.mark.slow  # a wheel build and install
 async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_path: Path) -> None:
     """The Dockerfile's install step: a non-editable install, run from elsewhere."""
     site = tmp_path / "site"
@@ -165,11 +169,15 @@ async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_pa
             async with client.get(addresses["api"] + "/dashboard/static/dashboard.css") as response:
                 assert response.status == 200
                 assert response.content_type == "text/css"
+            async with client.get(addresses["api"] + "/dashboard/static/favicon.svg") as response:
+                assert response.status == 200
+                assert response.content_type == "image/svg+xml"
     finally:
         code, _ = await stopped(process)
     assert code == 0
 
 
+@pytest.mark.slow  # a venv, and pip installs in it
 async def test_scripts_serve_installs_only_when_pyproject_changed(tmp_path: Path) -> None:
     """A real venv of its own whose dependencies come from this one (a .pth file), so that
     the install step is the project's alone."""
@@ -239,7 +247,11 @@ async def test_the_production_example_serves_https_through_workers(
                     assert got == (body or b"secret origin")
             # Both requests are in the JSON access log, written by the workers.
             log = tmp_path / "access.log"
-            await eventually(lambda: log.exists() and len(log.read_text().splitlines()) >= 2)
+            await until(
+                lambda: log.exists() and len(log.read_text().splitlines()) >= 2,
+                within=30.0,
+                every=0.05,
+            )
             lines = [json.loads(line) for line in log.read_text().splitlines()]
             assert {(line["host"], line["status"]) for line in lines} == {
                 ("www.example.com", 200),
@@ -248,3 +260,19 @@ async def test_the_production_example_serves_https_through_workers(
         finally:
             await node.kill()
     assert "Traceback" not in (tmp_path / "node.log").read_text()
+
+
+def test_the_readme_https_steps_write_files_git_ignores() -> None:
+    """Issue 22 item 8: the README's HTTPS steps write a private key into config/, which
+    .gitignore did not cover: one ``git add config`` from committing it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    written = re.findall(r" -(?:keyout|out) (config/\S+)", readme)
+    assert "config/example.com.key" in written
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *written],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ignored.stdout.split() == written, ignored.stderr

@@ -23,7 +23,8 @@ from aiohttp.test_utils import TestServer
 
 from proxy.process.reload import find_running
 from tests.conftest import Origin
-from tests.nodes import Node, cli, eventually
+from tests.nodes import Node, cli
+from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=600"}
 
@@ -136,7 +137,7 @@ async def test_sighup_adds_a_domain_while_a_hit_stays_a_hit_on_the_same_connecti
 
     write(tmp_path, {"example.com": origin.url, "new.test": origin.url})
     os.kill(node.process.pid, signal.SIGHUP)
-    await eventually(lambda: find_running(config).reloads == 1, seconds=10)
+    await until(lambda: find_running(config).reloads == 1, within=10, every=0.05)
 
     status, headers, body = await connection.get("/page", "example.com")
     assert (status, body) == (200, b"cached")
@@ -216,7 +217,7 @@ async def test_a_bad_config_is_refused_in_one_line_and_the_old_one_keeps_serving
 
     # SIGHUP from elsewhere (systemd's ExecReload): the process refuses it and says why.
     os.kill(node.process.pid, signal.SIGHUP)
-    await eventually(lambda: find_running(config).reloads == 1, seconds=10)
+    await until(lambda: find_running(config).reloads == 1, within=10, every=0.05)
     log = (tmp_path / "node.log").read_text()
     refusals = [line for line in log.splitlines() if "config error" in line]
     assert len(refusals) == 1
@@ -320,7 +321,7 @@ async def test_with_two_workers_every_worker_reloads(
 
     config.write_text(config.read_text().replace(second.url, "ftp://127.0.0.1:1"))
     os.kill(node.process.pid, signal.SIGHUP)
-    await eventually(lambda: find_running(config).reloads == 2, seconds=10)
+    await until(lambda: find_running(config).reloads == 2, within=10, every=0.05)
     assert "cdn-proxy: config error: domains[1].origin" in (tmp_path / "node.log").read_text()
     assert (await fetch(node, "/moved", "moved.test"))[1] == "new origin"
     assert node.worker_pids() == pids

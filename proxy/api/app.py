@@ -19,8 +19,8 @@ from argon2 import PasswordHasher
 
 from proxy.api import clients, problems
 from proxy.api.clear_cache import (
-    CLEAR_CACHE_CONTEXT,
-    ClearCacheContext,
+    PURGE_CONTEXT,
+    PurgeContext,
     clear_cache,
 )
 from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
@@ -80,7 +80,7 @@ def create_api_app(
     telemetry = telemetry if telemetry is not None else Telemetry()
     api, _ = config.api_role()
     clients.install(app, api)  # first: every handler sees the client a trusted proxy names
-    clear = app[CLEAR_CACHE_CONTEXT] = ClearCacheContext(
+    clear = app[PURGE_CONTEXT] = PurgeContext(
         config=config,
         state=state,
         purger=purger,

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from proxy.api.gate import (
-    CLEAR_CACHE_CONTEXT,
+    PURGE_CONTEXT,
     Attempt,
     Authorise,
-    ClearCacheContext,
     Grant,
+    PurgeContext,
     Rejected,
     as_admin,
     audit_record,
@@ -53,14 +53,14 @@ from proxy.api.problems import problem
 from proxy.core.auth.tokens import Scope
 
 __all__ = [
-    "CLEAR_CACHE_CONTEXT",
     "CONFIRMATION",
     "OUTCOMES",
+    "PURGE_CONTEXT",
     "Attempt",
     "Authorise",
     "ClearAnswer",
-    "ClearCacheContext",
     "Grant",
+    "PurgeContext",
     "as_admin",
     "audited_clear",
     "clear_cache",
@@ -106,7 +106,7 @@ class ClearAnswer:
 
 
 async def audited_clear(
-    ctx: ClearCacheContext, *, client: str | None, authorise: Authorise
+    ctx: PurgeContext, *, client: str | None, authorise: Authorise
 ) -> ClearAnswer:
     """The one path every clear takes: authorise, check the domain, clear, audit."""
     started = time.perf_counter()  # duration from a monotonic clock, not the wall clock
@@ -138,7 +138,7 @@ async def audited_clear(
 
 
 async def clear_cache(request: web.Request) -> web.Response:
-    ctx = request.app[CLEAR_CACHE_CONTEXT]
+    ctx = request.app[PURGE_CONTEXT]
 
     async def authorise(attempt: Attempt, now: float) -> Grant:
         return await authorise_bearer(
@@ -156,7 +156,7 @@ async def clear_cache(request: web.Request) -> web.Response:
     return response
 
 
-async def _clear(ctx: ClearCacheContext, attempt: Attempt, grant: Grant) -> int:
+async def _clear(ctx: PurgeContext, attempt: Attempt, grant: Grant) -> int:
     """Steps 5-8 for a caller already known: the domain, the scope, the clear."""
     domain = check_domain(ctx, attempt, grant, "clear")
     started = time.perf_counter()

@@ -66,9 +66,9 @@ log = logging.getLogger("proxy.api")
 
 
 @dataclass(slots=True)
-class ClearCacheContext:
+class PurgeContext:
     """Everything the clear and purge handlers need, kept in the app under
-    CLEAR_CACHE_CONTEXT. Not frozen: a config reload replaces ``config`` (``reconfigure``), so
+    PURGE_CONTEXT. Not frozen: a config reload replaces ``config`` (``reconfigure``), so
     that clears are accepted for the domains configured now, and the dashboard (which reads it
     from here) lists them."""
 
@@ -96,7 +96,7 @@ class ClearCacheContext:
         return self.config.api_role()[0].body_timeout
 
 
-CLEAR_CACHE_CONTEXT = web.AppKey("clear_cache_context", ClearCacheContext)
+PURGE_CONTEXT = web.AppKey("purge_context", PurgeContext)
 
 
 class Rejected(Exception):
@@ -147,7 +147,7 @@ BodyReader = Callable[[bytes, Scope, Attempt], Grant]
 
 
 def audit_record(
-    ctx: ClearCacheContext,
+    ctx: PurgeContext,
     attempt: Attempt,
     outcome: str,
     status: int,
@@ -189,7 +189,7 @@ def as_admin(name: str, domain: str) -> Authorise:
 
 async def authorise_bearer(
     request: web.Request,
-    ctx: ClearCacheContext,
+    ctx: PurgeContext,
     attempt: Attempt,
     now: float,
     *,
@@ -215,7 +215,7 @@ async def authorise_bearer(
 
 async def _note_body(
     request: web.Request,
-    ctx: ClearCacheContext,
+    ctx: PurgeContext,
     attempt: Attempt,
     limit: int,
     read: Callable[[bytes], object],
@@ -230,7 +230,7 @@ async def _note_body(
         read(await _read_body(request, length, ctx.body_timeout))
 
 
-def check_domain(ctx: ClearCacheContext, attempt: Attempt, grant: Grant, verb: str) -> str:
+def check_domain(ctx: PurgeContext, attempt: Attempt, grant: Grant, verb: str) -> str:
     """Steps 5-7 for a caller already known: the domain as a host name, the scope, the
     configured domains. ``verb`` says what the token may not do, in the 403."""
     attempt.domain = grant.domain
@@ -326,7 +326,7 @@ def _bearer_token(request: web.Request, limiter: FailureThrottle, client: str, n
             )
 
 
-async def _authenticate(ctx: ClearCacheContext, token: str, client: str, now: float) -> TokenRecord:
+async def _authenticate(ctx: PurgeContext, token: str, client: str, now: float) -> TokenRecord:
     try:
         record = await ctx.state.authenticate(token, now)
     except StateError as exc:

@@ -59,7 +59,7 @@ class PurgeAnswer:
 
 
 async def audited_purge(
-    ctx: gate.ClearCacheContext,
+    ctx: gate.PurgeContext,
     *,
     client: str | None,
     authorise: gate.Authorise,
@@ -114,7 +114,7 @@ async def audited_purge(
 
 
 async def purge(request: web.Request) -> web.Response:
-    ctx = request.app[gate.CLEAR_CACHE_CONTEXT]
+    ctx = request.app[gate.PURGE_CONTEXT]
 
     async def authorise(attempt: gate.Attempt, now: float) -> gate.Grant:
         return await gate.authorise_bearer(
@@ -134,7 +134,7 @@ async def purge(request: web.Request) -> web.Response:
 
 
 async def _purge(
-    ctx: gate.ClearCacheContext,
+    ctx: gate.PurgeContext,
     attempt: gate.Attempt,
     grant: gate.Grant,
     wanted: Purge,

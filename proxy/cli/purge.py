@@ -1,16 +1,20 @@
 """``cdn-proxy purge``: the deploy-hook client of the clear-cache and purge endpoints.
 
     cdn-proxy purge DOMAIN [--url PATH... | --prefix P... | --tag T...] [--soft] [--dry-run]
-                           [--json] [--api URL] [--token TOKEN]
+                           [--json] [--api URL | --config FILE] [--token TOKEN]
 
 With no kind and no option it clears the whole domain through clear-cache and prints what
 that answers ("Cache cleared"), as it always has. Anything else goes to the purge endpoint
 (decision 0025), and the receipt is printed for people (proxy/core/receipts.describe) or as
 JSON with ``--json``.
 
-``--url`` once was the API's base URL; it is now a path to purge, and the base is ``--api``
-(or CDN_PROXY_URL). A ``--url`` value that starts with http:// or https:// is refused with
-a message saying so: read the old way it would purge the wrong thing.
+The API's base URL is ``--api``, or the ``[api] listen`` address of the node's own config
+file (``--config``, as ``token`` and ``admin`` take it: a deploy hook on the node need not
+repeat the address), or CDN_PROXY_URL.
+
+``--url`` once was the API's base URL; it is now a path to purge. A ``--url`` value that
+starts with http:// or https:// is refused with a message that says what was given: read the
+old way it would purge the wrong thing.
 
 It uses urllib (stdlib, no event loop) and never follows redirects: urllib would resend the
 Authorization header to wherever one points.
@@ -22,12 +26,15 @@ import argparse
 import http.client
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from proxy import __version__
-from proxy.config.model import client_settings
+from proxy.config.model import client_settings, load_config
 from proxy.core.purge.receipts import describe
 from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH
+from proxy.errors import ConfigError
 
 CLEAR_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
 PURGE_TIMEOUT = 60.0  # a dry run reads the domain's keys: longer for a large domain
@@ -78,7 +85,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     purge.add_argument("--soft", action="store_true", help="mark stale instead of dropping")
     purge.add_argument("--dry-run", action="store_true", help="only say what would be purged")
     purge.add_argument("--json", action="store_true", help="print the receipt as JSON")
-    purge.add_argument("--api", action=Once, help="the API base URL (default: $CDN_PROXY_URL)")
+    base = purge.add_mutually_exclusive_group()
+    base.add_argument("--api", action=Once, help="the API base URL (default: $CDN_PROXY_URL)")
+    base.add_argument(
+        "--config", type=Path, help="the node's TOML config: the API is its [api] listen address"
+    )
     purge.add_argument(
         "--token",
         action=Once,
@@ -90,18 +101,15 @@ def run(args: argparse.Namespace) -> int:
     """The ``purge`` command: raises Failed with what went wrong."""
     for path in args.url or ():
         if path.lower().startswith(("http://", "https://")):
-            raise Failed(
-                f"--url {path!r}: --url now takes a path to purge (such as /page?x=1); the "
-                "API's base URL goes in --api (or CDN_PROXY_URL)",
-                code=2,
-            )
+            raise Failed(_full_url_refused(path), code=2)
     if "/" in args.domain:
         raise Failed(
             f"{args.domain!r} is not a domain: give the domain, and the path with --url "
             "(cdn-proxy purge example.com --url /page)",
             code=2,
         )
-    settings = client_settings(args.api, args.token)
+    api = args.api if args.config is None else api_url_of(args.config)
+    settings = client_settings(api, args.token)
     if not settings.url:
         raise Failed("no API URL: pass --api or set CDN_PROXY_URL", code=2)
     if not settings.token:
@@ -128,6 +136,44 @@ def run(args: argparse.Namespace) -> int:
         raise Failed(f"the API's answer is not a receipt: {answer[:200]!r}") from None
     print(json.dumps(receipt, indent=2) if args.json else describe(receipt))
     return 0
+
+
+def _full_url_refused(given: str) -> str:
+    """Why a full URL given to --url is refused, from what it looks like: a page's URL (it
+    has a path: say which path to give) or a base URL (it goes in --api)."""
+    parts = urllib.parse.urlsplit(given)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    if path not in ("", "/"):
+        return (
+            f"--url {given!r} is a full URL, and --url takes the path to purge on the domain "
+            f"given first: --url {path}"
+        )
+    return (
+        f"--url {given!r}: --url now takes a path to purge (such as /page?x=1); the "
+        "API's base URL goes in --api (or CDN_PROXY_URL)"
+    )
+
+
+def api_url_of(config_path: Path) -> str:
+    """The control plane's base URL from a node's config: its [api] listen address, with a
+    wildcard host read as this host's loopback (the hook runs on the node)."""
+    try:
+        api = load_config(config_path).api
+    except ConfigError as exc:
+        raise Failed(str(exc), code=2) from None
+    if api is None:
+        raise Failed(f"{config_path} has no [api] table: give the API's URL with --api", code=2)
+    listen = api.listen
+    if listen.port == 0:
+        raise Failed(
+            f"{config_path}: api.listen has port 0 (a port the OS picks at each start): "
+            "give the API's URL with --api",
+            code=2,
+        )
+    # A wildcard is read, never bound here: the client connects to this host's loopback.
+    wildcards = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
+    host = wildcards.get(listen.host, listen.host)
+    return f"http://[{host}]:{listen.port}" if ":" in host else f"http://{host}:{listen.port}"
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -33,6 +33,9 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   its server in ``_make_server``. Its error pages are ours (``error_page``): aiohttp's
   echo the bytes it could not parse. Assumed: the request loop sends what ``handle_error``
   returns.
+  An HTTP/2 preface (h2c with prior knowledge) on a plain
+  listener is no malformed request: it is answered 505 and closed, and neither counted nor
+  logged. Assumed: llhttp's error for it says ``H2C_PREFACE_ERROR``.
 - ``request_head``: the parsed head a request was built from (``BaseRequest._message``, a
   ``RawRequestMessage``), whose fields the fast hit path reads as tuple fields, instead of
   five reified properties that each cost a Python call on every new request (decision 0013
@@ -80,6 +83,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.core.observe.responses import FAST_BUCKET, FAST_MICROSECONDS, SECONDS, SENT, bucket_of
 from proxy.edge.connections import ConnectionGuard
+
+# llhttp's error for an HTTP/2 connection preface (``PRI * HTTP/2.0``) where HTTP/1.1 is served.
+H2C_PREFACE_ERROR = "Pause on PRI/Upgrade"
+H2C_REFUSED = "505 HTTP Version Not Supported: this listener speaks HTTP/1.1, not HTTP/2\n"
 
 # A body up to this size is copied behind its head and sent in one write; a larger one is
 # sent from its own bytes, after the head, not copied.
@@ -392,6 +399,10 @@ class GuardedRequestHandler(web.RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         if isinstance(exc, HttpProcessingError):
+            if exc.message.startswith(H2C_PREFACE_ERROR):  # a client speaking h2c, not junk
+                refused = web.Response(status=505, text=H2C_REFUSED)
+                refused.force_close()
+                return refused
             self._guard.bad_request(request.remote, message or exc.message)
         super().handle_error(request, status, exc, message)  # its logging, and its refusal
         return error_page(status)

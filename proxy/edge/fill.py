@@ -41,7 +41,7 @@ from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError
 from proxy.store.base import Store
 
-# Edge._origin_headers, Edge._from_stored, Edge._ready and Edge._land: what the fill shares
+# Edge._origin_headers, Edge._from_stored, Edge._ready and Edge._end_flight: what the fill shares
 # with the edge's other paths.
 OriginHeaders = Callable[..., list[tuple[str, str]]]
 FromStored = Callable[..., web.Response]
@@ -85,7 +85,7 @@ class Filler:
         origin_headers: OriginHeaders,
         from_stored: FromStored,
         ready: Ready,
-        land: Land,
+        end_flight: Land,
     ) -> None:
         self._name = name
         self._via = via
@@ -96,7 +96,7 @@ class Filler:
         self._origin_headers = origin_headers
         self._from_stored = from_stored
         self._ready = ready
-        self._land = land
+        self._end_flight = end_flight
 
     async def fetch(self, job: Fill) -> Filled:
         """Ask the origin for the job's response and decide what becomes of it. Waiters on
@@ -199,7 +199,7 @@ class Filler:
     ) -> Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the
         origin itself), not kept until the relay ends."""
-        self._land(job.key, job.flight, None)
+        self._end_flight(job.key, job.flight, None)
         if job.stale is not None and origin.status == 200:
             # A new 200 replaced the stored response, and is not kept: the old one is neither
             # served again nor revalidated again (each time costing the origin up to

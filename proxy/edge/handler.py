@@ -111,7 +111,7 @@ class Edge:
             origin_headers=self._origin_headers,
             from_stored=self._from_stored,
             ready=self._ready,
-            land=self._land,
+            end_flight=self._end_flight,
         )
         self._forwarder = Forwarder(
             config=config,
@@ -302,7 +302,7 @@ class Edge:
             filled = await self._filler.fetch(job)
         finally:
             # Waiters are released however the fetch ends, a client gone away included.
-            self._land(job.key, job.flight, None if filled is None else filled.result)
+            self._end_flight(job.key, job.flight, None if filled is None else filled.result)
         if not job.background:
             failed = isinstance(filled.result, OriginError)
             self._telemetry.request(job.config.name, ERROR if failed else outcome_of_fwd(job.fwd))
@@ -335,7 +335,7 @@ class Edge:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _land(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
+    def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:
             self.flights.land(key, flight, result)
 

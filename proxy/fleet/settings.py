@@ -1,4 +1,5 @@
-"""The fleet's settings (``[fleet]``, docs/decisions/0014). config.py will build them."""
+"""The fleet's settings (``[fleet]``, docs/decisions/0014), built from the config's
+``FleetConfig`` by ``proxy.process.worker.fleet_settings`` for the workers and the node."""
 
 from __future__ import annotations
 

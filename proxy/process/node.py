@@ -147,7 +147,7 @@ async def edge_workers(
     # pipe to the supervisor): each inherits a copy of it.
     stdout = os.dup(sys.stdout.fileno())
     with (
-        reserved_port(edge.listen) as port,
+        ReservedPort(edge.listen) as port,
         reserved_tls_port(edge.tls_listen) as tls_port,
         contextlib.closing(_Fd(stdout)),
     ):
@@ -239,7 +239,7 @@ class _Fd:
         os.close(self.fd)
 
 
-class reserved_port:
+class ReservedPort:
     """A socket bound to ``listen`` with SO_REUSEPORT but not listening: it holds the port
     (the one the OS picks for port 0) for the workers, whose listening sockets join it."""
 
@@ -263,11 +263,11 @@ class reserved_port:
 
 @contextlib.contextmanager
 def reserved_tls_port(listen: Listen | None) -> Iterator[int | None]:
-    """edge.tls_listen's port, reserved as ``reserved_port`` does; None without one."""
+    """edge.tls_listen's port, reserved as ``ReservedPort`` does; None without one."""
     if listen is None:
         yield None
         return
-    with reserved_port(listen, "edge.tls_listen") as port:
+    with ReservedPort(listen, "edge.tls_listen") as port:
         yield port
 
 

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
-from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
+from proxy.api.clear_cache import PURGE_CONTEXT
+from proxy.api.readiness import READINESS
 from proxy.config.model import Config
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
@@ -332,7 +333,8 @@ async def control_listening(
             fleet=fleet,
         )
         if reload_hooks is not None:
-            reload_hooks.append(app[CLEAR_CACHE_CONTEXT].reconfigure)
+            reload_hooks.append(app[PURGE_CONTEXT].reconfigure)
+            reload_hooks.append(app[READINESS].reconfigure)  # /readyz probes the new domains
         # Its share of open files is kept free by the edge's limit (edge_share), so the API
         # answers while the edge is full.
         guard = ConnectionGuard(

@@ -21,15 +21,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
+from typing import ParamSpec, Self, TypeVar
 
 from proxy.core.auth.tokens import Scope, hash_token
 from proxy.errors import StateError
 from proxy.state.admins import AsyncAdmins
+from proxy.state.journal import AuditJournal, Segment, replay
 from proxy.state.sqlite import AuditRecord, StateDB, TokenRecord
-
-if TYPE_CHECKING:
-    from proxy.state.journal import AuditJournal, Segment
 
 # Audit records and token uses wait at most this long to be written, all of them in one
 # transaction; a batch this large is written at once.
@@ -84,8 +82,6 @@ class AsyncState:
     ) -> AsyncState:
         """Open the database, and with ``journal`` (a server's state) the audit journal
         beside it, replaying first what a previous run left there (journal.py)."""
-        from proxy.state.journal import AuditJournal, replay  # it imports this module
-
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdn-proxy-state")
         loop = asyncio.get_running_loop()
         try:

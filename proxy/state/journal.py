@@ -17,7 +17,8 @@ What survives what (decision 0016):
   ``state.audit_fsync`` makes each record wait for ``fdatasync`` (off the event loop) before
   its answer.
 
-Format: one JSON array per line (proxy/wire/journal.py), in segment files ``<seq>.jsonl``
+Format: one JSON array per line (proxy/wire/journal.py: its version tag, ``audit/2``, then the
+record's fields in ``AuditRecord`` order, its journal id last), in segment files ``<seq>.jsonl``
 (seq: 12 digits, growing) in the directory ``<state db>.audit-journal``. A line that is cut
 short (no newline: the process died inside ``write()``, or the power went) is ignored, with
 a warning.

@@ -239,7 +239,7 @@ class MemoryStore:
         if bucket is None:
             bucket = self._buckets[(domain, generation)] = _Bucket()
         joined = f"{domain} {generation} {target}"
-        object.__setattr__(response, "mark", 0 if state is None else state.number)
+        response.set_mark(0 if state is None else state.number)
         old = self._lru.pop(joined, None)
         stored: _Stored = response
         if old is not None:
@@ -462,7 +462,7 @@ class MemoryStore:
                 expired = _expired(variant, covered.stale_at)
                 grown += expired.size - variant.size
                 variant = expired
-            object.__setattr__(variant, "mark", state.number)
+            variant.set_mark(state.number)
             kept.append(variant)
         if not kept:
             self._drop(key)
@@ -511,7 +511,7 @@ class MemoryStore:
                 continue
             expired = [_expired(v, now) for v in variants]
             for variant in expired:
-                object.__setattr__(variant, "mark", state.number)
+                variant.set_mark(state.number)
             grown = sum(v.size for v in expired) - sum(v.size for v in variants)
             self._account(self._bucket_of(key), 0, grown)
             self._lru[key] = expired[0] if len(expired) == 1 else expired

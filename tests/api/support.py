@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
 from proxy.config.model import Config, parse_config
@@ -232,3 +232,19 @@ async def assert_rejected(
     assert record.client == "127.0.0.1"
     assert record.at == START
     return record
+
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+
+
+async def recording_api(aiohttp_server: ServerFactory, seen: list[str]) -> str:
+    """A stand-in API that records every request it gets and clears nothing."""
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.host}{request.path}")
+        return web.Response(text="Cache cleared")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    server = await aiohttp_server(app)
+    return str(server.make_url("")).rstrip("/")

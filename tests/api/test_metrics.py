@@ -20,7 +20,8 @@ from proxy.core.auth.tokens import Scope
 from proxy.core.observe.traffic import DomainCounts
 from proxy.observe.telemetry import Telemetry
 from proxy.process.service import Service, running
-from tests.conftest import Origin, make_config, until
+from tests.conftest import Origin, make_config
+from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=60"}
 CLEAR = "/api/v1/cdn/clear-cache"

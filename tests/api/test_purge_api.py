@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.api.gate import CLEAR_CACHE_CONTEXT, as_admin
+from proxy.api.gate import PURGE_CONTEXT, as_admin
 from proxy.api.purge import audited_purge
 from proxy.core.purge.purges import purge_request
 from proxy.core.purge.receipts import FIELDS
@@ -141,7 +141,7 @@ async def test_a_scoped_token_purges_its_own_domain(api: ApiUnderTest) -> None:
 
 async def test_the_dashboard_purges_through_the_same_path(api: ApiUnderTest) -> None:
     """The dashboard calls audited_purge with an admin and a Purge built from its form."""
-    ctx = api.client.app[CLEAR_CACHE_CONTEXT]
+    ctx = api.client.app[PURGE_CONTEXT]
     answer = await audited_purge(
         ctx,
         client="127.0.0.1",

@@ -6,26 +6,28 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
 from proxy.core.purge.receipts import FIELDS
 from tests.api.purge_support import purge_node
-from tests.api.support import DOMAIN, OTHER, ApiFactory
+from tests.api.support import DOMAIN, OTHER, ApiFactory, recording_api
 from tests.api.test_cli import purge
-from tests.api.test_fixes_i14 import recording_api
+from tests.conftest import Origin
 from tests.edge.test_purges_end_to_end import URLS
-from tests.nodes import cli
+from tests.nodes import Node, cli, start, write_config
 
 Served = Callable[..., Awaitable[TestServer]]
 SIZE = r"\d+(\.\d)? (B|KiB|MiB)"
 TOOK = r" in \d+\.\d+ m?s"
 
 
-@pytest.mark.parametrize("value", ["http://127.0.0.1:8081", "HTTPS://api.example"])
+@pytest.mark.parametrize("value", ["http://127.0.0.1:8081", "HTTPS://api.example/"])
 async def test_an_api_url_given_to_url_is_refused(aiohttp_server: Served, value: str) -> None:
     """The old spelling (``--url`` for the base) must never purge the wrong thing."""
     seen: list[str] = []
@@ -35,6 +37,21 @@ async def test_an_api_url_given_to_url_is_refused(aiohttp_server: Served, value:
     assert err.strip() == (
         f"cdn-proxy: --url {value!r}: --url now takes a path to purge (such as /page?x=1); "
         "the API's base URL goes in --api (or CDN_PROXY_URL)"
+    )
+    assert seen == []
+
+
+async def test_a_page_url_given_to_url_is_refused_as_what_it_is(aiohttp_server: Served) -> None:
+    """Issue 22 item 8: ``--url https://a.test/x`` was blamed on --api, though it was a
+    page's URL. The message now says what was given, and the path to give instead."""
+    seen: list[str] = []
+    api = await recording_api(aiohttp_server, seen)
+    given = "https://a.test/x?y=1"
+    code, out, err = await cli("purge", DOMAIN, "--url", given, "--api", api, "--token", "t")
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        f"cdn-proxy: --url {given!r} is a full URL, and --url takes the path to purge on the "
+        "domain given first: --url /x?y=1"
     )
     assert seen == []
 
@@ -120,8 +137,8 @@ async def test_receipts_read_by_people_and_as_json_from_a_real_node(
         code, out, err = await cli("purge", DOMAIN, "--prefix", "/assets/", "--soft", *base)
         assert code == 0, err
         assert re.fullmatch(
-            rf"soft-purged 1 prefix of example\.com: at most 4 entries, {SIZE} \(a dry run "
-            rf"counts them exactly\) \(purge \d+\){TOOK}\n",
+            rf"soft-purged 1 prefix of example\.com: not counted, among the domain's 4 entries, "
+            rf"{SIZE} \(a dry run counts them\) \(purge \d+\){TOOK}\n",
             out,
         ), out
 
@@ -142,3 +159,69 @@ async def test_receipts_read_by_people_and_as_json_from_a_real_node(
 
         code, out, err = await cli("purge", DOMAIN, *base)  # as before: clear-cache
         assert (code, out, err) == (0, "Cache cleared\n", "")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def with_api_listen(config: Path, listen: str) -> Path:
+    """The config with its [api] table listening on ``listen`` (write_config's is port 0)."""
+    text = config.read_text(encoding="utf-8")
+    head, api, tail = text.partition('[api]\nlisten = "127.0.0.1:0"')
+    assert api, text
+    config.write_text(f'{head}[api]\nlisten = "{listen}"{tail}', encoding="utf-8")
+    return config
+
+
+async def test_purge_finds_the_api_in_the_nodes_config(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    """Issue 22 item 8: ``purge --config`` (as ``token`` and ``admin`` take it), so that a
+    deploy hook on the node need not repeat the API's address. A wildcard listen address
+    is reached on loopback."""
+    origin.reply("/page", b"page", headers={"Cache-Control": "max-age=600"})
+    config = with_api_listen(write_config(tmp_path, origin.url), f"0.0.0.0:{free_port()}")
+    node = await start(nodes, config)
+    code, token, err = await cli(
+        "token", "create", "hook", "--all-domains", "--config", str(config)
+    )
+    assert code == 0, err
+    async with aiohttp.ClientSession() as client:
+        async with client.get(node.edge + "/page", headers={"Host": DOMAIN}) as response:
+            assert response.status == 200
+        args = ["purge", DOMAIN, "--url", "/page", "--config", str(config), "--token"]
+        code, out, err = await cli(*args, token.strip())
+        assert (code, err) == (0, "")
+        assert out.startswith(f"purged 1 URL of {DOMAIN}: 1 entry"), out
+        async with client.get(node.edge + "/page", headers={"Host": DOMAIN}) as response:
+            assert response.status == 200
+    assert origin.count("/page") == 2  # the purge took the entry away
+
+
+@pytest.mark.parametrize(
+    ("listen", "extra", "message"),
+    [
+        ("127.0.0.1:0", [], "api.listen has port 0 (a port the OS picks at each start): give"),
+        (
+            "127.0.0.1:1",
+            ["--api", "http://127.0.0.1:1"],
+            "argument --api: not allowed with argument --config",
+        ),
+    ],
+)
+async def test_purge_config_refusals(
+    tmp_path: Path, origin: Origin, listen: str, extra: list[str], message: str
+) -> None:
+    config = with_api_listen(write_config(tmp_path, origin.url), listen)
+    code, out, err = await cli("purge", DOMAIN, "--config", str(config), *extra, "--token", "t")
+    assert (code, out) == (2, "")
+    assert message in err
+
+
+async def test_purge_config_names_a_bad_file(tmp_path: Path) -> None:
+    code, out, err = await cli("purge", DOMAIN, "--config", str(tmp_path / "none.toml"))
+    assert (code, out) == (2, "")
+    assert err.strip() == f"cdn-proxy: {tmp_path / 'none.toml'}: no such file"

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from proxy.api.readiness import PROBE_INTERVAL, Readiness
 from tests.conftest import FakeClock, Origin, make_config
-from tests.nodes import Node, write_config
+from tests.nodes import Node, cli, write_config
 
 
 @pytest.fixture
@@ -142,3 +142,30 @@ async def test_reconfigure_keeps_unchanged_domains_and_probes_new_ones(
         assert readiness.rounds == 3
     finally:
         await readiness.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+async def test_a_domain_added_by_reload_is_probed(
+    tmp_path: Path, origin: Origin, client: aiohttp.ClientSession, workers: int
+) -> None:
+    """Issue 22 item 8: ``two.test`` added by ``cdn-proxy reload`` with an origin that is
+    down. /readyz said 200 for it while the edge answered 502 (the readiness checker was
+    never given the new config); after the reload it is probed, and named, at once."""
+    config = write_config(tmp_path, origin.url, workers=workers)
+    node = await Node.start(config)
+    try:
+        before, _, _ = await get_json(client, node.api + "/readyz")
+        down = f"http://127.0.0.1:{closed_port()}"
+        text = config.read_text(encoding="utf-8")
+        config.write_text(text + f'\n[[domains]]\nname = "two.test"\norigin = "{down}"\n')
+        status, out, err = await cli("reload", "--config", str(config))
+        assert status == 0, err
+        after_status, body, _ = await get_json(client, node.api + "/readyz")
+    finally:
+        await node.kill()
+    assert before == 200
+    assert "added two.test" in out
+    assert (after_status, body["ready"], body["failing"]) == (503, False, ["two.test"])
+    rows = {row["domain"]: row for row in body["domains"]}
+    assert "origin unreachable" in rows["two.test"]["error"]
+    assert rows["example.com"]["ok"] is True

@@ -23,6 +23,9 @@ import pytest
 from tests.conformance.classify import Classified, classify, counts, load_tests
 from tests.conformance.suite import metadata, run_suite, suite_dir, suite_version
 
+# slow: the whole HTTP caching test suite; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 BASELINE = Path(__file__).with_name("baseline.json")
 # Suites where no required failure is acceptable (issue 3): response directives,
 # Authorization, Vary (and its parsing) and invalidation.

@@ -223,6 +223,19 @@ def test_an_entry_is_frozen(name: str) -> None:
         setattr(entry(), name, ())
 
 
+def test_the_purge_mark_is_written_only_through_set_mark() -> None:
+    """Issue 22 item 6: the store wrote ``mark`` with ``object.__setattr__``. It has one
+    door, ``set_mark``; assigning it is refused like any other field, and ``replace`` (a new
+    entry) starts again from 0."""
+    stored = entry()
+    assert stored.mark == 0
+    with pytest.raises(FrozenInstanceError):
+        stored.mark = 3  # type: ignore[misc]
+    stored.set_mark(3)
+    assert stored.mark == 3
+    assert replace(stored, body=b"other").mark == 0
+
+
 def test_rarely_set_fields_cost_nothing_at_their_defaults() -> None:
     """An entry with lines whose no-cache, Vary and stale fields are all defaults keeps no
     tuple for them; one that sets any keeps all five, and reads each back as given. An entry

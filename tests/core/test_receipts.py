@@ -28,6 +28,17 @@ def test_a_fleet_purge_names_who_applied_it_and_whose_figures_are_summed() -> No
     )
 
 
+def test_a_lazy_purge_says_its_number_is_the_domains_not_a_count() -> None:
+    """Issue 22 item 8: a prefix purge's receipt said "at most 8 entries" right after a
+    preview that counted 4. The 8 is the domain's count (a prefix or tag is matched lazily,
+    so the purge counts none of its own): it says so."""
+    prefix = replace(URLS, kind="prefix", items=("/assets/",), entries=8, bytes=8192, exact=False)
+    assert describe(receipt(prefix, 0.001)) == (
+        "purged 1 prefix of a.test: not counted, among the domain's 8 entries, 8.0 KiB"
+        " (a dry run counts them) (purge 7) in 1.0 ms"
+    )
+
+
 def test_a_fleet_dry_run_says_how_many_caches_counted() -> None:
     dry = replace(URLS, dry_run=True, live=3, reported=2, exact=False, sample=("/a",))
     assert describe(receipt(dry, 0.01)) == (

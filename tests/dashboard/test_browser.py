@@ -20,6 +20,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from proxy.core.auth.tokens import Scope
 from tests.dashboard.live import ADMIN, IDLE, PASSWORD, Live, launch, live_service
 
+# slow: a real Chromium; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 CACHEABLE = {"Cache-Control": "max-age=300"}
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1, no proxy
 
@@ -237,11 +240,15 @@ def test_an_idle_session_ends(page: Page, live: Live) -> None:
 
 
 def test_no_page_needs_inline_script_or_style(page: Page, live: Live) -> None:
-    """The CSP forbids inline script and style; a violation would show in the console."""
+    """The CSP forbids inline script and style; a violation would show in the console. And
+    no page asks for something that is not there."""
     problems: list[str] = []
+    failed: list[str] = []  # and nothing the pages load (style, script) is missing
     page.on("console", lambda message: problems.append(message.text))
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     signed_in(page)
     for path in ("/dashboard/tokens", "/dashboard/domains", "/dashboard/history"):
         page.goto(path)
         expect(page.get_by_role("link", name="History")).to_be_visible()
     assert not [p for p in problems if "Content Security Policy" in p], problems
+    assert failed == []

@@ -19,6 +19,7 @@ from proxy.state.sqlite import AuditRecord
 from proxy.store.base import ClearResult, LocalPurger
 from proxy.store.memory import MemoryStore
 from tests.api.support import AiohttpClient, FakeClock
+from tests.dashboard.purge_support import preview, preview_and_confirm, purge_fields
 from tests.dashboard.support import (
     ADMIN,
     CHEAP,
@@ -265,7 +266,7 @@ async def test_the_landing_page_charts_the_last_hour(signed_in: Dashboard) -> No
     assert "75.0 %" in page.words
     assert len(page.html.find_all(data_testid="clear-mark")) == 1
     chart = page.html.find("svg", role="img")
-    assert "Over the last 60 minutes: 3 hits, 1 misses and 1 clears." in chart.text
+    assert "Over the last 60 minutes: 3 hits, 1 misses and 1 clears and purges." in chart.text
     points = chart.find("polyline", class_="line hits").attrs["points"].split()
     assert len(points) == 60
 
@@ -274,6 +275,51 @@ async def test_the_landing_page_charts_the_last_hour(signed_in: Dashboard) -> No
     clock.now += 1800  # an hour later, it has all scrolled off
     later = await signed_in.get("/dashboard")
     assert later.html.find(data_testid="total-hits").text == "0"
+
+
+async def test_the_chart_counts_purges_and_they_survive_a_restart(
+    signed_in: Dashboard, aiohttp_client: AiohttpClient
+) -> None:
+    """Issue 22 item 8: the Overview counted clears but not purges, and its last hour began
+    again from zero at each restart. Clears and purges now come from the audit log (which a
+    restart keeps); a dry run and a refused attempt changed nothing and are not counted."""
+    signed_in.clock.now = START - START % 60
+    await signed_in.act("/dashboard/domains/clear", {"domain": "example.com"})
+    signed_in.clock.now += 300
+    _, done = await preview_and_confirm(signed_in, purge_fields("example.com", "url", "/a"))
+    assert done.status == 200, done.words
+    await preview(signed_in, purge_fields("other.test", "prefix", "/b"))  # a dry run only
+    await signed_in.act("/dashboard/domains/clear", {"domain": "unknown.test"})  # refused
+    signed_in.clock.now += 60
+    page = await signed_in.get("/dashboard")
+    assert page.html.find(data_testid="total-clears").text == "2"
+    assert len(page.html.find_all(data_testid="clear-mark")) == 2
+
+    await signed_in.state.close()  # the process ends (the state db admits one at a time)
+    # A new one: new counters and store, the same state db.
+    clock = FakeClock(signed_in.clock.now)
+    async with await AsyncState.open(signed_in.config.api_role()[1].path) as state:
+        store = MemoryStore(max_bytes=1024**2)
+        telemetry = Telemetry(store=store, domains=["example.com"], clock=clock)
+        app = create_api_app(
+            config=signed_in.config,
+            state=state,
+            purger=LocalPurger(store),
+            clock=clock,
+            telemetry=telemetry,
+            store=store,
+            password_hasher=CHEAP,
+        )
+        restarted = Dashboard(
+            await aiohttp_client(app), signed_in.config, state, store, telemetry, clock
+        )
+        assert (await restarted.sign_in()).status == 303
+        page = await restarted.get("/dashboard")
+        totals = {name: page.html.find(data_testid=f"total-{name}").text for name in TOTALS}
+        assert totals == {"hits": "0", "misses": "0", "clears": "2"}
+        clock.now += 3500  # (within the session's idle timeout) an hour after the clear:
+        later = await restarted.get("/dashboard")  # it has scrolled off, the purge not yet
+        assert later.html.find(data_testid="total-clears").text == "1"
 
 
 async def test_without_a_store_the_page_says_it_does_not_know(

@@ -43,6 +43,7 @@ def test_the_policy_allows_nothing_inline_and_no_framing() -> None:
         ("POST", "/dashboard/tokens", 403),
         ("GET", "/dashboard/static/dashboard.js", 200),
         ("GET", "/dashboard/static/dashboard.css", 200),
+        ("GET", "/dashboard/static/favicon.svg", 200),
         ("GET", "/dashboard/nothing-here", 404),
         ("DELETE", "/dashboard/tokens", 405),
         ("GET", "/dashboard/", 303),
@@ -65,6 +66,17 @@ async def test_every_page_is_protected_when_signed_in(signed_in: Dashboard, path
     assert page.status == 200
     assert page.headers["Content-Type"] == "text/html; charset=utf-8"
     assert_protected(page)
+
+
+async def test_every_page_names_an_icon_that_is_served(dashboard: Dashboard) -> None:
+    """Issue 22 item 8: the browser asked for /favicon.ico and got a 404. Each page names
+    the dashboard's own icon, and it is served (an SVG, as package data)."""
+    page = await dashboard.get("/dashboard/sign-in")
+    [icon] = page.html.find_all("link", rel="icon")
+    async with dashboard.client.get(icon.attrs["href"]) as response:
+        assert response.status == 200
+        assert response.content_type == "image/svg+xml"
+        assert (await response.text()).startswith("<svg ")
 
 
 async def test_the_api_keeps_its_own_headers(dashboard: Dashboard) -> None:

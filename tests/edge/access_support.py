@@ -8,7 +8,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.nodes import eventually, write_config
+from tests.nodes import write_config
+from tests.polling import until
 
 
 def node_config(
@@ -57,7 +58,7 @@ async def lines_of(path: Path, count: int, *, seconds: float = 10.0) -> list[str
         lines = path.read_text().splitlines() if path.exists() else []
         return len(lines) >= count
 
-    await eventually(enough, seconds=seconds)
+    await until(enough, within=seconds, every=0.05)
     return lines
 
 

@@ -23,7 +23,8 @@ from proxy.edge.access_log import EdgeAccess
 from proxy.errors import ConfigError
 from tests.conftest import Origin
 from tests.edge.access_support import get, keep_alive_get, lines_of, node_config, raw
-from tests.nodes import Node, cli, eventually, start
+from tests.nodes import Node, cli, start
+from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=600", "Content-Type": "text/plain"}
 COMBINED = re.compile(
@@ -121,7 +122,7 @@ async def test_sigusr1_reopens_the_file(tmp_path: Path, origin: Origin, nodes: l
     await get(node.edge + "/r?before-signal")  # still to the open (renamed) file
     await lines_of(rotated, 2)
     node.process.send_signal(signal.SIGUSR1)
-    await eventually(log.exists)  # reopened: created again
+    await until(log.exists, within=30.0, every=0.05)  # reopened: created again
     await get(node.edge + "/r?after-signal")
     assert "after-signal" in (await lines_of(log, 1))[0]
     assert len(rotated.read_text().splitlines()) == 2
@@ -145,7 +146,7 @@ async def test_workers_share_the_file_and_reopen_it(
     )
     log.rename(tmp_path / "access.log.1")
     os.kill(node.process.pid, signal.SIGUSR1)
-    await eventually(log.exists)
+    await until(log.exists, within=30.0, every=0.05)
     # Both workers reopened: every new line lands in the new file, whichever worker served it.
     for index in range(40):
         assert (await get(node.edge + f"/w?again-{index}"))[0] == 200

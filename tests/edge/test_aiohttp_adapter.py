@@ -27,6 +27,7 @@ from aiohttp.helpers import HeadersMixin
 from aiohttp.test_utils import RawTestServer
 
 from proxy.edge.aiohttp_adapter import (
+    H2C_REFUSED,
     GuardedAppRunner,
     GuardedRequestHandler,
     GuardedServer,
@@ -38,8 +39,8 @@ from proxy.edge.aiohttp_adapter import (
     take_over,
 )
 from proxy.edge.connections import ConnectionGuard
-from tests.conftest import until
 from tests.edge.tls_support import Certificates
+from tests.polling import until
 
 MESSAGE = (
     b"HTTP/1.1 200 OK\r\n",
@@ -369,6 +370,30 @@ async def test_a_parse_error_reaches_the_guard_and_logs_no_traceback(
         await runner.cleanup()
     assert guard_.bad_requests == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_an_h2c_preface_is_refused_with_505_and_no_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 22 item 8: an HTTP/2 client with prior knowledge on the plain listener made
+    aiohttp's "Pause on PRI/Upgrade" a 400 and a malformed-request line. It is answered 505
+    and closed; the guard does not count it and nothing is logged."""
+    guard_ = guard()
+    runner, _, port = await guarded(answer, guard_)
+    caplog.set_level(logging.DEBUG)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        async with asyncio.timeout(5):
+            answer_ = await reader.read()  # to the end: the connection is closed
+        writer.close()
+    finally:
+        await runner.cleanup()
+    head, _, body = answer_.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split(b" ", 1)[1] == b"505 HTTP Version Not Supported"
+    assert body.decode() == H2C_REFUSED
+    assert guard_.bad_requests == 0
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("aiohttp")] == []
 
 
 async def test_pre_shutdown_closes_an_idle_connection_at_once() -> None:

@@ -11,7 +11,7 @@ import asyncio
 from proxy.core.cache.collapsing import LEADER_FIRST
 from proxy.edge.flights import Flight, Flights
 from proxy.errors import OriginTimeout
-from tests.conftest import until
+from tests.polling import until
 
 CONNECT, READ = 0.05, 0.1
 KEY = ("example.com", 0, "/k")

@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, until
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.polling import until
 
 
 class Gate:

@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from proxy.core.purge.purges import MAX_TAGS, Purge, purge_request
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, until
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.polling import until
 
 TAGS = {"/assets/a.css": "assets", "/assets/b.js": "assets", "/page": "page p-1"}
 URLS = ["/assets/a.css", "/assets/b.js", "/page", "/other"]

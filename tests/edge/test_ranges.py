@@ -15,8 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, until
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
 from tests.nodes import Node, write_config
+from tests.polling import until
 
 MIB = 1024 * 1024
 VIDEO = random.Random(14).randbytes(2 * MIB)  # a 2 MiB object, every byte position distinct

@@ -5,7 +5,6 @@ figures the control process sums. Real processes and a real origin."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import Origin
 from tests.edge.access_support import get, keep_alive_get, node_config
 from tests.nodes import Node
+from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=600"}
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -38,12 +38,16 @@ def value(found: Samples, name: str, **labels: str) -> float:
 
 async def until_counted(node: Node, name: str, expected: float, **labels: str) -> Samples:
     """/metrics once ``name`` has reached ``expected`` (workers report every fleet.renew)."""
-    async with asyncio.timeout(20):  # a bound: reports come within a second or two
-        while True:
-            found = await samples(node)
-            if value(found, name, **labels) >= expected:
-                return found
-            await asyncio.sleep(0.1)  # polling another process's report, not a sync
+
+    async def counted() -> Samples | None:
+        found = await samples(node)
+        return found if value(found, name, **labels) >= expected else None
+
+    # Another process's report: polled, every 0.1 s, within a bound (it comes in a second
+    # or two).
+    found = await until(counted, within=20.0, every=0.1)
+    assert found is not None
+    return found
 
 
 @pytest.fixture(params=[1, 2], ids=["one-process", "two-workers"])

@@ -8,7 +8,8 @@ from email.utils import formatdate
 import pytest
 from aiohttp import web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, until
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.polling import until
 
 
 async def test_cdn_cache_control_rules_the_edge_and_cache_control_reaches_clients(

@@ -36,6 +36,7 @@ from tests.edge.tls_support import (
     tls_config,
 )
 from tests.nodes import Node, cli, write_config
+from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=60"}
 
@@ -731,12 +732,12 @@ async def test_cdn_proxy_serve_counts_handshakes_against_max_connections(
         assert code != 0, "a third connection was let in"
         for writer in silent:
             writer.close()
-        for _ in range(200):  # /metrics is outside this process: ask until both are gone
-            if await connections_open(node.api) == 0:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the closed connections still hold their places")
+
+        # /metrics is outside this process: asked until both are gone.
+        async def released() -> bool:
+            return await connections_open(node.api) == 0
+
+        await until(released, every=0.05)
         code, head, err = await curl(url, certs, "example.com", "-o", os.devnull)
         assert code == 0, err
         assert head.startswith("HTTP/1.1 200")

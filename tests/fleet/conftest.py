@@ -4,7 +4,6 @@ loop and closes them all at the end. Leases are short (0.6 s) so the faults play
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
@@ -131,12 +130,3 @@ async def fleet(server: KeyValueServer) -> AsyncIterator[Fleet]:
     await fleet.client().flushall()  # each test starts on an empty data set
     yield fleet
     await fleet.close()
-
-
-async def until(condition: Any, *, within: float = 5.0, every: float = 0.01) -> None:
-    """Wait until ``condition()`` is true (a condition, not a guessed duration)."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(every)

@@ -4,11 +4,11 @@ attempt's audit record says how many edge processes applied it and who answered.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from tests.api.support import ApiFactory
 from tests.fleet.conftest import Fleet, Node
+from tests.polling import until
 
 
 async def test_a_clear_the_fleet_cannot_confirm_in_time_is_a_503_and_audited(
@@ -51,13 +51,13 @@ async def lease_gone(fleet: Fleet, node: Node) -> None:
     """Wait until Valkey no longer counts the node's lease as live (checked every 20 ms: the
     expiry is Valkey's to decide, by its clock, and sends no notice)."""
     view = fleet.purger()
-    for _ in range(250):
+
+    async def expired() -> bool:
         members = await view.members()
-        if all(
+        return all(
             row.expires_ms <= members.now_ms
             for row in members.members
             if row.member == node.member.name
-        ):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the lease is still live after 5 s")
+        )
+
+    await until(expired, within=5.0, every=0.02)

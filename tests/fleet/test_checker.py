@@ -35,7 +35,8 @@ from benchmarks.fleet_checker import (
 from benchmarks.fleet_cluster import Cluster
 from benchmarks.fleet_history import History
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# slow: real processes under injected faults for seconds; not in the quick subset (README)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

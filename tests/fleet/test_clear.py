@@ -18,7 +18,8 @@ from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import _CLEAR as CLEAR_SCRIPT
 from proxy.fleet.scripts import ACKED, CLEARS, KEYS
 from proxy.fleet.settings import FleetSettings
-from tests.fleet.conftest import LEASE, Fleet, Node, until
+from tests.fleet.conftest import LEASE, Fleet, Node
+from tests.polling import until
 
 
 def assert_true_everywhere(nodes: list[Node], domain: str, number: int) -> None:
@@ -75,20 +76,17 @@ async def test_a_member_resubscribes_after_losing_its_hint_connection(fleet: Fle
     clear waits for a renewal)."""
     nodes = [await fleet.node() for _ in range(2)]
     client = fleet.client()
-    await until(lambda: all(n.member.syncs >= 2 for n in nodes))
+    await until(lambda: all(n.member.syncs >= 2 for n in nodes), every=0.01)
     await client.client_kill_filter(_type="pubsub")
 
     subscribers = [0]
 
-    async def count() -> None:
-        while True:
-            reply = await client.pubsub_numsub("{cdn}:clears")
-            subscribers[0] = reply[0][1]
-            if subscribers[0] >= 2:
-                return
-            await asyncio.sleep(0.02)
+    async def count() -> bool:
+        reply = await client.pubsub_numsub("{cdn}:clears")
+        subscribers[0] = reply[0][1]
+        return subscribers[0] >= 2
 
-    await asyncio.wait_for(count(), timeout=5)
+    await until(count, within=5.0, every=0.02)
     assert subscribers[0] == 2
 
 
@@ -280,11 +278,8 @@ async def test_the_purger_resubscribes_after_losing_its_ack_connection(fleet: Fl
         clears = dict(await client.pubsub_numsub(CLEARS))
         return bool(acked[ACKED.encode()] == 1 and clears[CLEARS.encode()] == 2)
 
-    deadline = time.monotonic() + 5
-    while not await subscribed():  # another process's state: no event to wait on
-        assert time.monotonic() < deadline, "not subscribed again within 5 s"
-        await asyncio.sleep(0.02)
-    await until(lambda: all(n.member.syncs >= 1 for n in nodes))
+    await until(subscribed, within=5.0, every=0.02)  # another process's state: no event
+    await until(lambda: all(n.member.syncs >= 1 for n in nodes), every=0.01)
     started = time.monotonic()
     result = await purger.clear_domain("a.test")
     assert time.monotonic() - started < 0.5  # not a poll interval

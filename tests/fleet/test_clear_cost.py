@@ -5,11 +5,13 @@ script) still asks every member for its figures, and gets them."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from proxy.core.purge.purges import purge_request
 from proxy.fleet import scripts
-from tests.fleet.conftest import Fleet, Node, until
+from tests.fleet.conftest import Fleet, Node
+from tests.polling import until
 
 # Syncs far apart: the clears below are applied from their hints (a sync cannot tell a
 # plain clear from a purge of all, so it reports figures for both).
@@ -34,12 +36,16 @@ def record_acks(node: Node) -> list[tuple[int, int, tuple[object, ...]]]:
     return calls
 
 
+def synced(node: Node, count: int) -> bool:
+    return node.member.syncs >= count
+
+
 async def test_a_plain_clear_is_acked_without_figures_and_a_purge_of_all_with_them(
     fleet: Fleet,
 ) -> None:
     nodes = [await fleet.node(**SLOW_RENEW) for _ in range(3)]
     for node in nodes:  # the listener's first subscription is followed by a sync
-        await until(lambda node=node: node.member.syncs >= 2)
+        await until(functools.partial(synced, node, 2), every=0.01)
         assert await node.fill("a.test", "/page", b"v1")
     acks = [record_acks(node) for node in nodes]
     purger = fleet.purger()  # its lease is the grace a new epoch's first clear waits out

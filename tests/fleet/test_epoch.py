@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.fleet.conftest import LEASE, Fleet, until
+from tests.fleet.conftest import LEASE, Fleet
+from tests.polling import until
 
 RESTART, FLUSH = "restart", "flushall"
 
@@ -38,7 +39,7 @@ async def test_members_drop_everything_on_a_new_epoch(fleet: Fleet, how: str) ->
         assert await node.fill("a.test", "/x", b"v1")
     old = nodes[0].member.applied.epoch
     await lose_data(fleet, how)
-    await until(lambda: all(n.member.applied.epoch not in (None, old) for n in nodes))
+    await until(lambda: all(n.member.applied.epoch not in (None, old) for n in nodes), every=0.01)
     for node in nodes:
         assert node.read("a.test", "/x") is None
         assert await node.fill("a.test", "/x", b"v2")  # and caches again under the new epoch
@@ -66,7 +67,9 @@ async def test_a_clear_in_a_new_epoch_waits_for_the_grace(fleet: Fleet, how: str
     born = int(await fleet.client().execute_command("HGET", "{cdn}:epoch", "born"))  # type: ignore[no-untyped-call]
     assert await valkey_ms(fleet) >= born + LEASE * 1000  # the epoch was a lease old
     assert result.live == result.acked == 1
-    await until(lambda: live.member.applied.generations.get("a.test") == result.generation)
+    await until(
+        lambda: live.member.applied.generations.get("a.test") == result.generation, every=0.01
+    )
 
 
 @pytest.mark.parametrize("how", [RESTART, FLUSH])
@@ -81,7 +84,9 @@ async def test_numbers_never_go_back(fleet: Fleet, how: str) -> None:
     await lose_data(fleet, how)
     second = await purger.clear_domain("a.test")
     assert second.generation > first.generation
-    await until(lambda: node.member.applied.generations.get("a.test") == second.generation)
+    await until(
+        lambda: node.member.applied.generations.get("a.test") == second.generation, every=0.01
+    )
     local_after = (await node.store.lookup("a.test", "/x")).key[1]
     assert local_after > local_before
 
@@ -102,7 +107,7 @@ async def test_an_epoch_change_during_the_wait(fleet: Fleet) -> None:
     cut.relay.blackhole()  # keeps the clear waiting until its lease runs out
     old = live.member.applied.epoch
     clearing = asyncio.create_task(purger.clear_domain("a.test"))
-    await until(lambda: cut.member.renew_failures > 0)
+    await until(lambda: cut.member.renew_failures > 0, every=0.01)
     await lose_data(fleet, FLUSH)
     result = await clearing
     assert time.monotonic() >= cut.member.deadline

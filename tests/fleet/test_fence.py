@@ -11,7 +11,8 @@ import pytest
 
 from benchmarks.fleet_relay import BLACKHOLE, DROP
 from proxy.fleet.store import FENCED
-from tests.fleet.conftest import Fleet, until
+from tests.fleet.conftest import Fleet
+from tests.polling import until
 
 
 @pytest.mark.parametrize("fault", [DROP, BLACKHOLE])
@@ -60,7 +61,7 @@ async def test_a_healed_member_applies_the_clears_it_missed(fleet: Fleet, fault:
     synced_before = cut.member.syncs
 
     cut.relay.heal()
-    await until(lambda: cut.member.syncs > synced_before and not cut.member.fenced)
+    await until(lambda: cut.member.syncs > synced_before and not cut.member.fenced, every=0.01)
 
     assert cut.member.applied.generations["a.test"] == result.generation
     assert cut.read("a.test", "/x") is None  # the clear it missed is applied
@@ -78,7 +79,7 @@ async def test_a_member_that_never_synced_serves_nothing(fleet: Fleet) -> None:
     assert node.member.fenced and node.member.renew_failures == 1
     assert not await node.fill("a.test", "/x", b"v1")
     node.relay.heal()
-    await until(lambda: not node.member.fenced)
+    await until(lambda: not node.member.fenced, every=0.01)
     assert await node.fill("a.test", "/x", b"v1")
     assert node.read("a.test", "/x") == b"v1"
 
@@ -91,5 +92,5 @@ async def test_a_stopped_member_is_fenced_on_its_first_request(fleet: Fleet) -> 
     assert await node.fill("a.test", "/x", b"v1")
     await node.member.close()  # nothing of the member runs any more
     assert node.read("a.test", "/x") == b"v1"
-    await until(lambda: time.monotonic() >= node.member.deadline)
+    await until(lambda: time.monotonic() >= node.member.deadline, every=0.01)
     assert node.read("a.test", "/x") is None

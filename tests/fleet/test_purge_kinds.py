@@ -14,7 +14,8 @@ import pytest
 from proxy.core.purge.purges import Purge, purge_request
 from proxy.errors import FleetUnavailable, PurgeUnsupported
 from proxy.fleet import scripts
-from tests.fleet.conftest import Fleet, Node, response, until
+from tests.fleet.conftest import Fleet, Node, response
+from tests.polling import until
 
 # target -> its tags; what each kind's purge below covers of them
 PAGES = {"/assets/a.css": ("t-a",), "/assets/b.css": ("t-b",), "/index.html": ("t-index",)}
@@ -110,7 +111,7 @@ async def test_a_member_cut_off_syncs_the_purges_it_missed(fleet: Fleet) -> None
     second = await purger.purge("a.test", purge_request("tag", ["t-b"], soft=True))
     assert cut.member.fenced and served(cut, "a.test", "/index.html") == "gone"  # fenced
     cut.relay.heal()
-    await until(lambda: not cut.member.fenced)
+    await until(lambda: not cut.member.fenced, every=0.01)
     assert cut.member.applied.seq >= second.number > first.number
     for node in (alive, cut):
         assert served(node, "a.test", "/assets/a.css") == "gone"
@@ -138,7 +139,7 @@ async def test_a_member_that_needs_a_dropped_record_clears_the_domain(
     floors = await fleet.client().hgetall("{cdn}:floors")  # type: ignore[misc]
     assert list(floors) == [b"a.test"]
     cut.relay.heal()
-    await until(lambda: not cut.member.fenced)
+    await until(lambda: not cut.member.fenced, every=0.01)
     assert served(cut, "a.test", "/index.html") == "gone"  # the domain was cleared
     assert served(cut, "b.test", "/index.html") == "fresh"
     assert await fleet.client().zcard("{cdn}:purges") == 2

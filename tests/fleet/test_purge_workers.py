@@ -16,6 +16,9 @@ from aiohttp import web
 from tests.conftest import Origin
 from tests.nodes import Node, cli, write_config
 
+# slow: nodes of several worker processes; not in the quick subset (README)
+pytestmark = pytest.mark.slow
+
 HOST = {"Host": "example.com"}
 CONNECTIONS = 200  # fresh connections to reach both workers (the kernel spreads them)
 PAGES = {"/assets/a.css": "t-a", "/assets/b.css": "t-b", "/index.html": "t-index"}

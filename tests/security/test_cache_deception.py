@@ -17,7 +17,8 @@ from urllib.parse import unquote
 import pytest
 from aiohttp import web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, Handler, until
+from tests.conftest import EdgeFactory, EdgeUnderTest, Handler
+from tests.polling import until
 from tests.security.conftest import Site
 
 DECEPTIVE_PATHS = [

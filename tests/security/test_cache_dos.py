@@ -18,7 +18,8 @@ from email.utils import formatdate
 import pytest
 from aiohttp import web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, until
+from tests.conftest import EdgeFactory, EdgeUnderTest
+from tests.polling import until
 from tests.security.conftest import Site
 from tests.security.support import CACHEABLE, exchange
 

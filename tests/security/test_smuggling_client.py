@@ -14,7 +14,8 @@ import asyncio
 import pytest
 from aiohttp import http_parser, web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, until
+from tests.conftest import EdgeFactory, EdgeUnderTest
+from tests.polling import until
 from tests.security.conftest import RawOriginFactory, Site
 from tests.security.support import CACHEABLE, exchange, ok
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.http.headers import field_name
-from tests.conftest import EdgeFactory, EdgeUnderTest, until
+from tests.conftest import EdgeFactory, EdgeUnderTest
+from tests.polling import until
 from tests.security.conftest import RawOriginFactory
 from tests.security.support import OriginRequest, RawOrigin, exchange, ok
 

@@ -74,7 +74,7 @@ def test_every_field_of_an_entry_is_declared_as_leaves_or_tuples_of_them() -> No
     for name in sorted(slots):
         assert declared_leaves(hints[name]), name
     for name in entry_module._RARE_FIELDS:
-        (value_hint,) = typing.get_args(hints[name])  # _Rare[T]: the field is a T
+        (value_hint,) = typing.get_args(hints[name])  # _RarelySet[T]: the field is a T
         assert declared_leaves(value_hint), name
     assert declared_leaves(Headers)  # the last of _rare: the fields as pairs
 

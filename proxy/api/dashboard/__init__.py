@@ -2,7 +2,8 @@
 
 It is an aiohttp sub-application of the control-plane app, so its middlewares (HTML error
 pages) and response hook (security headers) apply to every response under /dashboard and to
-nothing else. Templates (Jinja2, autoescaped) and the two static files are package data.
+nothing else. Templates (Jinja2, autoescaped) and the static files (style, script, icon)
+are package data.
 
 Layout: ``context`` (what handlers share), ``pages`` (rendering, errors, headers), ``auth``
 (sign-in, sessions, CSRF), ``tokens``, ``views`` (overview, domains, history, nodes), ``chart``,
@@ -23,7 +24,7 @@ import jinja2
 from aiohttp import web
 from argon2 import PasswordHasher
 
-from proxy.api.clear_cache import ClearCacheContext
+from proxy.api.clear_cache import PurgeContext
 from proxy.api.dashboard import auth, purge_form, tokens, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
 from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
@@ -38,12 +39,16 @@ if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has on
 __all__ = ["PREFIX", "create_dashboard"]
 
 HASHING_AT_ONCE = 2  # concurrent argon2 verifications (64 MiB each)
-_STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+_STATIC = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",  # named by base.html: a browser asked /favicon.ico, a 404
+}
 
 
 def create_dashboard(
     *,
-    clear: ClearCacheContext,
+    clear: PurgeContext,
     store: StoreFigures | None,
     telemetry: Telemetry | None,
     clock: Callable[[], float] = time.time,

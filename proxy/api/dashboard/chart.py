@@ -1,4 +1,5 @@
-"""The landing page's chart: hits, misses and clears per minute over the last hour, as SVG.
+"""The landing page's chart: hits, misses and clears (with purges) per minute over the last
+hour, as SVG.
 
 Pure geometry: the minutes go in, the coordinates the template draws come out. Hits and
 misses are two lines over a shared y axis with four round-numbered gridlines; clears are marks along
@@ -74,7 +75,7 @@ class Chart:
     def description(self) -> str:
         return (
             f"Over the last {self.minutes} minutes: {self.total_hits} hits, "
-            f"{self.total_misses} misses and {self.total_clears} clears."
+            f"{self.total_misses} misses and {self.total_clears} clears and purges."
         )
 
 

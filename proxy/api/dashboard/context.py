@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from argon2 import PasswordHasher
 
-from proxy.api.clear_cache import ClearCacheContext
+from proxy.api.clear_cache import PurgeContext
 from proxy.config.model import Config
 from proxy.core.auth.ratelimit import FailureThrottle
 from proxy.core.auth.sessions import SessionPolicy
@@ -49,7 +49,7 @@ class DashboardContext:
     store: StoreFigures | None  # None: the Domains page shows no entries or bytes
     telemetry: Telemetry | None  # None: no chart and no hit ratios
     fleet: FleetFigures | None  # None: one process serves the edge (the Nodes page says so)
-    clear: ClearCacheContext  # the API's own clear path, shared
+    clear: PurgeContext  # the API's own clear path, shared
     clock: Callable[[], float]
     policy: SessionPolicy
     hasher: PasswordHasher

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.api.purge import UNKNOWN_KIND
-from proxy.core.purge.receipts import describe, duration_text, size_text
+from proxy.core.purge.receipts import amount_text, describe, duration_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
 
 # Labels of the kinds, for the form's select and the pages.
@@ -51,13 +51,14 @@ class ReceiptView:
 
     @property
     def amount(self) -> str:
-        """Entries and bytes, "at most" when the purge did not count them."""
+        """Entries and bytes, as the CLI says them (amount_text): the domain's count when
+        the purge did not count its own."""
         if self.entries is None:
             return "not recorded"
-        text = f"{self.entries} {'entry' if self.entries == 1 else 'entries'}"
-        if self.bytes is not None:
-            text += f", {size_text(self.bytes)}"
-        return text if self.exact else "at most " + text
+        if self.bytes is None:  # an audit row that kept no size
+            text = f"{self.entries} {'entry' if self.entries == 1 else 'entries'}"
+            return text if self.exact else f"not counted, among the domain's {text}"
+        return amount_text(self.entries, self.bytes, exact=self.exact, dry_run=self.dry_run)
 
     @property
     def took(self) -> str:

@@ -17,6 +17,7 @@ from multidict import MultiDict
 from yarl import URL
 
 from proxy.api.clear_cache import OUTCOMES, as_admin, audited_clear
+from proxy.api.dashboard.activity import changed_at, with_changes
 from proxy.api.dashboard.auth import action, see_other, signed_in
 from proxy.api.dashboard.chart import build_chart
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
@@ -41,7 +42,10 @@ async def overview(request: web.Request, session: Session) -> web.StreamResponse
     ctx = request.app[DASHBOARD]
     chart = None
     if ctx.telemetry is not None:
-        chart = build_chart(ctx.telemetry.timeline(ctx.clock(), 60))
+        minutes = ctx.telemetry.timeline(ctx.clock(), 60)
+        # Clears and purges from the audit log: they survive a restart (activity.py).
+        times = await changed_at(ctx.state, minutes[0].start)
+        chart = build_chart(with_changes(minutes, times))
     return render(
         request,
         "overview.html",

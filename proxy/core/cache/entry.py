@@ -137,7 +137,7 @@ _RARE_DEFAULTS: tuple[Any, ...] = (False, None, 0.0, (), (), (), None)
 _OWN_HEADERS = 6
 
 
-class _Rare(Generic[T]):
+class _RarelySet(Generic[T]):
     """A field read from ``StoredResponse._rare``, or its default when the entry has none."""
 
     def __set_name__(self, owner: type[Any], name: str) -> None:
@@ -145,12 +145,12 @@ class _Rare(Generic[T]):
         self._name = name
 
     @overload
-    def __get__(self, entry: None, owner: type[Any]) -> _Rare[T]: ...
+    def __get__(self, entry: None, owner: type[Any]) -> _RarelySet[T]: ...
 
     @overload
     def __get__(self, entry: StoredResponse, owner: type[Any]) -> T: ...
 
-    def __get__(self, entry: StoredResponse | None, owner: type[Any]) -> T | _Rare[T]:
+    def __get__(self, entry: StoredResponse | None, owner: type[Any]) -> T | _RarelySet[T]:
         if entry is None:
             raise AttributeError(self._name)  # a required field: no class-level default
         rare = entry._rare
@@ -197,24 +197,25 @@ class StoredResponse:
     hit_lines: Lines
     if TYPE_CHECKING:  # a slot, not a field: the _RARE_FIELDS and the fields as pairs when
         _rare: tuple[Any, ...] | None  # one is not its default
-        # A slot the store writes, not a field: the domain's purge number when the entry was
-        # stored or last checked against the outstanding purges (core/purges.py). 0 until
-        # stored; ``replace`` does not copy it.
+        # A slot, not a field, and the one thing that changes in an entry: the domain's purge
+        # number when the store stored it or last checked it against the outstanding purges
+        # (core/purges.py), written only through ``set_mark``. 0 until stored; ``replace``
+        # does not copy it.
         mark: int
     # The rarely set fields (``_RARE_FIELDS``), read from ``_rare``. After the slots: a
     # descriptor has a class-level default, as far as the dataclass machinery can tell.
     # no-cache: stored, but validated on every use (§5.2.2.4)
-    revalidate_always: _Rare[bool] = _Rare()
-    vary: _Rare[tuple[str, ...]] = _Rare()  # lowercase field names from Vary
+    revalidate_always: _RarelySet[bool] = _RarelySet()
+    vary: _RarelySet[tuple[str, ...]] = _RarelySet()  # lowercase field names from Vary
     # the request's values for them, normalised
-    vary_values: _Rare[tuple[str | None, ...]] = _Rare()
+    vary_values: _RarelySet[tuple[str | None, ...]] = _RarelySet()
     # Seconds past expiry it may be served while the origin fails: 0 forbidden, None the
     # domain's default (policy.stale_if_error).
-    stale_if_error: _Rare[float | None] = _Rare()
+    stale_if_error: _RarelySet[float | None] = _RarelySet()
     # Seconds past expiry it may answer while revalidated in the background (RFC 5861 §3).
-    stale_while_revalidate: _Rare[float] = _Rare()
+    stale_while_revalidate: _RarelySet[float] = _RarelySet()
     # The origin's tags (Surrogate-Key, Cache-Tag: core/purges.py), each once.
-    tags: _Rare[tuple[str, ...]] = _Rare()
+    tags: _RarelySet[tuple[str, ...]] = _RarelySet()
     # End-to-end headers as stored: no hop-by-hop, no Age. Last: a descriptor has a default.
     headers: _StoredHeaders = _StoredHeaders()
 
@@ -258,6 +259,12 @@ class StoredResponse:
             None if held else headers,
         )
         set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
+
+    def set_mark(self, number: int) -> None:
+        """The store's note that the entry is checked against the domain's purges up to
+        ``number`` (memory.py). The one write to an entry, and not one a hit can see: whatever
+        the mark, the entry serves the same bytes; only the store's purge check reads it."""
+        object.__setattr__(self, "mark", number)
 
     @property
     def expires_at(self) -> float:

@@ -8,7 +8,8 @@ the API's 200 answer, the audit log, the CLI (``cdn-proxy purge``) and the dashb
 - ``number``: the purge's number in the domain's sequence (a dry run: the current one);
   ``generation``: the domain's generation after it (moves only with a hard ``all``);
 - ``entries``, ``bytes``: what the purge made unservable or stale (a dry run: would);
-  exact when ``exact`` is true, else an upper bound ("at most");
+  exact when ``exact`` is true, else the domain's whole count (a prefix or tag purge matches
+  lazily and does not count its own entries): read "not counted, among the domain's N";
 - ``sample``: for a dry run, up to 20 covered request-targets; else empty;
 - ``acked``, ``live``: with a fleet, the edge processes that applied it and those live;
   null without one (a fleet dry run: ``live`` only, the processes asked);
@@ -102,6 +103,20 @@ def duration_text(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def amount_text(entries: object, size: object, *, exact: bool, dry_run: bool = False) -> str:
+    """Entries and bytes for people. Not exact: a purge's are the domain's whole count (a
+    prefix or tag is matched lazily, so the purge does not count its own), said as such and
+    not as "at most N", which read as a count right after a preview that counted fewer; a
+    fleet dry run's are a sum from the processes that answered ("at least")."""
+    amount = f"{entries} {'entry' if entries == 1 else 'entries'}, "
+    amount += size_text(size) if isinstance(size, int) else "? B"
+    if exact:
+        return amount
+    if dry_run:  # a fleet dry run some edge processes did not answer in time
+        return "at least " + amount + " (not every edge process answered)"
+    return f"not counted, among the domain's {amount} (a dry run counts them)"
+
+
 def _what(kind: object, items: object, domain: object, total: object = None) -> str:
     if kind == "all" or kind not in _NOUNS:
         return f"all of {domain}"
@@ -116,23 +131,20 @@ def describe(fields: Mapping[str, object]) -> str:
     """One or two lines a person reads: what was purged (or would be), how much, how long.
 
     ``purged 3 URLs of example.com: 5 entries, 12.3 KiB (purge 42) in 2.1 ms``;
-    ``soft-purged ...`` for a soft purge; ``at most ...`` when not exact; a dry run says
+    ``soft-purged ...`` for a soft purge; ``not counted, among the domain's ...`` when not
+    exact (amount_text); a dry run says
     ``would purge ...`` and names its sample (``at least ...``: a fleet dry run that not
     every edge process answered)."""
     soft = "soft-" if fields.get("soft") else ""
     what = _what(
         fields.get("kind"), fields.get("items"), fields.get("domain"), fields.get("items_total")
     )
-    entries = fields.get("entries")
-    size = fields.get("bytes")
-    amount = f"{entries} {'entry' if entries == 1 else 'entries'}, "
-    amount += size_text(size) if isinstance(size, int) else "? B"
-    if fields.get("exact"):
-        pass  # as counted
-    elif fields.get("dry_run"):  # a fleet dry run some edge processes did not answer in time
-        amount = "at least " + amount + " (not every edge process answered)"
-    else:
-        amount = "at most " + amount + " (a dry run counts them exactly)"
+    amount = amount_text(
+        fields.get("entries"),
+        fields.get("bytes"),
+        exact=bool(fields.get("exact")),
+        dry_run=bool(fields.get("dry_run")),
+    )
     seconds = fields.get("seconds")
     took = f" in {duration_text(seconds)}" if isinstance(seconds, (int, float)) else ""
     if fields.get("dry_run"):

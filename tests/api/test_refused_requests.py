@@ -1,32 +1,14 @@
-"""Fixes found while trying the control plane as an operator (issue 14 §8): the purge
-client's options, and the domain that the audit history shows for refused requests."""
+"""Refused requests, as an operator met them (issue 14 §8): the purge client refuses an option
+given twice and a URL for a domain, and the audit history names the domain of a refused clear."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
-from tests.api.support import DOMAIN, ApiUnderTest, assert_rejected
+from tests.api.support import DOMAIN, ApiUnderTest, ServerFactory, assert_rejected, recording_api
 from tests.nodes import cli
-
-ServerFactory = Callable[..., Awaitable[TestServer]]
-
-
-async def recording_api(aiohttp_server: ServerFactory, seen: list[str]) -> str:
-    """A stand-in API that records every request it gets and clears nothing."""
-
-    async def record(request: web.Request) -> web.Response:
-        seen.append(f"{request.method} {request.host}{request.path}")
-        return web.Response(text="Cache cleared")
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    server = await aiohttp_server(app)
-    return str(server.make_url("")).rstrip("/")
 
 
 @pytest.mark.parametrize("option", ["--api", "--token"])

@@ -1,5 +1,6 @@
-"""Fixes found while trying the edge as an operator (issue 14 §8), each against a node run as
-``cdn-proxy serve`` in a child process, or the edge on a real listener."""
+"""Stale content and failing origins, as an operator met them (issue 14 §8): collapsed requests
+to a failing origin, a stale-while-revalidate hit on /metrics, a domain's stale_if_error; each
+against a node run as ``cdn-proxy serve`` in a child process, or the edge on a real listener."""
 
 from __future__ import annotations
 
