@@ -70,8 +70,8 @@ from proxy.core.observe.traffic import (
     MinuteCounts,
     Traffic,
 )
-from proxy.edge.connections import ConnectionGuard, connection_metrics
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.response_metrics import response_metrics
 from proxy.store.base import DomainStats, StoreStats
 
@@ -166,7 +166,7 @@ class Telemetry:
         # Responses by status class, bytes and time: recorded by the edge's access-log hook.
         self.responses = Responses()
         # The listeners of this process, each adding itself when it starts.
-        self.connections: list[ConnectionGuard] = []
+        self.connections: list[ListenerFigures] = []
         self._origin_seconds = Histogram(
             PREFIX + "origin_request_duration_seconds",
             "Time to the origin's response headers, or to the failure when none came.",
