@@ -32,7 +32,7 @@ from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
 
 from proxy.config.model import Config, DomainConfig
-from proxy.core.cache.entry import CacheKey, Headers, StoredResponse
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import cache_target, request_target
 from proxy.core.cache.policy import (
     DontStore,
@@ -52,6 +52,7 @@ from proxy.core.cache.policy import (
 from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.domains import host_from_header
 from proxy.core.http.encodings import preferred
+from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin, to_origin
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols

@@ -32,10 +32,11 @@ from http import HTTPStatus
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
-from proxy.core.cache.entry import Headers, Lines, StoredResponse, last_field
+from proxy.core.cache.entry import StoredResponse, last_field
 from proxy.core.cache.storability import HEURISTICALLY_CACHEABLE, NOT_STORED, refusal, stored_fields
 from proxy.core.cache.targeted import targeted_directives
 from proxy.core.domains import host_from_header
+from proxy.core.http.fields import Headers, Lines
 from proxy.core.http.headers import not_passed_on_fill
 from proxy.core.http.httpdate import (
     Directives,

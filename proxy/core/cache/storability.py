@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from proxy.core.cache.entry import Headers
+from proxy.core.http.fields import Headers
 from proxy.core.http.httpdate import Directives, delta_seconds, field_names, unqualified
 
 # RFC 9110 §15.1: "a response with a heuristically cacheable status code" (§3 ¶2.7).
