@@ -15,8 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from proxy.config.model import ApiConfig
-from proxy.core.http.forwarded import TrustedProxies
-from proxy.edge.access_log import request_client
+from proxy.core.http.forwarded import TrustedProxies, request_client
 
 
 def install(app: web.Application, api: ApiConfig) -> None:
@@ -31,7 +30,7 @@ def trusted_clients(trusted: TrustedProxies) -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         peer = request.remote
         if peer is not None and trusted.trusts(peer):
-            client = request_client(trusted, request)
+            client = request_client(trusted, peer, request.scheme, request.headers)
             request = request.clone(remote=client.address, scheme=client.scheme)
         return await handler(request)
 

@@ -75,7 +75,7 @@ from aiohttp.http import HttpProcessingError, RawRequestMessage
 from aiohttp.tracing import Trace
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.core.observe.responses import FAST_BUCKET, FAST_MICROSECONDS, SECONDS, SENT, bucket_of
+from proxy.core.observe.responses import record as record_response
 from proxy.edge.connections import ConnectionGuard
 
 # A body up to this size is copied behind its head and sent in one write; a larger one is
@@ -181,12 +181,7 @@ class Prewritten(web.StreamResponse):
             self._body_length = self.body_length = len(message)
         counts = self._counts
         if counts is not None:
-            seconds = perf_counter() - self.started
-            counts[self.status // 100 % 10] += 1
-            counts[SENT] += self.body_length
-            us = int(seconds * 1e6)
-            counts[FAST_BUCKET[us] if 0 <= us < FAST_MICROSECONDS else bucket_of(seconds)] += 1
-            counts[SECONDS] += seconds
+            record_response(counts, self.status, self.body_length, perf_counter() - self.started)
         # Flow control as aiohttp's own writer does it: wait while the socket's buffer is
         # above its high-water mark, so a client that does not read cannot grow it.
         await request.writer.drain()

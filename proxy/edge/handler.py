@@ -53,13 +53,14 @@ from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.domains import host_from_header
 from proxy.core.http.encodings import preferred
 from proxy.core.http.fields import Headers
+from proxy.core.http.forwarded import request_client
 from proxy.core.http.headers import cache_status, from_origin, to_origin
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.core.purge.purges import tagged
 from proxy.edge import bodies, ranges, respond
-from proxy.edge.access_log import request_client, trusted_proxies
+from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder, relay
@@ -178,7 +179,12 @@ class Edge:
         told, the listener's or what a trusted proxy says (X-Forwarded-Proto, Forwarded)."""
         if not self._keyed_by_scheme:
             return False  # no TLS listener, no trusted proxy: every request is http
-        return request_client(self._trusted, request).scheme == "https"
+        return (
+            request_client(
+                self._trusted, request.remote or "", request.scheme, request.headers
+            ).scheme
+            == "https"
+        )
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         head = request_head(request)  # its fields, not the request's reified properties
@@ -551,7 +557,9 @@ class Edge:
         cacheable: bool,
         coding: str | None = None,
     ) -> list[tuple[str, str]]:
-        client = request_client(self._trusted, request)
+        client = request_client(
+            self._trusted, request.remote or "", request.scheme, request.headers
+        )
         headers = to_origin(
             request.headers.items(),
             domain=config.name,

@@ -33,14 +33,13 @@ from proxy.config.diff import ConfigChange
 from proxy.config.model import Config, FleetConfig
 from proxy.config.values import Listen
 from proxy.edge.access_log import check_destination
-from proxy.edge.connections import raise_open_files_limit
-from proxy.errors import ProxyError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
 from proxy.observe.telemetry import Telemetry
+from proxy.process import startup
 from proxy.process.reload import After, domains_hook, reloading
-from proxy.process.service import Draining, StartError, control_listening, event_loop_runner
+from proxy.process.service import Draining, StartError, control_listening
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 
@@ -53,23 +52,14 @@ SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, and valkey wants roo
 
 def serve(config: Config, config_path: Path) -> int:
     """Run the node until SIGTERM/SIGINT; return the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    raise_open_files_limit()
-    with event_loop_runner() as runner:
-        try:
-            return runner.run(_serve(config, config_path))
-        except ProxyError as exc:
-            print(f"cdn-proxy: {exc}", file=sys.stderr)
-            return 1
+    return startup.run(lambda: _serve(config, config_path))
 
 
 async def _serve(config: Config, config_path: Path) -> int:
     fleet = config.fleet
     assert fleet is not None  # serve() of proxy/process/service.py runs configs without one
-    stop = asyncio.Event()
+    stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
     # workers run, then passed on to them (edge_workers).
     loop.add_signal_handler(signal.SIGUSR1, lambda: None)

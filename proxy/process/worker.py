@@ -12,7 +12,6 @@ is gone (its standard input, a pipe from the node, reaches its end).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -23,14 +22,14 @@ from pathlib import Path
 
 from proxy.config.model import Config, FleetConfig
 from proxy.edge.access_log import EdgeAccess
-from proxy.edge.connections import raise_open_files_limit
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
+from proxy.process import startup
 from proxy.process.reload import Outcome, domains_hook, reloading
-from proxy.process.service import edge_listening, event_loop_runner, memory_store
+from proxy.process.service import edge_listening, memory_store
 
 log = logging.getLogger("proxy.worker")
 
@@ -60,23 +59,18 @@ def run(
     """The worker's life: returns its exit status. SIGHUP (from its node) reloads the config
     from ``config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
     MESSAGE``) for the node to read."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s %(levelname)s %(name)s[worker {index}] %(message)s",
+    return startup.run(
+        lambda: _run(
+            config,
+            config_path,
+            index=index,
+            port=port,
+            fleet_url=fleet_url,
+            tls_port=tls_port,
+            stdout_fd=stdout_fd,
+        ),
+        who=f"[worker {index}]",
     )
-    raise_open_files_limit()
-    with event_loop_runner() as runner:
-        return runner.run(
-            _run(
-                config,
-                config_path,
-                index=index,
-                port=port,
-                fleet_url=fleet_url,
-                tls_port=tls_port,
-                stdout_fd=stdout_fd,
-            )
-        )
 
 
 async def _run(
@@ -91,10 +85,8 @@ async def _run(
 ) -> int:
     edge, cache = config.edge_role()
     assert config.fleet is not None  # a worker is only started for a fleet
-    stop = asyncio.Event()
+    stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     _stop_when_orphaned(loop, stop)
     async with AsyncExitStack() as stack:
         memory = await stack.enter_async_context(memory_store(cache.max_bytes // edge.workers))
@@ -145,8 +137,7 @@ async def _run(
                 report=_tell_node,
             )
         )
-        gc.collect()
-        gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach
+        startup.freeze_heap()
         log.info("edge worker listening on %s as %s", url, member.name)
         print("ready", flush=True)
         await stop.wait()

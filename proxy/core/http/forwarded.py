@@ -25,11 +25,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 X_FORWARDED_FOR = "x-forwarded-for"
+X_FORWARDED_PROTO = "x-forwarded-proto"
 FORWARDED = "forwarded"
 HEADER_KINDS = (X_FORWARDED_FOR, FORWARDED)
 SCHEMES = frozenset({"http", "https"})
@@ -122,6 +124,27 @@ class TrustedProxies:
             if not self.trusts(client.address):
                 return client
         return client
+
+
+class FieldLines(Protocol):
+    """A request's fields, every line of a name in order: a multidict (aiohttp's headers)."""
+
+    def getall(self, key: str, default: tuple[()], /) -> list[str] | tuple[()]: ...
+
+
+def request_client(trusted: TrustedProxies, peer: str, scheme: str, fields: FieldLines) -> Client:
+    """The client of a request from ``peer`` over ``scheme``: the peer, or who a trusted proxy
+    says it is in the request's forwarding ``fields``. Used by the edge (for its keys and its
+    origin requests) and by the API (for its logs and limits)."""
+    if not trusted:
+        return Client(peer, scheme)
+    return trusted.client(
+        peer,
+        scheme,
+        forwarded_for=fields.getall(X_FORWARDED_FOR, ()),
+        forwarded_proto=fields.getall(X_FORWARDED_PROTO, ()),
+        forwarded=fields.getall(FORWARDED, ()),
+    )
 
 
 def _split(values: Iterable[str]) -> list[str]:
