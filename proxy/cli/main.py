@@ -90,6 +90,19 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
     worker.set_defaults(run=_worker)
 
+    _token_parser(commands, with_config)
+    _admin_parser(commands, with_config)
+
+    purge_client.add_parser(commands)
+    purge = commands.choices["purge"]
+    purge.set_defaults(run=_purge)
+    return parser
+
+
+def _token_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    with_config: argparse.ArgumentParser,
+) -> None:
     token = commands.add_parser("token", help="manage clear-cache API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     create = token_commands.add_parser(
@@ -118,13 +131,6 @@ def _parser() -> argparse.ArgumentParser:
     revoke = token_commands.add_parser("revoke", parents=[with_config], help="delete a token")
     revoke.add_argument("name")
     revoke.set_defaults(run=_token_revoke)
-
-    _admin_parser(commands, with_config)
-
-    purge_client.add_parser(commands)
-    purge = commands.choices["purge"]
-    purge.set_defaults(run=_purge)
-    return parser
 
 
 def _admin_parser(

@@ -36,6 +36,7 @@ from proxy.edge.access_log import check_destination
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
+from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
 from proxy.process.reload import After, domains_hook, reloading
@@ -59,22 +60,16 @@ async def _serve(config: Config, config_path: Path) -> int:
     fleet = config.fleet
     assert fleet is not None  # serve() of proxy/process/service.py runs configs without one
     stop = startup.stop_on_signals()
-    loop = asyncio.get_running_loop()
     # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
     # workers run, then passed on to them (edge_workers).
-    loop.add_signal_handler(signal.SIGUSR1, lambda: None)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: None)
     draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
     async with AsyncExitStack() as stack:
         url = fleet.url
         if url is None:
             url = await stack.enter_async_context(embedded_valkey(config))
         settings = fleet_settings(fleet, url)
-        # The fleet's figures (every edge process's report) for /metrics and the dashboard.
-        figures = FleetFigures(
-            FleetScripts(connect(url, timeout=settings.timeout), timeout=settings.timeout),
-            lease=fleet.lease,
-        )
-        figures.start()
+        figures = _fleet_figures(fleet, settings)
         stack.push_async_callback(figures.close)
         telemetry = Telemetry(
             store=figures, domains=[d.name for d in config.domains], remote=figures
@@ -117,6 +112,17 @@ async def _serve(config: Config, config_path: Path) -> int:
     await api_drained
     log.info("stopped")
     return 0
+
+
+def _fleet_figures(fleet: FleetConfig, settings: FleetSettings) -> FleetFigures:
+    """The fleet's figures (every edge process's report) for /metrics and the dashboard,
+    refreshed from now on."""
+    scripts = FleetScripts(
+        connect(settings.url, timeout=settings.timeout), timeout=settings.timeout
+    )
+    figures = FleetFigures(scripts, lease=fleet.lease)
+    figures.start()
+    return figures
 
 
 @asynccontextmanager

@@ -228,12 +228,7 @@ async def edge_listening(
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
         stack.push_async_callback(edge.close)
-        guard = ConnectionGuard(
-            "edge",
-            limit=edge_connections(config),
-            header_timeout=edge_config.header_timeout,
-            keepalive_timeout=edge_config.keepalive_timeout,
-        )
+        guard = _edge_guard(config)
         telemetry.connections.append(guard)
         runner = await _edge_runner(edge.handle, guard, access, draining, stack)
         tls_runner = None
@@ -257,6 +252,17 @@ async def edge_listening(
                 handshake_timeout=edge_config.header_timeout,
             )
         yield edge, url
+
+
+def _edge_guard(config: Config) -> ConnectionGuard:
+    """The edge listeners' connection guard (one for the plain and the TLS listener)."""
+    edge = config.edge_role()[0]
+    return ConnectionGuard(
+        "edge",
+        limit=edge_connections(config),
+        header_timeout=edge.header_timeout,
+        keepalive_timeout=edge.keepalive_timeout,
+    )
 
 
 async def _edge_runner(

@@ -30,6 +30,7 @@ from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
 from proxy.process.reload import Outcome, domains_hook, reloading
 from proxy.process.service import edge_listening, memory_store
+from proxy.store.memory import MemoryStore
 
 log = logging.getLogger("proxy.worker")
 
@@ -84,24 +85,13 @@ async def _run(
     stdout_fd: int = 1,
 ) -> int:
     edge, cache = config.edge_role()
-    assert config.fleet is not None  # a worker is only started for a fleet
     stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
     _stop_when_orphaned(loop, stop)
     async with AsyncExitStack() as stack:
         memory = await stack.enter_async_context(memory_store(cache.max_bytes // edge.workers))
-        domains = [domain.name for domain in config.domains]
-        telemetry = Telemetry(store=memory, domains=domains)
-        member = FleetMember(
-            settings=fleet_settings(config.fleet, fleet_url),
-            store=memory,
-            domains=domains,
-            node=config.fleet.node,
-            worker=index,
-            address=f"{edge.listen.host}:{port}",
-            # member.domains: the domains served now, after any reload
-            report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
-        )
+        telemetry = Telemetry(store=memory, domains=[domain.name for domain in config.domains])
+        member = _member(config, memory, telemetry, fleet_url=fleet_url, index=index, port=port)
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
@@ -143,6 +133,30 @@ async def _run(
         await stop.wait()
         log.info("stopping: draining in-flight requests")
     return 0
+
+
+def _member(
+    config: Config,
+    memory: MemoryStore,
+    telemetry: Telemetry,
+    *,
+    fleet_url: str,
+    index: int,
+    port: int,
+) -> FleetMember:
+    """The worker's membership of the fleet, reporting its figures; not yet started."""
+    assert config.fleet is not None  # a worker is only started for a fleet
+    member = FleetMember(
+        settings=fleet_settings(config.fleet, fleet_url),
+        store=memory,
+        domains=[domain.name for domain in config.domains],
+        node=config.fleet.node,
+        worker=index,
+        address=f"{config.edge_role()[0].listen.host}:{port}",
+        # member.domains: the domains served now, after any reload
+        report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
+    )
+    return member
 
 
 def _tell_node(outcome: Outcome) -> None:
