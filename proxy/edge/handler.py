@@ -32,6 +32,7 @@ from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
 
 from proxy.config.model import Config, DomainConfig
+from proxy.core.cache.conditional import conditional_headers, merge_not_modified
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import cache_target, request_target
 from proxy.core.cache.policy import (
@@ -40,10 +41,8 @@ from proxy.core.cache.policy import (
     Serve,
     Storable,
     assess_response,
-    conditional_headers,
     decide_lookup,
     may_serve_stale,
-    merge_not_modified,
     only_if_cached,
     refreshed,
     select_variant,

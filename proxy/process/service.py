@@ -33,7 +33,7 @@ from proxy.api.clear_cache import CLEAR_CACHE_CONTEXT
 from proxy.config.model import Config
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
-from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer, HandshakeTimedSite
+from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
 from proxy.edge.connections import (
     ConnectionGuard,
     api_share,
@@ -41,6 +41,7 @@ from proxy.edge.connections import (
     open_files_limit,
 )
 from proxy.edge.handler import Edge
+from proxy.edge.handshakes import HandshakeTimedSite
 from proxy.edge.origin import new_session
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError

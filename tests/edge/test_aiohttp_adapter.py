@@ -30,7 +30,6 @@ from proxy.edge.aiohttp_adapter import (
     GuardedAppRunner,
     GuardedRequestHandler,
     GuardedServer,
-    HandshakeTimedSite,
     OriginConnector,
     Prewritten,
     answer_and_close,
@@ -38,6 +37,7 @@ from proxy.edge.aiohttp_adapter import (
     take_over,
 )
 from proxy.edge.connections import ConnectionGuard
+from proxy.edge.handshakes import HandshakeTimedSite
 from tests.conftest import until
 from tests.edge.tls_support import Certificates
 
