@@ -23,9 +23,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
-from proxy.core.auth.tokens import Scope, hash_token
+from proxy.core.auth.tokens import hash_token
 from proxy.errors import StateError
 from proxy.state.admins import AsyncAdmins
+from proxy.state.on_thread import Runner, on_thread
 from proxy.state.sqlite import AuditRecord, StateDB, TokenRecord
 
 if TYPE_CHECKING:
@@ -138,7 +139,17 @@ class AsyncState:
     ) -> None:
         await self.close()
 
-    async def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    @property
+    def target(self) -> StateDB:
+        """The StateDB, for ``on_thread`` methods: touched only on the state thread."""
+        return self._db
+
+    @property
+    def run(self) -> Runner:
+        """How ``on_thread`` methods run on the state thread."""
+        return self._run
+
+    async def _run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if self._closed:
             raise StateError("the state database is closed")
         call = functools.partial(fn, *args, **kwargs)
@@ -241,14 +252,9 @@ class AsyncState:
             self._db.list_audit, limit, offset, domain=domain, outcome=outcome, kind=kind
         )
 
-    async def create_token(self, name: str, scope: Scope, now: float) -> str:
-        return await self._run(self._db.create_token, name, scope, now)
-
-    async def regenerate_token(self, name: str, now: float) -> str:
-        return await self._run(self._db.regenerate_token, name, now)
-
-    async def revoke_token(self, name: str) -> None:
-        await self._run(self._db.revoke_token, name)
+    create_token = on_thread(StateDB.create_token)
+    regenerate_token = on_thread(StateDB.regenerate_token)
+    revoke_token = on_thread(StateDB.revoke_token)
 
     async def list_tokens(self) -> list[TokenRecord]:
         await self.flush()
