@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 from proxy.core.auth.tokens import hash_token
 from proxy.errors import StateError
 from proxy.state.admins import AsyncAdmins
-from proxy.state.on_thread import Runner, on_thread
+from proxy.state.on_thread import on_thread
 from proxy.state.sqlite import AuditRecord, StateDB, TokenRecord
 
 if TYPE_CHECKING:
@@ -61,10 +61,10 @@ class AsyncState:
     ) -> None:
         self._executor = executor
         self._flush_seconds = flush_seconds
-        self._db = db
+        self._db = self.target = db  # ``target``: what on_thread methods call
         self._journal = journal
         self._closed = False
-        self.admins = AsyncAdmins(self._run, db.admins)
+        self.admins = AsyncAdmins(self.run, db.admins)
         self._records: list[AuditRecord] = []
         self._segments: list[Segment] = []  # the journal segment of each journaled record
         self._uses: dict[str, float] = {}  # SHA-256 of a token value -> when it was last used
@@ -139,17 +139,8 @@ class AsyncState:
     ) -> None:
         await self.close()
 
-    @property
-    def target(self) -> StateDB:
-        """The StateDB, for ``on_thread`` methods: touched only on the state thread."""
-        return self._db
-
-    @property
-    def run(self) -> Runner:
-        """How ``on_thread`` methods run on the state thread."""
-        return self._run
-
-    async def _run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    async def run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``fn(*args, **kwargs)`` on the state thread."""
         if self._closed:
             raise StateError("the state database is closed")
         call = functools.partial(fn, *args, **kwargs)
@@ -157,7 +148,7 @@ class AsyncState:
 
     async def authenticate(self, token: str, now: float) -> TokenRecord | None:
         """The record of a known token, its last use set to ``now`` (written behind)."""
-        record = await self._run(self._db.find_token, token)
+        record = await self.run(self._db.find_token, token)
         if record is None:
             return None
         self._uses[hash_token(token)] = now
@@ -209,7 +200,7 @@ class AsyncState:
             if self._journal is not None:
                 self._journal.rotate()  # if full, what follows goes to a new segment
             try:
-                await self._run(self._db.write_batch, uses, records)
+                await self.run(self._db.write_batch, uses, records)
             except StateError as exc:
                 kept = " (kept in the audit journal for the next start)" if segments else ""
                 log.error("audit records not written%s (%s): %r", kept, exc, records)
@@ -248,7 +239,7 @@ class AsyncState:
         kind: str | None = None,
     ) -> list[AuditRecord]:
         await self.flush()
-        return await self._run(
+        return await self.run(
             self._db.list_audit, limit, offset, domain=domain, outcome=outcome, kind=kind
         )
 
@@ -258,4 +249,4 @@ class AsyncState:
 
     async def list_tokens(self) -> list[TokenRecord]:
         await self.flush()
-        return await self._run(self._db.list_tokens)
+        return await self.run(self._db.list_tokens)
