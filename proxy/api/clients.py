@@ -30,7 +30,7 @@ def trusted_clients(trusted: TrustedProxies) -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         peer = request.remote
         if peer is not None and trusted.trusts(peer):
-            client = request_client(trusted, peer, request.scheme, request.headers)
+            client = request_client(trusted, request)
             request = request.clone(remote=client.address, scheme=client.scheme)
         return await handler(request)
 

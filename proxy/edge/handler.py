@@ -178,12 +178,7 @@ class Edge:
         told, the listener's or what a trusted proxy says (X-Forwarded-Proto, Forwarded)."""
         if not self._keyed_by_scheme:
             return False  # no TLS listener, no trusted proxy: every request is http
-        return (
-            request_client(
-                self._trusted, request.remote or "", request.scheme, request.headers
-            ).scheme
-            == "https"
-        )
+        return request_client(self._trusted, request).scheme == "https"
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         head = request_head(request)  # its fields, not the request's reified properties
@@ -556,9 +551,7 @@ class Edge:
         cacheable: bool,
         coding: str | None = None,
     ) -> list[tuple[str, str]]:
-        client = request_client(
-            self._trusted, request.remote or "", request.scheme, request.headers
-        )
+        client = request_client(self._trusted, request)
         headers = to_origin(
             request.headers.items(),
             domain=config.name,

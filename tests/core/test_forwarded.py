@@ -3,6 +3,8 @@ only from trusted peers, walked from the right as nginx's real_ip_recursive does
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -128,8 +130,22 @@ def test_nothing_trusted_reads_nothing() -> None:
 def test_request_client_reads_a_requests_fields(
     trusted: TrustedProxies, peer: str, fields: list[tuple[str, str]], expected: Client
 ) -> None:
-    """The edge and the API ask ``request_client`` with their request's multidict."""
-    assert request_client(trusted, peer, "http", CIMultiDict(fields)) == expected
+    """The edge and the API ask ``request_client`` with their request (its peer, scheme and
+    fields in a multidict, as aiohttp's)."""
+    assert request_client(trusted, FakeRequest(peer, "http", CIMultiDict(fields))) == expected
+
+
+def test_request_client_without_a_peer() -> None:
+    """A request whose transport is gone has no peer: nobody to trust, an empty address."""
+    request = FakeRequest(None, "https", CIMultiDict([("X-Forwarded-For", "1.2.3.4")]))
+    assert request_client(TRUSTED, request) == Client("", "https")
+
+
+@dataclass(frozen=True)
+class FakeRequest:
+    remote: str | None
+    scheme: str
+    headers: CIMultiDict[str]
 
 
 @pytest.mark.parametrize("bad", ["10.0.0.1/8", "not-an-ip", "10.0.0.0/33", "", "::1/129"])

@@ -132,15 +132,31 @@ class FieldLines(Protocol):
     def getall(self, key: str, default: tuple[()], /) -> list[str] | tuple[()]: ...
 
 
-def request_client(trusted: TrustedProxies, peer: str, scheme: str, fields: FieldLines) -> Client:
-    """The client of a request from ``peer`` over ``scheme``: the peer, or who a trusted proxy
-    says it is in the request's forwarding ``fields``. Used by the edge (for its keys and its
+class Request(Protocol):
+    """What ``request_client`` reads of a request (aiohttp's ``BaseRequest`` has it): its
+    peer's address, the listener's scheme and its fields."""
+
+    @property
+    def remote(self) -> str | None: ...
+
+    @property
+    def scheme(self) -> str: ...
+
+    @property
+    def headers(self) -> FieldLines: ...
+
+
+def request_client(trusted: TrustedProxies, request: Request) -> Client:
+    """The client of ``request``: its peer over the listener's scheme, or who a trusted proxy
+    says it is in the request's forwarding fields. Used by the edge (for its keys and its
     origin requests) and by the API (for its logs and limits)."""
+    peer = request.remote or ""
     if not trusted:
-        return Client(peer, scheme)
+        return Client(peer, request.scheme)
+    fields = request.headers
     return trusted.client(
         peer,
-        scheme,
+        request.scheme,
         forwarded_for=fields.getall(X_FORWARDED_FOR, ()),
         forwarded_proto=fields.getall(X_FORWARDED_PROTO, ()),
         forwarded=fields.getall(FORWARDED, ()),
