@@ -249,6 +249,9 @@ class AsyncAdmins:
         self.run = run
         self.target = admins
 
+    async def flush(self) -> None:
+        """Nothing of the admins' is written behind: every call is written when it returns."""
+
     create = on_thread(Admins.create)
     set_password = on_thread(Admins.set_password)
     remove = on_thread(Admins.remove)

@@ -229,24 +229,9 @@ class AsyncState:
         if not (self._flushes or self._records or self._uses):
             self._settled.set()
 
-    async def list_audit(
-        self,
-        limit: int = 100,
-        offset: int = 0,
-        *,
-        domain: str | None = None,
-        outcome: str | None = None,
-        kind: str | None = None,
-    ) -> list[AuditRecord]:
-        await self.flush()
-        return await self.run(
-            self._db.list_audit, limit, offset, domain=domain, outcome=outcome, kind=kind
-        )
-
+    # Reading the audit log or the tokens writes what is pending first.
+    list_audit = on_thread(StateDB.list_audit, flush_first=True)
+    list_tokens = on_thread(StateDB.list_tokens, flush_first=True)
     create_token = on_thread(StateDB.create_token)
     regenerate_token = on_thread(StateDB.regenerate_token)
     revoke_token = on_thread(StateDB.revoke_token)
-
-    async def list_tokens(self) -> list[TokenRecord]:
-        await self.flush()
-        return await self.run(self._db.list_tokens)

@@ -2,8 +2,8 @@
 
 An async twin declares each method it offers as ``on_thread(Sync.method)``: awaited, it runs
 ``Sync.method`` on the twin's ``target`` through its ``run`` (AsyncState's dedicated thread),
-with the same parameters, checked by mypy. A twin method that does more than that (writing
-what is pending first) is written out as usual.
+with the same parameters, checked by mypy. ``on_thread(Sync.method, flush_first=True)`` first
+writes what the twin holds back (its ``flush``), so a read sees every write made before it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class Runner(Protocol):
 
 
 class OnThread(Protocol[_S_co]):
-    """What a twin holds: the sync object, and the way to run its methods."""
+    """What a twin holds: the sync object, the way to run its methods, and ``flush``, which
+    writes what the twin holds back (if anything)."""
 
     @property
     def target(self) -> _S_co: ...
@@ -36,21 +37,29 @@ class OnThread(Protocol[_S_co]):
     @property
     def run(self) -> Runner: ...
 
+    async def flush(self) -> None: ...
+
 
 class on_thread(Generic[_S, _P, _T]):
-    """An async method of a twin that runs ``method`` of its ``target`` on the state thread."""
+    """An async method of a twin that runs ``method`` of its ``target`` on the state thread;
+    with ``flush_first``, after the twin's ``flush`` (a read that sees the writes held back)."""
 
-    __slots__ = ("_method",)
+    __slots__ = ("_flush_first", "_method")
 
-    def __init__(self, method: Callable[Concatenate[_S, _P], _T]) -> None:
+    def __init__(
+        self, method: Callable[Concatenate[_S, _P], _T], *, flush_first: bool = False
+    ) -> None:
         self._method = method
+        self._flush_first = flush_first
 
     def __get__(
         self, twin: OnThread[_S], owner: type[Any] | None = None
     ) -> Callable[_P, Coroutine[Any, Any, _T]]:
-        method = self._method
+        method, flush_first = self._method, self._flush_first
 
         async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+            if flush_first:
+                await twin.flush()
             return await twin.run(method, twin.target, *args, **kwargs)
 
         return call
