@@ -168,7 +168,7 @@ def problems(source: Path, layers: Sequence[Sequence[str]] = LAYERS) -> list[str
                 found.append(f"{where}:{line}: {name} imports {target}, a layer above it")
         if in_core:
             found.extend(f"{where}:{line}: core reads the clock" for line in clock_calls(path))
-    found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph))
+    found.extend(f"import cycle among: {', '.join(cycle)}" for cycle in cycles(graph))
     return list(dict.fromkeys(found))  # one line per import statement, however many names
 
 
@@ -239,7 +239,7 @@ def test_a_tree_that_keeps_its_layers_has_no_problems(tmp_path: Path) -> None:
                 "core/a.py": "from pkg.core import b\n",
                 "core/b.py": "import pkg.core.a\n",
             },
-            ["import cycle: pkg.core.a -> pkg.core.b"],
+            ["import cycle among: pkg.core.a, pkg.core.b"],
         ),
         (
             {"core/__init__.py": "", "core/a.py": "import asyncio\nfrom time import monotonic\n"},
