@@ -15,8 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from proxy.config.model import ApiConfig
-from proxy.core.http.forwarded import TrustedProxies
-from proxy.edge.access_log import request_client
+from proxy.core.http.forwarded import TrustedProxies, request_client
 
 
 def install(app: web.Application, api: ApiConfig) -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeAlias
 
 from proxy import __version__
 from proxy.cli import purge as purge_client
@@ -93,12 +93,49 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
     worker.set_defaults(run=_worker)
 
+    _token_parser(commands, with_config)
+    _admin_parser(commands, with_config)
+
+    purge_client.add_parser(commands)
+    purge = commands.choices["purge"]
+    purge.set_defaults(run=_purge)
+    return parser
+
+
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+_NAME_HELP = "1-64 of A-Z a-z 0-9 . _ -"
+
+
+def _action(
+    actions: _Commands,
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    help: str,
+    parents: list[argparse.ArgumentParser],
+    *,
+    named: str | None = None,
+) -> argparse.ArgumentParser:
+    """One ACTION of a command: its parser, running ``run``; ``named``: the help of the
+    name it takes (a token's, an admin's), "" for none, None for no name."""
+    parser = actions.add_parser(name, parents=parents, help=help)
+    if named is not None:
+        parser.add_argument("name", help=named or None)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _token_parser(commands: _Commands, with_config: argparse.ArgumentParser) -> None:
     token = commands.add_parser("token", help="manage clear-cache API tokens")
-    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
-    create = token_commands.add_parser(
-        "create", parents=[with_config], help="create a token and print it (shown once)"
+    actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    config = [with_config]
+    create = _action(
+        actions,
+        "create",
+        _token_create,
+        "create a token and print it (shown once)",
+        config,
+        named=_NAME_HELP,
     )
-    create.add_argument("name", help="1-64 of A-Z a-z 0-9 . _ -")
     scope = create.add_mutually_exclusive_group(required=True)
     scope.add_argument(
         "--domain",
@@ -110,30 +147,13 @@ def _parser() -> argparse.ArgumentParser:
     scope.add_argument(
         "--all-domains", action="store_true", help="the token may clear every domain"
     )
-    create.set_defaults(run=_token_create)
-    listing = token_commands.add_parser("list", parents=[with_config], help="list tokens")
-    listing.set_defaults(run=_token_list)
-    regenerate = token_commands.add_parser(
-        "regenerate", parents=[with_config], help="replace a token's value and print the new one"
-    )
-    regenerate.add_argument("name")
-    regenerate.set_defaults(run=_token_regenerate)
-    revoke = token_commands.add_parser("revoke", parents=[with_config], help="delete a token")
-    revoke.add_argument("name")
-    revoke.set_defaults(run=_token_revoke)
-
-    _admin_parser(commands, with_config)
-
-    purge_client.add_parser(commands)
-    purge = commands.choices["purge"]
-    purge.set_defaults(run=_purge)
-    return parser
+    _action(actions, "list", _token_list, "list tokens", config)
+    regenerate = "replace a token's value and print the new one"
+    _action(actions, "regenerate", _token_regenerate, regenerate, config, named="")
+    _action(actions, "revoke", _token_revoke, "delete a token", config, named="")
 
 
-def _admin_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    with_config: argparse.ArgumentParser,
-) -> None:
+def _admin_parser(commands: _Commands, with_config: argparse.ArgumentParser) -> None:
     admin = commands.add_parser("admin", help="manage dashboard admins")
     actions = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
     password = argparse.ArgumentParser(add_help=False)
@@ -142,25 +162,14 @@ def _admin_parser(
         action="store_true",
         help="read the password from stdin (one line); without it, prompt on a terminal",
     )
-    create = actions.add_parser(
-        "create", parents=[with_config, password], help="add an admin who can sign in"
-    )
-    create.add_argument("name", help="1-64 of A-Z a-z 0-9 . _ -")
-    create.set_defaults(run=_admin_create)
-    listing = actions.add_parser("list", parents=[with_config], help="list admins")
-    listing.set_defaults(run=_admin_list)
-    remove = actions.add_parser(
-        "remove", parents=[with_config], help="delete an admin and end their sessions"
-    )
-    remove.add_argument("name")
-    remove.set_defaults(run=_admin_remove)
-    set_password = actions.add_parser(
-        "set-password",
-        parents=[with_config, password],
-        help="change an admin's password and end their sessions",
-    )
-    set_password.add_argument("name")
-    set_password.set_defaults(run=_admin_set_password)
+    config, with_password = [with_config], [with_config, password]
+    create = "add an admin who can sign in"
+    _action(actions, "create", _admin_create, create, with_password, named=_NAME_HELP)
+    _action(actions, "list", _admin_list, "list admins", config)
+    remove = "delete an admin and end their sessions"
+    _action(actions, "remove", _admin_remove, remove, config, named="")
+    change = "change an admin's password and end their sessions"
+    _action(actions, "set-password", _admin_set_password, change, with_password, named="")
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -23,18 +23,20 @@ import hashlib
 import os
 import re
 import socket
+import ssl
 import tomllib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 from proxy.config import values as check
-from proxy.config.tls import checked_tls
+from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
+from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ _TABLES = ("edge", "api", "cache", "state", "dashboard", "fleet", "domains")
 # TOML has no null, so None can only mean the key was left out.
 Check = Callable[[str, object], Any]
 _T = TypeVar("_T", bound="DataclassInstance")
+_Table = TypeVar("_Table", "EdgeConfig", "DomainConfig")
 
 
 # -- the tables ---------------------------------------------------------------------------------
@@ -79,7 +82,7 @@ class DomainConfig:
     # Response fields read as the origin's tags for tag purges (decision 0024), and removed
     # before responses reach clients: "Surrogate-Key" (space-separated), "Cache-Tag"
     # (comma-separated), both, or none ([]).
-    tag_headers: Annotated[tuple[str, ...], check.tag_headers] = ("Surrogate-Key", "Cache-Tag")
+    tag_headers: Annotated[tuple[str, ...], check.tag_headers] = DEFAULT_TAG_HEADERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +352,57 @@ def _domains(raw: object) -> tuple[DomainConfig, ...]:
             raise ConfigError(f"{where}.name", f"{domain.name!r} is configured twice")
         domains[domain.name] = domain
     return tuple(domains.values())
+
+
+def checked_tls(
+    edge: EdgeConfig | None, domains: Sequence[DomainConfig], base_dir: Path
+) -> tuple[EdgeConfig | None, tuple[DomainConfig, ...]]:
+    """The [edge] and [[domains]] tables with their TLS paths resolved against ``base_dir``,
+    each certificate and key pair loaded once (on an edge node) to prove it good."""
+    if edge is not None:
+        edge = _with_pair(edge, "edge", base_dir)
+    resolved = []
+    for index, domain in enumerate(domains):
+        domain = _with_pair(domain, f"domains[{index}]", base_dir)
+        if domain.origin_ca is not None:
+            if not domain.origin.startswith("https://"):
+                raise ConfigError(
+                    f"domains[{index}].origin_ca", "is only for an origin given as https://"
+                )
+            domain = dataclasses.replace(domain, origin_ca=base_dir / domain.origin_ca)
+        resolved.append(domain)
+    if edge is None:
+        return edge, tuple(resolved)
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    if edge.tls_cert is not None and edge.tls_key is not None:
+        load_server_pair(probe, edge.tls_cert, edge.tls_key, "edge")
+    for index, domain in enumerate(resolved):
+        if domain.tls_cert is not None and domain.tls_key is not None:
+            load_server_pair(probe, domain.tls_cert, domain.tls_key, f"domains[{index}]")
+        if domain.origin_ca is not None:
+            load_origin_ca(domain.origin_ca, f"domains[{index}]")
+    if edge.tls_listen is not None:
+        if edge.tls_cert is None and all(domain.tls_cert is None for domain in resolved):
+            raise ConfigError(
+                "edge.tls_listen", "needs a certificate: edge.tls_cert or a domain's tls_cert"
+            )
+        if edge.tls_listen == edge.listen and edge.listen.port:
+            raise ConfigError("edge.tls_listen", "must differ from edge.listen")
+    return edge, tuple(resolved)
+
+
+def _with_pair(table: _Table, where: str, base_dir: Path) -> _Table:
+    """The table with tls_cert and tls_key resolved; both or neither must be given."""
+    if (table.tls_cert is None) != (table.tls_key is None):
+        given, missing = (
+            ("tls_cert", "tls_key") if table.tls_key is None else ("tls_key", "tls_cert")
+        )
+        raise ConfigError(f"{where}.{missing}", f"is required with {where}.{given}")
+    if table.tls_cert is None or table.tls_key is None:
+        return table
+    return dataclasses.replace(
+        table, tls_cert=base_dir / table.tls_cert, tls_key=base_dir / table.tls_key
+    )
 
 
 def _table(data: Mapping[str, Any], key: str, *, required: bool = True) -> Mapping[str, Any]:

@@ -6,6 +6,7 @@ name and its value, None when the key was left out (TOML has no null).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.core.http.encodings import check_encodings
 from proxy.core.http.forwarded import HEADER_KINDS, Network, parse_networks
 from proxy.core.http.upgrade import check_allowlist
+from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
 from proxy.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
@@ -162,14 +164,13 @@ def upgrade_protocols(key: str, value: object) -> tuple[str, ...]:
 
 
 def tag_headers(key: str, value: object) -> tuple[str, ...]:
-    known = {"surrogate-key": "Surrogate-Key", "cache-tag": "Cache-Tag"}
+    known = {name.lower(): name for name in DEFAULT_TAG_HEADERS}
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(key, 'must be a list such as ["Surrogate-Key", "Cache-Tag"]')
+        raise ConfigError(key, f"must be a list such as {json.dumps(list(DEFAULT_TAG_HEADERS))}")
     names = [known.get(v.lower()) for v in value]
     if None in names or len(set(names)) != len(names):
-        raise ConfigError(
-            key, 'may list "Surrogate-Key" and "Cache-Tag", each at most once, and nothing else'
-        )
+        listed = " and ".join(f'"{name}"' for name in DEFAULT_TAG_HEADERS)
+        raise ConfigError(key, f"may list {listed}, each at most once, and nothing else")
     return tuple(name for name in names if name is not None)
 
 

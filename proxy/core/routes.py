@@ -1,7 +1,7 @@
 """Paths of the control plane that a client must know as well as the server.
 
-They live here, outside ``proxy.api``, because the ``purge`` client (``proxy.cli.main``) must not
-import aiohttp to learn a path: it is a small urllib client run from deploy hooks.
+They live here, outside ``proxy.api``, because the ``purge`` client (``proxy.cli.purge``), a
+small urllib client run from deploy hooks, must learn a path without importing aiohttp.
 """
 
 CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"

@@ -34,18 +34,9 @@ from aiohttp.abc import AbstractAccessLogger
 
 from proxy.config.model import Config
 from proxy.core.domains import host_from_header
-from proxy.core.http.forwarded import Client, TrustedProxies
+from proxy.core.http.forwarded import TrustedProxies
 from proxy.core.observe.access_format import Entry, Formatter, cache_label
-from proxy.core.observe.responses import (
-    FAST_BUCKET,
-    FAST_MICROSECONDS,
-    SECONDS,
-    SENT,
-    UNROUTED,
-    DomainResponses,
-    Responses,
-    bucket_of,
-)
+from proxy.core.observe.responses import UNROUTED, DomainResponses, Responses, record
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.origin import ORIGIN_SECONDS, REQUEST_STARTED
 from proxy.errors import ConfigError
@@ -63,30 +54,11 @@ PIPE_BUF = 4096  # a write to a pipe up to this size is never interleaved with a
 FILE_CHUNK = 1024 * 1024
 
 _HOST = hdrs.HOST
-_SENT = SENT
-_SECONDS = SECONDS
-_FAST = FAST_MICROSECONDS
-_FAST_BUCKET = FAST_BUCKET
-_bucket_of = bucket_of
+_record = record
 _REFERER = hdrs.REFERER
 _REQUEST_STARTED = REQUEST_STARTED
 _perf_counter = perf_counter
 _USER_AGENT = hdrs.USER_AGENT
-
-
-def request_client(trusted: TrustedProxies, request: web.BaseRequest) -> Client:
-    """The client of ``request``: its peer, or who a trusted proxy says it is."""
-    peer = request.remote or ""
-    if not trusted:
-        return Client(peer, request.scheme)
-    headers = request.headers
-    return trusted.client(
-        peer,
-        request.scheme,
-        forwarded_for=headers.getall(hdrs.X_FORWARDED_FOR, ()),
-        forwarded_proto=headers.getall(hdrs.X_FORWARDED_PROTO, ()),
-        forwarded=headers.getall(hdrs.FORWARDED, ()),
-    )
 
 
 def check_destination(config: Config) -> None:
@@ -197,11 +169,7 @@ class _Hook(AbstractAccessLogger):
             counts = access.figures_for(host).counts
         status = response.status
         sent = response.body_length
-        counts[status // 100] += 1  # aiohttp sends only 100-999
-        counts[_SENT] += sent
-        us = int(time * 1e6)
-        counts[_FAST_BUCKET[us] if us < _FAST else _bucket_of(time)] += 1
-        counts[_SECONDS] += time
+        _record(counts, status, sent, time)
         writer = access.writer
         if writer is not None:
             _queue(access, writer, request, response, headers, host, status, sent, time)

@@ -32,9 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from collections.abc import Callable, Iterable, Sequence
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from collections.abc import Callable
 
 log = logging.getLogger("proxy.connections")
 
@@ -42,8 +40,6 @@ LOG_EVERY = 10.0  # seconds between two lines about the same trouble
 ORIGIN_CONNECTIONS = 1024  # the origin session's pool limit (proxy/edge/origin.py)
 OWN_FILES = 64
 API_CONNECTIONS = 256  # at most; fewer under a low open-files limit (api_share)
-# The length of ``ConnectionGuard.figures()``, as edge processes report it (fleet/figures.py).
-CONNECTION_FIGURES = 7
 
 
 def raise_open_files_limit() -> int:
@@ -192,7 +188,7 @@ class ConnectionGuard:
     def figures(self) -> list[int]:
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels: as an
         edge process reports them to its node (proxy/fleet/figures.py), and as
-        connection_metrics reads them."""
+        proxy/observe/connection_metrics.py reads them."""
         return [
             self.open,
             self.limit,
@@ -211,35 +207,3 @@ class ConnectionGuard:
         """Write the lines still held back (at shutdown)."""
         self._refusals.close()
         self._malformed.close()
-
-
-def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -> Iterable[Metric]:
-    """/metrics from (listener, ``ConnectionGuard.figures()``) rows."""
-    rows = list(rows)
-    families = (
-        (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
-        (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
-        (
-            CounterMetricFamily,
-            "connections_refused",
-            "Client connections refused at the limit (503, or closed before a TLS handshake).",
-        ),
-        (
-            CounterMetricFamily,
-            "header_timeouts",
-            "Connections closed because no whole request head came in time.",
-        ),
-        (
-            CounterMetricFamily,
-            "bad_requests",
-            "Malformed requests answered 400 by the HTTP parser, by listener.",
-        ),
-        (GaugeMetricFamily, "tunnels_open", "Upgraded connections (tunnels) open, by listener."),
-        (CounterMetricFamily, "tunnels", "Upgraded connections (tunnels) opened, by listener."),
-    )
-    for index, (kind, name, text) in enumerate(families):
-        family = kind(prefix + name, text, labels=["listener"])
-        for listener, figures in rows:
-            # A report from an older process has fewer figures: the missing ones count 0.
-            family.add_metric([listener], figures[index] if index < len(figures) else 0)
-        yield family

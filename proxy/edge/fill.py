@@ -21,17 +21,17 @@ from dataclasses import dataclass, replace
 from aiohttp import hdrs, web
 
 from proxy.config.model import DomainConfig
-from proxy.core.cache.entry import CacheKey, Headers, StoredResponse
+from proxy.core.cache.conditional import conditional_headers, merge_not_modified
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.policy import (
     DontStore,
     Storable,
     assess_response,
-    conditional_headers,
     may_serve_stale,
-    merge_not_modified,
     refreshed,
 )
 from proxy.core.http.encodings import preferred
+from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.purge.purges import tagged
 from proxy.edge import ranges, respond

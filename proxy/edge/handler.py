@@ -32,7 +32,7 @@ from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
 
 from proxy.config.model import Config, DomainConfig
-from proxy.core.cache.entry import CacheKey, Headers, StoredResponse
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import cache_target, request_target
 from proxy.core.cache.policy import (
     Revalidate,
@@ -44,12 +44,14 @@ from proxy.core.cache.policy import (
 )
 from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.domains import host_from_header
+from proxy.core.http.fields import Headers
+from proxy.core.http.forwarded import request_client
 from proxy.core.http.headers import cache_status, to_origin
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.edge import bodies, ranges, respond
-from proxy.edge.access_log import request_client, trusted_proxies
+from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights

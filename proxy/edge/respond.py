@@ -10,8 +10,10 @@ from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
-from proxy.core.cache.entry import Headers, Lines, StoredResponse, write_lines
-from proxy.core.cache.policy import NOT_MODIFIED_FIELDS, RequestHeaders, not_modified, with_lines
+from proxy.core.cache.conditional import NOT_MODIFIED_FIELDS, not_modified
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.policy import RequestHeaders, with_lines
+from proxy.core.http.fields import Headers, Lines, write_lines
 from proxy.core.http.headers import via_value
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.errors import OriginBusy, OriginError, RequestBodyError

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from proxy.core.observe.responses import Responses
 from proxy.core.observe.traffic import OUTCOMES, MinuteCounts
-from proxy.edge.connections import CONNECTION_FIGURES
 from proxy.errors import FleetUnavailable, WireError
 from proxy.fleet.scripts import FleetScripts, MembersView
+from proxy.observe.connection_metrics import CONNECTION_FIGURES
 from proxy.observe.telemetry import Telemetry
 from proxy.store.base import DomainStats, Store, StoreStats
 from proxy.wire.reports import NO_INFO, EdgeReport, MemberInfo, unpack_member_info

@@ -70,8 +70,8 @@ from proxy.core.observe.traffic import (
     MinuteCounts,
     Traffic,
 )
-from proxy.edge.connections import ConnectionGuard, connection_metrics
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.response_metrics import response_metrics
 from proxy.store.base import DomainStats, StoreStats
 
@@ -166,69 +166,74 @@ class Telemetry:
         # Responses by status class, bytes and time: recorded by the edge's access-log hook.
         self.responses = Responses()
         # The listeners of this process, each adding itself when it starts.
-        self.connections: list[ConnectionGuard] = []
-        self._origin_seconds = Histogram(
-            PREFIX + "origin_request_duration_seconds",
+        self.connections: list[ListenerFigures] = []
+        self._register_origin_metrics()
+        self._register_control_metrics()
+        self.registry.register(_ScrapeCollector(self))
+
+    def _register_origin_metrics(self) -> None:
+        """The edge's requests to its origins: their time, failures and refusals."""
+        self._origin_seconds = _histogram(
+            self.registry,
+            "origin_request_duration_seconds",
             "Time to the origin's response headers, or to the failure when none came.",
+            ORIGIN_BUCKETS,
             ["domain"],
-            buckets=ORIGIN_BUCKETS,
-            registry=self.registry,
         )
-        self._origin_errors = Counter(
-            PREFIX + "origin_errors",
+        self._origin_errors = _counter(
+            self.registry,
+            "origin_errors",
             "Origin requests that failed, by kind: timeout, unreachable, protocol.",
             ["domain", "kind"],
-            registry=self.registry,
         )
-        self._origin_busy = Counter(
-            PREFIX + "origin_busy",
+        self._origin_busy = _counter(
+            self.registry,
+            "origin_busy",
             "Requests answered 503 without asking the origin: queue_timeout or uploads.",
             ["domain", "reason"],
-            registry=self.registry,
         )
-        self._body_timeouts = Counter(
-            PREFIX + "request_body_timeouts",
+        self._body_timeouts = _counter(
+            self.registry,
+            "request_body_timeouts",
             "Request bodies that stopped arriving for edge.body_timeout seconds.",
             ["domain"],
-            registry=self.registry,
         )
-        self._clears = Counter(
-            PREFIX + "clears",
-            "Clear-cache attempts, by audit outcome.",
-            ["outcome"],
-            registry=self.registry,
+
+    def _register_control_metrics(self) -> None:
+        """The control plane's clears and purges, and the node's worker restarts."""
+        self._clears = _counter(
+            self.registry, "clears", "Clear-cache attempts, by audit outcome.", ["outcome"]
         )
-        self._clear_seconds = Histogram(
-            PREFIX + "clear_duration_seconds",
+        self._clear_seconds = _histogram(
+            self.registry,
+            "clear_duration_seconds",
             "Duration of clear-cache attempts, as written to the audit log.",
-            buckets=CLEAR_BUCKETS,
-            registry=self.registry,
+            CLEAR_BUCKETS,
         )
-        self._purges = Counter(
-            PREFIX + "purges",
+        self._purges = _counter(
+            self.registry,
+            "purges",
             "Purge attempts, by kind and audit outcome.",
             ["kind", "outcome"],
-            registry=self.registry,
         )
-        self._purge_seconds = Histogram(
-            PREFIX + "purge_duration_seconds",
+        self._purge_seconds = _histogram(
+            self.registry,
+            "purge_duration_seconds",
             "Duration of purge attempts, as written to the audit log.",
-            buckets=CLEAR_BUCKETS,
-            registry=self.registry,
+            CLEAR_BUCKETS,
         )
-        self._ack_seconds = Histogram(
-            PREFIX + "purge_ack_duration_seconds",
+        self._ack_seconds = _histogram(
+            self.registry,
+            "purge_ack_duration_seconds",
             "From a fleet clear to the last live edge process's acknowledgement.",
-            buckets=CLEAR_BUCKETS,
-            registry=self.registry,
+            CLEAR_BUCKETS,
         )
-        self._worker_restarts = Counter(
-            PREFIX + "worker_restarts",
+        self._worker_restarts = _counter(
+            self.registry,
+            "worker_restarts",
             "Edge worker processes started again after they exited, by worker index.",
             ["worker"],
-            registry=self.registry,
         )
-        self.registry.register(_ScrapeCollector(self))
 
     # -- what the edge, the origin client and the API report ---------------------------------
 
@@ -346,46 +351,65 @@ class Telemetry:
         if self._remote is not None:
             yield from _fleet_metrics(self._remote)
 
-        snapshot = self._snapshot
-        if snapshot is None:
-            return
-        stats = snapshot.stats
-        yield GaugeMetricFamily(
-            PREFIX + "store_entries",
-            "Entries in the store, reclaimable ones included.",
-            stats.entries,
-        )
-        yield GaugeMetricFamily(PREFIX + "store_bytes", "Bytes held by the store.", stats.bytes)
-        yield GaugeMetricFamily(
-            PREFIX + "store_max_bytes",
-            "The store's memory bound (cache.max_bytes).",
-            stats.max_bytes,
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "store_pending_reclaim_entries",
-            "Entries of cleared generations not yet reclaimed.",
-            stats.pending_reclaim,
-        )
-        yield CounterMetricFamily(
-            PREFIX + "store_evictions",
-            "Entries evicted to stay within cache.max_bytes.",
-            stats.evictions,
-        )
-        entries = GaugeMetricFamily(
-            PREFIX + "domain_entries",
-            "Servable entries of the domain (its current generation).",
-            labels=["domain"],
-        )
-        size = GaugeMetricFamily(
-            PREFIX + "domain_bytes",
-            "Bytes of the domain's servable entries (its current generation).",
-            labels=["domain"],
-        )
-        for domain, domain_stats in snapshot.domains:
-            entries.add_metric([domain], domain_stats.entries)
-            size.add_metric([domain], domain_stats.bytes)
-        yield entries
-        yield size
+        if self._snapshot is not None:
+            yield from _store_metrics(self._snapshot)
+
+
+def _counter(
+    registry: CollectorRegistry, name: str, text: str, labels: Sequence[str] = ()
+) -> Counter:
+    return Counter(PREFIX + name, text, labels, registry=registry)
+
+
+def _histogram(
+    registry: CollectorRegistry,
+    name: str,
+    text: str,
+    buckets: Sequence[float],
+    labels: Sequence[str] = (),
+) -> Histogram:
+    return Histogram(PREFIX + name, text, labels, buckets=buckets, registry=registry)
+
+
+def _store_metrics(snapshot: _StoreSnapshot) -> Iterable[Metric]:
+    """The store's figures, as the last scrape's snapshot holds them."""
+    stats = snapshot.stats
+    yield GaugeMetricFamily(
+        PREFIX + "store_entries",
+        "Entries in the store, reclaimable ones included.",
+        stats.entries,
+    )
+    yield GaugeMetricFamily(PREFIX + "store_bytes", "Bytes held by the store.", stats.bytes)
+    yield GaugeMetricFamily(
+        PREFIX + "store_max_bytes",
+        "The store's memory bound (cache.max_bytes).",
+        stats.max_bytes,
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "store_pending_reclaim_entries",
+        "Entries of cleared generations not yet reclaimed.",
+        stats.pending_reclaim,
+    )
+    yield CounterMetricFamily(
+        PREFIX + "store_evictions",
+        "Entries evicted to stay within cache.max_bytes.",
+        stats.evictions,
+    )
+    entries = GaugeMetricFamily(
+        PREFIX + "domain_entries",
+        "Servable entries of the domain (its current generation).",
+        labels=["domain"],
+    )
+    size = GaugeMetricFamily(
+        PREFIX + "domain_bytes",
+        "Bytes of the domain's servable entries (its current generation).",
+        labels=["domain"],
+    )
+    for domain, domain_stats in snapshot.domains:
+        entries.add_metric([domain], domain_stats.entries)
+        size.add_metric([domain], domain_stats.bytes)
+    yield entries
+    yield size
 
 
 def _summed(

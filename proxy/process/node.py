@@ -33,14 +33,15 @@ from proxy.config.diff import ConfigChange
 from proxy.config.model import Config, FleetConfig
 from proxy.config.values import Listen
 from proxy.edge.access_log import check_destination
-from proxy.edge.connections import raise_open_files_limit
-from proxy.errors import ProxyError, WireError
+from proxy.errors import WireError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
+from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
+from proxy.process import startup
 from proxy.process.reload import After, domains_hook, reloading
-from proxy.process.service import Draining, StartError, control_listening, event_loop_runner
+from proxy.process.service import Draining, StartError, control_listening
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.wire.worker import Reloaded, unpack_worker_line
@@ -54,38 +55,23 @@ SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, and valkey wants roo
 
 def serve(config: Config, config_path: Path) -> int:
     """Run the node until SIGTERM/SIGINT; return the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    raise_open_files_limit()
-    with event_loop_runner() as runner:
-        try:
-            return runner.run(_serve(config, config_path))
-        except ProxyError as exc:
-            print(f"cdn-proxy: {exc}", file=sys.stderr)
-            return 1
+    return startup.run(lambda: _serve(config, config_path))
 
 
 async def _serve(config: Config, config_path: Path) -> int:
     fleet = config.fleet
     assert fleet is not None  # serve() of proxy/process/service.py runs configs without one
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = startup.stop_on_signals()
     # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
     # workers run, then passed on to them (edge_workers).
-    loop.add_signal_handler(signal.SIGUSR1, lambda: None)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: None)
     draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
     async with AsyncExitStack() as stack:
         url = fleet.url
         if url is None:
             url = await stack.enter_async_context(embedded_valkey(config))
         settings = fleet_settings(fleet, url)
-        # The fleet's figures (every edge process's report) for /metrics and the dashboard.
-        figures = FleetFigures(
-            FleetScripts(connect(url, timeout=settings.timeout), timeout=settings.timeout),
-            lease=fleet.lease,
-        )
-        figures.start()
+        figures = _fleet_figures(fleet, settings)
         stack.push_async_callback(figures.close)
         telemetry = Telemetry(
             store=figures, domains=[d.name for d in config.domains], remote=figures
@@ -128,6 +114,17 @@ async def _serve(config: Config, config_path: Path) -> int:
     await api_drained
     log.info("stopped")
     return 0
+
+
+def _fleet_figures(fleet: FleetConfig, settings: FleetSettings) -> FleetFigures:
+    """The fleet's figures (every edge process's report) for /metrics and the dashboard,
+    refreshed from now on."""
+    scripts = FleetScripts(
+        connect(settings.url, timeout=settings.timeout), timeout=settings.timeout
+    )
+    figures = FleetFigures(scripts, lease=fleet.lease)
+    figures.start()
+    return figures
 
 
 @asynccontextmanager

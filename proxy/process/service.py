@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import ssl
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -36,19 +34,20 @@ from proxy.api.readiness import READINESS
 from proxy.config.model import Config
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
-from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer, HandshakeTimedSite
+from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
 from proxy.edge.connections import (
     ConnectionGuard,
     api_share,
     edge_share,
     open_files_limit,
-    raise_open_files_limit,
 )
 from proxy.edge.handler import Edge
+from proxy.edge.handshakes import HandshakeTimedSite
 from proxy.edge.origin import new_session
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
 from proxy.observe.telemetry import StoreFigures, Telemetry
+from proxy.process import startup
 from proxy.process.reload import domains_hook, reloading
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
@@ -231,12 +230,7 @@ async def edge_listening(
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
         stack.push_async_callback(edge.close)
-        guard = ConnectionGuard(
-            "edge",
-            limit=edge_connections(config),
-            header_timeout=edge_config.header_timeout,
-            keepalive_timeout=edge_config.keepalive_timeout,
-        )
+        guard = _edge_guard(config)
         telemetry.connections.append(guard)
         runner = await _edge_runner(edge.handle, guard, access, draining, stack)
         tls_runner = None
@@ -260,6 +254,17 @@ async def edge_listening(
                 handshake_timeout=edge_config.header_timeout,
             )
         yield edge, url
+
+
+def _edge_guard(config: Config) -> ConnectionGuard:
+    """The edge listeners' connection guard (one for the plain and the TLS listener)."""
+    edge = config.edge_role()[0]
+    return ConnectionGuard(
+        "edge",
+        limit=edge_connections(config),
+        header_timeout=edge.header_timeout,
+        keepalive_timeout=edge.keepalive_timeout,
+    )
 
 
 async def _edge_runner(
@@ -422,34 +427,16 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-def event_loop_runner() -> asyncio.Runner:
-    """The process's event loop: uvloop where it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
-
-
 def serve(config: Config, config_path: Path | None = None) -> int:
     """Run one process with both roles until SIGTERM/SIGINT; return the exit code. (A node
     with workers or a fleet is run by proxy/process/node.py instead.) SIGHUP reloads the config from
     ``config_path`` (proxy/process/reload.py)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    raise_open_files_limit()
-    with event_loop_runner() as runner:
-        try:
-            return runner.run(_serve(config, config_path))
-        except ProxyError as exc:
-            print(f"cdn-proxy: {exc}", file=sys.stderr)
-            return 1
+    return startup.run(lambda: _serve(config, config_path))
 
 
 async def _serve(config: Config, config_path: Path | None = None) -> int:
-    stop = asyncio.Event()
+    stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     async with running(config) as service, AsyncExitStack() as reloads:
         if service.access is not None:
             loop.add_signal_handler(signal.SIGUSR1, service.access.reopen)  # logrotate
@@ -469,12 +456,7 @@ async def _serve(config: Config, config_path: Path | None = None) -> int:
                     clear=service.store.clear_domain,
                 )
             )
-        # Everything made so far (modules, config, the app) lives as long as the process:
-        # move it out of the garbage collector's reach, so a full collection walks only
-        # what is made while serving. With ~45k objects from imports alone, every full
-        # collection otherwise stalled all requests for milliseconds (benchmarks/README.md).
-        gc.collect()
-        gc.freeze()
+        startup.freeze_heap()
         log.info("edge listening on %s, api on %s", service.edge_url, service.api_url)
         # Machine-readable lines for scripts and tests that start us on port 0.
         print(f"edge {service.edge_url}", flush=True)

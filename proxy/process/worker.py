@@ -12,7 +12,6 @@ is gone (its standard input, a pipe from the node, reaches its end).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -23,14 +22,15 @@ from pathlib import Path
 
 from proxy.config.model import Config, FleetConfig
 from proxy.edge.access_log import EdgeAccess
-from proxy.edge.connections import raise_open_files_limit
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
+from proxy.process import startup
 from proxy.process.reload import Outcome, domains_hook, reloading
-from proxy.process.service import edge_listening, event_loop_runner, memory_store
+from proxy.process.service import edge_listening, memory_store
+from proxy.store.memory import MemoryStore
 from proxy.wire.worker import Ready, Reloaded, pack_worker_line
 
 log = logging.getLogger("proxy.worker")
@@ -61,23 +61,18 @@ def run(
     """The worker's life: returns its exit status. SIGHUP (from its node) reloads the config
     from ``config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
     MESSAGE``) for the node to read."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s %(levelname)s %(name)s[worker {index}] %(message)s",
+    return startup.run(
+        lambda: _run(
+            config,
+            config_path,
+            index=index,
+            port=port,
+            fleet_url=fleet_url,
+            tls_port=tls_port,
+            stdout_fd=stdout_fd,
+        ),
+        who=f"[worker {index}]",
     )
-    raise_open_files_limit()
-    with event_loop_runner() as runner:
-        return runner.run(
-            _run(
-                config,
-                config_path,
-                index=index,
-                port=port,
-                fleet_url=fleet_url,
-                tls_port=tls_port,
-                stdout_fd=stdout_fd,
-            )
-        )
 
 
 async def _run(
@@ -91,26 +86,13 @@ async def _run(
     stdout_fd: int = 1,
 ) -> int:
     edge, cache = config.edge_role()
-    assert config.fleet is not None  # a worker is only started for a fleet
-    stop = asyncio.Event()
+    stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     _stop_when_orphaned(loop, stop)
     async with AsyncExitStack() as stack:
         memory = await stack.enter_async_context(memory_store(cache.max_bytes // edge.workers))
-        domains = [domain.name for domain in config.domains]
-        telemetry = Telemetry(store=memory, domains=domains)
-        member = FleetMember(
-            settings=fleet_settings(config.fleet, fleet_url),
-            store=memory,
-            domains=domains,
-            node=config.fleet.node,
-            worker=index,
-            address=f"{edge.listen.host}:{port}",
-            # member.domains: the domains served now, after any reload
-            report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
-        )
+        telemetry = Telemetry(store=memory, domains=[domain.name for domain in config.domains])
+        member = _member(config, memory, telemetry, fleet_url=fleet_url, index=index, port=port)
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         store = FleetStore(memory, member)
@@ -146,13 +128,36 @@ async def _run(
                 report=_tell_node,
             )
         )
-        gc.collect()
-        gc.freeze()  # as service.serve does: the start-up heap out of the collector's reach
+        startup.freeze_heap()
         log.info("edge worker listening on %s as %s", url, member.name)
         print(pack_worker_line(Ready()), flush=True)
         await stop.wait()
         log.info("stopping: draining in-flight requests")
     return 0
+
+
+def _member(
+    config: Config,
+    memory: MemoryStore,
+    telemetry: Telemetry,
+    *,
+    fleet_url: str,
+    index: int,
+    port: int,
+) -> FleetMember:
+    """The worker's membership of the fleet, reporting its figures; not yet started."""
+    assert config.fleet is not None  # a worker is only started for a fleet
+    member = FleetMember(
+        settings=fleet_settings(config.fleet, fleet_url),
+        store=memory,
+        domains=[domain.name for domain in config.domains],
+        node=config.fleet.node,
+        worker=index,
+        address=f"{config.edge_role()[0].listen.host}:{port}",
+        # member.domains: the domains served now, after any reload
+        report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
+    )
+    return member
 
 
 def _tell_node(outcome: Outcome) -> None:

@@ -17,7 +17,6 @@ their sessions in the same transaction.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
@@ -27,6 +26,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 
 from proxy.core.auth.tokens import is_valid_token_name
 from proxy.errors import NotFoundError, StateError
+from proxy.state.on_thread import Runner, on_thread
 
 MIN_PASSWORD_LENGTH = 12
 MAX_PASSWORD_LENGTH = 1024  # bounds the work an unauthenticated sign-in can ask for
@@ -242,60 +242,24 @@ class Admins:
         return int(row[0])
 
 
-class _Runner(Protocol):
-    """AsyncState's way of running a call on the state thread."""
-
-    def __call__(
-        self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> Awaitable[_T]: ...
-
-
 class AsyncAdmins:
     """``Admins`` awaited from the event loop; each call runs on the state thread."""
 
-    def __init__(self, run: _Runner, admins: Admins) -> None:
-        self._run = run
-        self._admins = admins
+    def __init__(self, run: Runner, admins: Admins) -> None:
+        self.run = run
+        self.target = admins
 
-    async def create(self, name: str, password_hash: str, now: float) -> None:
-        await self._run(self._admins.create, name, password_hash, now)
+    async def flush(self) -> None:
+        """Nothing of the admins' is written behind: every call is written when it returns."""
 
-    async def set_password(self, name: str, password_hash: str, now: float) -> None:
-        await self._run(self._admins.set_password, name, password_hash, now)
-
-    async def remove(self, name: str) -> None:
-        await self._run(self._admins.remove, name)
-
-    async def list_admins(self) -> list[AdminRecord]:
-        return await self._run(self._admins.list_admins)
-
-    async def password_hash(self, name: str) -> str | None:
-        return await self._run(self._admins.password_hash, name)
-
-    async def start_session(
-        self,
-        digest: str,
-        name: str,
-        verified_hash: str,
-        now: float,
-        *,
-        rehashed: str | None = None,
-    ) -> bool:
-        return await self._run(
-            self._admins.start_session, digest, name, verified_hash, now, rehashed=rehashed
-        )
-
-    async def session(self, digest: str) -> SessionRecord | None:
-        return await self._run(self._admins.session, digest)
-
-    async def touch_session(self, digest: str, now: float) -> None:
-        await self._run(self._admins.touch_session, digest, now)
-
-    async def end_session(self, digest: str) -> None:
-        await self._run(self._admins.end_session, digest)
-
-    async def end_expired_sessions(self, last_seen_before: float, created_before: float) -> int:
-        return await self._run(self._admins.end_expired_sessions, last_seen_before, created_before)
-
-    async def session_count(self, name: str) -> int:
-        return await self._run(self._admins.session_count, name)
+    create = on_thread(Admins.create)
+    set_password = on_thread(Admins.set_password)
+    remove = on_thread(Admins.remove)
+    list_admins = on_thread(Admins.list_admins)
+    password_hash = on_thread(Admins.password_hash)
+    start_session = on_thread(Admins.start_session)
+    session = on_thread(Admins.session)
+    touch_session = on_thread(Admins.touch_session)
+    end_session = on_thread(Admins.end_session)
+    end_expired_sessions = on_thread(Admins.end_expired_sessions)
+    session_count = on_thread(Admins.session_count)

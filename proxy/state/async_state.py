@@ -23,10 +23,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, Self, TypeVar
 
-from proxy.core.auth.tokens import Scope, hash_token
+from proxy.core.auth.tokens import hash_token
 from proxy.errors import StateError
 from proxy.state.admins import AsyncAdmins
 from proxy.state.journal import AuditJournal, Segment, replay
+from proxy.state.on_thread import on_thread
 from proxy.state.sqlite import AuditRecord, StateDB, TokenRecord
 
 # Audit records and token uses wait at most this long to be written, all of them in one
@@ -58,10 +59,10 @@ class AsyncState:
     ) -> None:
         self._executor = executor
         self._flush_seconds = flush_seconds
-        self._db = db
+        self._db = self.target = db  # ``target``: what on_thread methods call
         self._journal = journal
         self._closed = False
-        self.admins = AsyncAdmins(self._run, db.admins)
+        self.admins = AsyncAdmins(self.run, db.admins)
         self._records: list[AuditRecord] = []
         self._segments: list[Segment] = []  # the journal segment of each journaled record
         self._uses: dict[str, float] = {}  # SHA-256 of a token value -> when it was last used
@@ -134,7 +135,8 @@ class AsyncState:
     ) -> None:
         await self.close()
 
-    async def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    async def run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``fn(*args, **kwargs)`` on the state thread."""
         if self._closed:
             raise StateError("the state database is closed")
         call = functools.partial(fn, *args, **kwargs)
@@ -142,7 +144,7 @@ class AsyncState:
 
     async def authenticate(self, token: str, now: float) -> TokenRecord | None:
         """The record of a known token, its last use set to ``now`` (written behind)."""
-        record = await self._run(self._db.find_token, token)
+        record = await self.run(self._db.find_token, token)
         if record is None:
             return None
         self._uses[hash_token(token)] = now
@@ -194,7 +196,7 @@ class AsyncState:
             if self._journal is not None:
                 self._journal.rotate()  # if full, what follows goes to a new segment
             try:
-                await self._run(self._db.write_batch, uses, records)
+                await self.run(self._db.write_batch, uses, records)
             except StateError as exc:
                 kept = " (kept in the audit journal for the next start)" if segments else ""
                 log.error("audit records not written%s (%s): %r", kept, exc, records)
@@ -223,29 +225,9 @@ class AsyncState:
         if not (self._flushes or self._records or self._uses):
             self._settled.set()
 
-    async def list_audit(
-        self,
-        limit: int = 100,
-        offset: int = 0,
-        *,
-        domain: str | None = None,
-        outcome: str | None = None,
-        kind: str | None = None,
-    ) -> list[AuditRecord]:
-        await self.flush()
-        return await self._run(
-            self._db.list_audit, limit, offset, domain=domain, outcome=outcome, kind=kind
-        )
-
-    async def create_token(self, name: str, scope: Scope, now: float) -> str:
-        return await self._run(self._db.create_token, name, scope, now)
-
-    async def regenerate_token(self, name: str, now: float) -> str:
-        return await self._run(self._db.regenerate_token, name, now)
-
-    async def revoke_token(self, name: str) -> None:
-        await self._run(self._db.revoke_token, name)
-
-    async def list_tokens(self) -> list[TokenRecord]:
-        await self.flush()
-        return await self._run(self._db.list_tokens)
+    # Reading the audit log or the tokens writes what is pending first.
+    list_audit = on_thread(StateDB.list_audit, flush_first=True)
+    list_tokens = on_thread(StateDB.list_tokens, flush_first=True)
+    create_token = on_thread(StateDB.create_token)
+    regenerate_token = on_thread(StateDB.regenerate_token)
+    revoke_token = on_thread(StateDB.revoke_token)

@@ -5,10 +5,10 @@ Layout:
   the response itself when there is one (the usual case, no list to keep per key), a list of
   them, newest first, when there are several. Every key belongs to one bucket, the
   (domain, generation) it was stored under.
-- Inside the store a key is one string, "domain generation target" (``_Key``): 48 bytes less an
+- Inside the store a key is one string, "domain generation target" (``Key``): 48 bytes less an
   entry than the (domain, generation, target) tuple and its own target string. It cannot
   collide: a domain holds no space and a generation is digits, so the first two spaces split
-  any key back into the tuple it was made from (``_parse``).
+  any key back into the tuple it was made from (``parse_key``).
 - A clear moves the domain to a new generation and queues the old bucket for reclaim. Nothing
   is touched per entry, so the clear costs the same with 10 or 1,000,000 entries. The old
   keys can never be built again (keys carry the generation), so they are never served.
@@ -27,124 +27,31 @@ Layout:
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import itertools
-import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
 
-from proxy.core.cache.entry import CacheKey, StoredResponse, holds_no_cycle
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import scheme_targets
-from proxy.core.purge.purges import HARD, Purge, PurgeResult, covering, stale_lifetime
+from proxy.core.purge.purges import HARD, Purge, PurgeResult, covering
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
+from proxy.store.entries import (
+    Bucket,
+    Key,
+    Stored,
+    joined_key,
+    parse_key,
+    soft_expired,
+    untrack,
+    variants_of,
+)
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
 from proxy.store.purging import DomainPurges, Walk, dry_count, listed_key
 
 MAX_VARIANTS_PER_KEY = 16
 RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
 COMPACT_SLACK = 64  # listed keys beyond twice the live ones before a bucket's list is compacted
-
-# What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
-_Stored = StoredResponse | list[StoredResponse]
-# A key as the store keeps it: f"{domain} {generation} {target}".
-_Key = str
-
-
-def _joined(key: CacheKey) -> _Key:
-    domain, generation, target = key
-    return f"{domain} {generation} {target}"
-
-
-def _parse(key: _Key) -> CacheKey:
-    domain, generation, target = key.split(" ", 2)
-    return (domain, int(generation), target)
-
-
-def _variants(stored: _Stored) -> Sequence[StoredResponse]:
-    return (stored,) if isinstance(stored, StoredResponse) else stored
-
-
-def _untracker() -> Callable[[StoredResponse], None]:
-    """What ``put`` does to each entry it stores: on CPython, take it out of the garbage
-    collector's reach with PyObject_GC_UnTrack (it is still freed by reference counting when
-    dropped), but only when the collector tracks it and ``holds_no_cycle`` passes it: an entry
-    that could be part of a cycle stays tracked, so the cycle is still freed. Elsewhere,
-    nothing."""
-    if sys.implementation.name != "cpython":
-        return lambda _: None
-    # pythonapi calls hold the GIL, so no collection runs while an object is untracked.
-    untrack = ctypes.pythonapi.PyObject_GC_UnTrack
-    untrack.argtypes = [ctypes.py_object]
-    untrack.restype = None
-    is_tracked = gc.is_tracked
-
-    def untrack_entry(entry: StoredResponse) -> None:
-        # is_tracked first: it is also False for an object without the collector's header,
-        # which PyObject_GC_UnTrack would write through.
-        if is_tracked(entry) and holds_no_cycle(entry):
-            untrack(entry)
-
-    return untrack_entry
-
-
-_untrack = _untracker()
-
-
-def _expired(entry: StoredResponse, stale_at: float) -> StoredResponse:
-    """A copy of the entry whose freshness ends no later than ``stale_at`` (a soft purge):
-    served again only after revalidation, or within stale-while-revalidate and stale-if-error
-    counted from then. Its mark is the store's to set."""
-    lifetime = stale_lifetime(entry.birth, entry.freshness_lifetime, stale_at)
-    copy = replace(entry, freshness_lifetime=lifetime)
-    _untrack(copy)
-    return copy
-
-
-@dataclass(slots=True)
-class _Bucket:
-    """The keys of one (domain, generation), for the reclaim after a clear.
-
-    A list, not a set: a slot costs 8 bytes, not 40 to 100. A key dropped by eviction or
-    invalidation stays listed (finding it would cost a scan) and one stored again is listed
-    again; the list is compacted to the live keys when it grows past twice their number, so
-    it stays within about twice what a set would hold, at a fifth of the memory a key.
-    The newest keys are in ``keys``; every KEY_CHUNK of them are sealed into a tuple in
-    ``sealed``, which the garbage collector stops visiting (see the module docstring)."""
-
-    keys: list[_Key] = field(default_factory=list)
-    sealed: list[tuple[_Key, ...]] = field(default_factory=list)
-    listed: int = 0  # keys in keys and sealed
-    relists: int = 0  # compactions so far (the purge walker restarts after one)
-    live: int = 0  # listed keys that are in the store
-    entries: int = 0
-    bytes: int = 0
-
-    def add(self, key: _Key) -> None:
-        keys = self.keys
-        keys.append(key)
-        self.listed += 1
-        if len(keys) >= KEY_CHUNK:
-            self.sealed.append(tuple(keys))
-            self.keys = []
-
-    def pop(self) -> _Key:
-        """The newest listed key, unlisted. There must be one."""
-        if not self.keys:
-            self.keys = list(self.sealed.pop())
-        self.listed -= 1
-        return self.keys.pop()
-
-    def all_keys(self) -> Iterator[_Key]:
-        return itertools.chain(itertools.chain.from_iterable(self.sealed), self.keys)
-
-    def relist(self, keys: list[_Key]) -> None:
-        self.sealed = [tuple(keys[i : i + KEY_CHUNK]) for i in range(0, len(keys), KEY_CHUNK)]
-        self.keys = list(self.sealed.pop()) if self.sealed else []
-        self.listed = len(keys)
-        self.relists += 1
 
 
 class MemoryStore:
@@ -158,13 +65,13 @@ class MemoryStore:
         self.max_bytes = max_bytes
         self._on_clear = on_clear  # called when there is work for ``reclaim`` or ``settle``
         self._clock = clock  # wall clock, as the edge's: a soft purge's time
-        self._lru: OrderedDict[_Key, _Stored] = OrderedDict()
+        self._lru: OrderedDict[Key, Stored] = OrderedDict()
         self._generations: dict[str, int] = {}
         # domain -> "domain generation " of its generation, for domains with no lazy purge
         # outstanding, whose entries ``peek`` serves unchecked
         self._prefixes: dict[str, str] = {}
         self._purges: dict[str, DomainPurges] = {}  # domains purged other than by a clear
-        self._buckets: dict[tuple[str, int], _Bucket] = {}
+        self._buckets: dict[tuple[str, int], Bucket] = {}
         self._doomed: deque[tuple[str, int]] = deque()
         self._bytes = 0
         self._entries = 0
@@ -220,7 +127,7 @@ class MemoryStore:
         if stored is None:
             return Lookup(key, ())
         self._lru.move_to_end(joined)
-        return Lookup(key, _variants(stored))
+        return Lookup(key, variants_of(stored))
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
         domain, token, target = key
@@ -237,14 +144,14 @@ class MemoryStore:
             return False
         bucket = self._buckets.get((domain, generation))
         if bucket is None:
-            bucket = self._buckets[(domain, generation)] = _Bucket()
+            bucket = self._buckets[(domain, generation)] = Bucket()
         joined = f"{domain} {generation} {target}"
         response.set_mark(0 if state is None else state.number)
         old = self._lru.pop(joined, None)
-        stored: _Stored = response
+        stored: Stored = response
         if old is not None:
             variants = [response]
-            for variant in _variants(old):
+            for variant in variants_of(old):
                 same_variant = (
                     variant.vary == response.vary and variant.vary_values == response.vary_values
                 )
@@ -255,7 +162,7 @@ class MemoryStore:
             if len(variants) > 1:
                 stored = variants
         self._lru[joined] = stored
-        _untrack(response)
+        untrack(response)
         if old is None:
             bucket.add(joined)
             bucket.live += 1
@@ -269,7 +176,7 @@ class MemoryStore:
     async def invalidate(self, domain: str, target: str) -> int:
         """Drop the request-target's entries, for either scheme (core/keys.py)."""
         generation = self._generations.get(domain, 0)
-        return sum(self._drop(_joined((domain, generation, t))) for t in scheme_targets(target))
+        return sum(self._drop(joined_key((domain, generation, t))) for t in scheme_targets(target))
 
     async def clear_domain(self, domain: str) -> ClearResult:
         generation = self._generations.get(domain, 0)
@@ -387,7 +294,7 @@ class MemoryStore:
                 if stored is not None:  # else dropped before, or listed twice
                     bucket.live -= 1
                     self._pending -= 1
-                    variants = _variants(stored)
+                    variants = variants_of(stored)
                     self._account(bucket, -len(variants), -sum(v.size for v in variants))
                     done += 1
             if not bucket.live:
@@ -438,9 +345,7 @@ class MemoryStore:
                 state.walk.relists = bucket.relists
         return visited
 
-    def _settled(
-        self, state: DomainPurges, key: _Key, target: str, stored: _Stored
-    ) -> _Stored | None:
+    def _settled(self, state: DomainPurges, key: Key, target: str, stored: Stored) -> Stored | None:
         """What is stored under the key once the outstanding lazy purges have been applied
         to each variant stored before them: dropped when one covers it hard, its freshness
         ended at the purge's time when one covers it soft; each checked variant is marked,
@@ -448,7 +353,7 @@ class MemoryStore:
         kept: list[StoredResponse] = []
         dropped: list[StoredResponse] = []
         grown = 0  # bytes an expired copy counts beyond the entry it replaces (none, usually)
-        for variant in _variants(stored):
+        for variant in variants_of(stored):
             if variant.mark >= state.top:
                 kept.append(variant)
                 continue
@@ -459,7 +364,7 @@ class MemoryStore:
                 dropped.append(variant)
                 continue
             if covered is not None:
-                expired = _expired(variant, covered.stale_at)
+                expired = soft_expired(variant, covered.stale_at)
                 grown += expired.size - variant.size
                 variant = expired
             variant.set_mark(state.number)
@@ -467,10 +372,10 @@ class MemoryStore:
         if not kept:
             self._drop(key)
             return None
-        if not dropped and all(a is b for a, b in zip(kept, _variants(stored), strict=True)):
+        if not dropped and all(a is b for a, b in zip(kept, variants_of(stored), strict=True)):
             return stored
         self._account(self._bucket_of(key), -len(dropped), grown - sum(v.size for v in dropped))
-        new: _Stored = kept[0] if len(kept) == 1 else kept
+        new: Stored = kept[0] if len(kept) == 1 else kept
         self._lru[key] = new  # an existing key: its place in the LRU order is kept
         return new
 
@@ -503,13 +408,13 @@ class MemoryStore:
                 stored = self._settled(state, key, target, stored)  # already purged lazily?
             if stored is None:
                 continue
-            variants = _variants(stored)
+            variants = variants_of(stored)
             entries += len(variants)
             size += sum(v.size for v in variants)
             if not purge.soft:
                 self._drop(key)
                 continue
-            expired = [_expired(v, now) for v in variants]
+            expired = [soft_expired(v, now) for v in variants]
             for variant in expired:
                 variant.set_mark(state.number)
             grown = sum(v.size for v in expired) - sum(v.size for v in variants)
@@ -527,7 +432,7 @@ class MemoryStore:
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
         if purge.kind == "url":
             targets = itertools.chain.from_iterable(map(scheme_targets, purge.items))
-            keys: Iterable[_Key] = [prefix + target for target in targets]
+            keys: Iterable[Key] = [prefix + target for target in targets]
         elif bucket is None:
             keys = ()
         else:
@@ -536,40 +441,40 @@ class MemoryStore:
             )
         return await dry_count(keys, self._held, prefix=prefix, state=state, purge=purge)
 
-    def _held(self, key: _Key) -> Sequence[StoredResponse]:
+    def _held(self, key: Key) -> Sequence[StoredResponse]:
         stored = self._lru.get(key)
-        return () if stored is None else _variants(stored)
+        return () if stored is None else variants_of(stored)
 
-    def items(self) -> list[tuple[CacheKey, _Stored]]:
+    def items(self) -> list[tuple[CacheKey, Stored]]:
         """What is stored, least recently used first, without touching recency (for tests and
         diagnostics: a copy of the whole index)."""
-        return [(_parse(key), stored) for key, stored in self._lru.items()]
+        return [(parse_key(key), stored) for key, stored in self._lru.items()]
 
-    def held(self, key: CacheKey) -> _Stored | None:
+    def held(self, key: CacheKey) -> Stored | None:
         """What is stored under the key, whatever its generation, without touching recency
         (for tests and diagnostics)."""
-        return self._lru.get(_joined(key))
+        return self._lru.get(joined_key(key))
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _account(self, bucket: _Bucket, entries: int, size: int) -> None:
+    def _account(self, bucket: Bucket, entries: int, size: int) -> None:
         bucket.entries += entries
         bucket.bytes += size
         self._entries += entries
         self._bytes += size
 
-    def _bucket_of(self, key: _Key) -> _Bucket:
-        domain, generation, _ = _parse(key)
+    def _bucket_of(self, key: Key) -> Bucket:
+        domain, generation, _ = parse_key(key)
         return self._buckets[(domain, generation)]
 
-    def _drop(self, key: _Key) -> int:
+    def _drop(self, key: Key) -> int:
         stored = self._lru.pop(key, None)
         if stored is None:
             return 0
-        variants = _variants(stored)
-        domain, generation, _ = _parse(key)
+        variants = variants_of(stored)
+        domain, generation, _ = parse_key(key)
         bucket = self._buckets[(domain, generation)]
-        bucket.live -= 1  # still listed: see _Bucket
+        bucket.live -= 1  # still listed: see Bucket
         if generation != self._generations.get(domain, 0):
             self._pending -= 1
         self._account(bucket, -len(variants), -sum(v.size for v in variants))

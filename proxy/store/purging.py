@@ -32,7 +32,7 @@ from proxy.core.cache.keys import target_of
 from proxy.core.purge.purges import HARD, MAX_SAMPLE, Bans, LastPurges, Purge, covering
 
 RECENT = 1024  # purges remembered per domain for fills in flight
-KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (memory._Bucket)
+KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (entries.Bucket)
 DRY_SLICE = 2000  # keys a dry run reads between yields to the event loop
 
 
@@ -123,7 +123,7 @@ def covers(purge: Purge, target: str, tags: tuple[str, ...]) -> bool:
 
 
 def listed_key(sealed: list[tuple[str, ...]], keys: list[str], index: int) -> str | None:
-    """The bucket's ``index``-th listed key, None past the last (memory._Bucket's layout:
+    """The bucket's ``index``-th listed key, None past the last (entries.Bucket's layout:
     sealed tuples of KEY_CHUNK keys, oldest first, then the unsealed ones)."""
     chunk, offset = divmod(index, KEY_CHUNK)
     if chunk < len(sealed):

@@ -7,15 +7,8 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from proxy.core.cache.entry import (
-    ENTRY_OVERHEAD,
-    HEADER_OVERHEAD,
-    LINE_OVERHEAD,
-    Headers,
-    StoredResponse,
-    line_fields,
-    write_lines,
-)
+from proxy.core.cache.entry import ENTRY_OVERHEAD, HEADER_OVERHEAD, LINE_OVERHEAD, StoredResponse
+from proxy.core.http.fields import Headers, line_fields, write_lines
 
 NOW = 1_700_000_000.0
 HEADERS: Headers = (("Content-Type", "text/css"), ("Cache-Control", "max-age=60"))

@@ -3,9 +3,12 @@ only from trusted peers, walked from the right as nginx's real_ip_recursive does
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from multidict import CIMultiDict
 
 from proxy.core.http.forwarded import (
     FORWARDED,
@@ -13,6 +16,7 @@ from proxy.core.http.forwarded import (
     Client,
     TrustedProxies,
     parse_networks,
+    request_client,
 )
 
 TRUSTED = TrustedProxies(parse_networks(["10.0.0.0/8", "fd00::/8", "127.0.0.1"]))
@@ -89,6 +93,59 @@ def test_nothing_trusted_reads_nothing() -> None:
     assert proxies.client("127.0.0.1", "https", forwarded_for=["1.2.3.4"]) == Client(
         "127.0.0.1", "https"
     )
+
+
+@pytest.mark.parametrize(
+    ("trusted", "peer", "fields", "expected"),
+    [
+        # Each line of a field is read, in order, whatever the spelling of its name.
+        (
+            TRUSTED,
+            "10.0.0.1",
+            [("X-Forwarded-For", "6.6.6.6"), ("x-forwarded-for", "198.51.100.7")],
+            Client("198.51.100.7", "http"),
+        ),
+        (
+            TRUSTED,
+            "10.0.0.1",
+            [("X-Forwarded-For", "198.51.100.7"), ("X-Forwarded-Proto", "https")],
+            Client("198.51.100.7", "https"),
+        ),
+        (
+            TrustedProxies(parse_networks(["10.0.0.0/8"]), FORWARDED),
+            "10.0.0.1",
+            [("Forwarded", "for=198.51.100.7;proto=https")],
+            Client("198.51.100.7", "https"),
+        ),
+        # Nobody trusted, or an untrusted peer: the peer and the listener's scheme.
+        (
+            TrustedProxies(()),
+            "10.0.0.1",
+            [("X-Forwarded-For", "1.2.3.4")],
+            Client("10.0.0.1", "http"),
+        ),
+        (TRUSTED, "203.0.113.9", [("X-Forwarded-For", "1.2.3.4")], Client("203.0.113.9", "http")),
+    ],
+)
+def test_request_client_reads_a_requests_fields(
+    trusted: TrustedProxies, peer: str, fields: list[tuple[str, str]], expected: Client
+) -> None:
+    """The edge and the API ask ``request_client`` with their request (its peer, scheme and
+    fields in a multidict, as aiohttp's)."""
+    assert request_client(trusted, FakeRequest(peer, "http", CIMultiDict(fields))) == expected
+
+
+def test_request_client_without_a_peer() -> None:
+    """A request whose transport is gone has no peer: nobody to trust, an empty address."""
+    request = FakeRequest(None, "https", CIMultiDict([("X-Forwarded-For", "1.2.3.4")]))
+    assert request_client(TRUSTED, request) == Client("", "https")
+
+
+@dataclass(frozen=True)
+class FakeRequest:
+    remote: str | None
+    scheme: str
+    headers: CIMultiDict[str]
 
 
 @pytest.mark.parametrize("bad", ["10.0.0.1/8", "not-an-ip", "10.0.0.0/33", "", "::1/129"])

@@ -8,6 +8,7 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
+from proxy.core.cache.conditional import conditional_headers, merge_not_modified, not_modified
 from proxy.core.cache.entry import HEADER_OVERHEAD, StoredResponse
 from proxy.core.cache.policy import (
     Forward,
@@ -15,11 +16,8 @@ from proxy.core.cache.policy import (
     Serve,
     Storable,
     assess_response,
-    conditional_headers,
     decide_lookup,
     invalidation_targets,
-    merge_not_modified,
-    not_modified,
     only_if_cached,
     refreshed,
     select_variant,

@@ -7,7 +7,7 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
-from proxy.core.cache.entry import ENTRY_OVERHEAD, Headers
+from proxy.core.cache.entry import ENTRY_OVERHEAD
 from proxy.core.cache.policy import (
     DontStore,
     Storable,
@@ -16,6 +16,7 @@ from proxy.core.cache.policy import (
     explicit_lifetime,
     heuristic_lifetime,
 )
+from proxy.core.http.fields import Headers
 from proxy.core.http.httpdate import parse_cache_control
 
 NOW = 1_700_000_000.0

@@ -8,14 +8,9 @@ from email.utils import formatdate
 import pytest
 from multidict import CIMultiDict
 
+from proxy.core.cache.conditional import merge_not_modified
 from proxy.core.cache.entry import StoredResponse
-from proxy.core.cache.policy import (
-    DontStore,
-    Storable,
-    assess_response,
-    may_serve_stale,
-    merge_not_modified,
-)
+from proxy.core.cache.policy import DontStore, Storable, assess_response, may_serve_stale
 from proxy.core.cache.targeted import (
     cdn_cache_control,
     surrogate_capability,

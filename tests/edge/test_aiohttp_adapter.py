@@ -31,7 +31,6 @@ from proxy.edge.aiohttp_adapter import (
     GuardedAppRunner,
     GuardedRequestHandler,
     GuardedServer,
-    HandshakeTimedSite,
     OriginConnector,
     Prewritten,
     answer_and_close,
@@ -39,6 +38,7 @@ from proxy.edge.aiohttp_adapter import (
     take_over,
 )
 from proxy.edge.connections import ConnectionGuard
+from proxy.edge.handshakes import HandshakeTimedSite
 from tests.edge.tls_support import Certificates
 from tests.polling import until
 

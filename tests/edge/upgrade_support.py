@@ -60,7 +60,9 @@ async def running_edge(tmp_path: Path, origin_url: str, **edge: Any) -> AsyncIte
         running,
         url,
     ):
-        yield RunningEdge(running, url, telemetry.connections[0], telemetry, draining)
+        guard = telemetry.connections[0]
+        assert isinstance(guard, ConnectionGuard)  # telemetry reads it as ListenerFigures
+        yield RunningEdge(running, url, guard, telemetry, draining)
 
 
 async def websocket_echo(request: web.Request) -> web.StreamResponse:

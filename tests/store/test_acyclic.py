@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict, istr
 
 from proxy.core.cache import entry as entry_module
-from proxy.core.cache.entry import Headers, StoredResponse, holds_no_cycle
+from proxy.core.cache.entry import StoredResponse, holds_no_cycle
 from proxy.core.cache.policy import Storable, assess_response, refreshed
+from proxy.core.http.fields import Headers
 from proxy.edge import respond
 from proxy.store.memory import MemoryStore
 

@@ -10,14 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.core.cache.entry import (
-    ENTRY_OVERHEAD,
-    LINE_OVERHEAD,
-    CacheKey,
-    StoredResponse,
-    write_lines,
-)
+from proxy.core.cache.entry import ENTRY_OVERHEAD, LINE_OVERHEAD, CacheKey, StoredResponse
 from proxy.core.cache.policy import Storable, with_lines
+from proxy.core.http.fields import write_lines
 from proxy.edge import respond
 from proxy.store.base import ClearResult, DomainStats, LocalPurger, StoreStats
 from proxy.store.memory import (

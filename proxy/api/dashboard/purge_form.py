@@ -21,7 +21,6 @@ not configured, the fleet unavailable) shows its status and detail the same way.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from aiohttp import web
 from multidict import MultiDict
@@ -30,7 +29,7 @@ from proxy.api.dashboard.auth import ActionHandler, Handler, action
 from proxy.api.dashboard.context import DASHBOARD, Session
 from proxy.api.dashboard.pages import render
 from proxy.api.dashboard.receipt_view import KIND_LABELS, receipt_view
-from proxy.api.dashboard.views import render_domains
+from proxy.api.dashboard.views import PurgeFill, render_domains
 from proxy.api.gate import as_admin
 from proxy.api.purge import PurgeAnswer, audited_purge
 from proxy.core.purge.purges import InvalidPurge, Purge, purge_request
@@ -42,17 +41,6 @@ log = logging.getLogger("proxy.dashboard")
 MAX_PURGE_FORM_BYTES = 1024 * 1024
 # What a line of the textarea may be wrapped in: a browser sends CRLF, people paste spaces.
 _LINE_PADDING = " \t\r"
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeFill:
-    """The purge form as it was posted, to show it again with ``error``."""
-
-    domain: str
-    kind: str
-    text: str  # the items, one per line
-    soft: bool
-    error: str
 
 
 class FormError(Exception):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from multidict import MultiDict
@@ -25,9 +24,6 @@ from proxy.api.dashboard.pages import PageError, render
 from proxy.api.dashboard.receipt_view import HISTORY_KINDS, KIND_LABELS, history_row
 from proxy.core.domains import normalise_domain
 from proxy.state.sqlite import MAX_AUDIT_TEXT
-
-if TYPE_CHECKING:  # purge_form imports this module for render_domains
-    from proxy.api.dashboard.purge_form import PurgeFill
 
 log = logging.getLogger("proxy.dashboard")
 
@@ -52,6 +48,18 @@ async def overview(request: web.Request, session: Session) -> web.StreamResponse
         {"title": "Overview", "active": "overview", "chart": chart},
         session=session,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeFill:
+    """The Domains page's purge form (purge_form.py) as it was posted, to show it again with
+    ``error``."""
+
+    domain: str
+    kind: str
+    text: str  # the items, one per line
+    soft: bool
+    error: str
 
 
 @dataclass(frozen=True, slots=True)

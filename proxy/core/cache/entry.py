@@ -23,12 +23,13 @@ leaves an entry it does not pass to the collector.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+
+from proxy.core.http.fields import Headers, Lines, line_fields, write_lines
 
 # (domain, generation, request-target as received). Callers pass the parts, never a string
 # they joined, so no Host or path can be spelled to collide with another domain's key. (The
@@ -36,41 +37,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 # generation is digits, so the first two spaces split any joined key back; memory.py.)
 CacheKey = tuple[str, int, str]
 
-Headers = tuple[tuple[str, str], ...]
-
-
-Lines = tuple[bytes, ...]
 T = TypeVar("T")
-
-
-def line_fields(lines: Lines) -> Headers:
-    """The fields of lines written by ``write_lines``: every line after the status line."""
-    return tuple(
-        (name, value)
-        for name, _, value in (line[:-2].decode("utf-8").partition(": ") for line in lines[1:])
-    )
-
-
-def write_lines(status: int, reason: str, headers: Headers) -> Lines | None:
-    """The status line and each field as HTTP/1.1 sends them, one bytes object per line (so
-    entries can share the lines they repeat), each ending in CRLF; None when a field cannot be
-    written back exactly as it reads (``line_fields``): a name that is not a token, a value
-    with a control character, text that is not UTF-8."""
-    if _CONTROL.search(reason):
-        return None
-    lines = [f"HTTP/1.1 {status} {reason}\r\n"]
-    for name, value in headers:
-        if not _TOKEN.fullmatch(name) or _CONTROL.search(value):
-            return None
-        lines.append(f"{name}: {value}\r\n")
-    try:
-        return tuple(line.encode("utf-8") for line in lines)
-    except UnicodeEncodeError:  # surrogate escapes: bytes the client could not decode
-        return None
-
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what a field value may not hold
 
 
 class _StoredHeaders:

@@ -13,12 +13,13 @@ Theory of operation. A request flows through three decisions:
    without explicit freshness unless the domain allows heuristics, nor without a validator
    when the response is stale at once) and reduces freshness to a deadline once (§4.2.1,
    §4.2.3), so a hit never parses Cache-Control again.
-3. ``merge_not_modified`` and ``refreshed`` (§4.3.4, §3.2): a 304 to a revalidation updates
-   the stored headers, and the stored body is kept under them.
+3. ``merge_not_modified`` (conditional.py) and ``refreshed`` (§4.3.4, §3.2): a 304 to a
+   revalidation updates the stored headers, and the stored body is kept under them.
 
-Plus ``invalidation_targets`` (§4.4) for unsafe methods, ``not_modified`` (RFC 9110
-§13.2.2) to answer clients' own conditional requests from a fresh entry, and
-``may_serve_stale`` / ``serve_while_revalidating`` (§4.2.4, RFC 5861) for stale entries.
+Plus ``invalidation_targets`` (§4.4) for unsafe methods and ``may_serve_stale`` /
+``serve_while_revalidating`` (§4.2.4, RFC 5861) for stale entries. Conditional requests, the
+cache's to its origin and the clients' to the cache (RFC 9110 §13.2.2), are in
+conditional.py.
 
 Nothing here reads the clock: every time is passed in as ``now``, ``request_time`` or
 ``response_time`` (wall-clock seconds).
@@ -32,10 +33,11 @@ from http import HTTPStatus
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
-from proxy.core.cache.entry import Headers, Lines, StoredResponse, last_field
-from proxy.core.cache.storability import HEURISTICALLY_CACHEABLE, NOT_STORED, refusal, stored_fields
+from proxy.core.cache.entry import StoredResponse, last_field
+from proxy.core.cache.storability import HEURISTICALLY_CACHEABLE, refusal, stored_fields
 from proxy.core.cache.targeted import targeted_directives
 from proxy.core.domains import host_from_header
+from proxy.core.http.fields import Headers, Lines
 from proxy.core.http.headers import not_passed_on_fill
 from proxy.core.http.httpdate import (
     Directives,
@@ -391,65 +393,6 @@ def corrected_initial_age(
     apparent_age = max(0.0, response_time - date) if date is not None else 0.0
     response_delay = max(0.0, response_time - request_time)
     return max(apparent_age, age_value + response_delay)
-
-
-# -- 3. revalidation (§4.3) -------------------------------------------------------------------
-
-
-def conditional_headers(stored: StoredResponse) -> list[tuple[str, str]]:
-    """Validators to send to the origin when revalidating (§4.3.1)."""
-    headers: list[tuple[str, str]] = []
-    if stored.etag is not None:
-        headers.append(("If-None-Match", stored.etag))
-    if stored.last_modified is not None:
-        headers.append(("If-Modified-Since", stored.last_modified))
-    return headers
-
-
-# §3.2: fields a 304 does not update, because they describe the stored body itself (its
-# length, coding, range, digest) or the validator the 304 was matched against.
-_NOT_UPDATED = frozenset(
-    {"content-length", "content-encoding", "content-range", "content-md5", "etag"}
-)
-
-
-def merge_not_modified(stored: StoredResponse, not_modified: Headers) -> Headers:
-    """§3.2, §4.3.4: the 304's fields replace the stored ones, except those describing the
-    stored body (``_NOT_UPDATED``) and fields never stored."""
-    replaced = {
-        name.lower()
-        for name, _ in not_modified
-        if name.lower() not in NOT_STORED and name.lower() not in _NOT_UPDATED
-    }
-    kept = [(n, v) for n, v in stored.headers if n.lower() not in replaced]
-    added = [(n, v) for n, v in not_modified if n.lower() in replaced]
-    return tuple(kept + added)
-
-
-# -- clients' own conditional requests (RFC 9110 §13.2.2) --------------------------------------
-
-
-def not_modified(stored: StoredResponse, request: RequestHeaders) -> bool:
-    """True when a 304 answers the client's conditional GET/HEAD from this response."""
-    if_none_match = request.getall("if-none-match", [])
-    if if_none_match:
-        wanted = {_opaque(tag) for value in if_none_match for tag in value.split(",")}
-        if "*" in wanted:
-            return True  # RFC 9110 §13.1.2: "*" matches any current representation
-        return stored.etag is not None and _opaque(stored.etag) in wanted  # weak comparison
-    since = parse_http_date(request.get("if-modified-since"))
-    modified = parse_http_date(stored.last_modified)
-    return since is not None and modified is not None and modified <= since
-
-
-def _opaque(tag: str) -> str:
-    tag = tag.strip()
-    return tag[2:] if tag.startswith("W/") else tag
-
-
-NOT_MODIFIED_FIELDS = frozenset(
-    {"cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"}
-)
 
 
 # -- invalidation (§4.4) ----------------------------------------------------------------------

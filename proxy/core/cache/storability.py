@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from proxy.core.cache.entry import Headers
+from proxy.core.http.fields import Headers
 from proxy.core.http.httpdate import Directives, delta_seconds, field_names, unqualified
 
 # RFC 9110 §15.1: "a response with a heuristically cacheable status code" (§3 ¶2.7).
@@ -43,7 +43,7 @@ NOT_STORED = frozenset(
         "proxy-authorization",
         "age",  # §4.2.3: recomputed on every use from the corrected initial age
         # One user's: a response carrying it is not stored (``refusal``), nor is a 304's
-        # merged into a stored response (``policy.merge_not_modified``).
+        # merged into a stored response (``conditional.merge_not_modified``).
         "set-cookie",
         "cache-status",  # RFC 9211 §2: each cache adds its own member; the origin's is dropped
     }

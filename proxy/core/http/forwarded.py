@@ -25,11 +25,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 X_FORWARDED_FOR = "x-forwarded-for"
+X_FORWARDED_PROTO = "x-forwarded-proto"
 FORWARDED = "forwarded"
 HEADER_KINDS = (X_FORWARDED_FOR, FORWARDED)
 SCHEMES = frozenset({"http", "https"})
@@ -122,6 +124,43 @@ class TrustedProxies:
             if not self.trusts(client.address):
                 return client
         return client
+
+
+class FieldLines(Protocol):
+    """A request's fields, every line of a name in order: a multidict (aiohttp's headers)."""
+
+    def getall(self, key: str, default: tuple[()], /) -> list[str] | tuple[()]: ...
+
+
+class Request(Protocol):
+    """What ``request_client`` reads of a request (aiohttp's ``BaseRequest`` has it): its
+    peer's address, the listener's scheme and its fields."""
+
+    @property
+    def remote(self) -> str | None: ...
+
+    @property
+    def scheme(self) -> str: ...
+
+    @property
+    def headers(self) -> FieldLines: ...
+
+
+def request_client(trusted: TrustedProxies, request: Request) -> Client:
+    """The client of ``request``: its peer over the listener's scheme, or who a trusted proxy
+    says it is in the request's forwarding fields. Used by the edge (for its keys and its
+    origin requests) and by the API (for its logs and limits)."""
+    peer = request.remote or ""
+    if not trusted:
+        return Client(peer, request.scheme)
+    fields = request.headers
+    return trusted.client(
+        peer,
+        request.scheme,
+        forwarded_for=fields.getall(X_FORWARDED_FOR, ()),
+        forwarded_proto=fields.getall(X_FORWARDED_PROTO, ()),
+        forwarded=fields.getall(FORWARDED, ()),
+    )
 
 
 def _split(values: Iterable[str]) -> list[str]:

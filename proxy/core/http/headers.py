@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import http_sf
 
-from proxy.core.cache.entry import Headers
+from proxy.core.http.fields import Headers
 
 HOP_BY_HOP = frozenset(
     {

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from proxy.core.cache.entry import Headers
+from proxy.core.http.fields import Headers
 from proxy.core.http.headers import from_origin, via_value
 
 # RFC 9110 §7.8: protocol = protocol-name ["/" protocol-version], both tokens (§5.6.2).

@@ -65,6 +65,17 @@ def bucket_of(seconds: float) -> int:
     return FIRST_BUCKET + bisect_left(BUCKETS, seconds)
 
 
+def record(counts: list[float], status: int, sent: int, seconds: float) -> None:
+    """Count one response in a domain's ``counts``: its status class, the bytes sent, and its
+    time in the histogram. The one copy of the rule: the edge's fast writer
+    (proxy/edge/aiohttp_adapter.py) and its access-log hook call it with a domain's list."""
+    counts[status // 100 % 10] += 1
+    counts[SENT] += sent
+    us = int(seconds * 1e6)
+    counts[FAST_BUCKET[us] if 0 <= us < FAST_MICROSECONDS else bucket_of(seconds)] += 1
+    counts[SECONDS] += seconds
+
+
 class DomainResponses:
     """One domain's figures, in the flat list ``counts`` (indices above)."""
 
@@ -75,11 +86,7 @@ class DomainResponses:
         self.counts[SECONDS] = 0.0
 
     def record(self, status: int, sent: int, seconds: float) -> None:
-        counts = self.counts
-        counts[status // 100 % 10] += 1
-        counts[SENT] += sent
-        counts[bucket_of(seconds)] += 1
-        counts[SECONDS] += seconds
+        record(self.counts, status, sent, seconds)
 
     @property
     def classes(self) -> list[int]:

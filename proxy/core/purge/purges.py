@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
-from proxy.core.cache.entry import Headers, StoredResponse
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.http.fields import Headers
 
 PurgeKind = Literal["url", "prefix", "tag", "all"]
 KINDS: tuple[PurgeKind, ...] = ("url", "prefix", "tag", "all")
