@@ -1,0 +1,220 @@
+"""Object and byte miss ratios of the eviction policies on synthetic CDN traces, against
+libCacheSim (issue 23 §5, decision 0029).
+
+Run: .venv/bin/python -m benchmarks.hit_ratio [--requests 400000] [--objects 40000] [--seed 23]
+     [--alphas 0.7,0.9,1.1] [--sizes 0.01,0.1] [--policies lru,sieve,s3fifo]
+
+Each trace (seeded, so every run sees the same requests):
+- ``--objects`` objects requested with Zipf(alpha) popularity (the ranks shuffled over the ids);
+- a size per object from a log-normal distribution (median 16 KiB, sigma 1.5: a heavy tail of
+  objects in the MiB), clipped to [64 B, 8 MiB] (today's ``max_object_bytes``);
+- one-hit wonders: ONE_HIT of the requests are for objects requested once and never again;
+- a scan: SCAN of the requests, at the middle of the trace, go to distinct cold objects in a
+  row (a crawler, a batch job), each requested once.
+
+The working set is the bytes of every distinct object of the trace; each policy runs at
+``--sizes`` fractions of it. For every (trace, size, policy) ours (proxy.store.eviction)
+and libCacheSim's implementation of the same algorithm replay the same requests with the
+same capacity in bytes (libCacheSim counts object sizes, and metadata not at all); a
+request is a hit when the key is held, else a miss that admits it. The table gives both
+miss ratios and the difference, relative to the reference.
+
+Pure Python replays about a million requests per second per policy, so the default run
+(3 traces of 400,000 requests, 2 sizes, 3 policies, both sides) takes about a minute;
+``--requests`` scales it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import libcachesim
+import numpy as np
+
+from proxy.store.eviction import POLICIES, EvictionPolicy
+
+ONE_HIT = 0.2  # share of the requests that go to one-hit wonders
+SCAN = 0.05  # share of the requests in the scan
+MEDIAN_SIZE = 16 * 1024
+SIZE_SIGMA = 1.5
+MIN_SIZE, MAX_SIZE = 64, 8 * 1024 * 1024
+
+# libCacheSim's implementation of each of ours, given the capacity in bytes
+REFERENCES: dict[str, Callable[[int], libcachesim.CacheBase]] = {
+    "lru": lambda capacity: libcachesim.LRU(capacity),
+    "sieve": lambda capacity: libcachesim.Sieve(capacity),
+    "s3fifo": lambda capacity: libcachesim.S3FIFO(capacity),
+}
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    ids: Sequence[int]
+    sizes: Sequence[int]  # per request: the size of its object (one size per object)
+    working_set: int  # bytes of the distinct objects
+
+    @property
+    def requested_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+@dataclass(frozen=True)
+class Ratios:
+    objects: float  # misses / requests
+    bytes: float  # bytes missed / bytes requested
+
+
+def zipf_trace(*, alpha: float, requests: int, objects: int, seed: int) -> Trace:
+    """The trace described in the module docstring."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, objects + 1, dtype=np.float64) ** alpha
+    scan = int(requests * SCAN)
+    one_hit = int(requests * ONE_HIT)
+    popular = requests - scan - one_hit
+    ranks = rng.choice(objects, size=popular, p=weights / weights.sum())
+    ids = rng.permutation(objects)[ranks]  # popularity is not in id order
+    # One-hit wonders at random places among the popular requests, then the scan in the
+    # middle; both use ids above the popular ones, each once.
+    unique = np.arange(objects, objects + one_hit + scan)
+    mixed = np.insert(ids, rng.integers(0, popular + 1, size=one_hit), unique[:one_hit])
+    middle = len(mixed) // 2
+    trace_ids = np.concatenate([mixed[:middle], unique[one_hit:], mixed[middle:]])
+    every = objects + one_hit + scan
+    size_of = np.clip(
+        rng.lognormal(np.log(MEDIAN_SIZE), SIZE_SIGMA, size=every), MIN_SIZE, MAX_SIZE
+    ).astype(np.int64)
+    distinct = np.unique(trace_ids)
+    return Trace(
+        name=f"zipf {alpha}",
+        ids=trace_ids.tolist(),
+        sizes=size_of[trace_ids].tolist(),
+        working_set=int(size_of[distinct].sum()),
+    )
+
+
+def replay(policy: EvictionPolicy[Hashable], trace: Trace) -> Ratios:
+    """Miss ratios of one of our policies over the trace."""
+    misses = missed_bytes = 0
+    hit, admit = policy.hit, policy.admit
+    for key, size in zip(trace.ids, trace.sizes, strict=True):
+        if key in policy:
+            hit(key)
+        else:
+            misses += 1
+            missed_bytes += size
+            admit(key, size)
+    return Ratios(misses / len(trace.ids), missed_bytes / trace.requested_bytes)
+
+
+def replay_reference(cache: libcachesim.CacheBase, trace: Trace) -> Ratios:
+    """Miss ratios of a libCacheSim cache over the same trace (its get: a hit, or a miss
+    that inserts)."""
+    request = libcachesim.Request()
+    get = cache.get
+    misses = missed_bytes = 0
+    for clock, (key, size) in enumerate(zip(trace.ids, trace.sizes, strict=True)):
+        request.obj_id, request.obj_size, request.clock_time = key, size, clock
+        if not get(request):
+            misses += 1
+            missed_bytes += size
+    return Ratios(misses / len(trace.ids), missed_bytes / trace.requested_bytes)
+
+
+@dataclass(frozen=True)
+class Row:
+    trace: str
+    fraction: float
+    capacity: int
+    policy: str
+    ours: Ratios
+    reference: Ratios
+
+    @property
+    def object_gap(self) -> float:
+        """Our object miss ratio's distance from the reference's, relative to it."""
+        return _relative(self.ours.objects, self.reference.objects)
+
+    @property
+    def byte_gap(self) -> float:
+        return _relative(self.ours.bytes, self.reference.bytes)
+
+
+def _relative(ours: float, reference: float) -> float:
+    return abs(ours - reference) / reference if reference else abs(ours)
+
+
+def compare(trace: Trace, fractions: Sequence[float], policies: Sequence[str]) -> list[Row]:
+    rows = []
+    for fraction in fractions:
+        capacity = int(trace.working_set * fraction)
+        for name in policies:
+            ours = replay(POLICIES[name](capacity), trace)
+            reference = replay_reference(REFERENCES[name](capacity), trace)
+            rows.append(Row(trace.name, fraction, capacity, name, ours, reference))
+    return rows
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The markdown table, with each policy's miss ratios against LRU's (ours) too."""
+    lru = {(r.trace, r.fraction): r.ours for r in rows if r.policy == "lru"}
+    lines = [
+        "| trace | cache | policy | object miss (ours) | object miss (libCacheSim) | diff "
+        "| byte miss (ours) | byte miss (libCacheSim) | diff | vs our LRU (object / byte) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        base = lru.get((r.trace, r.fraction))
+        versus = (
+            "—"
+            if base is None or r.policy == "lru"
+            else f"{r.ours.objects - base.objects:+.4f} / {r.ours.bytes - base.bytes:+.4f}"
+        )
+        lines.append(
+            f"| {r.trace} | {r.fraction:.0%} | {r.policy} | {r.ours.objects:.4f} "
+            f"| {r.reference.objects:.4f} | {r.object_gap:.2%} | {r.ours.bytes:.4f} "
+            f"| {r.reference.bytes:.4f} | {r.byte_gap:.2%} | {versus} |"
+        )
+    return "\n".join(lines)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.hit_ratio", description=__doc__)
+    parser.add_argument("--requests", type=int, default=400_000)
+    parser.add_argument("--objects", type=int, default=40_000)
+    parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--alphas", type=_floats, default=[0.7, 0.9, 1.1])
+    parser.add_argument("--sizes", type=_floats, default=[0.01, 0.1])
+    parser.add_argument("--policies", default="lru,sieve,s3fifo")
+    args = parser.parse_args(argv)
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = sorted(set(policies) - set(POLICIES))
+    if unknown:
+        parser.error(f"unknown policies {unknown}: choose from {sorted(POLICIES)}")
+    started = time.perf_counter()
+    rows: list[Row] = []
+    for alpha in args.alphas:
+        trace = zipf_trace(
+            alpha=alpha, requests=args.requests, objects=args.objects, seed=args.seed
+        )
+        print(
+            f"{trace.name}: {len(trace.ids):,} requests, {len(set(trace.ids)):,} objects, "
+            f"working set {trace.working_set / 2**20:,.0f} MiB",
+            flush=True,
+        )
+        rows += compare(trace, args.sizes, policies)
+    print()
+    print(table(rows))
+    worst = max((max(r.object_gap, r.byte_gap) for r in rows), default=0.0)
+    print(f"\nlargest gap to libCacheSim: {worst:.2%}; {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
