@@ -27,13 +27,21 @@ Pure Python replays about a million requests per second per policy, so the defau
 from __future__ import annotations
 
 import argparse
+import random
+import subprocess
+import sys
+import tempfile
 import time
+import timeit
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import libcachesim
 import numpy as np
 
+from benchmarks.instructions import callgrind_argv, totals
 from proxy.store.eviction import POLICIES, EvictionPolicy
 
 ONE_HIT = 0.2  # share of the requests that go to one-hit wonders
@@ -181,6 +189,92 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+HIT_KEYS = 10_000  # keys held while hits are timed
+HIT_INSTRUCTION_ROUNDS = 10  # rounds over the HIT_KEYS keys counted by callgrind
+
+
+def hit_cases() -> dict[str, tuple[str, dict[str, object]]]:
+    """What a hit costs, as (statement over ``order``, its globals) by label: today's
+    ``OrderedDict.move_to_end`` in place, each policy's ``hit`` through a bound method (what
+    a store calls), the attribute update alone that SIEVE and S3-FIFO make (an inlined hit),
+    and a whole lookup (the index's get and the recency update) today and with SIEVE's node
+    as the index's value (the response in a slot of it)."""
+    keys = [f"example.com 0 /object/{i}" for i in range(HIT_KEYS)]
+    order = random.Random(1).sample(keys, len(keys))
+    lru: OrderedDict[str, int] = OrderedDict.fromkeys(keys, 1)
+    policies = {name: POLICIES[name](HIT_KEYS) for name in POLICIES}
+    for policy in policies.values():
+        for key in keys:
+            policy.admit(key, 1)
+    sieve_nodes = policies["sieve"]._nodes  # type: ignore[attr-defined]
+    s3fifo_nodes = policies["s3fifo"]._nodes  # type: ignore[attr-defined]
+    cases: dict[str, tuple[str, dict[str, object]]] = {
+        "loop alone": ("for k in order: pass", {}),
+        "OrderedDict.move_to_end (today)": ("for k in order: move(k)", {"move": lru.move_to_end}),
+        **{
+            f"{name}.hit": ("for k in order: hit(k)", {"hit": policy.hit})
+            for name, policy in policies.items()
+        },
+        "sieve inlined: get(k).visited = True": (
+            "for k in order: get(k).visited = True",
+            {"get": sieve_nodes.get},
+        ),
+        "s3fifo inlined: get(k).freq += 1": (
+            "for k in order: get(k).freq += 1",
+            {"get": s3fifo_nodes.get},
+        ),
+        "lookup today: get + move_to_end": (
+            "for k in order:\n v = get(k)\n move(k)",
+            {"get": lru.get, "move": lru.move_to_end},
+        ),
+        "lookup, sieve node as index value: get + bit + slot": (
+            "for k in order:\n n = get(k)\n n.visited = True\n v = n.key",
+            {"get": sieve_nodes.get},
+        ),
+    }
+    return {label: (code, {"order": order, **names}) for label, (code, names) in cases.items()}
+
+
+def hit_nanoseconds(repeat: int = 15, number: int = 20) -> dict[str, float]:
+    """Nanoseconds per hit of each case, the best of ``repeat`` timings of ``number`` rounds
+    over HIT_KEYS held keys in a shuffled order, the loop's own cost subtracted."""
+    per_round = {
+        label: min(timeit.repeat(code, globals=names, number=number, repeat=repeat))
+        for label, (code, names) in hit_cases().items()
+    }
+    empty = per_round.pop("loop alone")
+    return {label: (t - empty) / (number * HIT_KEYS) * 1e9 for label, t in per_round.items()}
+
+
+def hit_instructions() -> dict[str, float]:
+    """Instructions per hit of each case, counted by callgrind (load does not move them): a
+    child process runs the case's setup, then 0 or HIT_INSTRUCTION_ROUNDS rounds of hits;
+    the difference, per hit, less the loop's own."""
+
+    def count(label: str, rounds: int, tmp: Path) -> int:
+        out = tmp / "callgrind.out"
+        argv = [sys.executable, "-m", "benchmarks.hit_ratio", "--hit-loop", label, str(rounds)]
+        subprocess.run([*callgrind_argv(out), *argv], check=True, capture_output=True)
+        return totals(out)
+
+    hits = HIT_INSTRUCTION_ROUNDS * HIT_KEYS
+    per_hit = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label in hit_cases():
+            extra = count(label, HIT_INSTRUCTION_ROUNDS, Path(tmp)) - count(label, 0, Path(tmp))
+            per_hit[label] = extra / hits
+    empty = per_hit.pop("loop alone")
+    return {label: count - empty for label, count in per_hit.items()}
+
+
+def _hit_loop(label: str, rounds: int) -> None:
+    """Set up one case and run ``rounds`` rounds of it (for callgrind to count)."""
+    code, names = hit_cases()[label]
+    compiled = compile(code, label, "exec")  # compiled in both runs: it cancels out
+    for _ in range(rounds):
+        exec(compiled, dict(names))
+
+
 def _floats(text: str) -> list[float]:
     return [float(part) for part in text.split(",") if part]
 
@@ -193,7 +287,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--alphas", type=_floats, default=[0.7, 0.9, 1.1])
     parser.add_argument("--sizes", type=_floats, default=[0.01, 0.1])
     parser.add_argument("--policies", default="lru,sieve,s3fifo")
+    parser.add_argument(
+        "--hit-cost",
+        action="store_true",
+        help="what a hit costs instead: ns (timeit) and instructions (callgrind)",
+    )
+    parser.add_argument("--hit-loop", nargs=2, help=argparse.SUPPRESS)  # callgrind's child
     args = parser.parse_args(argv)
+    if args.hit_loop:
+        _hit_loop(args.hit_loop[0], int(args.hit_loop[1]))
+        return
+    if args.hit_cost:
+        nanoseconds, instructions = hit_nanoseconds(), hit_instructions()
+        print("| hit | ns per hit (timeit) | instructions per hit (callgrind) |\n|---|---|---|")
+        for label, cost in nanoseconds.items():
+            print(f"| {label} | {cost:.0f} | {instructions[label]:.0f} |")
+        return
     policies = [p for p in args.policies.split(",") if p]
     unknown = sorted(set(policies) - set(POLICIES))
     if unknown:
