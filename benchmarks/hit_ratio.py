@@ -234,9 +234,8 @@ HIT_INSTRUCTION_ROUNDS = 10  # rounds over the HIT_KEYS keys counted by callgrin
 def hit_cases() -> dict[str, tuple[str, dict[str, object]]]:
     """What a hit costs, as (statement over ``order``, its globals) by label: today's
     ``OrderedDict.move_to_end`` in place, each policy's ``hit`` through a bound method (what
-    a store calls), the attribute update alone that SIEVE and S3-FIFO make (an inlined hit),
-    and a whole lookup (the index's get and the recency update) today and with SIEVE's node
-    as the index's value (the response in a slot of it)."""
+    a store calls), the update alone that SIEVE and S3-FIFO make (a hit inlined in the
+    store), and a whole lookup (the index's get and the recency update)."""
     keys = [f"example.com 0 /object/{i}" for i in range(HIT_KEYS)]
     order = random.Random(1).sample(keys, len(keys))
     lru: OrderedDict[str, int] = OrderedDict.fromkeys(keys, 1)
@@ -244,8 +243,9 @@ def hit_cases() -> dict[str, tuple[str, dict[str, object]]]:
     for policy in policies.values():
         for key in keys:
             policy.admit(key, 1)
-    sieve_nodes = policies["sieve"]._nodes  # type: ignore[attr-defined]
-    s3fifo_nodes = policies["s3fifo"]._nodes  # type: ignore[attr-defined]
+    sieve_slots = policies["sieve"]._slots  # type: ignore[attr-defined]
+    sieve_visited = policies["sieve"]._visited  # type: ignore[attr-defined]
+    s3fifo_freq = policies["s3fifo"]._freq  # type: ignore[attr-defined]
     cases: dict[str, tuple[str, dict[str, object]]] = {
         "loop alone": ("for k in order: pass", {}),
         "OrderedDict.move_to_end (today)": ("for k in order: move(k)", {"move": lru.move_to_end}),
@@ -253,21 +253,23 @@ def hit_cases() -> dict[str, tuple[str, dict[str, object]]]:
             f"{name}.hit": ("for k in order: hit(k)", {"hit": policy.hit})
             for name, policy in policies.items()
         },
-        "sieve inlined: get(k).visited = True": (
-            "for k in order: get(k).visited = True",
-            {"get": sieve_nodes.get},
+        "sieve inlined: visited[slots[k]] = 1": (
+            "for k in order: visited[slots[k]] = 1",
+            {"slots": sieve_slots, "visited": sieve_visited},
         ),
-        "s3fifo inlined: get(k).freq += 1": (
-            "for k in order: get(k).freq += 1",
-            {"get": s3fifo_nodes.get},
-        ),
+        "s3fifo inlined: freq[k] += 1": ("for k in order: freq[k] += 1", {"freq": s3fifo_freq}),
+        # A whole lookup: the index's get, then the recency update
         "lookup today: get + move_to_end": (
             "for k in order:\n v = get(k)\n move(k)",
             {"get": lru.get, "move": lru.move_to_end},
         ),
-        "lookup, sieve node as index value: get + bit + slot": (
-            "for k in order:\n n = get(k)\n n.visited = True\n v = n.key",
-            {"get": sieve_nodes.get},
+        "lookup with sieve: get + sieve.hit": (
+            "for k in order:\n v = get(k)\n hit(k)",
+            {"get": lru.get, "hit": policies["sieve"].hit},
+        ),
+        "lookup with s3fifo: get + s3fifo.hit": (
+            "for k in order:\n v = get(k)\n hit(k)",
+            {"get": lru.get, "hit": policies["s3fifo"].hit},
         ),
     }
     return {label: (code, {"order": order, **names}) for label, (code, names) in cases.items()}

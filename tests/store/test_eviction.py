@@ -4,6 +4,7 @@ and agreement with libCacheSim, request by request, on random traces (decision 0
 
 from __future__ import annotations
 
+import gc
 import random
 from collections.abc import Hashable
 
@@ -271,3 +272,21 @@ def test_each_request_is_a_hit_or_a_miss_as_in_libcachesim(
 
 def test_the_policies_are_the_classes() -> None:
     assert (POLICIES["lru"], POLICIES["sieve"], POLICIES["s3fifo"]) == (LRU, Sieve, S3FIFO)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_no_object_per_key_for_the_garbage_collector(name: str) -> None:
+    """A full collection walks every object it tracks (decision 0011): a policy keeps its
+    keys in a few containers, so holding 5,000 more keys adds no tracked object."""
+    policy = make_policy(name, 10_000)
+    keys = [f"example.com 0 /{i}" for i in range(5_000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    for key in keys:
+        policy.admit(key, 1)
+    for key in keys[::2]:
+        policy.hit(key)
+    policy.admit("another", 1)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 10
+    assert len(policy) == 5_001
