@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.hit_ratio import ONE_HIT, SCAN, compare, table, zipf_trace
+from benchmarks.hit_ratio import HIT_KEYS, ONE_HIT, SCAN, compare, hit_cases, table, zipf_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,3 +97,15 @@ def test_an_unknown_policy_is_refused() -> None:
     assert result.returncode == 2
     assert "unknown policies ['nope']" in result.stderr
     assert table([]).count("\n") == 1  # an empty run is a header only
+
+
+def test_every_hit_cost_case_runs_and_hits_held_keys() -> None:
+    cases = hit_cases()
+    assert "loop alone" in cases and "sieve.hit" in cases and "s3fifo.hit" in cases
+    for label, (code, names) in cases.items():
+        exec(compile(code, label, "exec"), dict(names))
+    # the hit cases hit keys that are held: SIEVE's bits are all set, S3-FIFO's counters 1
+    sieve_names = cases["sieve.hit"][1]
+    exec(cases["sieve.hit"][0], dict(sieve_names))
+    sieve = sieve_names["hit"].__self__  # type: ignore[attr-defined]
+    assert len(sieve) == HIT_KEYS and set(sieve._visited) == {1}

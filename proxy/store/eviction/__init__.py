@@ -10,8 +10,8 @@ The interface (``EvictionPolicy``), for a store that keeps ``dict[key, response]
   eviction order. A key that cannot be held at all (larger than the policy takes) comes back
   itself, and nothing else is evicted for it. Admitting a key that is held already sets its
   new size and counts as a hit.
-- ``hit(key)`` on every hit: O(1), a flag or counter set on the key's node (LRU moves it).
-  A key not held is ignored.
+- ``hit(key)`` on every hit: O(1), a bit (SIEVE) or a counter (S3-FIFO) set in place, or
+  the key moved to the young end (LRU). A key not held is ignored.
 - ``remove(key)`` when the store drops a key by itself (a purge, a reclaimed clear): O(1).
   A key not held (evicted or removed already) is ignored: it returns False.
 - ``resize(key, size)`` when a held key's size changes without a request (a soft purge's
@@ -21,6 +21,9 @@ The interface (``EvictionPolicy``), for a store that keeps ``dict[key, response]
 Keys the store knows to be dead (a cleared generation, not yet reclaimed) stay in the policy
 until they are evicted or removed, and count against the capacity like any other, as in the
 store itself.
+
+No policy keeps an object per key (the garbage collector would walk each one on every full
+collection: decision 0011); each keeps its keys in a few containers.
 """
 
 from __future__ import annotations
