@@ -290,3 +290,21 @@ def test_no_object_per_key_for_the_garbage_collector(name: str) -> None:
     gc.collect()
     assert len(gc.get_objects()) - before < 10
     assert len(policy) == 5_001
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_key_evicted_already_is_not_removed_twice(name: str) -> None:
+    """The store drops a dead key (a cleared generation) when it gets to it; by then the
+    policy may have evicted it: removing it again changes nothing."""
+    policy = make_policy(name, 100)
+    for key in ("dead", "b", "c", "d", "e"):
+        policy.admit(key, 9)
+    evicted: list[Hashable] = []
+    index = 0
+    while "dead" not in evicted:
+        evicted += policy.admit(f"new{index}", 9)
+        index += 1
+    held, used = set(policy), policy.used
+    assert policy.remove("dead") is False
+    assert (set(policy), policy.used) == (held, used)
+    assert policy.used == 9 * len(policy) <= 100
