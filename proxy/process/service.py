@@ -36,11 +36,13 @@ from proxy.config.model import Config
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer, HandshakeTimedSite
+from proxy.edge.bodies import BodyBudget
 from proxy.edge.connections import (
     ConnectionGuard,
     api_share,
     edge_share,
     open_files_limit,
+    per_client_share,
     raise_open_files_limit,
 )
 from proxy.edge.handler import Edge
@@ -230,12 +232,18 @@ async def edge_listening(
         stack.push_async_callback(session.close)
         edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
         stack.push_async_callback(edge.close)
+        limit = edge_connections(config)
         guard = ConnectionGuard(
             "edge",
-            limit=edge_connections(config),
+            limit=limit,
             header_timeout=edge_config.header_timeout,
             keepalive_timeout=edge_config.keepalive_timeout,
+            per_client=per_client_share(
+                edge_config.max_connections_per_client, limit, edge_config.workers
+            ),
         )
+        # Each worker's share of the node's budget for buffered request bodies (decision 0032).
+        guard.bodies = BodyBudget(-(-edge_config.request_buffer_total_bytes // edge_config.workers))
         telemetry.connections.append(guard)
         runner = await _edge_runner(edge.handle, guard, access, draining, stack)
         tls_runner = None
