@@ -19,9 +19,10 @@ Decision 0032 (issue 24) bounds what the bodies being read hold, together:
   streamed from there, within the upload shares (503 with Retry-After past them); what was
   buffered stays counted until its request is answered. The budget lives with the edge
   listener's connection guard (``budget_of``), which reports it in /metrics.
-- ``Pace``: each edge.body_timeout seconds of a body must bring edge.body_min_rate times as
-  many bytes (mod_reqtimeout's MinRate, in windows): one byte every 50 s no longer keeps a
-  buffer, or an upload share, for ever. Too slow is answered as a timeout (408, closed).
+- ``Pace``: each edge.body_timeout seconds spent waiting for a body must bring
+  edge.body_min_rate times as many bytes (mod_reqtimeout's MinRate, in windows): one byte
+  every 50 s no longer keeps a buffer, or an upload share, for ever. Too slow is answered as
+  a timeout (408, closed).
 
 The bytes are passed on as the client sent them: the edge's server does not decode a
 Content-Encoding (``auto_decompress=False`` in service.py), so the origin gets the client's
@@ -100,35 +101,36 @@ def budget_of(request: web.BaseRequest) -> BodyBudget | None:
 
 
 class Pace:
-    """When a body's next piece must come: within ``timeout`` of the last one, and, with a
-    ``min_rate``, in windows of ``timeout`` seconds from the body's start, each bringing
-    ``min_rate * timeout`` bytes at least (the window's end is the deadline until it has)."""
+    """How long a body's next read may wait: ``timeout`` after the last piece, and, with a
+    ``min_rate``, until the end of the current window. Windows are ``timeout`` seconds of
+    waiting for the client, back to back from the body's start, and each must bring
+    ``min_rate * timeout`` bytes. Only the time spent waiting for the client counts: while
+    a streamed body waits for a slow origin to take its last piece, its clock stands still,
+    so a client is never cut off for the origin's slowness."""
 
-    __slots__ = ("_got", "_need", "_period", "_window_end")
+    __slots__ = ("_got", "_need", "_period", "_waited")
 
-    def __init__(self, timeout: float, min_rate: int, now: float) -> None:
+    def __init__(self, timeout: float, min_rate: int) -> None:
         self._period = timeout
         self._need = min_rate * timeout
-        self._got = 0
-        self._window_end = now + timeout
+        self._got = 0  # bytes in the current window
+        self._waited = 0.0  # seconds of it gone
 
-    def wait(self, now: float) -> tuple[float, bool]:
+    def wait(self) -> tuple[float, bool]:
         """How long the next read may wait, and whether its end would mean "too slow"."""
-        self._roll(now)
         if self._need and self._got < self._need:
-            return max(0.0, min(self._period, self._window_end - now)), True
+            return max(0.0, min(self._period, self._period - self._waited)), True
         return self._period, False
 
-    def took(self, size: int, now: float) -> None:
-        self._roll(now)
-        self._got += size
-
-    def _roll(self, now: float) -> None:
-        # A window that ended is over whether or not it was met: a read that waited into
-        # the next one could wait only if it was (wait()).
-        while now >= self._window_end:
-            self._window_end += self._period
+    def took(self, size: int, waited: float) -> None:
+        """A read brought ``size`` bytes after ``waited`` seconds."""
+        self._waited += waited
+        while self._waited >= self._period:
+            # The window ended (met: else the read would have timed out at its end); the
+            # bytes just read count in the one they came in.
+            self._waited -= self._period
             self._got = 0
+        self._got += size
 
 
 class BodyReader:
@@ -143,8 +145,7 @@ class BodyReader:
         self._limits = limits
         self._budget = budget_of(request)
         self._counted = 0
-        loop = asyncio.get_running_loop()
-        self._pace = Pace(limits.timeout, limits.min_rate, loop.time())
+        self._pace = Pace(limits.timeout, limits.min_rate)
 
     async def __aenter__(self) -> BodyReader:
         return self
@@ -188,7 +189,8 @@ class BodyReader:
         """The next piece of the body, at most ``most`` bytes (b"" at its end), waited for as
         long as ``Pace`` allows."""
         loop = asyncio.get_running_loop()
-        seconds, for_rate = self._pace.wait(loop.time())
+        seconds, for_rate = self._pace.wait()
+        began = loop.time()
         try:
             async with asyncio.timeout(seconds):
                 content = self._content
@@ -202,7 +204,7 @@ class BodyReader:
             raise RequestBodyTimeout(f"no request body for {seconds:g} s") from None
         except (ConnectionError, aiohttp.ClientError) as exc:
             raise RequestBodyIncomplete(f"the request body ended early ({exc})") from None
-        self._pace.took(len(piece), loop.time())
+        self._pace.took(len(piece), loop.time() - began)
         return piece
 
 
