@@ -24,7 +24,8 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   ``lingering_time``, 10 s). Assumed: after ``force_close`` the request loop neither reads
   the body nor logs an error, and the bytes written before it still reach the client.
 - ``GuardedServer``: a ``web.Server`` whose connections are ``GuardedRequestHandler``s, which
-  ask a ``ConnectionGuard`` (proxy/edge/connections.py) to admit them, close a connection
+  ask a ``ConnectionGuard`` (proxy/edge/connections.py) to admit them (by their peer address,
+  for the per-client limit: ``peer_of``, the transport's public ``peername``), close a connection
   whose request head is not whole ``header_timeout`` after it opened or after the head's
   first byte, and count malformed requests instead of logging a traceback each. Assumed:
   ``Server.__call__`` makes the protocol from ``_kwargs``; ``RequestHandler`` waits for a
