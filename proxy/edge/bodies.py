@@ -188,12 +188,20 @@ class BodyReader:
     async def piece(self, most: int = -1) -> bytes:
         """The next piece of the body, at most ``most`` bytes (b"" at its end), waited for as
         long as ``Pace`` allows."""
+        content = self._content
+        try:
+            # What has come already, without a timer: a small body usually came with its head.
+            piece = content.read_nowait(most)
+            if piece or content.at_eof():
+                self._pace.took(len(piece), 0.0)
+                return piece
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            raise RequestBodyIncomplete(f"the request body ended early ({exc})") from None
         loop = asyncio.get_running_loop()
         seconds, for_rate = self._pace.wait()
         began = loop.time()
         try:
             async with asyncio.timeout(seconds):
-                content = self._content
                 piece = await (content.readany() if most < 0 else content.read(most))
         except TimeoutError:
             if for_rate:
