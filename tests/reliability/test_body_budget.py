@@ -152,3 +152,20 @@ async def test_a_slow_but_steady_body_above_the_rate_is_forwarded(tmp_path: Path
             b"A" * 1500 + b"B" * 1500 + b"C" * 1500 + b"D" * 1500
         ]
         connection.close()
+
+
+async def test_each_worker_takes_its_share_of_the_budget(tmp_path: Path) -> None:
+    """Two workers: each enforces half the node's budget and of its per-client limit, and
+    /metrics (the workers' reports, summed) shows the node's totals."""
+    edge = "request_buffer_total_bytes = 300000\nmax_connections_per_client = 100\n"
+    async with (
+        raw_origin() as origin,
+        served(tmp_path, config_text(origin.url, workers=2, edge=edge)) as proxy,
+    ):
+        name = "cdn_proxy_request_buffer_max_bytes"
+        for _ in range(100):  # the workers' reports reach the control process in turn
+            if await metric(proxy.api, name) == 300000:
+                break
+            await asyncio.sleep(0.05)
+        assert await metric(proxy.api, name) == 300000
+        assert await metric(proxy.api, "cdn_proxy_connections_per_client_max") == 100
