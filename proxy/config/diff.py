@@ -60,6 +60,7 @@ KEEPS_ENTRIES = frozenset(
         "stale_if_error",  # decides what may be served when the origin fails, not what is kept
         "origin_connections",
         "origin_queue_timeout",
+        "max_tunnels",  # Tunnels.reconfigure: tunnels opened from now on
         "tls_cert",  # EdgeTls.reconfigure: the certificate of new TLS connections
         "tls_key",
         "origin_ca",  # how the origin is verified, not what it sent

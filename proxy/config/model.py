@@ -70,6 +70,10 @@ class DomainConfig:
     # request waits for one before it is answered 503 (decision 0015).
     origin_connections: Annotated[int, check.count] = 256
     origin_queue_timeout: Annotated[float, check.seconds] = 5.0
+    # Upgrade tunnels (WebSocket) this edge process holds at once to the domain's origin, each
+    # on a connection of its own, beside origin_connections: past it a new one is answered 503
+    # (decision 0032).
+    max_tunnels: Annotated[int, check.count] = 256
     # Content codings the origin is asked for, in order of preference; each request's
     # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
     encodings: Annotated[tuple[str, ...], check.encodings] = DEFAULT_ENCODINGS
@@ -98,6 +102,12 @@ class EdgeConfig:
     # proxy_request_buffering); a longer one is streamed.
     body_timeout: Annotated[float, check.seconds] = 60.0
     request_buffer_bytes: Annotated[int, check.size] = 1024**2
+    # Decision 0032: the bytes every body being read may hold at once, for the node (each
+    # worker takes its share); past it new bodies are streamed (within the upload shares) or
+    # refused 503. And the slowest a body may come: each body_timeout seconds of it must bring
+    # body_min_rate x body_timeout bytes (as Apache's mod_reqtimeout MinRate); 0: no minimum.
+    request_buffer_total_bytes: Annotated[int, check.size] = 64 * 1024**2
+    body_min_rate: Annotated[int, check.rate] = 1024
     # Seconds a connection may take to send a whole request head, from its opening or from
     # the head's first byte (nginx: client_header_timeout); then it is closed (408).
     header_timeout: Annotated[float, check.seconds] = 15.0
@@ -106,6 +116,10 @@ class EdgeConfig:
     # Open client connections, for the node (each worker takes its share); "auto" (None)
     # derives it from the open-files limit (proxy/edge/connections.py).
     max_connections: Annotated[int | None, check.max_connections] = None
+    # Open connections of one client address (the TCP peer: behind a load balancer, its
+    # address), for the node (each worker takes its share); "auto" (None) is a quarter of the
+    # process's max_connections, at most 1,024; 0: no limit. Decision 0032.
+    max_connections_per_client: Annotated[int | None, check.per_client_connections] = None
     # HTTPS beside listen (decision 0018), serving the same domains; and the certificate for
     # a client whose SNI names no domain with a certificate of its own (or none at all).
     tls_listen: Annotated[Listen | None, check.listen] = None

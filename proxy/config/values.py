@@ -109,6 +109,22 @@ def max_connections(key: str, value: object) -> int | None:
     return value
 
 
+def per_client_connections(key: str, value: object) -> int | None:
+    """A per-client-address connection limit: "auto" (None), 0 (off), or a count."""
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10_000_000:
+        raise ConfigError(key, 'must be a whole number from 0 (no limit) to 10000000, or "auto"')
+    return value
+
+
+def rate(key: str, value: object) -> int:
+    """Bytes per second, as a size (500, "1KiB"), or 0 for none."""
+    if value == 0 and not isinstance(value, bool):
+        return 0
+    return size(key, value)
+
+
 def networks(key: str, value: object) -> tuple[Network, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(key, 'must be a list of CIDRs such as ["10.0.0.0/8", "::1"]')

@@ -24,7 +24,8 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   ``lingering_time``, 10 s). Assumed: after ``force_close`` the request loop neither reads
   the body nor logs an error, and the bytes written before it still reach the client.
 - ``GuardedServer``: a ``web.Server`` whose connections are ``GuardedRequestHandler``s, which
-  ask a ``ConnectionGuard`` (proxy/edge/connections.py) to admit them, close a connection
+  ask a ``ConnectionGuard`` (proxy/edge/connections.py) to admit them (by their peer address,
+  for the per-client limit: ``peer_of``, the transport's public ``peername``), close a connection
   whose request head is not whole ``header_timeout`` after it opened or after the head's
   first byte, and count malformed requests instead of logging a traceback each. Assumed:
   ``Server.__call__`` makes the protocol from ``_kwargs``; ``RequestHandler`` waits for a
@@ -241,6 +242,15 @@ REFUSED = (
     b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
     b"Content-Type: text/plain\r\nContent-Length: 24\r\n\r\nToo many connections now\n"
 )
+
+
+def peer_of(transport: asyncio.BaseTransport) -> str | None:
+    """The connection's peer address (IPv4 or IPv6, as the socket gives it), the key of the
+    per-client limit; None for a peer without one (a Unix socket)."""
+    peer = transport.get_extra_info("peername")
+    return peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else None
+
+
 _data_received = web.RequestHandler.data_received  # without super()'s cost, on the hit path
 REFUSED_LINGER = 1.0  # seconds a refused connection is read from before it is closed
 # Sent when half a request head came and the rest did not, in time (RFC 9110 §15.5.9).
@@ -256,6 +266,7 @@ class GuardedRequestHandler(web.RequestHandler):
         "_head_begun",
         "_head_timer",
         "_lingering",
+        "_peer",
         "_preadmitted",
         "_refusing",
         "_tunnel",
@@ -267,11 +278,13 @@ class GuardedRequestHandler(web.RequestHandler):
         *,
         guard: ConnectionGuard,
         admitted: bool = False,
+        peer: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._preadmitted = admitted  # by _TlsAccepted, before the handshake
+        self._peer = peer  # the address the guard counts the connection against
         self._admitted = False
         self._head_begun = False  # bytes of a request head came, the head is not whole yet
         self._head_timer: asyncio.TimerHandle | None = None
@@ -280,14 +293,20 @@ class GuardedRequestHandler(web.RequestHandler):
         self._tunnel = False  # switched protocols: a tunnel's bytes (take_over)
 
     @property
+    def guard(self) -> ConnectionGuard:
+        return self._guard
+
+    @property
     def connected(self) -> bool:
         """Whether it holds an admitted connection (it releases it when that is lost)."""
         return self._admitted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._preadmitted and not self._guard.admit():
-            self._refuse(cast(asyncio.Transport, transport))  # uvloop's is not a subclass
-            return
+        if not self._preadmitted:
+            self._peer = peer_of(transport)
+            if not self._guard.admit(self._peer):
+                self._refuse(cast(asyncio.Transport, transport))  # uvloop's is not a subclass
+                return
         super().connection_made(transport)
         self._admitted = True
         # A new connection must bring a whole request head in time, as nginx's
@@ -323,7 +342,7 @@ class GuardedRequestHandler(web.RequestHandler):
             return
         if self._admitted:
             self._admitted = False
-            self._guard.release()
+            self._guard.release(self._peer)
         if self._tunnel:
             self._tunnel = False
             self._guard.tunnel_closed()
@@ -423,10 +442,11 @@ class GuardedServer(web.Server):
     def __call__(self) -> web.RequestHandler:
         return GuardedRequestHandler(self, guard=self.guard, loop=self._loop, **self._kwargs)
 
-    def admitted(self) -> GuardedRequestHandler:
-        """A handler for a connection its guard has admitted already (``_TlsAccepted``)."""
+    def admitted(self, peer: str | None) -> GuardedRequestHandler:
+        """A handler for a connection from ``peer`` its guard has admitted already
+        (``_TlsAccepted``)."""
         return GuardedRequestHandler(
-            self, guard=self.guard, admitted=True, loop=self._loop, **self._kwargs
+            self, guard=self.guard, admitted=True, peer=peer, loop=self._loop, **self._kwargs
         )
 
 

@@ -22,6 +22,12 @@ without a word at the limit: there is no TLS yet to answer over); one line is lo
 (answered 400 by aiohttp) are logged the same way: one line per ``LOG_EVERY`` seconds saying
 how many, never a traceback each.
 
+One client address may hold at most ``per_client`` of a listener's connections (nginx's
+``limit_conn``, decision 0032), counted per TCP peer address at accept, before a TLS
+handshake, so that one address cannot take every connection; past it a connection is refused
+as at the limit, and counted apart (``reason="per_client"``). Behind a load balancer every
+connection has the balancer's address: raise the limit there, or turn it off (0).
+
 A tunnel (an upgraded connection, decision 0022) stays one open connection for its whole
 life, and holds one more file for its origin connection, outside the origin pool: when files
 run out, opening it fails and the client gets a 502. The guard counts tunnels open and opened.
@@ -33,6 +39,7 @@ import asyncio
 import logging
 import resource
 from collections.abc import Callable
+from typing import Protocol
 
 log = logging.getLogger("proxy.connections")
 
@@ -40,6 +47,16 @@ LOG_EVERY = 10.0  # seconds between two lines about the same trouble
 ORIGIN_CONNECTIONS = 1024  # the origin session's pool limit (proxy/edge/origin.py)
 OWN_FILES = 64
 API_CONNECTIONS = 256  # at most; fewer under a low open-files limit (api_share)
+PER_CLIENT_DEFAULT = 1024  # at most: "auto" is a quarter of the listener's limit below 4,096
+
+# The length of ``BodyFigures.figures()``: held, budget, over_budget, too_slow.
+BODY_FIGURES = 4
+
+
+class BodyFigures(Protocol):
+    """What request bodies being read hold in a process (``BodyBudget``, proxy/edge/bodies.py)."""
+
+    def figures(self) -> list[int]: ...
 
 
 def raise_open_files_limit() -> int:
@@ -65,6 +82,15 @@ def open_files_limit() -> int:
 def api_share(files: int) -> int:
     """Connections the API listener may hold, reserved out of ``files`` open files."""
     return max(8, min(API_CONNECTIONS, files // 8))
+
+
+def per_client_share(configured: int | None, limit: int, workers: int = 1) -> int:
+    """The connections one client address may hold in a process whose limit is ``limit``:
+    its share of ``configured`` (per node, each of ``workers`` taking its share; 0: no
+    limit), or, for "auto" (None), a quarter of the process's limit, at most 1,024."""
+    if configured is None:
+        return max(1, min(PER_CLIENT_DEFAULT, limit // 4))
+    return -(-configured // workers)
 
 
 def edge_share(files: int) -> int:
@@ -121,10 +147,18 @@ class ConnectionGuard:
     """One listener's connections: admitted up to ``limit``, counted, and closed on demand."""
 
     def __init__(
-        self, listener: str, *, limit: int, header_timeout: float, keepalive_timeout: float
+        self,
+        listener: str,
+        *,
+        limit: int,
+        header_timeout: float,
+        keepalive_timeout: float,
+        per_client: int = 0,
     ) -> None:
         self.listener = listener
         self.limit = limit
+        self.per_client = per_client  # connections one peer address may hold; 0: no limit
+        self._by_client: dict[str, int] = {}  # peer address -> its connections open
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
         self.open = 0
@@ -133,6 +167,7 @@ class ConnectionGuard:
         self._lingering: dict[object, Callable[[], None]] = {}
         self.linger_max = max(16, limit // 16)
         self.refused = 0
+        self.refused_per_client = 0
         self.header_timeouts = 0
         self.bad_requests = 0
         self.tunnels_open = 0
@@ -143,15 +178,34 @@ class ConnectionGuard:
             f"{listener} connection limit ({limit}) reached: new connections refused with 503"
         )
         self._malformed = ThrottledLine(f"malformed requests on the {listener} listener (400)")
+        self._client_refusals = ThrottledLine(
+            f"{listener} per-client connection limit ({per_client}) reached: "
+            "that address's new connections refused"
+        )
+        # What request bodies being read hold (proxy/edge/bodies.py), for the edge's figures.
+        self.bodies: BodyFigures | None = None
 
-    def admit(self) -> bool:
+    def admit(self, peer: str | None = None) -> bool:
+        """Whether a new connection from ``peer`` (its address; None: unknown, as on a Unix
+        socket) may open; if so, it counts until ``release(peer)``."""
         if self.open >= self.limit:
             self.refused += 1
             self._refusals.note(f"{self.open} open")
             return False
+        if peer is not None and self.per_client:
+            held = self._by_client.get(peer, 0)
+            if held >= self.per_client:
+                self.refused_per_client += 1
+                self._client_refusals.note(f"{peer} holds {held}")
+                return False
+            self._by_client[peer] = held + 1
         self.open += 1
         self._none_open.clear()
         return True
+
+    def held_by(self, peer: str) -> int:
+        """Connections ``peer`` holds now."""
+        return self._by_client.get(peer, 0)
 
     def linger(self, key: object, close: Callable[[], None]) -> None:
         """A refused connection lingers; past linger_max, the one lingering longest is closed
@@ -164,7 +218,13 @@ class ConnectionGuard:
     def lingered(self, key: object) -> None:
         self._lingering.pop(key, None)
 
-    def release(self) -> None:
+    def release(self, peer: str | None = None) -> None:
+        if peer is not None and self.per_client:
+            held = self._by_client.get(peer, 0)
+            if held <= 1:
+                self._by_client.pop(peer, None)  # only addresses with connections are kept
+            else:
+                self._by_client[peer] = held - 1
         self.open -= 1
         if not self.open:
             self._none_open.set()
@@ -186,9 +246,11 @@ class ConnectionGuard:
         self._malformed.note(f"{what} from {remote}")
 
     def figures(self) -> list[int]:
-        """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels: as an
-        edge process reports them to its node (proxy/fleet/figures.py), and as
+        """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
+        refused_per_client, per_client, and the request bodies' (``BodyFigures.figures``):
+        as an edge process reports them to its node (proxy/fleet/figures.py), and as
         proxy/observe/connection_metrics.py reads them."""
+        bodies = self.bodies.figures() if self.bodies is not None else [0] * BODY_FIGURES
         return [
             self.open,
             self.limit,
@@ -197,6 +259,9 @@ class ConnectionGuard:
             self.bad_requests,
             self.tunnels_open,
             self.tunnels,
+            self.refused_per_client,
+            self.per_client,
+            *bodies,
         ]
 
     async def none_open(self) -> None:
@@ -207,3 +272,4 @@ class ConnectionGuard:
         """Write the lines still held back (at shutdown)."""
         self._refusals.close()
         self._malformed.close()
+        self._client_refusals.close()

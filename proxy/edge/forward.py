@@ -67,8 +67,7 @@ class Forwarder:
     def _limits(self, config: Config) -> None:
         edge, cache = config.edge_role()
         self._via = edge.via
-        self._body_timeout = edge.body_timeout
-        self._buffer_bytes = edge.request_buffer_bytes
+        self._bodies = bodies.BodyLimits.of(config)
         self._max_object = cache.max_object_bytes
 
     async def forward(
@@ -91,14 +90,14 @@ class Forwarder:
                 # send, and the origin gets no Expect (RFC 9110 §10.1.1).
                 await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 headers = [(n, v) for n, v in headers if n.lower() != "expect"]
-            data, complete = await bodies.buffer(
-                request.content, limit=self._buffer_bytes, seconds=self._body_timeout
-            )
-            if complete:
-                return await self._send(request, config, target, headers, data, status, fwd)
-            with self._uploads.taken(config.name, request.remote or ""):
-                streamed = bodies.Streamed(data, request.content, self._body_timeout)
-                return await self._send(request, config, target, headers, streamed, status, fwd)
+            # What it buffers stays counted in the process's budget until this is answered.
+            async with bodies.BodyReader(request, self._bodies) as body:
+                data, complete = await body.buffer()
+                if complete:
+                    return await self._send(request, config, target, headers, data, status, fwd)
+                with self._uploads.taken(config.name, request.remote or ""):
+                    streamed = body.streamed(data)
+                    return await self._send(request, config, target, headers, streamed, status, fwd)
         except bodies.UploadsBusy as exc:
             self._telemetry.origin_busy(config.name, "uploads")
             return self._refused(config, exc, status)

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from proxy.edge.aiohttp_adapter import GuardedRequestHandler, GuardedServer
+from proxy.edge.aiohttp_adapter import GuardedRequestHandler, GuardedServer, peer_of
 
 
 class HandshakeTimedSite(web.TCPSite):
@@ -96,20 +96,21 @@ class _TlsAccepted(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         tcp = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         guard = self._server.guard
-        if not guard.admit():
+        peer = peer_of(tcp)
+        if not guard.admit(peer):
             tcp.abort()
             return
         try:
             accepted = socket.socket(fileno=os.dup(tcp.get_extra_info("socket").fileno()))
         except OSError:  # out of descriptors
-            guard.release()
+            guard.release(peer)
             tcp.abort()
             return
         tcp.abort()  # closes its descriptor; the duplicate keeps the connection
-        self._site.handshake(self._handshake(accepted))
+        self._site.handshake(self._handshake(accepted, peer))
 
-    async def _handshake(self, accepted: socket.socket) -> None:
-        handler = self._server.admitted()
+    async def _handshake(self, accepted: socket.socket, peer: str | None) -> None:
+        handler = self._server.admitted(peer)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: handler,
@@ -118,11 +119,11 @@ class _TlsAccepted(asyncio.Protocol):
                 ssl_handshake_timeout=self._site.handshake_timeout,
             )
         except OSError:  # ssl.SSLError, a reset, the timeout: the loop closed the socket
-            self._abandoned(handler)
+            self._abandoned(handler, peer)
         except asyncio.CancelledError:  # the site stopped; the loop closed the socket
-            self._abandoned(handler)
+            self._abandoned(handler, peer)
             raise
 
-    def _abandoned(self, handler: GuardedRequestHandler) -> None:
+    def _abandoned(self, handler: GuardedRequestHandler, peer: str | None) -> None:
         if not handler.connected:  # else the handler holds the place, until connection_lost
-            self._server.guard.release()
+            self._server.guard.release(peer)

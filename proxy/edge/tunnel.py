@@ -15,6 +15,13 @@ A tunnel ends when either side closes (what it sent before is passed on first), 
 ``edge.tunnel_max_seconds`` in all, or at the deadline of a drain at shutdown (the server
 cancels its handler then). It stays one open client connection, counted by the listener's
 guard, for its whole life; the guard's header and keep-alive timeouts never apply to it.
+
+Each domain has at most ``max_tunnels`` tunnels open in the process (decision 0032), counted
+from the moment its origin connection is opened: past it a new upgrade request is answered
+503 with ``Retry-After`` at once, counted in ``origin_busy_total{reason="tunnels"}``, and the
+origin never sees it. They are counted apart from ``origin_connections``, whose slots they
+would hold for hours, so the domain's origin sees at most ``origin_connections`` requests and
+``max_tunnels`` tunnels from each edge process.
 """
 
 from __future__ import annotations
@@ -37,7 +44,13 @@ from proxy.core.observe.traffic import BYPASS, ERROR
 from proxy.edge import respond
 from proxy.edge.aiohttp_adapter import take_over
 from proxy.edge.tls import EdgeTls
-from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
+from proxy.errors import (
+    OriginBusy,
+    OriginError,
+    OriginProtocolError,
+    OriginTimeout,
+    OriginUnreachable,
+)
 from proxy.observe.telemetry import Telemetry, error_kind
 
 log = logging.getLogger("proxy.edge")
@@ -57,6 +70,10 @@ class TunnelLimits:
         return cls(idle=edge.tunnel_idle_timeout, lifetime=edge.tunnel_max_seconds)
 
 
+class TunnelsBusy(OriginBusy):
+    public = "too many upgraded connections to this site are open; retry later"
+
+
 class Tunnels:
     """The edge's way to its origins for upgrade requests."""
 
@@ -64,6 +81,8 @@ class Tunnels:
         self._telemetry = telemetry
         self._tls: ssl.SSLContext | None = None
         self._edge_tls = tls  # a domain's origin_ca, when it names one
+        self._max: dict[str, int] = {}  # domain -> max_tunnels
+        self.open_by_domain: dict[str, int] = {}  # domain -> tunnels open (only those with any)
         self.reconfigure(config)
 
     def reconfigure(self, config: Config) -> None:
@@ -71,6 +90,8 @@ class Tunnels:
         keep the limits they started with)."""
         edge, cache = config.edge_role()
         self.limits = TunnelLimits.of(config)
+        # Removed domains keep theirs: a request routed before the reload may still open one.
+        self._max = {**self._max, **{d.name: d.max_tunnels for d in config.domains}}
         self._via = edge.via
         self._status = cache_status(cache.name, fwd="bypass", detail="upgrade")
 
@@ -85,6 +106,31 @@ class Tunnels:
         """Ask the origin to switch to ``protocols`` (fields: the forwarded request's head),
         and relay its answer: a tunnel, or a response."""
         started = time.perf_counter()
+        held = self.open_by_domain.get(domain.name, 0)
+        if held >= self._max.get(domain.name, domain.max_tunnels):
+            # Counted, not logged line by line (it comes in floods), as the other OriginBusy.
+            self._telemetry.origin_busy(domain.name, "tunnels")
+            self._telemetry.request(domain.name, ERROR)
+            busy = TunnelsBusy(f"{domain.name}: {held} tunnels open, the limit")
+            return respond.origin_failed(busy, cache_status=self._status)
+        self.open_by_domain[domain.name] = held + 1
+        try:
+            return await self._open(request, domain, target, fields, protocols, started)
+        finally:
+            if self.open_by_domain[domain.name] == 1:
+                del self.open_by_domain[domain.name]
+            else:
+                self.open_by_domain[domain.name] -= 1
+
+    async def _open(
+        self,
+        request: web.BaseRequest,
+        domain: DomainConfig,
+        target: str,
+        fields: Sequence[tuple[str, str]],
+        protocols: str,
+        started: float,
+    ) -> web.StreamResponse:
         try:
             origin = await OriginLink.open(domain, self._origin_tls(domain))
         except OriginError as exc:

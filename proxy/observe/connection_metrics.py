@@ -14,7 +14,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 # The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
-CONNECTION_FIGURES = 7
+CONNECTION_FIGURES = 13
 
 
 class ListenerFigures(Protocol):
@@ -24,37 +24,82 @@ class ListenerFigures(Protocol):
     def listener(self) -> str: ...
 
     def figures(self) -> list[int]:
-        """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels."""
+        """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
+        refused_per_client, per_client, and the request bodies' four figures (held, budget,
+        over_budget, too_slow)."""
         ...
 
 
 def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -> Iterable[Metric]:
     """/metrics from (listener, ``ConnectionGuard.figures()``) rows."""
     rows = list(rows)
-    families = (
-        (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
-        (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
-        (
-            CounterMetricFamily,
-            "connections_refused",
-            "Client connections refused at the limit (503, or closed before a TLS handshake).",
-        ),
-        (
-            CounterMetricFamily,
-            "header_timeouts",
-            "Connections closed because no whole request head came in time.",
-        ),
-        (
-            CounterMetricFamily,
-            "bad_requests",
-            "Malformed requests answered 400 by the HTTP parser, by listener.",
-        ),
-        (GaugeMetricFamily, "tunnels_open", "Upgraded connections (tunnels) open, by listener."),
-        (CounterMetricFamily, "tunnels", "Upgraded connections (tunnels) opened, by listener."),
+
+    def figure(figures: Sequence[int], index: int) -> int:
+        # A report from an older process has fewer figures: the missing ones count 0.
+        return figures[index] if index < len(figures) else 0
+
+    refused = CounterMetricFamily(
+        prefix + "connections_refused",
+        "Client connections refused (503, or closed before a TLS handshake), by reason: the "
+        "listener's limit, or the per-client-address limit.",
+        labels=["listener", "reason"],
     )
-    for index, (kind, name, text) in enumerate(families):
+    for listener, figures in rows:
+        refused.add_metric([listener, "limit"], figure(figures, 2))
+        refused.add_metric([listener, "per_client"], figure(figures, 7))
+    yield refused
+    for index, (kind, name, text) in enumerate(_FAMILIES):
+        if kind is None:
+            continue  # connections_refused, above
         family = kind(prefix + name, text, labels=["listener"])
         for listener, figures in rows:
-            # A report from an older process has fewer figures: the missing ones count 0.
-            family.add_metric([listener], figures[index] if index < len(figures) else 0)
+            family.add_metric([listener], figure(figures, index))
         yield family
+
+
+# ConnectionGuard.figures(), in order: each one's metric (None: connections_refused, by reason).
+_FAMILIES: tuple[
+    tuple[type[GaugeMetricFamily] | type[CounterMetricFamily] | None, str, str], ...
+] = (
+    (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
+    (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
+    (None, "", ""),
+    (
+        CounterMetricFamily,
+        "header_timeouts",
+        "Connections closed because no whole request head came in time.",
+    ),
+    (
+        CounterMetricFamily,
+        "bad_requests",
+        "Malformed requests answered 400 by the HTTP parser, by listener.",
+    ),
+    (GaugeMetricFamily, "tunnels_open", "Upgraded connections (tunnels) open, by listener."),
+    (CounterMetricFamily, "tunnels", "Upgraded connections (tunnels) opened, by listener."),
+    (None, "", ""),
+    (
+        GaugeMetricFamily,
+        "connections_per_client_max",
+        "The limit on one client address's open connections (0: none), per process.",
+    ),
+    (
+        GaugeMetricFamily,
+        "request_buffer_bytes",
+        "Bytes of request bodies held while they arrive, before the origin is asked.",
+    ),
+    (
+        GaugeMetricFamily,
+        "request_buffer_max_bytes",
+        "The budget for request_buffer_bytes (edge.request_buffer_total_bytes).",
+    ),
+    (
+        CounterMetricFamily,
+        "request_bodies_over_budget",
+        "Request bodies streamed to the origin because the buffer budget was spent.",
+    ),
+    (
+        CounterMetricFamily,
+        "request_bodies_too_slow",
+        "Request bodies cut off (408) for arriving slower than edge.body_min_rate.",
+    ),
+)

@@ -20,8 +20,8 @@ Metrics (all prefixed ``cdn_proxy_``):
 - ``origin_errors_total{domain, kind}``: kind is timeout, unreachable or protocol.
 - ``origin_busy_total{domain, reason}``: requests answered 503 without asking the origin
   (decision 0015); reason is queue_timeout (no origin connection free within
-  origin_queue_timeout) or uploads (the domain's or client's share for streamed uploads
-  was taken).
+  origin_queue_timeout), uploads (the domain's or client's share for streamed uploads
+  was taken) or tunnels (the domain's max_tunnels, decision 0032).
 - ``request_body_timeouts_total{domain}``: request bodies that stopped arriving for
   edge.body_timeout seconds (answered 408, or cut off on the way to the origin).
 - ``clears_total{outcome}``, ``clear_duration_seconds``: every clear-cache attempt, with its
@@ -33,11 +33,16 @@ Metrics (all prefixed ``cdn_proxy_``):
   ``store_evictions_total``; and ``domain_entries{domain}``, ``domain_bytes{domain}``.
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
 - ``connections_open{listener}``, ``connections_max{listener}``,
-  ``connections_refused_total{listener}``, ``header_timeouts_total{listener}`` and
+  ``connections_refused_total{listener, reason}`` (limit, per_client),
+  ``connections_per_client_max{listener}``, ``header_timeouts_total{listener}`` and
   ``bad_requests_total{listener}``: this process's client connections on the edge and API
   listeners (proxy/edge/connections.py); with workers, the edge's summed from their reports.
 - ``tunnels_open{listener}``, ``tunnels_total{listener}``: upgraded connections (WebSocket and
   other tunnels, decision 0022) open now and opened since the start, counted the same way.
+- ``request_buffer_bytes``, ``request_buffer_max_bytes``, ``request_bodies_over_budget_total``
+  and ``request_bodies_too_slow_total`` (each with ``listener``): what request bodies being
+  buffered hold against edge.request_buffer_total_bytes, the bodies streamed for want of it,
+  and those cut off under edge.body_min_rate (decision 0032), counted the same way.
 - With workers or a fleet (the control process serves no edge traffic itself), requests and
   store figures are those every edge process reports (proxy/fleet/figures.py), and:
   ``purge_ack_duration_seconds`` (from a clear to the last live edge process's

@@ -35,11 +35,13 @@ from proxy.config.model import Config
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
+from proxy.edge.bodies import BodyBudget
 from proxy.edge.connections import (
     ConnectionGuard,
     api_share,
     edge_share,
     open_files_limit,
+    per_client_share,
 )
 from proxy.edge.handler import Edge
 from proxy.edge.handshakes import HandshakeTimedSite
@@ -259,12 +261,17 @@ async def edge_listening(
 def _edge_guard(config: Config) -> ConnectionGuard:
     """The edge listeners' connection guard (one for the plain and the TLS listener)."""
     edge = config.edge_role()[0]
-    return ConnectionGuard(
+    limit = edge_connections(config)
+    guard = ConnectionGuard(
         "edge",
-        limit=edge_connections(config),
+        limit=limit,
         header_timeout=edge.header_timeout,
         keepalive_timeout=edge.keepalive_timeout,
+        per_client=per_client_share(edge.max_connections_per_client, limit, edge.workers),
     )
+    # Each worker's share of the node's budget for buffered request bodies (decision 0032).
+    guard.bodies = BodyBudget(-(-edge.request_buffer_total_bytes // edge.workers))
+    return guard
 
 
 async def _edge_runner(

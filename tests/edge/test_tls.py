@@ -322,7 +322,13 @@ async def test_connections_in_their_handshake_count_against_max_connections(
     config = tls_config(
         tmp_path,
         origin.url,
-        edge={**pair_keys(certs.issue("example.com")), "max_connections": 2},
+        # One address opens them all: the per-client limit (decision 0032) off, so that
+        # the listener's limit is what they meet.
+        edge={
+            **pair_keys(certs.issue("example.com")),
+            "max_connections": 2,
+            "max_connections_per_client": 0,
+        },
     )
     origin.reply("/page", b"page", headers=CACHEABLE)
     async with running(config) as service:

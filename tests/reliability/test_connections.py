@@ -31,6 +31,7 @@ from tests.reliability.connections_support import (
 )
 
 TIMEOUTS = "header_timeout = 1\nkeepalive_timeout = 2\n"
+NO_PER_CLIENT = "max_connections_per_client = 0\n"
 
 
 async def test_a_silent_connection_is_closed_after_the_header_timeout(
@@ -113,7 +114,10 @@ async def test_at_the_fd_limit_the_edge_refuses_and_the_api_still_answers(
     connections to the edge. Before, every new edge and API connection failed and nothing
     was logged."""
     origin.reply("/page", b"hello", headers={"Cache-Control": "max-age=60"})
-    async with served(tmp_path, config_text(origin.url), nofile=(256, 256)) as proxy:
+    # One address opens every connection here: the per-client limit (decision 0032) is off, so
+    # that the listener's own limit is what they meet.
+    text = config_text(origin.url, edge=NO_PER_CLIENT)
+    async with served(tmp_path, text, nofile=(256, 256)) as proxy:
         silent = await open_silent(proxy.edge_address, 300)
         try:
             timeout = aiohttp.ClientTimeout(total=5)
@@ -128,7 +132,9 @@ async def test_at_the_fd_limit_the_edge_refuses_and_the_api_still_answers(
                 ):
                     assert response.status == 503
                     assert response.headers["Retry-After"]
-            refused = await metric(proxy, 'cdn_proxy_connections_refused_total{listener="edge"}')
+            refused = await metric(
+                proxy, 'cdn_proxy_connections_refused_total{listener="edge",reason="limit"}'
+            )
             assert refused >= 1
             limit = await metric(proxy, 'cdn_proxy_connections_max{listener="edge"}')
             open_ = await metric(proxy, 'cdn_proxy_connections_open{listener="edge"}')
@@ -163,7 +169,7 @@ async def test_each_worker_enforces_its_share_of_max_connections(
 ) -> None:
     """max_connections = 20 over two workers: at most 10 each, so 20 silent connections spread
     by the kernel fill them, and at most 20 are held in all."""
-    text = config_text(origin.url, workers=2, edge="max_connections = 20\n")
+    text = config_text(origin.url, workers=2, edge="max_connections = 20\n" + NO_PER_CLIENT)
     async with served(tmp_path, text) as proxy:
         silent = await open_silent(proxy.edge_address, 40)
         try:
