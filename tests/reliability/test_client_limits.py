@@ -196,7 +196,10 @@ async def test_tunnels_are_held_to_the_per_client_limit_and_to_max_tunnels(
     address's is answered 503 with Retry-After without reaching the origin. Before, every
     one of them was tunnelled to the origin."""
     async with upgrade_origin() as origin:
-        edge = "header_timeout = 30\nmax_connections_per_client = 2\n"
+        edge = (
+            "header_timeout = 30\nmax_connections_per_client = 2\n"
+            'upgrade_protocols = ["websocket", "echo"]\n'
+        )
         text = config_text(origin.url, edge=edge) + "max_tunnels = 3\n"
         async with served(tmp_path, text) as proxy:
             tunnels: list[Connection] = []
