@@ -35,7 +35,7 @@ import lmdb
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD, Purge, stale_lifetime
-from proxy.errors import BodyCorrupt
+from proxy.errors import BodyCorrupt, DiskTierError
 from proxy.store.shared import bodies
 from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import (
@@ -136,13 +136,19 @@ class SharedTier:
     # -- opening and closing --------------------------------------------------------------------
 
     @classmethod
-    def open_node(cls, directory: str | Path, *, max_bytes: int, **options: object) -> SharedTier:
+    def open_node(
+        cls, directory: str | Path, *, max_bytes: int, evictor: Evictor | None = None
+    ) -> SharedTier:
         """Open the directory for the node, taking its lock: CacheDirectoryLocked when
-        another node has it. Entries that cannot be trusted (the last run ended in an OS crash
-        or a power loss, or lost a purge) are emptied first."""
+        another node has it, DiskTierError when it cannot be used at all (naming it and
+        why). Entries that cannot be trusted (the last run ended in an OS crash or a power
+        loss, or lost a purge) are emptied first."""
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        lock = NodeLock.acquire(path)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            lock = NodeLock.acquire(path)
+        except OSError as error:
+            raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
         try:
             if unclean_since_boot(path) or (path / DISTRUST_FILE).exists():
                 shutil.rmtree(path / "entries", ignore_errors=True)
@@ -150,20 +156,32 @@ class SharedTier:
                 (path / DISTRUST_FILE).unlink(missing_ok=True)
             (path / "bodies").mkdir(exist_ok=True)
             write_boot(path, "open")
-            return cls(path, max_bytes=max_bytes, lock=lock, **options)  # type: ignore[arg-type]
+            return cls(path, max_bytes=max_bytes, lock=lock, evictor=evictor)
+        except (OSError, lmdb.Error) as error:
+            lock.release()
+            raise DiskTierError(f"cache directory {path}: {error}") from None
         except BaseException:
             lock.release()
             raise
 
     @classmethod
     def open_member(
-        cls, directory: str | Path, *, max_bytes: int, instance: str, **options: object
+        cls,
+        directory: str | Path,
+        *,
+        max_bytes: int,
+        instance: str,
+        evictor: Evictor | None = None,
     ) -> SharedTier:
         """Open the directory as a worker of the node whose instance id is ``instance``:
-        CacheDirectoryLocked unless that node holds it."""
+        CacheDirectoryLocked unless that node holds it. (One process opens a directory once:
+        LMDB refuses a second environment on the same files in one process.)"""
         path = Path(directory)
         check_member(path, instance)
-        return cls(path, max_bytes=max_bytes, lock=None, **options)  # type: ignore[arg-type]
+        try:
+            return cls(path, max_bytes=max_bytes, lock=None, evictor=evictor)
+        except (OSError, lmdb.Error) as error:
+            raise DiskTierError(f"cache directory {path}: {error}") from None
 
     @property
     def instance(self) -> str | None:

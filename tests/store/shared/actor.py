@@ -11,11 +11,18 @@ the line (no sleeps), and then kill it or let it end:
   for an hour), then apply each
   PURGE (``clear`` or ``kind:soft|hard:item``), print "done" and wait for stdin to close.
 - ``second-node DIR``: try to open DIR as a node: "opened" or "locked <message>".
+- ``read-only DIR``: as the node, store /a, print "filled", wait for a line on stdin (the test
+  gives the directory to nobody), become nobody, store /before and print how it went; wait for
+  a line again (the test makes the directory read-only), then store /b (small) and /c
+  (large), look /a up, and print what each gave and the tier's status as JSON.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import os
 import random
 import sys
 import time
@@ -72,6 +79,25 @@ def main(command: str, *args: str) -> None:
             print(f"locked {error}", flush=True)
             return
         print("opened", flush=True)
+        return
+    if command == "read-only":
+        tier = SharedTier.open_node(args[0], max_bytes=MAX_BYTES)
+        fill(tier, "example.com", "/a", b"a")
+        print("filled", flush=True)
+        sys.stdin.readline()  # the test gives the directory to nobody
+        os.setgid(65534)
+        os.setuid(65534)  # nobody: the permissions apply now
+        before = fill(tier, "example.com", "/before", body(2, 300_000))
+        print(json.dumps({"before": before, "uid": os.getuid()}), flush=True)
+        sys.stdin.readline()  # the test makes the directory read-only
+        result = {
+            "small": fill(tier, "example.com", "/b", b"b"),
+            "large": fill(tier, "example.com", "/c", body(1, 300_000)),
+            "hit": [v.response.body.decode() for v in tier.lookup("example.com", "/a").variants],
+            "status": dataclasses.asdict(tier.status()),
+        }
+        print(json.dumps(result), flush=True)
+        tier.close()
         return
     if command == "node":
         directory, domain, target, size, seed, *purges = args

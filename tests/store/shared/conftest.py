@@ -35,6 +35,11 @@ class Actor:
         assert self.process.stdout is not None
         return self.process.stdout.readline().strip()
 
+    def say(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
     def kill(self) -> None:
         """SIGKILL, at once (no cleanup runs in it), then close the pipes."""
         self.process.kill()
