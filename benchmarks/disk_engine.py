@@ -21,6 +21,15 @@ which is the disk here, not a tmpfs), each case for a few seconds:
 - **d** a store of ``--entries`` small LMDB entries: the time a new process takes from
   opening it to its first hit (no scan). Files are left out: their open is O(1) by
   construction (the path is the index), and making a million files takes minutes.
+
+Then the shared tier built on the choice (``proxy/store/shared``), through its own calls:
+
+- **e** a 1 KiB hit (``lookup``: the purge state, the record, its CRC, the response built),
+  a 1 KiB fill (``Fill``: append and commit), and a clear (synced: what a purge waits for);
+- **f** a 256 MiB body through ``Fill`` and back through ``read_body`` (every chunk checked),
+  in a process of its own for its peak RSS;
+- **g** ``--entries`` entries (loaded in bulk in the tier's record format): a new process's
+  ``open_node`` to its first hit.
 """
 
 from __future__ import annotations
@@ -37,6 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+
+from proxy.core.cache.entry import StoredResponse
+from proxy.store.shared import Fill, SharedTier
+from proxy.store.shared.records import entry_prefix, pack_entry
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -273,6 +286,109 @@ def _open_time(root: Path, entries: int) -> tuple[float, float]:
     return filled, seconds
 
 
+# -- e-h: the shared tier built on the choice (proxy/store/shared) ---------------------------
+
+
+def _tier_fill(tier: SharedTier, target: str, data: bytes) -> bool:
+    writer = Fill(
+        tier, "example.com", target, _response(), tier.lookup("example.com", target).token
+    )
+    for offset in range(0, len(data), CHUNK):
+        writer.append(data[offset : offset + CHUNK])
+    return bool(writer.commit())
+
+
+def _response() -> StoredResponse:
+    headers = (("Content-Type", "application/javascript"), ("ETag", '"abc"'))
+    return StoredResponse(
+        status=200, reason="OK", headers=headers, body=b"", birth=time.time(),
+        freshness_lifetime=3600.0,
+    )  # fmt: skip
+
+
+def _tier_hits(root: Path, seconds: float) -> tuple[float, float, float]:
+    """Mean µs of a 1 KiB hit through SharedTier.lookup (+ the inline body), of a fill, and
+    median ms of a clear (synced)."""
+    tier = SharedTier.open_node(root, max_bytes=1 << 30)
+    body = os.urandom(KIB)
+    start = time.perf_counter()
+    for i in range(KEYS):
+        _tier_fill(tier, f"/objects/{i}.js", body)
+    fill_us = (time.perf_counter() - start) / KEYS * 1e6
+    targets = [f"/objects/{(i * 7919) % KEYS}.js" for i in range(KEYS)]
+    done = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for target in targets:
+            (entry,) = tier.lookup("example.com", target).variants
+            assert len(entry.response.body) == KIB
+        done += len(targets)
+    hit_us = (time.perf_counter() - start) / done * 1e6
+    clears = []
+    for _ in range(50):
+        begin = time.perf_counter()
+        tier.clear_domain("other.example")
+        clears.append(time.perf_counter() - begin)
+    tier.close()
+    clears.sort()
+    return hit_us, fill_us, clears[len(clears) // 2] * 1000
+
+
+def _tier_big(root: str, size: int, out: Any) -> None:
+    tier = SharedTier.open_node(root, max_bytes=size * 2)
+    chunk = os.urandom(CHUNK)
+    start = time.perf_counter()
+    writer = Fill(tier, "example.com", "/big", _response(), 0)
+    for _ in range(size // CHUNK):
+        writer.append(chunk)
+    assert writer.commit()
+    wrote = time.perf_counter() - start
+    (entry,) = tier.lookup("example.com", "/big").variants
+    assert entry.path is not None
+    fd = os.open(entry.path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    start = time.perf_counter()
+    total = sum(len(piece) for piece in tier.read_body(entry))
+    read = time.perf_counter() - start
+    assert total == size
+    tier.close()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out.put((size / MIB / wrote, size / MIB / read, rss))
+
+
+def _tier_first_hit(root: str, out: Any) -> None:
+    start = time.perf_counter()
+    tier = SharedTier.open_node(root, max_bytes=4 << 30)
+    (entry,) = tier.lookup("example.com", "/objects/123457.js").variants
+    out.put((time.perf_counter() - start, len(entry.response.body)))
+    tier.close()
+
+
+def _tier_million(root: Path, entries: int) -> float:
+    """Seconds from a new process's open of a tier holding ``entries`` 200-byte entries to
+    its first hit (the entries are loaded in bulk, in the tier's record format)."""
+    tier = SharedTier.open_node(root, max_bytes=4 << 30)
+    response, body = _response(), os.urandom(200)
+    env = tier._env  # a bulk load, as no fill would do it
+    for base in range(0, entries, 100_000):
+        with env.begin(write=True, db=tier.db_entries) as txn:
+            for i in range(base, min(entries, base + 100_000)):
+                record = pack_entry(
+                    response, body=body, body_length=200, mark=0, sequence=i + 1, table_crc=None
+                )
+                txn.put(entry_prefix("example.com", f"/objects/{i}.js"), record)
+    tier.close()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    process = ctx.Process(target=_tier_first_hit, args=(str(root), out))
+    process.start()
+    seconds, length = out.get()
+    process.join()
+    assert length == 200
+    return float(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="/var/tmp")
@@ -303,6 +419,21 @@ def main() -> None:
         print(f"d. LMDB with {args.entries} entries: fill s, open to first hit ms")
         filled, seconds = _open_time(base / "million", args.entries)
         print(f"   lmdb   {filled:7.1f} {seconds * 1000:7.2f}")
+        print("e. SharedTier, 1 KiB: hit µs (lookup, judged, body), fill µs (commit), clear ms")
+        hit, fill, clear = _tier_hits(base / "tier", args.seconds)
+        print(f"   tier   {hit:7.2f} {fill:7.2f} {clear:7.2f}")
+        print(f"f. SharedTier, {args.big_mib} MiB by Fill and read_body: MB/s, MB/s, peak RSS MiB")
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        process = ctx.Process(
+            target=_tier_big, args=(str(base / "tier-big"), args.big_mib * MIB, out)
+        )
+        process.start()
+        wrote, read, rss = out.get()
+        process.join()
+        print(f"   tier   {wrote:7.0f} {read:7.0f} {rss / 1024:7.0f}")
+        print(f"g. SharedTier with {args.entries} entries: open to first hit ms (new process)")
+        print(f"   tier   {_tier_million(base / 'tier-million', args.entries) * 1000:7.2f}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from proxy.store.shared.records import (
     unpack_entry,
 )
 
+DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
 _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
@@ -223,7 +224,7 @@ class SharedTier:
         for entry in found:
             covered = judge(state, entry.response.mark, target, entry.response.tags)
             if covered is HARD:
-                self.doomed.append((entry.key, entry.sequence))
+                self._doom(entry.key, entry.sequence)
                 continue
             if covered is not None:
                 response = entry.response
@@ -248,7 +249,7 @@ class SharedTier:
                     header, response = unpack_entry(value)
                 except Corrupt as error:
                     self.health.corrupted(f"{key!r}: {error}")
-                    self.doomed.append((key, -1))
+                    self._doom(key, -1)
                     continue
                 object.__setattr__(response, "mark", header.mark)
                 path = self.bodies / body_name(header.sequence) if header.in_file else None
@@ -272,7 +273,7 @@ class SharedTier:
             yield from bodies.chunks(entry.path, entry.length, entry.table_crc, start, end)
         except BodyCorrupt as error:
             self.health.corrupted(str(error))
-            self.doomed.append((entry.key, entry.sequence))
+            self._doom(entry.key, entry.sequence)
             raise
         except OSError as error:
             self.health.fault("read body", error)
@@ -284,6 +285,13 @@ class SharedTier:
             return b"".join(self.read_body(entry))
         except BodyCorrupt:
             return None
+
+    def _doom(self, key: bytes, sequence: int) -> None:
+        """Have the next write remove an entry found dead or corrupt (a reader never writes:
+        a write transaction could wait for another process's). Bounded: one never removed
+        here is still never served, and is evicted in its turn."""
+        if len(self.doomed) < DOOMED_MAX:
+            self.doomed.append((key, sequence))
 
     def status(self) -> TierStatus:
         return self.health.status()
