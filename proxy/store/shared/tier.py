@@ -231,7 +231,9 @@ class SharedTier:
                 lifetime = stale_lifetime(
                     response.birth, response.freshness_lifetime, covered.stale_at
                 )
-                entry = replace(entry, response=replace(response, freshness_lifetime=lifetime))
+                expired = replace(response, freshness_lifetime=lifetime)
+                object.__setattr__(expired, "mark", response.mark)  # replace leaves it 0
+                entry = replace(entry, response=expired)
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
 

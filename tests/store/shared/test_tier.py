@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from proxy.core.cache.entry import StoredResponse
@@ -95,6 +97,29 @@ def test_oldest_entries_go_first_when_over_size(tmp_path: Path) -> None:
         tier.close()
 
 
+class NewestFirst:
+    """A policy plugged in through the hook: the last stored goes first."""
+
+    def victims(self, txn: lmdb.Transaction, order: lmdb._Database) -> Iterator[bytes]:
+        cursor = txn.cursor(order)
+        if cursor.last():
+            yield bytes(cursor.key())
+            while cursor.prev():
+                yield bytes(cursor.key())
+
+
+def test_an_eviction_policy_plugs_in(tmp_path: Path) -> None:
+    tier = SharedTier.open_node(tmp_path, max_bytes=1_000_000, evictor=NewestFirst())
+    try:
+        for n in range(6):
+            assert stored(tier, f"/{n}", body(n, 200_000))
+        present = [n for n in range(6) if tier.lookup(DOMAIN, f"/{n}").variants]
+        assert present == [0, 1, 2, 3]  # each fill past the bound evicted itself
+        assert tier.stats().evictions == 2
+    finally:
+        tier.close()
+
+
 def test_a_body_larger_than_the_tier_is_dropped(tmp_path: Path) -> None:
     tier = SharedTier.open_node(tmp_path, max_bytes=100_000)
     try:
@@ -167,6 +192,7 @@ def test_a_soft_purge_ends_freshness_at_its_time(tier: SharedTier) -> None:
     (entry,) = tier.lookup(DOMAIN, "/a").variants
     assert entry.response.freshness_lifetime == 100.0  # birth 1,000,000: stale from the purge
     assert entry.response.body == b"x"
+    assert entry.response.mark == 0  # the number its lookup saw, before the purge (1)
     assert stored(tier, "/a", b"y")  # a fill after the purge is fresh again
     (entry,) = tier.lookup(DOMAIN, "/a").variants
     assert entry.response.freshness_lifetime == 3600.0
