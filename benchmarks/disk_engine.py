@@ -22,6 +22,11 @@ which is the disk here, not a tmpfs), each case for a few seconds:
   opening it to its first hit (no scan). Files are left out: their open is O(1) by
   construction (the path is the index), and making a million files takes minutes.
 
+``--instructions N`` counts instead, with callgrind (so load on the machine does not move it),
+the instructions of one 1 KiB lookup: the memory store's ``peek``, a bare LMDB ``get`` (+ copy),
+and the shared tier's ``lookup``: each subject run twice, with 0 and N lookups, the
+difference divided by N.
+
 Then the shared tier built on the choice (``proxy/store/shared``), through its own calls:
 
 - **e** a 1 KiB hit (``lookup``: the purge state, the record, its CRC, the response built),
@@ -35,19 +40,25 @@ Then the shared tier built on the choice (``proxy/store/shared``), through its o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import multiprocessing as mp
 import os
+import re
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import lmdb
 
 from proxy.core.cache.entry import StoredResponse
+from proxy.store.memory import MemoryStore
 from proxy.store.shared import Fill, SharedTier
 from proxy.store.shared.records import entry_prefix, pack_entry
 
@@ -389,13 +400,82 @@ def _tier_million(root: Path, entries: int) -> float:
     return float(seconds)
 
 
+# -- i: instructions per lookup, by callgrind (load does not move them) -----------------------
+
+COUNTED = 1000  # entries in the store a counted run looks up
+
+
+def _count(subject: str, lookups: int, root: Path) -> None:
+    """Fill a store with COUNTED 1 KiB entries, then make ``lookups`` lookups (run under
+    callgrind by ``_instructions``, once with none and once with some)."""
+    targets = [f"/objects/{(i * 7919) % COUNTED}.js" for i in range(COUNTED)]
+    data = bytes(KIB)
+    if subject == "memory":
+        store = MemoryStore(max_bytes=1 << 30)
+
+        async def fill_memory() -> None:
+            for target in targets:
+                found = await store.lookup("example.com", target)
+                await store.put(found.key, replace(_response(), body=data))
+
+        asyncio.run(fill_memory())
+        for n in range(lookups):
+            assert store.peek("example.com", targets[n % COUNTED]) is not None
+        return
+    if subject == "lmdb":
+        env = _open_lmdb(root, sync=False)
+        with env.begin(write=True) as txn:
+            for target in targets:
+                txn.put(target.encode(), data)
+        hit = _lmdb_hit(env)
+        for n in range(lookups):
+            hit(targets[n % COUNTED].encode())
+        return
+    tier = SharedTier.open_node(root, max_bytes=1 << 30)
+    for target in targets:
+        _tier_fill(tier, target, data)
+    for n in range(lookups):
+        assert tier.lookup("example.com", targets[n % COUNTED]).variants
+    tier.close()
+
+
+def _instructions(lookups: int, base: Path) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for subject in ("memory", "lmdb", "tier"):
+        totals = []
+        for n in (0, lookups):
+            out = base / f"callgrind-{subject}-{n}"
+            argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+            argv += [sys.executable, "-m", "benchmarks.disk_engine"]
+            argv += ["--count", subject, str(n), str(base / f"count-{subject}-{n}")]
+            subprocess.run(argv, check=True, capture_output=True)
+            match = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
+            assert match is not None
+            totals.append(int(match.group(1)))
+        counts[subject] = (totals[1] - totals[0]) / lookups
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="/var/tmp")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--instructions", type=int, default=0, metavar="LOOKUPS")
+    parser.add_argument("--count", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.count:
+        subject, lookups, root = args.count
+        _count(subject, int(lookups), Path(root))
+        return
+    if args.instructions:
+        with tempfile.TemporaryDirectory(dir=args.dir, prefix="disk-engine-") as tmp:
+            counts = _instructions(args.instructions, Path(tmp))
+        print(f"i. instructions per 1 KiB lookup (callgrind, {args.instructions} lookups)")
+        for subject, count in counts.items():
+            print(f"   {subject:6} {count:9.0f}")
+        return
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="disk-engine-") as tmp:
         base = Path(tmp)
         _fill_lmdb(base / "lmdb", KEYS, KIB)

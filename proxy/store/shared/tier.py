@@ -259,7 +259,8 @@ class SharedTier:
                     response, header.body_length, key, header.sequence, header.table_crc, path
                 )
                 found.append(entry)
-        found.sort(key=lambda entry: entry.sequence, reverse=True)
+        if len(found) > 1:
+            found.sort(key=lambda entry: entry.sequence, reverse=True)
         return found
 
     def read_body(
