@@ -30,7 +30,7 @@ import json
 import marshal
 import struct
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from proxy.core.cache.entry import StoredResponse
 
@@ -60,8 +60,7 @@ def body_name(sequence: int) -> str:
     return f"{sequence:016x}.body"
 
 
-@dataclass(frozen=True, slots=True)
-class EntryHeader:
+class EntryHeader(NamedTuple):  # a tuple: built on every hit, so built cheaply
     flags: int
     body_length: int
     mark: int  # the domain's purge number when the fill looked up (decision 0024)

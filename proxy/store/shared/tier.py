@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 import lmdb
 
@@ -58,11 +58,10 @@ _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class SharedEntry:
+class SharedEntry(NamedTuple):
     """One stored variant as a lookup found it: the response (its body empty when the body
     is in a file: read it with ``SharedTier.read_body``), judged against the domain's purges
-    (a soft purge has already shortened its freshness)."""
+    (a soft purge has already shortened its freshness). A tuple: built on every hit."""
 
     response: StoredResponse
     length: int  # of the body
@@ -72,8 +71,7 @@ class SharedEntry:
     path: Path | None  # the body file, None when inline (``response.body``)
 
 
-@dataclass(frozen=True, slots=True)
-class SharedLookup:
+class SharedLookup(NamedTuple):
     token: int  # the mark a fill made after this lookup stores under (SharedTier.begin)
     variants: tuple[SharedEntry, ...]  # most recent first
 
@@ -233,7 +231,7 @@ class SharedTier:
                 )
                 expired = replace(response, freshness_lifetime=lifetime)
                 object.__setattr__(expired, "mark", response.mark)  # replace leaves it 0
-                entry = replace(entry, response=expired)
+                entry = entry._replace(response=expired)
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
 
