@@ -4,6 +4,8 @@ Each command prints one line per step it finished, so the test can wait for a st
 the line (no sleeps), and then kill it or let it end:
 
 - ``read DIR INSTANCE DOMAIN TARGET``: as a worker, "miss" or "hit <sha256 of the body>".
+- ``read-twice DIR INSTANCE DOMAIN TARGET``: as ``read``, then wait for a line on stdin, and
+  read again (a process that has read the domain's purge state already).
 - ``fill DIR INSTANCE DOMAIN TARGET SIZE SEED``: as a worker, store SIZE bytes of ``body(SEED)``.
 - ``fill-hang DIR INSTANCE DOMAIN TARGET SIZE SEED``: as ``fill``, but after half the body it
   prints "half" and waits for its stdin to close (the test kills it first).
@@ -115,10 +117,13 @@ def main(command: str, *args: str) -> None:
         return
     directory, instance, domain, target, *rest = args
     tier = SharedTier.open_member(directory, max_bytes=MAX_BYTES, instance=instance)
-    if command == "read":
-        variants = tier.lookup(domain, target).variants
-        data = tier.read_all(variants[0]) if variants else None
-        print("miss" if data is None else f"hit {hashlib.sha256(data).hexdigest()}", flush=True)
+    if command in ("read", "read-twice"):
+        for _ in range(1 if command == "read" else 2):
+            variants = tier.lookup(domain, target).variants
+            data = tier.read_all(variants[0]) if variants else None
+            print("miss" if data is None else f"hit {hashlib.sha256(data).hexdigest()}", flush=True)
+            if command == "read-twice":
+                sys.stdin.readline()
     else:
         data = body(int(rest[1]), int(rest[0]))
         stored = fill(tier, domain, target, data, hang=command == "fill-hang")

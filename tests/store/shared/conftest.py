@@ -22,7 +22,10 @@ def tier(tmp_path: Path) -> Iterator[SharedTier]:
 class Actor:
     """``tests/store/shared/actor.py`` in a process of its own, read line by line."""
 
+    started: list[Actor] = []  # every one, for the cleanup after each test
+
     def __init__(self, *args: object) -> None:
+        Actor.started.append(self)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.store.shared.actor", *map(str, args)],
             stdin=subprocess.PIPE,
@@ -54,6 +57,18 @@ class Actor:
         out, _ = self.process.communicate(timeout=60)
         assert self.process.returncode == 0
         return out.strip()
+
+
+@pytest.fixture(autouse=True)
+def no_actor_left() -> Iterator[None]:
+    """A test that fails half way leaves no actor waiting on its stdin."""
+    yield
+    while Actor.started:
+        actor = Actor.started.pop()
+        if actor.process.poll() is None:
+            actor.kill()
+        else:
+            actor.process.communicate()
 
 
 def run_actor(*args: object) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.purge.purges import purge_request
 from proxy.errors import CacheDirectoryLocked
 from proxy.store.shared import SharedTier
 from tests.store.shared.actor import body, fill
@@ -39,6 +40,24 @@ def test_a_purge_by_the_node_holds_in_another_process(tier: SharedTier) -> None:
     assert run_actor("read", tier.directory, tier.instance, DOMAIN, "/a") == f"hit {sha(b'a')}"
     tier.clear_domain(DOMAIN)
     assert run_actor("read", tier.directory, tier.instance, DOMAIN, "/a") == "miss"
+
+
+@pytest.mark.parametrize("purge", ["clear", "tag", "prefix"])
+def test_a_purge_holds_in_a_worker_that_has_read_before(tier: SharedTier, purge: str) -> None:
+    """A worker keeps each domain's parsed purge state while nothing is committed: a purge
+    committed by the node must reach its next lookup."""
+    assert fill(tier, DOMAIN, "/a", b"a")
+    tier.purge(DOMAIN, purge_request("url", ["/unrelated"]))  # the domain has a state record
+    worker = Actor("read-twice", tier.directory, tier.instance, DOMAIN, "/a")
+    assert worker.line() == f"hit {sha(b'a')}"
+    if purge == "clear":
+        tier.clear_domain(DOMAIN)
+    else:
+        tier.purge(DOMAIN, purge_request(purge, ["t1"] if purge == "tag" else ["/"]))
+    worker.say("again")
+    assert worker.line() == "miss"
+    worker.say("done")
+    assert worker.returncode() == 0
 
 
 def test_warm_after_a_restart(tmp_path: Path) -> None:
