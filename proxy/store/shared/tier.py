@@ -339,6 +339,14 @@ class SharedTier:
         stamp = self._clock() if at is None else at
         return self._durably(lambda: self.purges.add(domain, purge, stamp))
 
+    async def clear_domain_async(self, domain: str) -> int | None:
+        """``clear_domain`` in the writer thread: its fsync never blocks the event loop."""
+        return await self.run(lambda: self.clear_domain(domain))
+
+    async def purge_async(self, domain: str, purge: Purge, at: float | None = None) -> int | None:
+        """``purge`` in the writer thread."""
+        return await self.run(lambda: self.purge(domain, purge, at))
+
     def _durably(self, write: Callable[[], int]) -> int | None:
         try:
             if not self.check_directory():

@@ -245,3 +245,23 @@ async def test_async_fills_write_in_the_writer_thread(tier: SharedTier) -> None:
     assert seen and threading.get_ident() not in seen
     (entry,) = tier.lookup(DOMAIN, "/a").variants
     assert tier.read_all(entry) == data
+
+
+async def test_async_purges_are_durable_when_they_return(tmp_path: Path) -> None:
+    tier = SharedTier.open_node(tmp_path, max_bytes=1 << 20)
+    try:
+        assert fill(tier, DOMAIN, "/a/1", b"1")
+        assert fill(tier, DOMAIN, "/b", b"b")
+        assert await tier.purge_async(DOMAIN, purge_request("prefix", ["/a/"])) == 1
+        assert await tier.clear_domain_async("other.example") == 1
+        assert tier.lookup(DOMAIN, "/a/1").variants == ()
+        assert tier.lookup(DOMAIN, "/b").variants
+    finally:
+        tier.close()
+    tier = SharedTier.open_node(tmp_path, max_bytes=1 << 20)
+    try:
+        assert tier.lookup(DOMAIN, "/a/1").variants == ()
+        assert tier.lookup(DOMAIN, "/b").variants
+        assert tier.lookup("other.example", "/").token == 1
+    finally:
+        tier.close()
