@@ -1,9 +1,11 @@
 """Large bodies as files (decision 0030): written in a stream, read back chunk by checked chunk.
 
-A body over INLINE_MAX bytes is written into ``bodies/<random>.tmp`` as it arrives, then, once
-whole, followed by its chunk table (one CRC32 per CHUNK bytes of the body) and renamed to
+A body over INLINE_MAX bytes is written into ``bodies/tmp/<random>.tmp`` as it arrives, then,
+once whole, followed by its chunk table (one CRC32 per CHUNK bytes of the body) and renamed to
 ``bodies/<sequence>.body``. The entry record naming it is committed after the rename, so a
-writer killed at any point leaves at most an orphan file and no record: a miss.
+writer killed at any point leaves at most an orphan file and no record: a miss. The node
+empties ``bodies/tmp/`` when it opens the directory (no fill can be under way then), so what
+killed writers leave costs no scan of the bodies to find.
 
 A reader checks every chunk it reads against the table, and the table against the CRC the
 entry record holds: a torn write, a flipped bit or a truncated file is never handed on
@@ -24,6 +26,7 @@ from proxy.errors import BodyCorrupt
 
 CHUNK = 64 * 1024
 INLINE_MAX = CHUNK  # bodies up to this are kept in the entry record
+TMP = "tmp"  # bodies being written, in a directory of their own
 _CRC = struct.Struct("<I")
 
 
@@ -32,7 +35,7 @@ class BodyWriter:
 
     def __init__(self, directory: Path) -> None:
         self._directory = directory
-        self.tmp = directory / f"{secrets.token_hex(8)}.tmp"
+        self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
         self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.length = 0
         self._crcs: list[int] = []

@@ -153,7 +153,8 @@ class SharedTier:
                 shutil.rmtree(path / "entries", ignore_errors=True)
                 shutil.rmtree(path / "bodies", ignore_errors=True)
                 (path / DISTRUST_FILE).unlink(missing_ok=True)
-            (path / "bodies").mkdir(exist_ok=True)
+            shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
+            (path / "bodies" / bodies.TMP).mkdir(parents=True)
             write_boot(path, "open")
             return cls(path, max_bytes=max_bytes, lock=lock, evictor=evictor)
         except (OSError, lmdb.Error) as error:
@@ -314,7 +315,7 @@ class SharedTier:
         LMDB working on unlinked files, invisible to the next start: the tier stops."""
         try:
             same = os.stat(self.directory).st_ino == self._inode
-            if same and self.bodies.is_dir():
+            if same and (self.bodies / bodies.TMP).is_dir():
                 return True
             error: BaseException = FileNotFoundError("replaced by another directory")
         except OSError as missing:

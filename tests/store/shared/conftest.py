@@ -71,6 +71,11 @@ def no_actor_left() -> Iterator[None]:
             actor.process.communicate()
 
 
+def body_files(bodies: Path) -> list[str]:
+    """The names of the files under a tier's bodies/, those being written included."""
+    return sorted(path.name for path in bodies.rglob("*") if path.is_file())
+
+
 def run_actor(*args: object) -> str:
     """Run the actor to its end; its output."""
     return Actor(*args).finish()

@@ -13,7 +13,7 @@ from proxy.core.purge.purges import purge_request
 from proxy.errors import CacheDirectoryLocked
 from proxy.store.shared import SharedTier
 from tests.store.shared.actor import body, fill
-from tests.store.shared.conftest import Actor, run_actor
+from tests.store.shared.conftest import Actor, body_files, run_actor
 
 DOMAIN = "example.com"
 
@@ -97,6 +97,23 @@ def test_a_fill_killed_half_way_is_never_served(tier: SharedTier) -> None:
     assert writer.line() == "half"
     writer.kill()
     assert tier.lookup(DOMAIN, "/new").variants == ()
+    assert len(body_files(tier.bodies / "tmp")) == 2  # what the killed writers left
+
+
+def test_the_node_sweeps_what_killed_writers_left(tmp_path: Path) -> None:
+    tier = SharedTier.open_node(tmp_path, max_bytes=1 << 30)
+    writer = Actor("fill-hang", tmp_path, tier.instance, DOMAIN, "/big", 8_000_000, 9)
+    assert writer.line() == "half"
+    writer.kill()
+    assert len(body_files(tier.bodies / "tmp")) == 1
+    tier.close()
+    tier = SharedTier.open_node(tmp_path, max_bytes=1 << 30)
+    try:
+        assert body_files(tier.bodies) == []
+        assert tier.lookup(DOMAIN, "/big").variants == ()
+        assert fill(tier, DOMAIN, "/big", body(9, 200_000))  # and it still fills
+    finally:
+        tier.close()
 
 
 @pytest.mark.parametrize(

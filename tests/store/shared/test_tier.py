@@ -15,6 +15,7 @@ from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import purge_request
 from proxy.store.shared import AsyncFill, Fill, SharedTier
 from tests.store.shared.actor import body, fill, response
+from tests.store.shared.conftest import body_files
 
 DOMAIN = "example.com"
 
@@ -54,7 +55,7 @@ def test_a_new_fill_replaces_the_old_and_frees_its_file(tier: SharedTier) -> Non
     assert stored(tier, "/big", body(2, 300_000))
     (entry,) = tier.lookup(DOMAIN, "/big").variants
     assert tier.read_all(entry) == body(2, 300_000)
-    assert [p.name for p in tier.bodies.iterdir()] == [entry.path.name if entry.path else ""]
+    assert body_files(tier.bodies) == [entry.path.name if entry.path else ""]
     stats = tier.stats()
     assert stats.entries == 1
     assert 300_000 < stats.bytes < 302_000
@@ -92,7 +93,7 @@ def test_oldest_entries_go_first_when_over_size(tmp_path: Path) -> None:
         assert stats.entries == 4
         present = [n for n in range(10) if tier.lookup(DOMAIN, f"/{n}").variants]
         assert present == [6, 7, 8, 9]
-        assert len(list(tier.bodies.iterdir())) == 4
+        assert len(body_files(tier.bodies)) == 4
     finally:
         tier.close()
 
@@ -128,7 +129,7 @@ def test_a_body_larger_than_the_tier_is_dropped(tmp_path: Path) -> None:
         assert not writer.append(body(2, 20_000))
         assert not writer.commit()
         assert tier.lookup(DOMAIN, "/huge").variants == ()
-        assert list(tier.bodies.iterdir()) == []  # its temporary file is gone
+        assert body_files(tier.bodies) == []  # its temporary file is gone
     finally:
         tier.close()
 
@@ -139,7 +140,7 @@ def test_an_aborted_fill_leaves_nothing(tier: SharedTier) -> None:
     writer.abort()
     assert not writer.commit()
     assert tier.lookup(DOMAIN, "/a").variants == ()
-    assert list(tier.bodies.iterdir()) == []
+    assert body_files(tier.bodies) == []
 
 
 # -- purges -------------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def test_purged_entries_are_reclaimed_by_the_next_write(tier: SharedTier) -> Non
     assert tier.lookup(DOMAIN, "/a").variants == ()
     assert stored(tier, "/b", b"b")
     assert tier.stats().entries == 1
-    assert list(tier.bodies.iterdir()) == []
+    assert body_files(tier.bodies) == []
 
 
 # -- the event loop -----------------------------------------------------------------------------
