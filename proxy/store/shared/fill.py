@@ -15,6 +15,7 @@ A fault on the way drops the fill (False) and is reported, never raised.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import lmdb
 
@@ -53,6 +54,7 @@ class Fill:
         self.key = entry_prefix(domain, target) + variant_id(response.vary, response.vary_values)
         self._held = bytearray()
         self._file: BodyWriter | None = None
+        self._final: Path | None = None  # the body file once renamed, until committed
         self.length = 0
         self.dropped = tier.health.stuck
 
@@ -91,19 +93,20 @@ class Fill:
             self.abort()
             return False
         tier = self._tier
-        state = tier.purges.current(self._domain)
-        refused = not state.cleared <= self._token <= state.number
-        tags = self._response.tags
-        if refused or judge(state, self._token, self._target, tags) is HARD:
-            self.abort()
-            return False
-        if not tier.check_directory():
-            return self._drop(None)
         gone: list[str] = []
         try:
+            state = tier.purges.current(self._domain)
+            refused = not state.cleared <= self._token <= state.number
+            if refused or judge(state, self._token, self._target, self._response.tags) is HARD:
+                self.abort()
+                return False
+            if not tier.check_directory():
+                return self._drop(None)
             with tier._env.begin(write=True) as txn:
                 self._store(txn, gone)
         except (lmdb.Error, OSError) as error:
+            if self._final is not None:  # renamed, but no committed record names it
+                self._final.unlink(missing_ok=True)
             return self._drop(error)
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
@@ -118,33 +121,28 @@ class Fill:
         table_crc: int | None = None
         cost = len(self.key) + self.length
         if self._file is not None:
-            _, table_crc = self._file.finish(sequence)
+            self._final, table_crc = self._file.finish(sequence)
             self._file = None
             cost += 4 * -(-self.length // 65536)
-        try:
-            record = pack_entry(
-                self._response,
-                body=bytes(self._held),
-                body_length=self.length,
-                mark=self._token,
-                sequence=sequence,
-                table_crc=table_crc,
-            )
-            cost += len(record) - (0 if table_crc is not None else self.length)
-            totals = _Totals(txn, tier)
-            totals.remove(self.key, -1, gone)
-            for key, expected in tier.doomed[:]:
-                totals.remove(key, expected, gone)
-            tier.doomed.clear()
-            txn.put(self.key, record, db=tier.db_entries)
-            txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
-            totals.add(cost)
-            totals.evict(gone)
-            totals.save()
-        except BaseException:
-            if table_crc is not None:
-                gone.append(body_name(sequence))  # renamed already: no record will name it
-            raise
+        record = pack_entry(
+            self._response,
+            body=bytes(self._held),
+            body_length=self.length,
+            mark=self._token,
+            sequence=sequence,
+            table_crc=table_crc,
+        )
+        cost += len(record) - (0 if table_crc is not None else self.length)
+        totals = _Totals(txn, tier)
+        totals.remove(self.key, -1, gone)
+        for key, expected in tier.doomed[:]:
+            totals.remove(key, expected, gone)
+        tier.doomed.clear()
+        txn.put(self.key, record, db=tier.db_entries)
+        txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
+        totals.add(cost)
+        totals.evict(gone)
+        totals.save()
 
     def _drop(self, error: BaseException | None) -> bool:
         self.abort()
