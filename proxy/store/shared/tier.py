@@ -131,6 +131,7 @@ class SharedTier:
         self.purges = PurgeStateStore(self._state_env)
         self.doomed: list[tuple[bytes, int]] = []  # dead or corrupt: removed by the next write
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
+        self._next_check = 0.0  # when ``lookup`` next checks the directory (monotonic)
 
     # -- opening and closing --------------------------------------------------------------------
 
@@ -213,6 +214,10 @@ class SharedTier:
         judged against the domain's purges; none on a fault, when stuck, or when none is."""
         try:
             state = self.purges.current(domain)
+            now = time.monotonic()
+            if now >= self._next_check:  # a directory deleted under readers that never write
+                self._next_check = now + 1.0
+                self.check_directory()
             if self.health.stuck:
                 return SharedLookup(state.number, ())
             found = self._read_variants(entry_prefix(domain, target))
@@ -349,15 +354,26 @@ class SharedTier:
         return await self.run(lambda: self.purge(domain, purge, at))
 
     def _durably(self, write: Callable[[], int]) -> int | None:
+        """Commit a purge; None when it is not durable. It is committed even when the
+        directory is gone: the node's other processes still read the unlinked files, and
+        must see it until they notice (``lookup`` checks the directory every second)."""
         try:
-            if not self.check_directory():
-                raise OSError("the cache directory is gone")
-            return write()
-        except (lmdb.Error, OSError) as error:
-            self.health.fault("purge not durable", error, stuck=True)
-            with contextlib.suppress(OSError):
-                (self.directory / DISTRUST_FILE).touch()
-            return None
+            number = write()
+            if self.check_directory():
+                return number
+            error: BaseException = OSError("the cache directory is gone")
+        except (lmdb.Error, OSError) as failed:
+            error = failed
+        self.stop(f"purge not durable: {error}")
+        return None
+
+    def stop(self, reason: str) -> None:
+        """Serve nothing more from the tier until the node restarts, and void its entries
+        for that start: what a caller does when a purge could not reach the tier (its own
+        ``purge`` returned None, or another process's did)."""
+        self.health.fault("stopped", OSError(reason), stuck=True)
+        with contextlib.suppress(OSError):
+            (self.directory / DISTRUST_FILE).touch()
 
 
 def _read_u64(value: bytes | None) -> int:

@@ -5,6 +5,7 @@ entries that cannot be trusted after a power loss or a lost purge are emptied (d
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -136,6 +137,34 @@ def test_a_deleted_directory_stops_the_tier_without_raising(tier: SharedTier) ->
     assert tier.lookup(DOMAIN, "/a").variants == ()  # not served from unlinked files
     assert tier.clear_domain(DOMAIN) is None  # could not be made durable: said, not raised
     assert tier.stats().status.faults >= 3
+
+
+def test_a_worker_sees_a_purge_made_after_the_directory_was_deleted(
+    tier: SharedTier,
+) -> None:
+    assert fill(tier, DOMAIN, "/a", b"a")
+    worker = Actor("read-twice", tier.directory, tier.instance, DOMAIN, "/a")
+    assert worker.line() == "hit " + hashlib.sha256(b"a").hexdigest()
+    shutil.rmtree(tier.directory)
+    assert tier.clear_domain(DOMAIN) is None  # not durable, but committed for live readers
+    worker.say("again")
+    assert worker.line() == "miss"
+
+
+def test_stop_voids_the_entries_for_the_next_start(tmp_path: Path) -> None:
+    tier = SharedTier.open_node(tmp_path, max_bytes=1 << 20)
+    assert fill(tier, DOMAIN, "/a", b"a")
+    tier.stop("a worker could not apply a purge")
+    assert tier.lookup(DOMAIN, "/a").variants == ()
+    assert tier.status().stuck
+    tier.close()
+    tier = SharedTier.open_node(tmp_path, max_bytes=1 << 20)
+    try:
+        assert tier.lookup(DOMAIN, "/a").variants == ()
+        assert not tier.status().stuck
+        assert fill(tier, DOMAIN, "/a", b"again")
+    finally:
+        tier.close()
 
 
 def test_a_directory_replaced_while_running_is_noticed(tier: SharedTier) -> None:
