@@ -128,7 +128,7 @@ class SharedTier:
         self.db_order = self._env.open_db(b"order")
         self.db_meta = self._env.open_db(b"meta")
         self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
-        self.purges = PurgeStateStore(self._state_env)
+        self.purges = PurgeStateStore(self._state_env, directory / "state" / "epoch")
         self.doomed: list[tuple[bytes, int]] = []  # dead or corrupt: removed by the next write
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
         self._next_check = 0.0  # when ``lookup`` next checks the directory (monotonic)
@@ -199,6 +199,7 @@ class SharedTier:
         except (lmdb.Error, OSError) as error:
             self.health.fault("close", error)
         self._env.close()
+        self.purges.close()
         self._state_env.close()
         if self._lock is not None:
             self._lock.release()
