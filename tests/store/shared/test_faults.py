@@ -182,6 +182,7 @@ def public_tmp() -> Iterator[Path]:
         yield Path(name)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the directory to nobody: needs root")
 def test_a_directory_made_read_only_while_running(public_tmp: Path) -> None:
     """As a node not running as root (root writes anyway): files it has open stay writable,
     so small fills may still land; a new body file cannot be made, and that is reported."""
