@@ -6,6 +6,11 @@
     ├── ConfigError                 the config file is unreadable or wrong (names the key)
     ├── StateError                  the state database cannot be opened or used
     │   └── NotFoundError           a named token or record does not exist
+    ├── DiskTierError               the shared tier on disk (proxy/store/shared, decision 0030)
+    │   ├── CacheDirectoryLocked    the cache directory belongs to another node (names the
+    │   │                           directory and the holder)
+    │   └── BodyCorrupt             a stored body failed its checksum while being read: the
+    │                               entry is removed; the reader must not end the body cleanly
     ├── OriginError                 the origin did not give a usable answer
     │   ├── OriginTimeout           → 504
     │   ├── OriginUnreachable       → 502
@@ -27,9 +32,10 @@
         └── PurgeUnsupported        a live edge process runs a build that cannot apply purge
                                     records (older than decision 0026): nothing recorded
 
-Third-party exceptions (aiohttp, sqlite3, tomllib, valkey) are translated into these where they
-enter: ``config.py``, ``state/sqlite.py``, ``edge/origin.py``, ``edge/tunnel.py`` (h11's,
-for upgrade tunnels) and ``fleet/scripts.py``.
+Third-party exceptions (aiohttp, sqlite3, tomllib, valkey, lmdb) are translated into these where
+they enter: ``config.py``, ``state/sqlite.py``, ``edge/origin.py``, ``edge/tunnel.py`` (h11's,
+for upgrade tunnels), ``fleet/scripts.py`` and ``store/shared/`` (lmdb's and the disk's, which
+the shared tier counts as faults rather than raising).
 """
 
 
@@ -52,6 +58,27 @@ class StateError(ProxyError):
 
 class NotFoundError(StateError):
     """A named record (token, admin) does not exist."""
+
+
+class DiskTierError(ProxyError):
+    """The shared tier on disk could not do what was asked (decision 0030). Only opening it
+    raises; once open, its faults are counted and reported, never raised (``BodyCorrupt``
+    aside, for a body already partly read)."""
+
+
+class CacheDirectoryLocked(DiskTierError):
+    """Another node holds the cache directory, or a worker was not given the instance id of
+    the node that holds it."""
+
+    def __init__(self, directory: str, holder: str) -> None:
+        super().__init__(f"cache directory {directory} is locked by {holder}")
+        self.directory = directory
+        self.holder = holder
+
+
+class BodyCorrupt(DiskTierError):
+    """A chunk of a stored body did not match its checksum while it was being read. The
+    entry is gone from the tier; the bytes already read must not be sent as a whole body."""
 
 
 class OriginError(ProxyError):

@@ -1,0 +1,111 @@
+"""Large bodies as files (decision 0030): written in a stream, read back chunk by checked chunk.
+
+A body over INLINE_MAX bytes is written into ``bodies/tmp/<random>.tmp`` as it arrives, then,
+once whole, followed by its chunk table (one CRC32 per CHUNK bytes of the body) and renamed to
+``bodies/<sequence>.body``. The entry record naming it is committed after the rename, so a
+writer killed at any point leaves at most an orphan file and no record: a miss. The node
+empties ``bodies/tmp/`` when it opens the directory (no fill can be under way then), so what
+killed writers leave costs no scan of the bodies to find.
+
+A reader checks every chunk it reads against the table, and the table against the CRC the
+entry record holds: a torn write, a flipped bit or a truncated file is never handed on
+(``BodyCorrupt``). Range reads (``chunks(start, end)``) seek to the first chunk they need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from proxy.errors import BodyCorrupt
+
+CHUNK = 64 * 1024
+INLINE_MAX = CHUNK  # bodies up to this are kept in the entry record
+TMP = "tmp"  # bodies being written, in a directory of their own
+_CRC = struct.Struct("<I")
+
+
+class BodyWriter:
+    """One body being written to a temporary file. Not thread-safe: one fill's thread."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
+        self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.length = 0
+        self._crcs: list[int] = []
+        self._crc = 0  # of the chunk being written
+        self._filled = 0  # its bytes so far
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            room = CHUNK - self._filled
+            part = view[:room]
+            self._crc = zlib.crc32(part, self._crc)
+            self._filled += len(part)
+            if self._filled == CHUNK:
+                self._crcs.append(self._crc)
+                self._crc = self._filled = 0
+            view = view[room:]
+        written = 0
+        while written < len(data):
+            written += os.write(self._fd, memoryview(data)[written:])
+        self.length += len(data)
+
+    def finish(self, sequence: int) -> tuple[Path, int]:
+        """Write the chunk table, close and rename the file; its path and the table's CRC."""
+        if self._filled:
+            self._crcs.append(self._crc)
+        table = b"".join(_CRC.pack(crc) for crc in self._crcs)
+        os.write(self._fd, table)
+        os.close(self._fd)
+        self._fd = -1
+        final = self._directory / f"{sequence:016x}.body"
+        os.replace(self.tmp, final)
+        return final, zlib.crc32(table)
+
+    def abort(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+
+def chunks(
+    path: Path, length: int, table_crc: int, start: int = 0, end: int | None = None
+) -> Iterator[bytes]:
+    """The body's bytes from ``start`` up to ``end`` (exclusive; None: its end), in pieces of
+    at most CHUNK bytes, each checked before it is yielded. BodyCorrupt when one fails, or
+    when the file is missing or shorter than it must be."""
+    end = length if end is None else min(end, length)
+    if start >= end:
+        return
+    count = -(-length // CHUNK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        raise BodyCorrupt(f"{path.name}: {error.strerror}") from None
+    try:
+        table = os.pread(fd, 4 * count, length)
+        if len(table) != 4 * count or zlib.crc32(table) != table_crc:
+            raise BodyCorrupt(f"{path.name}: chunk table does not match its record")
+        index = start // CHUNK
+        while index * CHUNK < end:
+            offset = index * CHUNK
+            size = min(CHUNK, length - offset)
+            data = os.pread(fd, size, offset)
+            if len(data) != size or zlib.crc32(data) != _CRC.unpack_from(table, 4 * index)[0]:
+                raise BodyCorrupt(f"{path.name}: chunk {index} does not match its checksum")
+            low = max(start - offset, 0)
+            high = min(end - offset, size)
+            yield data if (low, high) == (0, size) else data[low:high]
+            index += 1
+    finally:
+        os.close(fd)

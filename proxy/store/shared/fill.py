@@ -1,0 +1,257 @@
+"""Filling the shared tier: a body streamed in, committed whole or not at all (decision 0030).
+
+``Fill`` is the synchronous writer: ``append`` chunks as they come from the origin (bodies up
+to INLINE_MAX are held, larger ones go to a file as they arrive, so no body is ever held whole
+in memory), then ``commit`` or ``abort``. ``AsyncFill`` runs each of those steps in the tier's
+writer thread, for the event loop.
+
+``commit`` is one LMDB write transaction: it checks the fill against the domain's purges
+since its lookup (a clear, or a purge covering it, refuses it: it would never be served),
+renames the body file to its final name, puts the record, removes entries found dead or
+corrupt since the last write, and evicts (``Evictor``) until the tier is within its size.
+A fault on the way drops the fill (False) and is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import lmdb
+
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.purge.purges import HARD
+from proxy.store.shared.bodies import INLINE_MAX, BodyWriter
+from proxy.store.shared.purge_state import judge
+from proxy.store.shared.records import (
+    body_name,
+    entry_prefix,
+    pack_entry,
+    read_header,
+    variant_id,
+)
+from proxy.store.shared.tier import SharedTier
+
+_U64 = struct.Struct(">Q")
+
+
+def _u64(txn: lmdb.Transaction, db: lmdb._Database, key: bytes) -> int:
+    value = txn.get(key, db=db)
+    return 0 if value is None else int(_U64.unpack(value)[0])
+
+
+class Fill:
+    """One response being stored. Use from one thread at a time (AsyncFill: the writer's)."""
+
+    def __init__(
+        self, tier: SharedTier, domain: str, target: str, response: StoredResponse, token: int
+    ) -> None:
+        self._tier = tier
+        self._domain = domain
+        self._target = target
+        self._response = response  # its body is ignored: the body is what is appended
+        self._token = token
+        self.key = entry_prefix(domain, target) + variant_id(response.vary, response.vary_values)
+        self._held = bytearray()
+        self._file: BodyWriter | None = None
+        self._final: Path | None = None  # the body file once renamed, until committed
+        self.length = 0
+        self.dropped = tier.health.stuck
+
+    def append(self, data: bytes) -> bool:
+        """Add the next bytes of the body: False once the fill is dropped (too large for the
+        tier, or a fault), when the caller may stop appending."""
+        if self.dropped:
+            return False
+        self.length += len(data)
+        if self.length > self._tier.max_bytes:
+            return self._drop(None)
+        try:
+            if self._file is None and self.length <= INLINE_MAX:
+                self._held += data
+                return True
+            if self._file is None:
+                if not self._tier.check_directory():
+                    return self._drop(None)
+                self._file = BodyWriter(self._tier.bodies)
+                self._file.write(bytes(self._held))
+                self._held = bytearray()
+            self._file.write(data)
+            return True
+        except OSError as error:
+            return self._drop(error)
+
+    def abort(self) -> None:
+        self.dropped = True
+        if self._file is not None:
+            self._file.abort()
+            self._file = None
+
+    def commit(self) -> bool:
+        """Store the fill, whole; False when it was dropped or refused (nothing stored)."""
+        if self.dropped:
+            self.abort()
+            return False
+        tier = self._tier
+        gone: list[str] = []
+        try:
+            state = tier.purges.current(self._domain)
+            refused = not state.cleared <= self._token <= state.number
+            if refused or judge(state, self._token, self._target, self._response.tags) is HARD:
+                self.abort()
+                return False
+            if not tier.check_directory():
+                return self._drop(None)
+            with tier._env.begin(write=True) as txn:
+                self._store(txn, gone)
+        except (lmdb.Error, OSError) as error:
+            if self._final is not None:  # renamed, but no committed record names it
+                self._final.unlink(missing_ok=True)
+            return self._drop(error)
+        for name in gone:
+            (tier.bodies / name).unlink(missing_ok=True)
+        tier.health.recovered()
+        return True
+
+    def _store(self, txn: lmdb.Transaction, gone: list[str]) -> None:
+        tier = self._tier
+        meta = tier.db_meta
+        sequence = _u64(txn, meta, b"sequence") + 1
+        txn.put(b"sequence", _U64.pack(sequence), db=meta)
+        table_crc: int | None = None
+        cost = len(self.key) + self.length
+        if self._file is not None:
+            self._final, table_crc = self._file.finish(sequence)
+            self._file = None
+            cost += 4 * -(-self.length // 65536)
+        record = pack_entry(
+            self._response,
+            body=bytes(self._held),
+            body_length=self.length,
+            mark=self._token,
+            sequence=sequence,
+            table_crc=table_crc,
+        )
+        cost += len(record) - (0 if table_crc is not None else self.length)
+        totals = _Totals(txn, tier)
+        totals.remove(self.key, -1, gone)
+        for key, expected in tier.doomed[:]:
+            totals.remove(key, expected, gone)
+        tier.doomed.clear()
+        txn.put(self.key, record, db=tier.db_entries)
+        txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
+        totals.add(cost)
+        totals.evict(gone)
+        totals.save()
+
+    def _drop(self, error: BaseException | None) -> bool:
+        self.abort()
+        if error is not None:
+            self._tier.health.fault("fill", error)
+            self._tier.health.dropped_fills += 1
+        return False
+
+
+class _Totals:
+    """The tier's entry count and bytes inside one write transaction."""
+
+    def __init__(self, txn: lmdb.Transaction, tier: SharedTier) -> None:
+        self._txn = txn
+        self._tier = tier
+        meta = tier.db_meta
+        self.entries = _u64(txn, meta, b"entries")
+        self.bytes = _u64(txn, meta, b"bytes")
+        self.evicted = _u64(txn, meta, b"evicted")
+
+    def add(self, cost: int) -> None:
+        self.entries += 1
+        self.bytes += cost
+
+    def remove(self, key: bytes, sequence: int, gone: list[str]) -> bool:
+        """Delete the entry at ``key`` (only if its sequence is ``sequence``, unless -1)."""
+        txn, tier = self._txn, self._tier
+        record = txn.get(key, db=tier.db_entries)
+        if record is None:
+            return False
+        try:
+            header = read_header(record)
+        except Exception:  # corrupt: its length and file are unknown
+            txn.delete(key, db=tier.db_entries)
+            self.entries = max(0, self.entries - 1)
+            self.bytes = max(0, self.bytes - len(key) - len(record))
+            return True
+        if sequence != -1 and header.sequence != sequence:
+            return False
+        txn.delete(key, db=tier.db_entries)
+        txn.delete(_U64.pack(header.sequence), db=tier.db_order)
+        cost = len(key) + len(record)
+        if header.in_file:
+            cost += header.body_length + 4 * -(-header.body_length // 65536)
+            gone.append(body_name(header.sequence))
+        self.entries = max(0, self.entries - 1)
+        self.bytes = max(0, self.bytes - cost)
+        return True
+
+    def evict(self, gone: list[str]) -> None:
+        tier = self._tier
+        if self.bytes <= tier.max_bytes:
+            return
+        order = tier.db_order
+        victims = list(_take_until(tier, self, order))
+        for order_key, entry_key in victims:
+            self._txn.delete(order_key, db=order)
+            if self.remove(entry_key, _U64.unpack(order_key)[0], gone):
+                self.evicted += 1
+
+    def save(self) -> None:
+        meta = self._tier.db_meta
+        for name, value in ((b"entries", self.entries), (b"bytes", self.bytes)):
+            self._txn.put(name, _U64.pack(value), db=meta)
+        self._txn.put(b"evicted", _U64.pack(self.evicted), db=meta)
+
+
+def _take_until(
+    tier: SharedTier, totals: _Totals, order: lmdb._Database
+) -> list[tuple[bytes, bytes]]:
+    """Victims in the evictor's order until enough bytes are freed (an estimate from each
+    record's header, read before deleting)."""
+    txn = totals._txn
+    over = totals.bytes - tier.max_bytes
+    chosen: list[tuple[bytes, bytes]] = []
+    for order_key in tier._evictor.victims(txn, order):
+        if over <= 0:
+            break
+        entry_key = txn.get(order_key, db=order)
+        if entry_key is None:
+            continue
+        entry_key = bytes(entry_key)
+        record = txn.get(entry_key, db=tier.db_entries)
+        chosen.append((order_key, entry_key))
+        if record is not None:
+            try:
+                header = read_header(record)
+                over -= len(entry_key) + len(record)
+                if header.in_file:
+                    over -= header.body_length
+            except Exception:
+                over -= len(record)
+    return chosen
+
+
+class AsyncFill:
+    """``Fill`` for the event loop: every step runs in the tier's writer thread."""
+
+    def __init__(
+        self, tier: SharedTier, domain: str, target: str, response: StoredResponse, token: int
+    ) -> None:
+        self._tier = tier
+        self._fill = Fill(tier, domain, target, response, token)
+
+    async def append(self, data: bytes) -> bool:
+        return await self._tier.run(lambda: self._fill.append(data))
+
+    async def commit(self) -> bool:
+        return await self._tier.run(self._fill.commit)
+
+    async def abort(self) -> None:
+        await self._tier.run(self._fill.abort)

@@ -1,0 +1,163 @@
+"""The records the shared tier keeps in LMDB: one typed, versioned definition each (decision 0030).
+
+An **entry record** (the ``entries`` database, one per stored variant)::
+
+    header  "<4sBIQQQII": magic (b"CDM" and the marshal format's version), flags, meta
+            length, body length, mark, sequence, CRC32 of meta + inline body, CRC32 of the
+            body file's chunk table (0 inline)
+    meta    a marshalled tuple: status, reason, fields (pairs), birth, freshness lifetime,
+            no-cache, Vary names, Vary values, stale-if-error, stale-while-revalidate, tags
+    body    inline bodies only (FLAG_FILE unset)
+
+The metadata is marshalled, not JSON: a hit decodes it, and ``marshal.loads`` of it costs a
+sixth of ``json.loads`` and gives the tuples ``StoredResponse`` keeps, with no conversion
+(benchmarks/disk_engine.py, section i). It is only ever read after its CRC checked out, so it
+is always bytes this code wrote; a Python whose marshal format differs reads the records of
+another as corrupt (the magic), which makes them misses, not errors.
+
+Its key is ``entry_prefix(domain, target)`` followed by ``variant_id`` of its Vary values.
+A record whose magic, lengths or CRC do not check out is corrupt: read as a miss and removed.
+
+A **domain record** (the ``state`` environment, one per domain ever purged or cleared): the
+domain's purge number first (8 bytes, so a reader can tell whether its parsed copy is current
+without parsing), then JSON of the state ``purge_state.DomainState`` holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import marshal
+import struct
+import zlib
+from typing import NamedTuple
+
+from proxy.core.cache.entry import StoredResponse
+
+MAGIC = b"CDM" + bytes([marshal.version])
+HEADER = struct.Struct("<4sBIQQQII")
+FLAG_FILE = 1  # the body is in a file of bodies/, named by the sequence number
+NUMBER = struct.Struct("<Q")
+
+
+class Corrupt(Exception):
+    """A record that does not check out (internal to the tier: never leaves it)."""
+
+
+def entry_prefix(domain: str, target: str) -> bytes:
+    """The start of every key of the URL's variants. A domain holds no space and a target no
+    NUL, so no two URLs' prefixes overlap."""
+    return f"{domain} {target}\0".encode()
+
+
+def variant_id(vary: tuple[str, ...], values: tuple[str | None, ...]) -> bytes:
+    if not vary:
+        return b""
+    return hashlib.blake2b(json.dumps([vary, values]).encode(), digest_size=8).digest()
+
+
+def body_name(sequence: int) -> str:
+    return f"{sequence:016x}.body"
+
+
+class EntryHeader(NamedTuple):  # a tuple: built on every hit, so built cheaply
+    flags: int
+    body_length: int
+    mark: int  # the domain's purge number when the fill looked up (decision 0024)
+    sequence: int  # order of storing: the eviction order, and the body file's name
+    table_crc: int
+
+    @property
+    def in_file(self) -> bool:
+        return bool(self.flags & FLAG_FILE)
+
+
+def _meta(response: StoredResponse) -> bytes:
+    return marshal.dumps(
+        (
+            response.status,
+            response.reason,
+            tuple((str(name), value) for name, value in response.headers),
+            response.birth,
+            response.freshness_lifetime,
+            response.revalidate_always,
+            response.vary,
+            response.vary_values,
+            response.stale_if_error,
+            response.stale_while_revalidate,
+            response.tags,
+        )
+    )
+
+
+def pack_entry(
+    response: StoredResponse,
+    *,
+    body: bytes,
+    body_length: int,
+    mark: int,
+    sequence: int,
+    table_crc: int | None,
+) -> bytes:
+    """An entry record: ``body`` inline when ``table_crc`` is None, else a file's length."""
+    meta = _meta(response)
+    flags = 0 if table_crc is None else FLAG_FILE
+    inline = body if table_crc is None else b""
+    crc = zlib.crc32(inline, zlib.crc32(meta))
+    header = HEADER.pack(MAGIC, flags, len(meta), body_length, mark, sequence, crc, table_crc or 0)
+    return header + meta + inline
+
+
+def read_header(record: bytes | memoryview) -> EntryHeader:
+    if len(record) < HEADER.size:
+        raise Corrupt("short record")
+    magic, flags, _, length, mark, sequence, _, table_crc = HEADER.unpack_from(record)
+    if magic != MAGIC:
+        raise Corrupt("bad magic")
+    return EntryHeader(flags, length, mark, sequence, table_crc)
+
+
+def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredResponse]:
+    """The record's header and response (its body inline, or empty when in a file); Corrupt
+    when it does not check out."""
+    if len(record) < HEADER.size:
+        raise Corrupt("short record")
+    magic, flags, meta_length, length, mark, sequence, crc, table_crc = HEADER.unpack_from(record)
+    end = HEADER.size + meta_length
+    if magic != MAGIC:
+        raise Corrupt("bad magic")
+    if len(record) != end + (0 if flags & FLAG_FILE else length):
+        raise Corrupt("lengths do not add up")
+    view = memoryview(record)
+    if zlib.crc32(view[HEADER.size :]) != crc:
+        raise Corrupt("checksum")
+    try:
+        status, reason, headers, birth, lifetime, always, vary, values, sie, swr, tags = (
+            marshal.loads(view[HEADER.size : end])  # noqa: S302 (CRC-checked, written here)
+        )
+    except (ValueError, TypeError, EOFError) as error:  # another Python's format
+        raise Corrupt(f"meta: {error}") from None
+    response = StoredResponse(
+        status=status,
+        reason=reason,
+        headers=headers,
+        body=bytes(view[end:]),
+        birth=birth,
+        freshness_lifetime=lifetime,
+        revalidate_always=always,
+        vary=vary,
+        vary_values=values,
+        stale_if_error=sie,
+        stale_while_revalidate=swr,
+        tags=tags,
+    )
+    return EntryHeader(flags, length, mark, sequence, table_crc), response
+
+
+def pack_number(number: int, rest: bytes) -> bytes:
+    return NUMBER.pack(number) + rest
+
+
+def read_number(record: bytes | memoryview) -> int:
+    number: int = NUMBER.unpack_from(record)[0]
+    return number

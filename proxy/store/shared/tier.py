@@ -1,0 +1,381 @@
+"""The shared tier: one cache per node, on local disk, for every worker of the node (decision 0030).
+
+Layout of the directory (``[cache] disk_path``):
+
+    lock       flock'ed by the node (lock.py)      boot      clean/open record (lock.py)
+    entries/   LMDB, unsynced: entry records, eviction order, totals (records.py)
+    bodies/    bodies over INLINE_MAX bytes, one file each (bodies.py)
+    state/     LMDB, synced: per-domain purge state (purge_state.py)
+
+Reads (``lookup``, ``read_body``) run in the caller's thread: a read transaction on a shared
+map, no lock, no other process involved. Writes (a fill's ``commit``, purges, removals of
+dead entries) are LMDB write transactions, one writer at a time per environment across the
+node's processes; they are short (a body is streamed to its file before the transaction), and
+the async callers run them in the tier's writer thread (fill.py), never on the event loop.
+
+Faults never reach the caller (health.py): a failed lookup is a miss, a failed fill is
+dropped, and the tier reports itself degraded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import struct
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NamedTuple, Protocol, TypeVar
+
+import lmdb
+
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.purge.purges import HARD, Purge, stale_lifetime
+from proxy.errors import BodyCorrupt, DiskTierError
+from proxy.store.shared import bodies
+from proxy.store.shared.health import Health, TierStatus
+from proxy.store.shared.lock import (
+    NodeLock,
+    check_member,
+    unclean_since_boot,
+    write_boot,
+)
+from proxy.store.shared.purge_state import PurgeStateStore, judge
+from proxy.store.shared.records import (
+    Corrupt,
+    body_name,
+    entry_prefix,
+    unpack_entry,
+)
+
+DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
+DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
+_U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
+T = TypeVar("T")
+
+
+class SharedEntry(NamedTuple):
+    """One stored variant as a lookup found it: the response (its body empty when the body
+    is in a file: read it with ``SharedTier.read_body``), judged against the domain's purges
+    (a soft purge has already shortened its freshness). A tuple: built on every hit."""
+
+    response: StoredResponse
+    length: int  # of the body
+    key: bytes
+    sequence: int
+    table_crc: int
+    path: Path | None  # the body file, None when inline (``response.body``)
+
+
+class SharedLookup(NamedTuple):
+    token: int  # the mark a fill made after this lookup stores under (SharedTier.begin)
+    variants: tuple[SharedEntry, ...]  # most recent first
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStats:
+    entries: int
+    bytes: int
+    max_bytes: int
+    evictions: int
+    status: TierStatus
+
+
+class Evictor(Protocol):
+    """Which entries go when the tier is over its size: the keys of its eviction order
+    (``order`` database: big-endian sequence -> entry key), in the order to drop them. A
+    policy of issue 23 §5 plugs in here."""
+
+    def victims(self, txn: lmdb.Transaction, order: lmdb._Database) -> Iterator[bytes]: ...
+
+
+class OldestFirst:
+    """The entries stored first go first (FIFO by sequence)."""
+
+    def victims(self, txn: lmdb.Transaction, order: lmdb._Database) -> Iterator[bytes]:
+        cursor = txn.cursor(order)
+        for key in cursor.iternext(keys=True, values=False):
+            yield bytes(key)
+
+
+class SharedTier:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int,
+        lock: NodeLock | None,
+        evictor: Evictor | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.health = Health(str(directory))
+        self.bodies = directory / "bodies"
+        self._lock = lock
+        self._evictor = evictor or OldestFirst()
+        self._clock = clock
+        self._inode = os.stat(directory).st_ino
+        map_size = 2 * max_bytes + (64 << 20)  # inline bodies only; slack for LMDB's free pages
+        self._env = lmdb.open(
+            str(directory / "entries"), map_size=map_size, max_dbs=3, sync=False, metasync=False
+        )
+        self.db_entries = self._env.open_db(b"entries")
+        self.db_order = self._env.open_db(b"order")
+        self.db_meta = self._env.open_db(b"meta")
+        self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
+        self.purges = PurgeStateStore(self._state_env, directory / "state" / "epoch")
+        self.doomed: list[tuple[bytes, int]] = []  # dead or corrupt: removed by the next write
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
+        self._next_check = 0.0  # when ``lookup`` next checks the directory (monotonic)
+
+    # -- opening and closing --------------------------------------------------------------------
+
+    @classmethod
+    def open_node(
+        cls, directory: str | Path, *, max_bytes: int, evictor: Evictor | None = None
+    ) -> SharedTier:
+        """Open the directory for the node, taking its lock: CacheDirectoryLocked when
+        another node has it, DiskTierError when it cannot be used at all (naming it and
+        why). Entries that cannot be trusted (the last run ended in an OS crash or a power
+        loss, or lost a purge) are emptied first."""
+        path = Path(directory)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            lock = NodeLock.acquire(path)
+        except OSError as error:
+            raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
+        try:
+            if unclean_since_boot(path) or (path / DISTRUST_FILE).exists():
+                shutil.rmtree(path / "entries", ignore_errors=True)
+                shutil.rmtree(path / "bodies", ignore_errors=True)
+                (path / DISTRUST_FILE).unlink(missing_ok=True)
+            shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
+            (path / "bodies" / bodies.TMP).mkdir(parents=True)
+            write_boot(path, "open")
+            return cls(path, max_bytes=max_bytes, lock=lock, evictor=evictor)
+        except (OSError, lmdb.Error) as error:
+            lock.release()
+            raise DiskTierError(f"cache directory {path}: {error}") from None
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def open_member(
+        cls,
+        directory: str | Path,
+        *,
+        max_bytes: int,
+        instance: str,
+        evictor: Evictor | None = None,
+    ) -> SharedTier:
+        """Open the directory as a worker of the node whose instance id is ``instance``:
+        CacheDirectoryLocked unless that node holds it. (One process opens a directory once:
+        LMDB refuses a second environment on the same files in one process.)"""
+        path = Path(directory)
+        check_member(path, instance)
+        try:
+            return cls(path, max_bytes=max_bytes, lock=None, evictor=evictor)
+        except (OSError, lmdb.Error) as error:
+            raise DiskTierError(f"cache directory {path}: {error}") from None
+
+    @property
+    def instance(self) -> str | None:
+        """The node's instance id, for its workers (None in a worker)."""
+        return None if self._lock is None else self._lock.holder.instance
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+        clean = self._lock is not None and not self.health.stuck
+        try:
+            if clean:
+                self._env.sync(True)
+                write_boot(self.directory, "clean")
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("close", error)
+        self._env.close()
+        self.purges.close()
+        self._state_env.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    async def run(self, call: Callable[[], T]) -> T:
+        """Run a write of the tier in its writer thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, call)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def lookup(self, domain: str, target: str) -> SharedLookup:
+        """The variants stored for the URL (``target`` as a key target: either scheme's),
+        judged against the domain's purges; none on a fault, when stuck, or when none is."""
+        try:
+            state = self.purges.current(domain)
+            now = time.monotonic()
+            if now >= self._next_check:  # a directory deleted under readers that never write
+                self._next_check = now + 1.0
+                self.check_directory()
+            if self.health.stuck:
+                return SharedLookup(state.number, ())
+            found = self._read_variants(entry_prefix(domain, target))
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("lookup", error)
+            return SharedLookup(0, ())
+        variants = []
+        for entry in found:
+            covered = judge(state, entry.response.mark, target, entry.response.tags)
+            if covered is HARD:
+                self._doom(entry.key, entry.sequence)
+                continue
+            if covered is not None:
+                response = entry.response
+                lifetime = stale_lifetime(
+                    response.birth, response.freshness_lifetime, covered.stale_at
+                )
+                expired = replace(response, freshness_lifetime=lifetime)
+                object.__setattr__(expired, "mark", response.mark)  # replace leaves it 0
+                entry = entry._replace(response=expired)
+            variants.append(entry)
+        return SharedLookup(state.number, tuple(variants))
+
+    def _read_variants(self, prefix: bytes) -> list[SharedEntry]:
+        found: list[SharedEntry] = []
+        with self._env.begin(db=self.db_entries, buffers=True) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix):
+                return found
+            for raw_key, value in cursor:
+                key = bytes(raw_key)
+                if not key.startswith(prefix):
+                    break
+                try:
+                    header, response = unpack_entry(value)
+                except Corrupt as error:
+                    self.health.corrupted(f"{key!r}: {error}")
+                    self._doom(key, -1)
+                    continue
+                object.__setattr__(response, "mark", header.mark)
+                path = self.bodies / body_name(header.sequence) if header.in_file else None
+                entry = SharedEntry(
+                    response, header.body_length, key, header.sequence, header.table_crc, path
+                )
+                found.append(entry)
+        if len(found) > 1:
+            found.sort(key=lambda entry: entry.sequence, reverse=True)
+        return found
+
+    def read_body(
+        self, entry: SharedEntry, start: int = 0, end: int | None = None
+    ) -> Iterator[bytes]:
+        """The entry's body (or the bytes ``start`` to ``end``, exclusive), checked chunk by
+        chunk. BodyCorrupt when a chunk fails its checksum or cannot be read: the entry is
+        then removed, and the bytes already yielded must not be sent as the whole body."""
+        if entry.path is None:
+            yield entry.response.body[start:end]
+            return
+        try:
+            yield from bodies.chunks(entry.path, entry.length, entry.table_crc, start, end)
+        except BodyCorrupt as error:
+            self.health.corrupted(str(error))
+            self._doom(entry.key, entry.sequence)
+            raise
+        except OSError as error:
+            self.health.fault("read body", error)
+            raise BodyCorrupt(f"{entry.path.name}: {error}") from None
+
+    def read_all(self, entry: SharedEntry) -> bytes | None:
+        """The whole body, checked; None when it fails (the entry is removed)."""
+        try:
+            return b"".join(self.read_body(entry))
+        except BodyCorrupt:
+            return None
+
+    def _doom(self, key: bytes, sequence: int) -> None:
+        """Have the next write remove an entry found dead or corrupt (a reader never writes:
+        a write transaction could wait for another process's). Bounded: one never removed
+        here is still never served, and is evicted in its turn."""
+        if len(self.doomed) < DOOMED_MAX:
+            self.doomed.append((key, sequence))
+
+    def status(self) -> TierStatus:
+        return self.health.status()
+
+    def stats(self) -> SharedStats:
+        try:
+            with self._env.begin(db=self.db_meta) as txn:
+                numbers = [_read_u64(txn.get(name)) for name in (b"entries", b"bytes", b"evicted")]
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("stats", error)
+            numbers = [0, 0, 0]
+        entries, size, evictions = numbers
+        return SharedStats(entries, size, self.max_bytes, evictions, self.health.status())
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def check_directory(self) -> bool:
+        """Is the directory still the one opened? A deleted or replaced directory leaves
+        LMDB working on unlinked files, invisible to the next start: the tier stops."""
+        try:
+            same = os.stat(self.directory).st_ino == self._inode
+            if same and (self.bodies / bodies.TMP).is_dir():
+                return True
+            error: BaseException = FileNotFoundError("replaced by another directory")
+        except OSError as missing:
+            error = missing
+        self.health.fault("cache directory deleted or replaced", error, stuck=True)
+        return False
+
+    # -- purges ---------------------------------------------------------------------------------
+
+    def clear_domain(self, domain: str) -> int | None:
+        """Make everything stored for the domain unservable, durably (fsync) before it
+        returns: the domain's new purge number. None when it could not be made durable:
+        the tier then serves nothing more, and its entries are voided for the next start."""
+        return self._durably(lambda: self.purges.clear(domain))
+
+    def purge(self, domain: str, purge: Purge, at: float | None = None) -> int | None:
+        """Record a purge (url, prefix, tag, soft ``all``; a hard ``all`` is ``clear_domain``)
+        durably before it returns: its number. Applied lazily, at every lookup. None as for
+        ``clear_domain``."""
+        if purge.kind == "all" and not purge.soft:
+            return self.clear_domain(domain)
+        stamp = self._clock() if at is None else at
+        return self._durably(lambda: self.purges.add(domain, purge, stamp))
+
+    async def clear_domain_async(self, domain: str) -> int | None:
+        """``clear_domain`` in the writer thread: its fsync never blocks the event loop."""
+        return await self.run(lambda: self.clear_domain(domain))
+
+    async def purge_async(self, domain: str, purge: Purge, at: float | None = None) -> int | None:
+        """``purge`` in the writer thread."""
+        return await self.run(lambda: self.purge(domain, purge, at))
+
+    def _durably(self, write: Callable[[], int]) -> int | None:
+        """Commit a purge; None when it is not durable. It is committed even when the
+        directory is gone: the node's other processes still read the unlinked files, and
+        must see it until they notice (``lookup`` checks the directory every second)."""
+        try:
+            number = write()
+            if self.check_directory():
+                return number
+            error: BaseException = OSError("the cache directory is gone")
+        except (lmdb.Error, OSError) as failed:
+            error = failed
+        self.stop(f"purge not durable: {error}")
+        return None
+
+    def stop(self, reason: str) -> None:
+        """Serve nothing more from the tier until the node restarts, and void its entries
+        for that start: what a caller does when a purge could not reach the tier (its own
+        ``purge`` returned None, or another process's did)."""
+        self.health.fault("stopped", OSError(reason), stuck=True)
+        with contextlib.suppress(OSError):
+            (self.directory / DISTRUST_FILE).touch()
+
+
+def _read_u64(value: bytes | None) -> int:
+    return 0 if value is None else int(_U64.unpack(value)[0])
