@@ -1,0 +1,127 @@
+"""The fleet's Lua scripts, and the one place that names their keys and arguments (0014, 0026).
+
+Each script is a ``.lua`` file here, package data, that Debian's ``luacheck`` reads
+(``.luacheckrc``; a test runs it). A file opens with a comment that says what the script does,
+then ``-- KEYS:`` and ``-- ARGV:`` lines that name what the script reads, in order; the
+``Script`` below says the same, and a test holds the two (and the indices the Lua reads) to
+each other. Python builds every call from the ``Script``: the keys with ``keys_for`` and the
+arguments by name with ``args``, so nothing depends on the order of a tuple written elsewhere.
+
+Keys are numbered once for all scripts (``KEYS``): a script takes the first ``keys`` of them,
+so ``KEYS[4]`` is the leases in every script, and the prelude's functions read the same keys
+wherever they are put. All share the ``{cdn}`` hash tag: every script's keys live in one slot
+of a cluster. A call packs and the server copies every key it names, and a clear makes one
+call per worker, so a script takes no key beyond the last it reads; the clear and the ack take
+the purges' four (``{cdn}:figures`` last) only when the call carries figures (``keys_for``;
+decision 0026, "The cost of a clear").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
+
+# Every key a script may read, as (name, Valkey key), in KEYS order: KEYS[i] is KEYS[i - 1].
+KEYS: tuple[tuple[str, str], ...] = (
+    ("epoch", "{cdn}:epoch"),  # hash: id, born (Valkey ms)
+    ("seq", "{cdn}:seq"),  # the number of the last clear
+    ("gen", "{cdn}:gen"),  # hash: domain -> the number of its last clear
+    ("leases", "{cdn}:leases"),  # sorted set: member -> lease expiry (Valkey ms)
+    ("acks", "{cdn}:acks"),  # hash: member -> last applied number in this epoch
+    ("members", "{cdn}:members"),  # hash: member -> JSON for the Nodes page
+    ("log", "{cdn}:log"),  # stream: one entry per clear
+    ("waiting", "{cdn}:waiting"),  # set: the live members the latest clear waits for
+    ("waitfor", "{cdn}:waitfor"),  # the latest clear's number
+    # Purges other than clears (decision 0026):
+    ("purges", "{cdn}:purges"),  # sorted set: "number domain kind soft items" by number
+    ("floors", "{cdn}:floors"),  # hash: domain -> highest number of a record no longer kept
+    ("pbytes", "{cdn}:pbytes"),  # the bytes of the records kept
+    ("figures", "{cdn}:figures"),  # hash: number -> "reported entries bytes inexact" from acks
+)
+_VALKEY_KEYS = tuple(key for _, key in KEYS)
+
+Arg = str | int | float  # what one ARGV item is sent as
+
+
+def _source(name: str) -> str:
+    return (resources.files(__name__) / f"{name}.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua script: its file, the keys it takes (the first ``keys`` of ``KEYS``; all of
+    them too when ``figures_keys`` and the call carries figures) and its arguments' names in
+    ARGV order (``rest``: the name of the list that follows them, if any)."""
+
+    name: str
+    keys: int
+    argv: tuple[str, ...]
+    rest: str | None = None
+    figures_keys: bool = False
+    prelude: bool = True
+
+    def source(self) -> str:
+        """The Lua as Valkey runs it: the prelude first when the script uses it."""
+        body = _source(self.name)
+        return _source("prelude").replace("@ACKED@", ACKED) + body if self.prelude else body
+
+    def key_names(self, *, figures: bool = False) -> tuple[str, ...]:
+        count = len(KEYS) if figures and self.figures_keys else self.keys
+        return tuple(name for name, _ in KEYS[:count])
+
+    def keys_for(self, *, figures: bool = False) -> tuple[str, ...]:
+        """The keys of one call: with figures (a clear or ack that carries them), the
+        purges' keys too, up to ``{cdn}:figures``."""
+        if figures and not self.figures_keys:
+            raise ValueError(f"the {self.name} script takes no figures")
+        return _VALKEY_KEYS if figures else _VALKEY_KEYS[: self.keys]
+
+    def args(self, rest: Sequence[Arg] = (), **values: Arg) -> tuple[Arg, ...]:
+        """ARGV for one call, from its arguments by name (and ``rest``, after them)."""
+        try:
+            if len(values) != len(self.argv) or (rest and self.rest is None):
+                raise KeyError(tuple(values))
+            return (*[values[name] for name in self.argv], *rest)
+        except KeyError:
+            named = (*self.argv, f"{self.rest}..." if self.rest else "")
+            raise TypeError(f"the {self.name} script takes {' '.join(named)}") from None
+
+
+CLEAR = Script(
+    "clear",
+    keys=9,
+    argv=("domain", "fresh_epoch", "by", "log_cap", "channel", "figures"),
+    figures_keys=True,
+)
+SYNC = Script(
+    "sync",
+    keys=11,
+    argv=("member", "lease_ms", "member_epoch", "applied", "fresh_epoch", "info"),
+    rest="domains",
+)
+ACK = Script("ack", keys=9, argv=("member", "epoch", "number"), rest="figures", figures_keys=True)
+PENDING = Script("pending", keys=9, argv=("fresh_epoch",))
+MEMBERS = Script("members", keys=6, argv=(), prelude=False)
+PURGE = Script(
+    "purge",
+    keys=13,
+    argv=(
+        "domain",
+        "fresh_epoch",
+        "by",
+        "log_cap",
+        "channel",
+        "kind",
+        "soft",
+        "items",
+        "kept_records",
+        "kept_bytes",
+    ),
+)
+RECORDS = Script("records", keys=10, argv=("lowest", "highest"), prelude=False)
+FIGURES = Script("figures", keys=13, argv=("number",), prelude=False)
+
+SCRIPTS = (CLEAR, SYNC, ACK, PENDING, MEMBERS, PURGE, RECORDS, FIGURES)
