@@ -1,15 +1,16 @@
-"""The store of a fleet member: the local memory store behind the member's fence (0014).
+"""The store of a fleet member: the process's own store behind the member's fence (0014).
 
-While the member's lease deadline has not passed, every call goes to the local
-``MemoryStore``, whose generations the member keeps in step with the fleet. Past it, the
+While the member's lease deadline has not passed, every call goes to the local store (any
+``Store``: the memory store, or tiers behind it), whose generations the member keeps in step
+with the fleet. Past it, the
 member may have missed a clear: ``peek`` finds nothing, ``lookup`` finds nothing and says
 ``bypass="fenced"`` (the edge forwards, and says why in Cache-Status), and ``put`` stores
 nothing. The check is one monotonic clock read and a comparison, made per request: a
 process woken from SIGSTOP past its deadline is fenced on its very first request, with no
 timer that could run late.
 
-A clear through this store's ``clear_domain`` clears the local store only; a fleet-wide
-clear goes through ``FleetPurger``.
+A clear through this store's ``clear_now`` or ``clear_domain`` clears the local store only; a
+fleet-wide clear goes through ``FleetPurger``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from typing import Protocol
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.purge.purges import Purge, PurgeResult
-from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
-from proxy.store.memory import MemoryStore
+from proxy.store.base import ClearResult, DomainStats, Lookup, Store, StoreStats
 
 FENCED = "fenced"
 
@@ -38,7 +38,7 @@ class FleetStore:
 
     def __init__(
         self,
-        memory: MemoryStore,
+        memory: Store,
         fence: Fence,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -71,11 +71,17 @@ class FleetStore:
     async def invalidate(self, domain: str, target: str) -> int:
         return await self.memory.invalidate(domain, target)
 
+    def clear_now(self, domain: str) -> ClearResult:
+        return self.memory.clear_now(domain)
+
+    def purge_now(self, domain: str, purge: Purge) -> PurgeResult:
+        # This member's store only, as clear_now (a fleet-wide purge: decision 0024).
+        return self.memory.purge_now(domain, purge)
+
     async def clear_domain(self, domain: str) -> ClearResult:
         return await self.memory.clear_domain(domain)
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
-        # This member's store only, as clear_domain (a fleet-wide purge: decision 0024).
         return await self.memory.purge(domain, purge)
 
     async def domain_stats(self, domain: str) -> DomainStats:
