@@ -24,7 +24,7 @@ from importlib import resources
 
 ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
 
-# Every key a script may read, as (name, Valkey key), in KEYS order: KEYS[i] is KEYS[i - 1].
+# Every key a script may read, as (name, Valkey key), in order: the Lua's KEYS[i] is KEYS[i - 1].
 KEYS: tuple[tuple[str, str], ...] = (
     ("epoch", "{cdn}:epoch"),  # hash: id, born (Valkey ms)
     ("seq", "{cdn}:seq"),  # the number of the last clear
