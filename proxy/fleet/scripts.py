@@ -304,7 +304,8 @@ class FleetScripts:
         the write counts only once ``replicas`` replicas have it (else NotReplicated).
         ``figures``: the call carries them, and takes the keys that hold them (``keys_for``)."""
         run = self._replicated if replicated and self.replicas else self._plain
-        registered, keys = self._registered[script], script.keys_for(figures=figures)
+        registered = self._registered[script]
+        keys = script.keys_for(figures=figures)
         try:
             async with asyncio.timeout(self.timeout):
                 try:

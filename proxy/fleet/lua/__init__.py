@@ -19,7 +19,7 @@ decision 0026, "The cost of a clear").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
@@ -50,11 +50,13 @@ def _source(name: str) -> str:
     return (resources.files(__name__) / f"{name}.lua").read_text(encoding="utf-8")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Script:
     """One Lua script: its file, the keys it takes (the first ``keys`` of ``KEYS``; all of
     them too when ``figures_keys`` and the call carries figures) and its arguments' names in
-    ARGV order (``rest``: the name of the list that follows them, if any)."""
+    ARGV order (``rest``: the name of the list that follows them, if any). Each is one
+    object, compared and hashed by identity: a call's look-up of it costs no hashing of its
+    fields (a clear makes one call per worker)."""
 
     name: str
     keys: int
@@ -62,6 +64,10 @@ class Script:
     rest: str | None = None
     figures_keys: bool = False
     prelude: bool = True
+    _keys: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_keys", _VALKEY_KEYS[: self.keys])
 
     def source(self) -> str:
         """The Lua as Valkey runs it: the prelude first when the script uses it."""
@@ -75,19 +81,20 @@ class Script:
     def keys_for(self, *, figures: bool = False) -> tuple[str, ...]:
         """The keys of one call: with figures (a clear or ack that carries them), the
         purges' keys too, up to ``{cdn}:figures``."""
-        if figures and not self.figures_keys:
+        if not figures:
+            return self._keys
+        if not self.figures_keys:
             raise ValueError(f"the {self.name} script takes no figures")
-        return _VALKEY_KEYS if figures else _VALKEY_KEYS[: self.keys]
+        return _VALKEY_KEYS
 
     def args(self, rest: Sequence[Arg] = (), **values: Arg) -> tuple[Arg, ...]:
-        """ARGV for one call, from its arguments by name (and ``rest``, after them)."""
-        try:
-            if len(values) != len(self.argv) or (rest and self.rest is None):
-                raise KeyError(tuple(values))
-            return (*[values[name] for name in self.argv], *rest)
-        except KeyError:
+        """ARGV for one call, from its arguments by name, written in ARGV order (and
+        ``rest``, after them). Other names, or the same in another order, are refused: a
+        call reads as the script's header does."""
+        if tuple(values) != self.argv or (rest and self.rest is None):
             named = (*self.argv, f"{self.rest}..." if self.rest else "")
-            raise TypeError(f"the {self.name} script takes {' '.join(named)}") from None
+            raise TypeError(f"the {self.name} script takes {' '.join(named).strip()}")
+        return (*values.values(), *rest)
 
 
 CLEAR = Script(
