@@ -175,13 +175,13 @@ class FleetScripts:
         domains: Sequence[str],
     ) -> SyncResult:
         args = lua.SYNC.args(
-            domains,
             member=member,
             lease_ms=lease_ms,
             member_epoch=epoch or "",
             applied=applied,
             fresh_epoch=_fresh_epoch(),
             info=info,
+            domains=domains,
         )
         reply = await self._call(lua.SYNC, args, replicated=True)
         epoch_id, seq = _text(reply[0]), _int(reply[1])
@@ -215,7 +215,7 @@ class FleetScripts:
         figures: Sequence[int] = (),
     ) -> bool:
         """``figures``: number, entries, bytes, exact (1/0) of each purge applied."""
-        args = lua.ACK.args(figures, member=member, epoch=epoch, number=number)
+        args = lua.ACK.args(member=member, epoch=epoch, number=number, figures=figures)
         return bool(await self._call(lua.ACK, args, figures=bool(figures)))
 
     async def pending(self) -> FleetView:
@@ -291,7 +291,7 @@ class FleetScripts:
 
     async def _call(
         self,
-        script: lua.Script,
+        script: lua.Script[...],
         args: Sequence[object],
         *,
         replicated: bool = False,

@@ -24,7 +24,7 @@ def record_acks(node: Node) -> list[tuple[int, int, tuple[object, ...]]]:
     assert fleet_scripts is not None
     call = fleet_scripts._call
 
-    async def recording(script: lua.Script, args: Any, **options: Any) -> Any:
+    async def recording(script: lua.Script[...], args: Any, **options: Any) -> Any:
         if script is lua.ACK:
             keys = script.keys_for(figures=options.get("figures", False))
             calls.append((int(args[2]), len(keys), tuple(args[3:])))

@@ -20,14 +20,14 @@ LUA = resources.files("proxy.fleet.lua")
 BY_NAME = pytest.mark.parametrize("script", lua.SCRIPTS, ids=lambda s: s.name)
 
 
-def header(script: lua.Script, field: str) -> str:
+def header(script: lua.Script[...], field: str) -> str:
     """The words after ``-- FIELD:`` in the script's own file."""
     text = (LUA / f"{script.name}.lua").read_text(encoding="utf-8")
     [line] = re.findall(rf"^-- {field}: (.*)$", text, re.MULTILINE)
     return str(line)
 
 
-def read_indices(script: lua.Script, table: str) -> set[int]:
+def read_indices(script: lua.Script[...], table: str) -> set[int]:
     """The literal indices the Lua (prelude included, comments left out) reads from KEYS
     or ARGV."""
     code = re.sub(r"--[^\n]*", "", script.source())
@@ -40,7 +40,7 @@ def test_every_lua_file_is_a_script_or_the_prelude() -> None:
 
 
 @BY_NAME
-def test_the_header_names_the_keys_in_order(script: lua.Script) -> None:
+def test_the_header_names_the_keys_in_order(script: lua.Script[...]) -> None:
     taken = " ".join(script.key_names())
     extra = script.key_names(figures=True)[script.keys :]
     expected = f"{taken} [{' '.join(extra)}]" if extra else taken
@@ -48,60 +48,66 @@ def test_the_header_names_the_keys_in_order(script: lua.Script) -> None:
 
 
 @BY_NAME
-def test_the_header_names_the_arguments_in_order(script: lua.Script) -> None:
+def test_the_header_names_the_arguments_in_order(script: lua.Script[...]) -> None:
     names = [*script.argv, *([f"{script.rest}..."] if script.rest else [])]
     assert header(script, "ARGV") == (" ".join(names) or "(none)")
 
 
 @BY_NAME
-def test_the_lua_reads_the_last_key_it_takes_and_none_beyond(script: lua.Script) -> None:
+def test_the_lua_reads_the_last_key_it_takes_and_none_beyond(script: lua.Script[...]) -> None:
     """A script takes no key it does not read (each is packed and copied on every call)."""
     assert max(read_indices(script, "KEYS")) == len(script.key_names(figures=True))
 
 
 @BY_NAME
-def test_the_lua_reads_every_argument_named_and_none_beyond(script: lua.Script) -> None:
+def test_the_lua_reads_every_argument_named_and_none_beyond(script: lua.Script[...]) -> None:
     """ARGV past the named ones is read only as the ``rest`` list (by a computed index)."""
     assert read_indices(script, "ARGV") == set(range(1, len(script.argv) + 1))
 
 
 def test_the_prelude_reads_only_the_keys_of_every_script_that_uses_it() -> None:
-    prelude = lua.Script("prelude", keys=0, argv=(), prelude=False)
+    prelude = lua.Script("prelude", keys=0, args=lambda: (), prelude=False)
     assert header(prelude, "KEYS").split() == [n for n, _ in lua.KEYS[:9]]
     assert max(read_indices(prelude, "KEYS")) == 9
     assert all(s.keys >= 9 for s in lua.SCRIPTS if s.prelude)
 
 
-def test_calls_are_built_by_name_in_argv_order() -> None:
+@BY_NAME
+def test_args_puts_each_argument_where_its_name_is(script: lua.Script[...]) -> None:
+    """The builder's tuple is its arguments in the order its parameters name them (the
+    order the header names them), and the list after them."""
+    named = {name: f"<{name}>" for name in script.argv}
+    rest = [f"<{script.rest}>", "<more>"] if script.rest else []
+    built = script.args(**named, **({script.rest: rest} if script.rest else {}))
+    assert built == (*named.values(), *rest)
+
+
+def test_calls_are_built_by_name() -> None:
     args = lua.SYNC.args(
-        ("a.test", "b.test"),
-        member="m",
-        lease_ms=500,
-        member_epoch="e1",
-        applied=7,
-        fresh_epoch="e2",
         info="{}",
+        member="m",
+        applied=7,
+        lease_ms=500,
+        fresh_epoch="e2",
+        member_epoch="e1",
+        domains=("a.test", "b.test"),
     )
     assert args == ("m", 500, "e1", 7, "e2", "{}", "a.test", "b.test")
-    assert lua.RECORDS.args(lowest=3, highest=9) == (3, 9)
+    assert lua.RECORDS.args(highest=9, lowest=3) == (3, 9)
     assert lua.MEMBERS.args() == ()
 
 
 @pytest.mark.parametrize(
-    ("rest", "values"),
+    "values",
     [
-        ((), {"lowest": 1}),  # one missing
-        ((), {"lowest": 1, "highest": 2, "more": 3}),  # one too many
-        ((), {"lowest": 1, "highst": 2}),  # misspelt
-        ((), {"highest": 2, "lowest": 1}),  # not in ARGV order
-        ((4,), {"lowest": 1, "highest": 2}),  # a rest list it does not take
+        {"lowest": 1},  # one missing
+        {"lowest": 1, "highest": 2, "more": 3},  # one too many
+        {"lowest": 1, "highst": 2},  # misspelt
     ],
 )
-def test_a_call_with_other_arguments_than_named_is_refused(
-    rest: tuple[lua.Arg, ...], values: dict[str, lua.Arg]
-) -> None:
-    with pytest.raises(TypeError, match=r"^the records script takes lowest highest$"):
-        lua.RECORDS.args(rest, **values)
+def test_a_call_with_other_arguments_than_named_is_refused(values: dict[str, int]) -> None:
+    with pytest.raises(TypeError, match="argument"):
+        lua.RECORDS.args(**values)
 
 
 def test_the_purges_keys_go_with_a_clear_or_ack_only_when_it_carries_figures() -> None:

@@ -18,9 +18,11 @@ decision 0026, "The cost of a clear").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Generic, ParamSpec
 
 ACKED = "{cdn}:acked"  # pub/sub hint: the number of a clear every member waited for acked
 
@@ -44,6 +46,8 @@ KEYS: tuple[tuple[str, str], ...] = (
 _VALKEY_KEYS = tuple(key for _, key in KEYS)
 
 Arg = str | int | float  # what one ARGV item is sent as
+Argv = tuple[Arg, ...]
+P = ParamSpec("P")
 
 
 def _source(name: str) -> str:
@@ -51,23 +55,37 @@ def _source(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Script:
+class Script(Generic[P]):
     """One Lua script: its file, the keys it takes (the first ``keys`` of ``KEYS``; all of
-    them too when ``figures_keys`` and the call carries figures) and its arguments' names in
-    ARGV order (``rest``: the name of the list that follows them, if any). Each is one
-    object, compared and hashed by identity: a call's look-up of it costs no hashing of its
-    fields (a clear makes one call per worker)."""
+    them too when ``figures_keys`` and the call carries figures), and ``args``, which builds
+    its ARGV: its parameters name ARGV's items in order (a last one that defaults to ``()``
+    is the list that follows them), so calls name them, mypy checks the names and types,
+    and a call costs no more than a tuple of its arguments. Each script is one object,
+    compared and hashed by identity (a clear makes one call per worker)."""
 
     name: str
     keys: int
-    argv: tuple[str, ...]
-    rest: str | None = None
+    args: Callable[P, Argv]
     figures_keys: bool = False
     prelude: bool = True
     _keys: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_keys", _VALKEY_KEYS[: self.keys])
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The names of ARGV's items, in order (the list after them left out)."""
+        return tuple(p.name for p in self._parameters() if p.default is inspect.Parameter.empty)
+
+    @property
+    def rest(self) -> str | None:
+        """The name of the list that follows them, if the script takes one."""
+        rest = [p.name for p in self._parameters() if p.default is not inspect.Parameter.empty]
+        return rest[0] if rest else None
+
+    def _parameters(self) -> list[inspect.Parameter]:
+        return list(inspect.signature(self.args).parameters.values())
 
     def source(self) -> str:
         """The Lua as Valkey runs it: the prelude first when the script uses it."""
@@ -87,48 +105,71 @@ class Script:
             raise ValueError(f"the {self.name} script takes no figures")
         return _VALKEY_KEYS
 
-    def args(self, rest: Sequence[Arg] = (), **values: Arg) -> tuple[Arg, ...]:
-        """ARGV for one call, from its arguments by name, written in ARGV order (and
-        ``rest``, after them). Other names, or the same in another order, are refused: a
-        call reads as the script's header does."""
-        if tuple(values) != self.argv or (rest and self.rest is None):
-            named = (*self.argv, f"{self.rest}..." if self.rest else "")
-            raise TypeError(f"the {self.name} script takes {' '.join(named).strip()}")
-        return (*values.values(), *rest)
+
+# Each script's ARGV, built by name (tests/fleet/test_lua.py holds each builder's result to
+# its parameters' order, and those to the header of its .lua file).
 
 
-CLEAR = Script(
-    "clear",
-    keys=9,
-    argv=("domain", "fresh_epoch", "by", "log_cap", "channel", "figures"),
-    figures_keys=True,
-)
-SYNC = Script(
-    "sync",
-    keys=11,
-    argv=("member", "lease_ms", "member_epoch", "applied", "fresh_epoch", "info"),
-    rest="domains",
-)
-ACK = Script("ack", keys=9, argv=("member", "epoch", "number"), rest="figures", figures_keys=True)
-PENDING = Script("pending", keys=9, argv=("fresh_epoch",))
-MEMBERS = Script("members", keys=6, argv=(), prelude=False)
-PURGE = Script(
-    "purge",
-    keys=13,
-    argv=(
-        "domain",
-        "fresh_epoch",
-        "by",
-        "log_cap",
-        "channel",
-        "kind",
-        "soft",
-        "items",
-        "kept_records",
-        "kept_bytes",
-    ),
-)
-RECORDS = Script("records", keys=10, argv=("lowest", "highest"), prelude=False)
-FIGURES = Script("figures", keys=13, argv=("number",), prelude=False)
+def _clear(
+    domain: str, fresh_epoch: str, by: str, log_cap: int, channel: str, figures: str
+) -> Argv:
+    return (domain, fresh_epoch, by, log_cap, channel, figures)
 
-SCRIPTS = (CLEAR, SYNC, ACK, PENDING, MEMBERS, PURGE, RECORDS, FIGURES)
+
+def _sync(
+    member: str,
+    lease_ms: int,
+    member_epoch: str,
+    applied: int,
+    fresh_epoch: str,
+    info: str,
+    domains: Sequence[str] = (),
+) -> Argv:
+    return (member, lease_ms, member_epoch, applied, fresh_epoch, info, *domains)
+
+
+def _ack(member: str, epoch: str, number: int, figures: Sequence[int] = ()) -> Argv:
+    return (member, epoch, number, *figures)
+
+
+def _pending(fresh_epoch: str) -> Argv:
+    return (fresh_epoch,)
+
+
+def _members() -> Argv:
+    return ()
+
+
+def _purge(
+    domain: str,
+    fresh_epoch: str,
+    by: str,
+    log_cap: int,
+    channel: str,
+    kind: str,
+    soft: str,
+    items: str,
+    kept_records: int,
+    kept_bytes: int,
+) -> Argv:
+    return (domain, fresh_epoch, by, log_cap, channel, kind, soft, items, kept_records, kept_bytes)
+
+
+def _records(lowest: int, highest: int) -> Argv:
+    return (lowest, highest)
+
+
+def _figures(number: int) -> Argv:
+    return (number,)
+
+
+CLEAR = Script("clear", keys=9, args=_clear, figures_keys=True)
+SYNC = Script("sync", keys=11, args=_sync)
+ACK = Script("ack", keys=9, args=_ack, figures_keys=True)
+PENDING = Script("pending", keys=9, args=_pending)
+MEMBERS = Script("members", keys=6, args=_members, prelude=False)
+PURGE = Script("purge", keys=13, args=_purge)
+RECORDS = Script("records", keys=10, args=_records, prelude=False)
+FIGURES = Script("figures", keys=13, args=_figures, prelude=False)
+
+SCRIPTS: tuple[Script[...], ...] = (CLEAR, SYNC, ACK, PENDING, MEMBERS, PURGE, RECORDS, FIGURES)
