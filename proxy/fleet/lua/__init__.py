@@ -2,10 +2,12 @@
 
 Each script is a ``.lua`` file here, package data, that Debian's ``luacheck`` reads
 (``.luacheckrc``; a test runs it). A file opens with a comment that says what the script does,
-then ``-- KEYS:`` and ``-- ARGV:`` lines that name what the script reads, in order; the
-``Script`` below says the same, and a test holds the two (and the indices the Lua reads) to
-each other. Python builds every call from the ``Script``: the keys with ``keys_for`` and the
-arguments by name with ``args``, so nothing depends on the order of a tuple written elsewhere.
+then ``-- KEYS:`` and ``-- ARGV:`` lines that name what the script reads, in order. Each
+``Script`` below says the same: the keys it takes (``keys_for`` gives a call's), and ``args``,
+a function whose parameters name ARGV's items in order and which builds a call's ARGV from
+them by name (mypy checks the names and types). tests/fleet/test_lua.py holds the header, the
+``Script`` and the indices the Lua reads to each other, so nothing depends on the order of a
+tuple written elsewhere.
 
 Keys are numbered once for all scripts (``KEYS``): a script takes the first ``keys`` of them,
 so ``KEYS[4]`` is the leases in every script, and the prelude's functions read the same keys
