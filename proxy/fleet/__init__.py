@@ -1,8 +1,8 @@
 """The fleet: many edge processes kept in step through Valkey (docs/decisions/0014).
 
 - ``settings``: FleetSettings, the ``[fleet]`` section.
-- ``scripts``: the Lua scripts and the only code that talks to Valkey.
-- ``purge_scripts``: the Lua of purges other than clears (decision 0026).
+- ``scripts``: the only code that talks to Valkey, through the Lua scripts of ``lua``.
+- ``lua``: the Lua scripts (``.lua`` files), and the names of their keys and arguments.
 - ``member``: an edge process's side (sync, renew, apply, ack, the lease deadline).
 - ``store``: the member's Store, which serves from cache only before that deadline.
 - ``purger``: the control plane's side (clear, then wait until the 200 is true).

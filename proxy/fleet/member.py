@@ -41,7 +41,7 @@ from proxy.core.purge.fleet import PurgeRecord, PurgeStep
 from proxy.errors import FleetUnavailable, NotReplicated, WireError
 from proxy.fleet.scripts import CLEARS, DRY, FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
-from proxy.store.memory import MemoryStore
+from proxy.store.base import Store
 from proxy.wire.fleet import (
     pack_ack_figures,
     pack_dry_answer,
@@ -61,7 +61,7 @@ class FleetMember:
         self,
         *,
         settings: FleetSettings,
-        store: MemoryStore,
+        store: Store,
         domains: Sequence[str],
         node: str,
         worker: int = 0,
@@ -206,24 +206,23 @@ class FleetMember:
             missing = [s.domain for s in plan.purges if records.get(s.number) is None]
             clear = tuple(dict.fromkeys([*clear, *missing]))
         figures: list[tuple[int, int, int, bool]] = []
-        # MemoryStore's clear_domain and purge (not a dry run) never suspend: from here on
-        # these awaits do not yield.
+        # No await from here to the end: the batch is applied in one step, so no lookup sees
+        # half of it. The store's clear_now and purge_now never suspend (the Store protocol
+        # declares them plain methods; proxy/store/base.py).
         for domain in clear:
             number = plan.applied.generations.get(domain, 0)
-            counted = (  # a clear new to it, whose figures are asked for
+            cleared = self.store.clear_now(domain)
+            if (  # a clear new to it, whose figures are asked for
                 not plan.clear_all
                 and number > self.applied.seq
                 and (wanted is None or number in wanted)
-            )
-            if counted:
-                stats = await self.store.domain_stats(domain)
-                figures.append((number, stats.entries, stats.bytes, True))
-            await self.store.clear_domain(domain)
+            ):
+                figures.append((number, cleared.entries_dropped, cleared.bytes_dropped, True))
         for step in plan.purges:
             record = records.get(step.number)
             if record is None:
                 continue  # its domain was cleared instead
-            result = await self.store.purge(record.domain, record.purge)
+            result = self.store.purge_now(record.domain, record.purge)
             figures.append((step.number, result.entries, result.bytes, result.exact))
             self.purges_applied += 1
         self.applied = plan.applied

@@ -1,15 +1,15 @@
-"""The store of a fleet member: the local memory store behind the member's fence (0014).
+"""The store of a fleet member: the process's own store behind the member's fence (0014).
 
-While the member's lease deadline has not passed, every call goes to the local
-``MemoryStore``, whose generations the member keeps in step with the fleet. Past it, the
-member may have missed a clear: ``peek`` finds nothing, ``lookup`` finds nothing and says
-``bypass="fenced"`` (the edge forwards, and says why in Cache-Status), and ``put`` stores
-nothing. The check is one monotonic clock read and a comparison, made per request: a
-process woken from SIGSTOP past its deadline is fenced on its very first request, with no
-timer that could run late.
+While the member's lease deadline has not passed, every call goes to the process's local
+store (any ``Store``: the memory store, or tiers behind it), whose generations the member
+keeps in step with the fleet. Past it, the member may have missed a clear: ``peek`` finds
+nothing, ``lookup`` finds nothing and says ``bypass="fenced"`` (the edge forwards, and says
+why in Cache-Status), and ``put`` stores nothing. The check is one monotonic clock read and
+a comparison, made per request: a process woken from SIGSTOP past its deadline is fenced on
+its very first request, with no timer that could run late.
 
-A clear through this store's ``clear_domain`` clears the local store only; a fleet-wide
-clear goes through ``FleetPurger``.
+A clear through this store's ``clear_now`` or ``clear_domain`` clears the local store only; a
+fleet-wide clear goes through ``FleetPurger``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from typing import Protocol
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.purge.purges import Purge, PurgeResult
-from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
-from proxy.store.memory import MemoryStore
+from proxy.store.base import ClearResult, DomainStats, Lookup, Store, StoreStats
 
 FENCED = "fenced"
 
@@ -38,12 +37,12 @@ class FleetStore:
 
     def __init__(
         self,
-        memory: MemoryStore,
+        local: Store,
         fence: Fence,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.memory = memory
+        self.local = local
         self._fence = fence
         self._clock = clock
 
@@ -52,13 +51,13 @@ class FleetStore:
         return self._clock() >= self._fence.deadline
 
     def peek(self, domain: str, target: str) -> StoredResponse | None:
-        # The hit path: one clock read and one comparison before the memory store's peek.
+        # The hit path: one clock read and one comparison before the local store's peek.
         if self._clock() >= self._fence.deadline:
             return None
-        return self.memory.peek(domain, target)
+        return self.local.peek(domain, target)
 
     async def lookup(self, domain: str, target: str) -> Lookup:
-        found = await self.memory.lookup(domain, target)
+        found = await self.local.lookup(domain, target)
         if self._clock() >= self._fence.deadline:
             return Lookup(found.key, (), bypass=FENCED)
         return found
@@ -66,20 +65,26 @@ class FleetStore:
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
         if self._clock() >= self._fence.deadline:
             return False
-        return await self.memory.put(key, response)
+        return await self.local.put(key, response)
 
     async def invalidate(self, domain: str, target: str) -> int:
-        return await self.memory.invalidate(domain, target)
+        return await self.local.invalidate(domain, target)
+
+    def clear_now(self, domain: str) -> ClearResult:
+        return self.local.clear_now(domain)
+
+    def purge_now(self, domain: str, purge: Purge) -> PurgeResult:
+        # This member's store only, as clear_now (a fleet-wide purge: decision 0024).
+        return self.local.purge_now(domain, purge)
 
     async def clear_domain(self, domain: str) -> ClearResult:
-        return await self.memory.clear_domain(domain)
+        return await self.local.clear_domain(domain)
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
-        # This member's store only, as clear_domain (a fleet-wide purge: decision 0024).
-        return await self.memory.purge(domain, purge)
+        return await self.local.purge(domain, purge)
 
     async def domain_stats(self, domain: str) -> DomainStats:
-        return await self.memory.domain_stats(domain)
+        return await self.local.domain_stats(domain)
 
     async def stats(self) -> StoreStats:
-        return await self.memory.stats()
+        return await self.local.stats()

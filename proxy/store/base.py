@@ -1,13 +1,26 @@
 """The store interface, and the purge interface the API talks to.
 
-The proxy logic (``proxy.edge``) and the clear-cache API (``proxy.api``) only see these two
-protocols. The in-memory store implements both today; a Valkey-backed store for a fleet can
-implement them later without touching either caller.
+The proxy logic (``proxy.edge``), the clear-cache API (``proxy.api``) and a fleet member
+(``proxy.fleet``) only see these protocols. The in-memory store (``proxy.store.memory``) and
+a fleet member's fenced store (``proxy.fleet.store``) implement ``Store``; a store of two tiers
+(memory in front of a shared tier) implements it too and plugs in wherever they do.
 
 Clearing is by generation: every key carries its domain's generation, and a clear moves the
 domain to a new one. Entries of the old generation can never be looked up again, so the clear
 is O(1) however many entries the domain had, and the old entries are reclaimed later, in
 small slices, by ``reclaim``.
+
+Deciding and doing are apart. What makes an entry unservable (a domain's new generation, a
+purge's ban, tags or dropped URLs) is decided in the process, in one step that never
+suspends: ``clear_now`` and ``purge_now`` are plain methods, and a store whose tiers do I/O
+does what is slow behind them, later (reclaim, write behind). A fleet member relies on it: it
+applies a batch of clears and purges read from Valkey with no await between them, so no
+lookup ever sees half of a batch (proxy/fleet/member.py). The ``async`` methods are those that
+may wait: a lookup or fill that reads a slower tier, a dry run that walks the keys in slices,
+and ``clear_domain`` and ``purge``, which mean ``clear_now`` and ``purge_now`` for callers
+that await. mypy --strict holds every store passed as a ``Store`` to this (a coroutine where
+the protocol declares a plain method does not type-check), and tests/store/test_protocol.py
+holds every store class in ``proxy`` to it at run time.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ class ClearResult:
     domain: str
     entries_dropped: int  # entries that can no longer be served
     generation: int  # the domain's generation after the clear (a fleet clear: its number)
+    bytes_dropped: int = 0  # the bytes of those entries (a fleet member's figures)
     acked: int | None = None  # a fleet clear: the live edge processes that applied it
     live: int | None = None  # a fleet clear: the edge processes whose lease was live
 
@@ -88,14 +102,26 @@ class Store(Protocol):
         scheme (RFC 9111 §4.4)."""
         ...
 
+    def clear_now(self, domain: str) -> ClearResult:
+        """Make everything stored for the domain unservable, at once, without suspending
+        (the module docstring): in effect for every later ``peek``, ``lookup`` and ``put``
+        once it returns. Says what the clear made unservable."""
+        ...
+
+    def purge_now(self, domain: str, purge: Purge) -> PurgeResult:
+        """Purge URLs, prefixes, tags or all of the domain, hard or soft (core/purges.py,
+        decision 0024), without suspending: in effect for every later ``peek``, ``lookup``
+        and ``put`` once it returns. Not a dry run (ValueError): that is ``purge``'s."""
+        ...
+
     async def clear_domain(self, domain: str) -> ClearResult:
-        """Make everything stored for the domain unservable, at once."""
+        """``clear_now``, for callers that await."""
         ...
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
-        """Purge URLs, prefixes, tags or all of the domain, hard or soft, or say what that
-        would cover (a dry run): core/purges.py, decision 0024. In effect for every later
-        ``peek``, ``lookup`` and ``put`` once it returns."""
+        """``purge_now``, or for a dry run, what the purge would cover now, counted without
+        changing anything (it may walk the domain's keys in slices, and suspend between
+        them)."""
         ...
 
     async def domain_stats(self, domain: str) -> DomainStats: ...

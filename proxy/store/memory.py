@@ -179,6 +179,9 @@ class MemoryStore:
         return sum(self._drop(joined_key((domain, generation, t))) for t in scheme_targets(target))
 
     async def clear_domain(self, domain: str) -> ClearResult:
+        return self.clear_now(domain)
+
+    def clear_now(self, domain: str) -> ClearResult:
         generation = self._generations.get(domain, 0)
         self._generations[domain] = generation + 1
         self._prefixes.pop(domain, None)
@@ -186,9 +189,9 @@ class MemoryStore:
         if state is not None:
             state.cleared_now(f"{domain} {generation + 1} ")
         bucket = self._buckets.get((domain, generation))
-        dropped = 0
+        dropped = size = 0
         if bucket is not None:
-            dropped = bucket.entries
+            dropped, size = bucket.entries, bucket.bytes
             if bucket.live:
                 self._doomed.append((domain, generation))
                 self._pending += bucket.live
@@ -196,23 +199,44 @@ class MemoryStore:
                 del self._buckets[(domain, generation)]
             if self._on_clear is not None:
                 self._on_clear()
-        return ClearResult(domain=domain, entries_dropped=dropped, generation=generation + 1)
+        return ClearResult(
+            domain=domain, entries_dropped=dropped, generation=generation + 1, bytes_dropped=size
+        )
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
-        """Apply one purge to the domain (``Store.purge``; core/purges.py, decision 0024):
-        O(items) for urls, O(1) plus O(items) for prefixes and tags, O(1) for all. A dry run
-        changes nothing and walks the domain's keys in slices (it is a read)."""
+        """``purge_now``, or a dry run: it changes nothing and walks the domain's keys in
+        slices (it is a read)."""
+        if not purge.dry_run:
+            return self.purge_now(domain, purge)
+        started = time.perf_counter()
+        entries, size, sample = await self._dry_run(domain, purge)
+        return PurgeResult(
+            domain=domain,
+            kind=purge.kind,
+            items=purge.items,
+            soft=purge.soft,
+            dry_run=True,
+            number=self._number(domain),
+            generation=self._generations.get(domain, 0),
+            entries=entries,
+            bytes=size,
+            exact=True,
+            seconds=time.perf_counter() - started,
+            sample=sample,
+        )
+
+    def purge_now(self, domain: str, purge: Purge) -> PurgeResult:
+        """Apply one purge to the domain (``Store.purge_now``; core/purges.py, decision
+        0024): O(items) for urls, O(1) plus O(items) for prefixes and tags, O(1) for all."""
+        if purge.dry_run:
+            raise ValueError("a dry run is a read: Store.purge")
         started = time.perf_counter()
         state = self._purges.get(domain)
         exact = state is None or not state.top  # nothing lazy outstanding that may overlap
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
         entries, size = (bucket.entries, bucket.bytes) if bucket is not None else (0, 0)
-        sample: tuple[str, ...] = ()
-        if purge.dry_run:
-            entries, size, sample = await self._dry_run(domain, purge)
-            number, exact = (self._number(domain), True)
-        elif purge.kind == "all" and not purge.soft:
-            number = (await self.clear_domain(domain)).generation
+        if purge.kind == "all" and not purge.soft:
+            number = self.clear_now(domain).generation
             state = self._purges.get(domain)
             number = number if state is None else state.number
         else:
@@ -240,14 +264,13 @@ class MemoryStore:
             kind=purge.kind,
             items=purge.items,
             soft=purge.soft,
-            dry_run=purge.dry_run,
+            dry_run=False,
             number=number,
             generation=self._generations.get(domain, 0),
             entries=entries,
             bytes=size,
             exact=exact,
             seconds=time.perf_counter() - started,
-            sample=sample,
         )
 
     async def domain_stats(self, domain: str) -> DomainStats:

@@ -58,6 +58,12 @@ class RoundTripStore:
         await self._round_trip("invalidate")
         return await self.inner.invalidate(domain, target)
 
+    def clear_now(self, domain: str) -> ClearResult:
+        return self.inner.clear_now(domain)
+
+    def purge_now(self, domain: str, purge: Purge) -> PurgeResult:
+        return self.inner.purge_now(domain, purge)
+
     async def clear_domain(self, domain: str) -> ClearResult:
         return await self.inner.clear_domain(domain)
 

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from proxy.errors import ClearNotConfirmed, FleetUnavailable
+from proxy.fleet import lua
 from proxy.fleet.purger import FleetPurger
-from proxy.fleet.scripts import _CLEAR as CLEAR_SCRIPT
-from proxy.fleet.scripts import ACKED, CLEARS, KEYS
+from proxy.fleet.scripts import ACKED, CLEARS
 from proxy.fleet.settings import FleetSettings
 from tests.fleet.conftest import LEASE, Fleet, Node
 from tests.polling import until
@@ -208,8 +208,16 @@ async def test_a_lost_hint_makes_the_member_sync(fleet: Fleet) -> None:
     assert await node.fill("a.test", "/x", b"v1")
     syncs = node.member.syncs
     client = fleet.client()
-    lost = client.register_script(CLEAR_SCRIPT)
-    reply = await lost(keys=KEYS, args=("a.test", "unused", "cp-test", 100, "{cdn}:nowhere"))
+    lost = client.register_script(lua.CLEAR.source())
+    args = lua.CLEAR.args(
+        domain="a.test",
+        fresh_epoch="unused",
+        by="cp-test",
+        log_cap=100,
+        channel="{cdn}:nowhere",
+        figures="0",
+    )
+    reply = await lost(keys=lua.CLEAR.keys_for(), args=args)
     await purger.clear_domain("b.test")
     assert node.member.syncs > syncs  # the hint did not continue the chain: it synced
     assert node.read("a.test", "/x") is None

@@ -9,7 +9,7 @@ import functools
 from typing import Any
 
 from proxy.core.purge.purges import purge_request
-from proxy.fleet import scripts
+from proxy.fleet import lua
 from tests.fleet.conftest import Fleet, Node
 from tests.polling import until
 
@@ -26,9 +26,9 @@ def record_acks(node: Node) -> list[tuple[int, int, tuple[object, ...]]]:
     assert fleet_scripts is not None
     call = fleet_scripts._call
 
-    async def recording(script: Any, args: Any, **options: Any) -> Any:
-        if script is fleet_scripts._ack:
-            keys = options.get("keys", scripts.KEYS)
+    async def recording(script: lua.Script[...], args: Any, **options: Any) -> Any:
+        if script is lua.ACK:
+            keys = script.keys_for(figures=options.get("figures", False))
             calls.append((int(args[2]), len(keys), tuple(args[3:])))
         return await call(script, args, **options)
 
@@ -68,4 +68,4 @@ async def test_a_plain_clear_is_acked_without_figures_and_a_purge_of_all_with_th
         assert node.read("a.test", "/page") is None
         assert node.member.hints_applied == 2 and node.member.syncs == 2
         [(number, keys, figures)] = calls
-        assert (number, keys, figures[:2]) == (purged.number, len(scripts.KEYS), (number, 1))
+        assert (number, keys, figures[:2]) == (purged.number, len(lua.KEYS), (number, 1))

@@ -284,7 +284,7 @@ async def test_clear_domain() -> None:
 
     result = await store.clear_domain(DOMAIN)
 
-    assert result == ClearResult(domain=DOMAIN, entries_dropped=4, generation=1)
+    assert result == ClearResult(domain=DOMAIN, entries_dropped=4, generation=1, bytes_dropped=40)
     assert calls == [None]
     assert await generation(store, DOMAIN) == 1
     assert await generation(store, OTHER) == 0
@@ -317,7 +317,9 @@ async def test_clearing_twice_counts_each_generation_once() -> None:
     assert (await store.clear_domain(DOMAIN)).entries_dropped == 2
     await store.put(key("/a", generation=1), response())
     second = await store.clear_domain(DOMAIN)
-    assert second == ClearResult(domain=DOMAIN, entries_dropped=1, generation=2)
+    assert second == ClearResult(
+        domain=DOMAIN, entries_dropped=1, generation=2, bytes_dropped=response().size
+    )
     assert store.pending_reclaim == 3
     assert store.reclaim(10) == 3
     assert (await store.stats()).entries == 0
@@ -370,7 +372,9 @@ async def test_clear_of_100_000_entries_deletes_nothing_and_reclaim_works_in_sli
 
     result = await store.clear_domain(DOMAIN)
 
-    assert result == ClearResult(domain=DOMAIN, entries_dropped=count, generation=1)
+    assert result == ClearResult(
+        domain=DOMAIN, entries_dropped=count, generation=1, bytes_dropped=count * 50
+    )
     stats = await store.stats()
     assert (stats.entries, stats.bytes) == (count + 10, count * 50 + 70)
     assert stats.pending_reclaim == count
@@ -470,7 +474,9 @@ async def test_local_purger_clears_through_the_store() -> None:
     store = MemoryStore(max_bytes=MiB)
     await store.put(key("/a"), response())
     result = await LocalPurger(store).clear_domain(DOMAIN)
-    assert result == ClearResult(domain=DOMAIN, entries_dropped=1, generation=1)
+    assert result == ClearResult(
+        domain=DOMAIN, entries_dropped=1, generation=1, bytes_dropped=response().size
+    )
     assert await generation(store, DOMAIN) == 1
 
 

@@ -1,20 +1,13 @@
-"""The Lua of purges other than clears (decision 0026); ``FleetScripts`` calls them.
-
-A purge is a clear in everything but what it does to a member's store: the same next number
-(``max(seq + 1, now_us)``), the same log entry, hint and set of members waited for. It does
-not move the domain's generation (only a clear does); instead it adds its record to
-``{cdn}:purges`` (KEYS[10]), where members read it: the hint names only the kind. The
-records kept are bounded; the oldest go first, and each domain's floor (KEYS[11]) keeps the
-highest number dropped, so a member that needed one clears the domain instead.
-"""
-
-from __future__ import annotations
-
-# ARGV: domain, fresh epoch id, control plane name, log cap, channel, kind, soft (1/0),
-# items (JSON), records kept at most, bytes kept at most. The reply is the clear script's,
-# with the domain's generation after the number; or ``unable N`` (nothing written) when N
-# live members do not say they apply purge records.
-PURGE_BODY = """
+-- A purge other than a clear (decision 0026). A purge is a clear in everything but what it
+-- does to a member's store: the same next number (max(seq + 1, now_us)), the same log entry,
+-- hint and set of members waited for. It does not move the domain's generation (only a clear
+-- does); instead it adds its record to KEYS[10], where members read it: the hint names only
+-- the kind. The records kept are bounded; the oldest go first, and each domain's floor
+-- (KEYS[11]) keeps the highest number dropped, so a member that needed one clears the domain
+-- instead. The reply is the clear script's, with the domain's generation after the number;
+-- or 'unable N' (nothing written) when N live members do not say they apply purge records.
+-- KEYS: epoch seq gen leases acks members log waiting waitfor purges floors pbytes figures
+-- ARGV: domain fresh_epoch by log_cap channel kind soft items kept_records kept_bytes
 local nowus, nowms = clock()
 -- Every live member must apply purge records: one of a build older than decision 0026
 -- would sync and ack this purge without applying it. Refused before anything is written.
@@ -62,15 +55,3 @@ if redis.call('HLEN', KEYS[13]) > 4096 then
 end
 redis.call('HSET', KEYS[13], n, '0 0 0 0')
 return reply
-"""
-
-# ARGV: lowest, highest number. The records numbered between them (a member reads the
-# records of the hints it applies).
-RECORDS = "return redis.call('ZRANGEBYSCORE', KEYS[10], ARGV[1], ARGV[2])"
-
-# ARGV: number. The figures summed from the acks of one purge, taken away.
-FIGURES = """
-local sums = redis.call('HGET', KEYS[13], ARGV[1])
-redis.call('HDEL', KEYS[13], ARGV[1])
-return sums
-"""
