@@ -10,18 +10,17 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
 
+from proxy.store.eviction.bounded import Tallied
+
 K = TypeVar("K", bound=Hashable)
 
 
-class LRU(Generic[K]):
-    __slots__ = ("_capacity", "_sizes", "_used")
+class LRU(Tallied, Generic[K]):
+    __slots__ = ("_sizes",)
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0 bytes, not {capacity}")
-        self._capacity = capacity
+        super().__init__(capacity)
         self._sizes: OrderedDict[K, int] = OrderedDict()  # least recently used first
-        self._used = 0
 
     def hit(self, key: K) -> None:
         # try, not contextlib.suppress or a test for membership: the cheapest when held
@@ -29,14 +28,6 @@ class LRU(Generic[K]):
             self._sizes.move_to_end(key)
         except KeyError:  # not held: nothing to do
             pass
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def used(self) -> int:
-        return self._used
 
     def __len__(self) -> int:
         return len(self._sizes)

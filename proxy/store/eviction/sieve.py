@@ -22,14 +22,15 @@ from array import array
 from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
 
+from proxy.store.eviction.bounded import Tallied
+
 K = TypeVar("K", bound=Hashable)
 
 NIL = -1  # no slot
 
 
-class Sieve(Generic[K]):
+class Sieve(Tallied, Generic[K]):
     __slots__ = (
-        "_capacity",
         "_free",
         "_hand",
         "_keys",
@@ -38,15 +39,12 @@ class Sieve(Generic[K]):
         "_oldest",
         "_sizes",
         "_slots",
-        "_used",
         "_visited",
         "_youngest",
     )
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0 bytes, not {capacity}")
-        self._capacity = capacity
+        super().__init__(capacity)
         self._slots: dict[K, int] = {}  # key -> its slot in the arrays below
         self._keys: list[K | None] = []
         self._sizes = array("q")
@@ -56,20 +54,11 @@ class Sieve(Generic[K]):
         self._free: list[int] = []  # slots of removed keys, to reuse
         self._youngest = self._oldest = NIL
         self._hand = NIL  # NIL: start at the oldest
-        self._used = 0
 
     def hit(self, key: K) -> None:
         slot = self._slots.get(key)
         if slot is not None:
             self._visited[slot] = 1
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def used(self) -> int:
-        return self._used
 
     def __len__(self) -> int:
         return len(self._slots)
