@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from proxy.store.eviction.bounded import Tallied
 
 K = TypeVar("K", bound=Hashable)
 
 
-class LRU(Tallied, Generic[K]):
+class LRU(Tallied[K]):
     __slots__ = ("_sizes",)
 
     def __init__(self, capacity: int) -> None:
@@ -50,16 +50,11 @@ class LRU(Tallied, Generic[K]):
         self._used += size
         return evicted
 
-    def resize(self, key: K, size: int) -> list[K]:
-        old = self._sizes.get(key)
-        if old is None:
-            return []
-        if size > self._capacity:
-            self.remove(key)
-            return [key]
+    def _size(self, key: K) -> int | None:
+        return self._sizes.get(key)
+
+    def _set_size(self, key: K, size: int) -> None:
         self._sizes[key] = size
-        self._used += size - old
-        return self._evict(self._capacity)
 
     def remove(self, key: K) -> bool:
         size = self._sizes.pop(key, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from proxy.store.eviction.bounded import Tallied
 
@@ -29,7 +29,7 @@ K = TypeVar("K", bound=Hashable)
 NIL = -1  # no slot
 
 
-class Sieve(Tallied, Generic[K]):
+class Sieve(Tallied[K]):
     __slots__ = (
         "_free",
         "_hand",
@@ -93,16 +93,12 @@ class Sieve(Tallied, Generic[K]):
         self._used += size
         return evicted
 
-    def resize(self, key: K, size: int) -> list[K]:
+    def _size(self, key: K) -> int | None:
         slot = self._slots.get(key)
-        if slot is None:
-            return []
-        if size > self._capacity:
-            self.remove(key)
-            return [key]
-        self._used += size - self._sizes[slot]
-        self._sizes[slot] = size
-        return self._evict(self._capacity)
+        return None if slot is None else self._sizes[slot]
+
+    def _set_size(self, key: K, size: int) -> None:
+        self._sizes[self._slots[key]] = size
 
     def remove(self, key: K) -> bool:
         slot = self._slots.pop(key, None)
