@@ -144,9 +144,8 @@ async def regenerate_token(
 async def revoke_token(
     request: web.Request, session: Session, form: MultiDict[str]
 ) -> web.StreamResponse:
-    ctx = request.app[DASHBOARD]
     with _named_token(request) as name:
-        await ctx.state.revoke_token(name)
+        await request.app[DASHBOARD].state.revoke_token(name)
     log.info("dashboard: %s revoked token %r", session.admin, name)
     return see_other(f"{TOKENS}?revoked={name}")
 
