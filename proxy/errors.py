@@ -38,9 +38,25 @@ for upgrade tunnels), ``fleet/scripts.py`` and ``store/shared/`` (lmdb's and the
 the shared tier counts as faults rather than raising).
 """
 
+from __future__ import annotations
+
+from http import HTTPStatus
+
 
 class ProxyError(Exception):
     """Base of every error cdn-proxy raises on purpose."""
+
+
+class _Answered(ProxyError):
+    """An error the edge answers itself: ``status``, its standard reason phrase, and
+    ``public``, what the client is told (the message is for the log)."""
+
+    status = 500
+    public = "internal error"
+
+    @property
+    def reason(self) -> str:
+        return HTTPStatus(self.status).phrase
 
 
 class ConfigError(ProxyError):
@@ -81,29 +97,23 @@ class BodyCorrupt(DiskTierError):
     entry is gone from the tier; the bytes already read must not be sent as a whole body."""
 
 
-class OriginError(ProxyError):
+class OriginError(_Answered):
     """The origin did not give a usable answer."""
 
     status = 502
-    reason = "Bad Gateway"
-    public = "the origin failed"  # what the client is told; the message is for the log
+    public = "the origin failed"
 
 
 class OriginTimeout(OriginError):
     status = 504
-    reason = "Gateway Timeout"
     public = "the origin did not answer in time"
 
 
 class OriginUnreachable(OriginError):
-    status = 502
-    reason = "Bad Gateway"
     public = "the origin is unreachable"
 
 
 class OriginProtocolError(OriginError):
-    status = 502
-    reason = "Bad Gateway"
     public = "the origin sent a broken response"
 
 
@@ -112,22 +122,19 @@ class OriginBusy(OriginError):
     0015). Said apart from the origin's own failures, so an operator can tell them apart."""
 
     status = 503
-    reason = "Service Unavailable"
     public = "too many requests are waiting for the origin; retry later"
 
 
-class RequestBodyError(ProxyError):
+class RequestBodyError(_Answered):
     """The client's request body did not arrive as framed; the connection is closed after the
     answer, since the rest of the body is unread."""
 
     status = 400
-    reason = "Bad Request"
     public = "the request body ended before its length"
 
 
 class RequestBodyTimeout(RequestBodyError):
     status = 408
-    reason = "Request Timeout"
     public = "the request body stopped arriving"
 
 

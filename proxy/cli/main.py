@@ -233,6 +233,16 @@ def _open_state(config: Config) -> StateDB:
     return StateDB(state.path, audit_max_rows=state.audit_max_rows)
 
 
+def _state_of(args: argparse.Namespace) -> StateDB:
+    """The state database of the config ``--config`` names."""
+    return _open_state(load_config(args.config))
+
+
+def _password_hash(args: argparse.Namespace) -> str:
+    """A new password, read as _read_password does and checked, hashed for storing."""
+    return hash_password(password_hasher(), _read_password(args))
+
+
 def _check(check: Callable[[str], None], value: str) -> None:
     """Apply a check that raises ValueError to what someone typed: exit 2 with its message."""
     try:
@@ -264,8 +274,7 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_list(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    with _open_state(config) as db:
+    with _state_of(args) as db:
         records = db.list_tokens()
     print(_table(records))
     return 0
@@ -295,16 +304,14 @@ def _when(at: float | None) -> str:
 
 
 def _token_regenerate(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    with _open_state(config) as db:
+    with _state_of(args) as db:
         token = db.regenerate_token(args.name, time.time())
     print(token)
     return 0
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    with _open_state(config) as db:
+    with _state_of(args) as db:
         db.revoke_token(args.name)
     print(f"revoked token {args.name!r}")
     return 0
@@ -334,7 +341,7 @@ def _read_password(args: argparse.Namespace) -> str:
 def _admin_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     _check(check_admin_name, args.name)
-    password_hash = hash_password(password_hasher(), _read_password(args))
+    password_hash = _password_hash(args)
     with _open_state(config) as db:
         db.admins.create(args.name, password_hash, time.time())
     print(f"created admin {args.name!r}")
@@ -342,8 +349,7 @@ def _admin_create(args: argparse.Namespace) -> int:
 
 
 def _admin_list(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    with _open_state(config) as db:
+    with _state_of(args) as db:
         records = db.admins.list_admins()
     print(_admin_table(records))
     return 0
@@ -359,8 +365,7 @@ def _admin_table(records: Sequence[AdminRecord]) -> str:
 
 
 def _admin_remove(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    with _open_state(config) as db:
+    with _state_of(args) as db:
         db.admins.remove(args.name)
     print(f"removed admin {args.name!r}; their sessions have ended")
     return 0
@@ -368,7 +373,7 @@ def _admin_remove(args: argparse.Namespace) -> int:
 
 def _admin_set_password(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    password_hash = hash_password(password_hasher(), _read_password(args))
+    password_hash = _password_hash(args)
     with _open_state(config) as db:
         db.admins.set_password(args.name, password_hash, time.time())
     print(f"changed the password of admin {args.name!r}; their sessions have ended")

@@ -87,35 +87,36 @@ def delay_cap(key: str, value: object) -> float:
     return given
 
 
+def _whole(key: str, value: object, low: int, high: int, problem: str) -> int:
+    """``value`` if a whole number from ``low`` to ``high``; else ConfigError(key, problem)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(key, problem)
+    return value
+
+
 def workers(key: str, value: object) -> int:
     if value == "auto":
         return len(os.sched_getaffinity(0))
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
-        raise ConfigError(key, 'must be a whole number from 1 to 256, or "auto"')
-    return value
+    return _whole(key, value, 1, 256, 'must be a whole number from 1 to 256, or "auto"')
 
 
 def replicas(key: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
-        raise ConfigError(key, "must be a whole number from 0 to 16")
-    return value
+    return _whole(key, value, 0, 16, "must be a whole number from 0 to 16")
 
 
 def max_connections(key: str, value: object) -> int | None:
     if value == "auto":
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
-        raise ConfigError(key, 'must be a whole number from 1 to 10000000, or "auto"')
-    return value
+    return _whole(key, value, 1, 10_000_000, 'must be a whole number from 1 to 10000000, or "auto"')
 
 
 def per_client_connections(key: str, value: object) -> int | None:
     """A per-client-address connection limit: "auto" (None), 0 (off), or a count."""
     if value == "auto":
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10_000_000:
-        raise ConfigError(key, 'must be a whole number from 0 (no limit) to 10000000, or "auto"')
-    return value
+    return _whole(
+        key, value, 0, 10_000_000, 'must be a whole number from 0 (no limit) to 10000000, or "auto"'
+    )
 
 
 def rate(key: str, value: object) -> int:

@@ -30,7 +30,8 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -113,51 +114,57 @@ class Tunnels:
             self._telemetry.request(domain.name, ERROR)
             busy = TunnelsBusy(f"{domain.name}: {held} tunnels open, the limit")
             return respond.origin_failed(busy, cache_status=self._status)
-        self.open_by_domain[domain.name] = held + 1
-        try:
-            return await self._open(request, domain, target, fields, protocols, started)
-        finally:
-            if self.open_by_domain[domain.name] == 1:
-                del self.open_by_domain[domain.name]
-            else:
-                self.open_by_domain[domain.name] -= 1
+        with self._counted(domain.name):
+            try:
+                origin = await OriginLink.open(domain, self._origin_tls(domain))
+            except OriginError as exc:
+                return self._failed(domain, exc, started)
+            with closing(origin):
+                try:
+                    head = origin_fields(fields, protocols)
+                    answer = await origin.ask(request.method, target, head)
+                except OriginError as exc:
+                    return self._failed(domain, exc, started)
+                except (h11.LocalProtocolError, UnicodeEncodeError):
+                    # aiohttp took this head from the client, h11 would not send it: the fault
+                    # is the request's, not the origin's.
+                    return respond.text(400, "400 Bad Request: this upgrade cannot be forwarded")
+                return await self._answer(request, domain, origin, answer, protocols, started)
 
-    async def _open(
+    @contextmanager
+    def _counted(self, name: str) -> Iterator[None]:
+        """One more tunnel open for domain ``name`` while inside (only domains with any are
+        kept)."""
+        self.open_by_domain[name] = self.open_by_domain.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            if self.open_by_domain[name] == 1:
+                del self.open_by_domain[name]
+            else:
+                self.open_by_domain[name] -= 1
+
+    async def _answer(
         self,
         request: web.BaseRequest,
         domain: DomainConfig,
-        target: str,
-        fields: Sequence[tuple[str, str]],
-        protocols: str,
+        origin: OriginLink,
+        answer: h11.Response | h11.InformationalResponse,
+        offered: str,
         started: float,
     ) -> web.StreamResponse:
-        try:
-            origin = await OriginLink.open(domain, self._origin_tls(domain))
-        except OriginError as exc:
-            return self._failed(domain, exc, started)
-        try:
-            try:
-                head = origin_fields(fields, protocols)
-                answer = await origin.ask(request.method, target, head)
-            except OriginError as exc:
-                return self._failed(domain, exc, started)
-            except (h11.LocalProtocolError, UnicodeEncodeError):
-                # aiohttp took this head from the client, h11 would not send it: the fault is
-                # the request's, not the origin's.
-                return respond.text(400, "400 Bad Request: this upgrade cannot be forwarded")
-            if isinstance(answer, h11.Response):  # a final answer: no switch
-                self._answered(domain, started)
-                return await self._relay(request, origin, answer)
-            switched = switched_fields(_fields(answer), offered=protocols, via=self._via)
-            if switched is None:
-                refused = OriginProtocolError(
-                    f"{domain.name}: the origin switched to a protocol the client did not offer"
-                )
-                return self._failed(domain, refused, started)
+        """The origin's answer to the upgrade: relayed as a response, or the switch made."""
+        if isinstance(answer, h11.Response):  # a final answer: no switch
             self._answered(domain, started)
-            return await self._switch(request, origin, answer, switched)
-        finally:
-            origin.close()
+            return await self._relay(request, origin, answer)
+        switched = switched_fields(_fields(answer), offered=offered, via=self._via)
+        if switched is None:
+            refused = OriginProtocolError(
+                f"{domain.name}: the origin switched to a protocol the client did not offer"
+            )
+            return self._failed(domain, refused, started)
+        self._answered(domain, started)
+        return await self._switch(request, origin, answer, switched)
 
     async def _switch(
         self,

@@ -10,7 +10,8 @@ name is logged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
@@ -118,16 +119,23 @@ def _name(request: web.Request) -> str:
     return name
 
 
+@contextmanager
+def _named_token(request: web.Request) -> Iterator[str]:
+    """The token the path names; a state that no longer has it is a 404 page."""
+    name = _name(request)
+    try:
+        yield name
+    except NotFoundError:
+        raise PageError(404, f"There is no token named “{name}”.") from None
+
+
 @action
 async def regenerate_token(
     request: web.Request, session: Session, form: MultiDict[str]
 ) -> web.StreamResponse:
     ctx = request.app[DASHBOARD]
-    name = _name(request)
-    try:
+    with _named_token(request) as name:
         token = await ctx.state.regenerate_token(name, ctx.clock())
-    except NotFoundError:
-        raise PageError(404, f"There is no token named “{name}”.") from None
     log.info("dashboard: %s regenerated token %r", session.admin, name)
     return await _page(request, session, new_token={"name": name, "value": token})
 
@@ -136,12 +144,8 @@ async def regenerate_token(
 async def revoke_token(
     request: web.Request, session: Session, form: MultiDict[str]
 ) -> web.StreamResponse:
-    ctx = request.app[DASHBOARD]
-    name = _name(request)
-    try:
-        await ctx.state.revoke_token(name)
-    except NotFoundError:
-        raise PageError(404, f"There is no token named “{name}”.") from None
+    with _named_token(request) as name:
+        await request.app[DASHBOARD].state.revoke_token(name)
     log.info("dashboard: %s revoked token %r", session.admin, name)
     return see_other(f"{TOKENS}?revoked={name}")
 

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import TypeVar
+
+from proxy.store.eviction.bounded import Tallied
 
 K = TypeVar("K", bound=Hashable)
 
 
-class LRU(Generic[K]):
-    __slots__ = ("_capacity", "_sizes", "_used")
+class LRU(Tallied[K]):
+    __slots__ = ("_sizes",)
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0 bytes, not {capacity}")
-        self._capacity = capacity
+        super().__init__(capacity)
         self._sizes: OrderedDict[K, int] = OrderedDict()  # least recently used first
-        self._used = 0
 
     def hit(self, key: K) -> None:
         # try, not contextlib.suppress or a test for membership: the cheapest when held
@@ -29,14 +28,6 @@ class LRU(Generic[K]):
             self._sizes.move_to_end(key)
         except KeyError:  # not held: nothing to do
             pass
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def used(self) -> int:
-        return self._used
 
     def __len__(self) -> int:
         return len(self._sizes)
@@ -59,16 +50,11 @@ class LRU(Generic[K]):
         self._used += size
         return evicted
 
-    def resize(self, key: K, size: int) -> list[K]:
-        old = self._sizes.get(key)
-        if old is None:
-            return []
-        if size > self._capacity:
-            self.remove(key)
-            return [key]
+    def _size(self, key: K) -> int | None:
+        return self._sizes.get(key)
+
+    def _set_size(self, key: K, size: int) -> None:
         self._sizes[key] = size
-        self._used += size - old
-        return self._evict(self._capacity)
 
     def remove(self, key: K) -> bool:
         size = self._sizes.pop(key, None)

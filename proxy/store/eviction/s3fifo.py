@@ -33,6 +33,8 @@ from collections.abc import Hashable, Iterator
 from itertools import chain
 from typing import Generic, TypeVar
 
+from proxy.store.eviction.bounded import Bounded
+
 K = TypeVar("K", bound=Hashable)
 
 SMALL_RATIO = 0.1
@@ -41,9 +43,8 @@ MOVE_TO_MAIN = 2
 MAIN_MAX_FREQ = 3
 
 
-class S3FIFO(Generic[K]):
+class S3FIFO(Bounded, Generic[K]):
     __slots__ = (
-        "_capacity",
         "_freq",
         "_ghost",
         "_ghost_capacity",
@@ -66,9 +67,7 @@ class S3FIFO(Generic[K]):
         ghost_ratio: float = GHOST_RATIO,
         move_to_main: int = MOVE_TO_MAIN,
     ) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0 bytes, not {capacity}")
-        self._capacity = capacity
+        super().__init__(capacity)
         self._small_capacity = int(small_ratio * capacity)
         self._main_capacity = capacity - self._small_capacity
         self._ghost_capacity = int(ghost_ratio * capacity)
@@ -87,10 +86,6 @@ class S3FIFO(Generic[K]):
             self._freq[key] += 1
         except KeyError:  # not held: nothing to do
             pass
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
 
     @property
     def used(self) -> int:

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import TypeVar
+
+from proxy.store.eviction.bounded import Tallied
 
 K = TypeVar("K", bound=Hashable)
 
 NIL = -1  # no slot
 
 
-class Sieve(Generic[K]):
+class Sieve(Tallied[K]):
     __slots__ = (
-        "_capacity",
         "_free",
         "_hand",
         "_keys",
@@ -38,15 +39,12 @@ class Sieve(Generic[K]):
         "_oldest",
         "_sizes",
         "_slots",
-        "_used",
         "_visited",
         "_youngest",
     )
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0 bytes, not {capacity}")
-        self._capacity = capacity
+        super().__init__(capacity)
         self._slots: dict[K, int] = {}  # key -> its slot in the arrays below
         self._keys: list[K | None] = []
         self._sizes = array("q")
@@ -56,20 +54,11 @@ class Sieve(Generic[K]):
         self._free: list[int] = []  # slots of removed keys, to reuse
         self._youngest = self._oldest = NIL
         self._hand = NIL  # NIL: start at the oldest
-        self._used = 0
 
     def hit(self, key: K) -> None:
         slot = self._slots.get(key)
         if slot is not None:
             self._visited[slot] = 1
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def used(self) -> int:
-        return self._used
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -104,16 +93,12 @@ class Sieve(Generic[K]):
         self._used += size
         return evicted
 
-    def resize(self, key: K, size: int) -> list[K]:
+    def _size(self, key: K) -> int | None:
         slot = self._slots.get(key)
-        if slot is None:
-            return []
-        if size > self._capacity:
-            self.remove(key)
-            return [key]
-        self._used += size - self._sizes[slot]
-        self._sizes[slot] = size
-        return self._evict(self._capacity)
+        return None if slot is None else self._sizes[slot]
+
+    def _set_size(self, key: K, size: int) -> None:
+        self._sizes[self._slots[key]] = size
 
     def remove(self, key: K) -> bool:
         slot = self._slots.pop(key, None)
