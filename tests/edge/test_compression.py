@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import random
+import shutil
 
 import brotli
 import pytest
@@ -17,6 +18,7 @@ from proxy.core.purge.purges import Purge, purge_request
 from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
 from tests.polling import until
 
+CURL = shutil.which("curl")  # scripts/test installs it
 COMPRESSING = {"name": "example.com", "origin": "", "compress": ["br", "gzip", "zstd"]}
 
 
@@ -247,3 +249,60 @@ async def test_a_large_body_does_not_block_the_loop(make_edge: EdgeFactory, orig
     response, body = await fill
     assert decoded("br", body) == big
     assert answered >= 10
+
+
+async def curl(url: str, *args: str) -> tuple[bytes, bytes]:
+    """curl's (headers, body) for ``url``, its extra ``args`` given."""
+    assert CURL is not None
+    process = await asyncio.create_subprocess_exec(
+        CURL,
+        "-sS",
+        "-D",
+        "-",
+        "-H",
+        "Host: example.com",
+        *args,
+        url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err
+    head, _, body = out.partition(b"\r\n\r\n")
+    return head.lower(), body
+
+
+async def test_curl_compressed_decodes_the_edge_copy(edge: EdgeUnderTest, origin: Origin) -> None:
+    """curl --compressed asks for every coding it can decode (br, gzip, zstd...), gets br,
+    and decodes it to the origin's bytes; plain curl (no Accept-Encoding) gets identity."""
+    origin.reply("/page", BODY, headers=HTML)
+    head, body = await curl(edge.url + "/page", "--compressed")
+    assert b"\r\ncontent-encoding: br" in head
+    assert body == BODY
+    head, body = await curl(edge.url + "/page")
+    assert b"content-encoding" not in head
+    assert (body, b"\r\nvary: accept-encoding" in head) == (BODY, True)
+    assert origin.count("/page") == 1
+
+
+async def test_bytes_on_the_wire(edge: EdgeUnderTest, origin: Origin) -> None:
+    """A raw socket: the br answer's framing is its own (Content-Length of the br bytes), and
+    the bytes after the head are exactly the br copy, nothing more."""
+    origin.reply("/page", BODY, headers=HTML)
+    await edge.get("/page", headers={"Accept-Encoding": "identity"})
+    host, port = edge.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"GET /page HTTP/1.1\r\nHost: example.com\r\nAccept-Encoding: br\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    raw = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert fields[b"Content-Encoding"] == b"br"
+    assert int(fields[b"Content-Length"]) == len(body)
+    assert bytes(brotli.decompress(body)) == BODY
+    assert len(body) < len(BODY) // 2
