@@ -306,3 +306,31 @@ async def test_bytes_on_the_wire(edge: EdgeUnderTest, origin: Origin) -> None:
     assert int(fields[b"Content-Length"]) == len(body)
     assert bytes(brotli.decompress(body)) == BODY
     assert len(body) < len(BODY) // 2
+
+
+async def test_a_304_refreshes_each_copy_and_keeps_it_apart(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """After a soft purge every copy is revalidated with its (weak) ETag; the origin's 304,
+    even with a Vary of its own, refreshes it and it stays the copy of its coding."""
+    full = 0
+
+    async def validated(request: web.Request) -> web.StreamResponse:
+        nonlocal full
+        if request.headers.get("If-None-Match", "").removeprefix("W/") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"', "Vary": "Origin"})
+        full += 1
+        return web.Response(body=BODY, headers=HTML)
+
+    origin.route("/page", validated)
+    for accept, _ in CLIENTS:
+        await edge.get("/page", headers={"Accept-Encoding": accept})
+    await edge.store.purge("example.com", purge_request("url", ["/page"], soft=True))
+    for _ in range(2):
+        for accept, coding in CLIENTS:
+            response, body = await edge.get("/page", headers={"Accept-Encoding": accept})
+            assert response.headers.get("Content-Encoding", "identity") == coding
+            assert decoded(coding, body) == BODY
+            assert "Accept-Encoding" in response.headers["Vary"]
+    assert full == 1
+    assert origin.count("/page") == 5  # the fill, then one 304 per stored copy
