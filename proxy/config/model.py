@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 from proxy.config import values as check
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
+from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
@@ -77,6 +78,12 @@ class DomainConfig:
     # Content codings the origin is asked for, in order of preference; each request's
     # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
     encodings: Annotated[tuple[str, ...], check.encodings] = DEFAULT_ENCODINGS
+    # Compression at the edge (decision 0035): an uncompressed, cacheable 200 of one of
+    # compress_types, at least compress_min_bytes long, is stored once per coding listed (and
+    # as sent), and requests are read against this list instead of encodings. Off ([]).
+    compress: Annotated[tuple[str, ...], check.compress] = ()
+    compress_types: Annotated[tuple[str, ...], check.compress_types] = DEFAULT_COMPRESS_TYPES
+    compress_min_bytes: Annotated[int, check.size] = DEFAULT_MIN_BYTES
     # TLS (decision 0018): this domain's certificate (PEM, its chain after it) and key for the
     # edge's tls_listen, chosen by SNI; and the CA bundle its https:// origin is verified
     # against instead of the system store. Paths are relative to the config file.

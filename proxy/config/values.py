@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from proxy.core.domains import InvalidDomain, normalise_domain
+from proxy.core.http.compression import check_compress, check_compress_types
 from proxy.core.http.encodings import check_encodings
 from proxy.core.http.forwarded import HEADER_KINDS, Network, parse_networks
 from proxy.core.http.upgrade import check_allowlist
@@ -169,6 +170,20 @@ def fleet_url(key: str, value: object) -> str:
 def encodings(key: str, value: object) -> tuple[str, ...]:
     try:
         return check_encodings(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def compress(key: str, value: object) -> tuple[str, ...]:
+    try:
+        return check_compress(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def compress_types(key: str, value: object) -> tuple[str, ...]:
+    try:
+        return check_compress_types(value)
     except ValueError as exc:
         raise ConfigError(key, str(exc)) from None
 

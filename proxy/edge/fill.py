@@ -29,12 +29,21 @@ from proxy.core.cache.policy import (
     assess_response,
     may_serve_stale,
     refreshed,
+    vary_values,
+)
+from proxy.core.http.compression import (
+    IDENTITY,
+    codings_of,
+    encoded_fields,
+    skip_reason,
+    with_vary,
 )
 from proxy.core.http.encodings import preferred
 from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.purge.purges import tagged
 from proxy.edge import ranges, respond
+from proxy.edge.compress import compressed
 from proxy.edge.flights import Flight, FlightResult
 from proxy.edge.forward import AskOrigin, relay
 from proxy.edge.origin import OriginResponse
@@ -164,11 +173,52 @@ class Filler:
         body, complete = await origin.read_up_to(self.max_object, progress)
         if not complete:
             return await self._pass_on(job, origin, "too-large", prefix=body)
+        config = job.config
+        if config.compress and not skip_reason(
+            origin.status, fields, len(body), config.compress_types, config.compress_min_bytes
+        ):
+            return await self._compressed(job, verdict, fields, body, origin.tags, response_time)
         entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags))
         status = cache_status(self._name, fwd=job.fwd, stored=await self._store.put(job.key, entry))
         # This client gets the origin's fields in full; only the stored copy drops those that
         # no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
         response = self._from_stored(job.request, entry, response_time, status, headers=fields)
+        return Filled(response, entry)
+
+    async def _compressed(
+        self,
+        job: Fill,
+        verdict: Storable,
+        fields: Headers,
+        body: bytes,
+        tags: tuple[str, ...],
+        response_time: float,
+    ) -> Filled:
+        """Store the response once per coding the domain compresses to, and as it came, each
+        a variant under Vary: Accept-Encoding; answer with the copy the request reads as
+        (decision 0035). The compressing runs in a thread (edge/compress.py)."""
+        encoded = await compressed(body, job.config.compress)
+        wanted = coding_of(job.request, job.config)
+        copies = [(IDENTITY, body), *encoded.items()]
+        vary = (
+            verdict.vary
+            if "accept-encoding" in verdict.vary
+            else (*verdict.vary, "accept-encoding")
+        )
+        kept: list[tuple[str, StoredResponse, bool]] = []
+        for coding, copy in copies:
+            variant = replace(
+                verdict,
+                headers=encoded_fields(verdict.headers, coding, len(copy)),
+                vary=vary,
+                vary_values=vary_values(vary, job.request.headers, coding),
+            )
+            entry = self._ready(tagged(variant.with_body(copy, job.key[2]), tags))
+            kept.append((coding, entry, await self._store.put(job.key, entry)))
+        coding, entry, stored = next((k for k in kept if k[0] == wanted), kept[0])
+        out = encoded_fields(fields, coding, len(entry.body))
+        status = cache_status(self._name, fwd=job.fwd, stored=stored)
+        response = self._from_stored(job.request, entry, response_time, status, headers=out)
         return Filled(response, entry)
 
     async def _refresh(
@@ -181,6 +231,8 @@ class Filler:
     ) -> Filled:
         """A 304 answered the revalidation: update the stored headers (RFC 9111 §4.3.4)."""
         merged = merge_not_modified(stale, from_origin(origin.headers))
+        if "accept-encoding" in stale.vary:
+            merged = with_vary(merged)  # a 304's own Vary keeps the copies apart (0035)
         verdict = self._assess(job, stale.status, stale.reason, merged, request_time, response_time)
         if isinstance(verdict, DontStore) or origin.tags is None:
             # The origin now forbids storing it (or tags it over the bounds: decision 0024):
@@ -272,5 +324,7 @@ class Filler:
 
 def coding_of(request: web.BaseRequest, config: DomainConfig) -> str:
     """The request's Accept-Encoding as the domain reads it: the key of its variant and what
-    a fill asks the origin for (core.encodings; decision 0023)."""
-    return preferred(request.headers.getall(hdrs.ACCEPT_ENCODING, ()), config.encodings)
+    a fill asks the origin for (core.encodings; decision 0023), against the codings it
+    compresses to when it does (decision 0035)."""
+    codings = codings_of(config.encodings, config.compress)
+    return preferred(request.headers.getall(hdrs.ACCEPT_ENCODING, ()), codings)

@@ -284,10 +284,16 @@ class Edge:
             # request they shared; this client's answer is counted as a request.
             self._telemetry.request(config.name, ERROR)
             return respond.failed(result, cache_status=cache_status(self._name, fwd=fwd))
-        if isinstance(result, StoredResponse) and select_variant([result], request.headers, coding):
+        shared = result if isinstance(result, StoredResponse) else None
+        if shared is not None and not select_variant([shared], request.headers, coding):
+            shared = None
+            if config.compress:  # the leader stored every coding, this one too (decision 0035)
+                found = await self._store.lookup(config.name, cache_target(target, https))
+                shared = select_variant(found.variants, request.headers, coding)
+        if shared is not None:
             self._telemetry.request(config.name, outcome_of_fwd(fwd))
             status = cache_status(self._name, fwd=fwd, collapsed=True)
-            return self._from_stored(request, result, self._clock(), status)
+            return self._from_stored(request, shared, self._clock(), status)
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
         if partial:
             return await self._forward(request, config, target, fwd, "range")
