@@ -38,6 +38,7 @@ from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
 from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
+from proxy.core.purge.retention import DEFAULT_MAX_BYTES as DEFAULT_PURGE_STATE_BYTES
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -170,6 +171,9 @@ class CacheConfig:
     max_bytes: Annotated[int, check.size]
     max_object_bytes: Annotated[int, check.size]  # defaults to min(max_bytes, 8 MiB): see _cache
     name: Annotated[str, check.token_text] = "cdn-proxy"
+    # The purge state's own bound, beside max_bytes (decision 0037): past it, old purges
+    # are folded (forgotten, retired, or a domain cleared), each domain down to a fair share.
+    purge_state_max_bytes: Annotated[int, check.size] = DEFAULT_PURGE_STATE_BYTES
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,12 @@ Metrics (all prefixed ``cdn_proxy_``):
   when the body named none) and audit outcome (purged, dry_run, bad_request, ...).
 - ``store_entries``, ``store_bytes``, ``store_max_bytes``, ``store_pending_reclaim_entries``,
   ``store_evictions_total``; and ``domain_entries{domain}``, ``domain_bytes{domain}``.
+- ``purge_state_bytes``, ``purge_state_max_bytes``: what the store's purge state (purges
+  remembered for fills in flight, outstanding bans and tags) costs, against its budget
+  (cache.purge_state_max_bytes, decision 0037); ``purge_state_folded_total{fold}``: what
+  folding it has done: ``forgotten`` (remembered purges), ``retired`` (outstanding
+  prefixes and tags that covered nothing), ``cleared`` (domains whose outstanding purges
+  were folded into a clear). One process's figures: with workers, the control process's.
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
 - ``connections_open{listener}``, ``connections_max{listener}``,
   ``connections_refused_total{listener, reason}`` (limit, per_client),
@@ -400,6 +406,7 @@ def _store_metrics(snapshot: _StoreSnapshot) -> Iterable[Metric]:
         "Entries evicted to stay within cache.max_bytes.",
         stats.evictions,
     )
+    yield from _purge_state_metrics(stats)
     entries = GaugeMetricFamily(
         PREFIX + "domain_entries",
         "Servable entries of the domain (its current generation).",
@@ -469,3 +476,26 @@ async def metrics(request: web.Request) -> web.Response:
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _purge_state_metrics(stats: StoreStats) -> Iterable[Metric]:
+    """The purge state's gauges and fold counters (decision 0037)."""
+    yield GaugeMetricFamily(
+        PREFIX + "purge_state_bytes",
+        "Bytes of purge state held: remembered purges, outstanding bans and tags (an estimate).",
+        stats.purge_state_bytes,
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "purge_state_max_bytes",
+        "The purge state's budget (cache.purge_state_max_bytes).",
+        stats.purge_state_max_bytes,
+    )
+    folded = CounterMetricFamily(
+        PREFIX + "purge_state_folded",
+        "Purge state folded to stay within its budget: forgotten, retired, cleared.",
+        labels=["fold"],
+    )
+    folded.add_metric(["forgotten"], stats.purges_forgotten)
+    folded.add_metric(["retired"], stats.purges_retired)
+    folded.add_metric(["cleared"], stats.purge_folds_cleared)
+    yield folded

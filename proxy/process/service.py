@@ -33,6 +33,7 @@ from proxy.api.clear_cache import PURGE_CONTEXT
 from proxy.api.readiness import READINESS
 from proxy.config.model import Config
 from proxy.config.values import Listen
+from proxy.core.purge.retention import DEFAULT_MAX_BYTES as DEFAULT_PURGE_STATE_BYTES
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
 from proxy.edge.bodies import BodyBudget
@@ -147,7 +148,10 @@ async def running(
     timeline, audit times, rate limits and dashboard sessions (tests move it by hand)."""
     draining = Draining(config.edge_role()[0].shutdown_timeout)
     async with AsyncExitStack() as stack:
-        store = await stack.enter_async_context(memory_store(config.edge_role()[1].max_bytes))
+        cache = config.edge_role()[1]
+        store = await stack.enter_async_context(
+            memory_store(cache.max_bytes, purge_max_bytes=cache.purge_state_max_bytes)
+        )
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
         access = EdgeAccess(config, responses=telemetry.responses)
         stack.push_async_callback(access.close)
@@ -188,10 +192,12 @@ async def running(
 
 
 @asynccontextmanager
-async def memory_store(max_bytes: int) -> AsyncIterator[MemoryStore]:
+async def memory_store(
+    max_bytes: int, *, purge_max_bytes: int = DEFAULT_PURGE_STATE_BYTES
+) -> AsyncIterator[MemoryStore]:
     """A memory store, and the task that reclaims its cleared generations in slices."""
     wake = asyncio.Event()
-    store = MemoryStore(max_bytes=max_bytes, on_clear=wake.set)
+    store = MemoryStore(max_bytes=max_bytes, on_clear=wake.set, purge_max_bytes=purge_max_bytes)
     reclaimer = asyncio.create_task(_reclaim(store, wake), name="reclaim")
     try:
         yield store

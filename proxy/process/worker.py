@@ -90,7 +90,12 @@ async def _run(
     loop = asyncio.get_running_loop()
     _stop_when_orphaned(loop, stop)
     async with AsyncExitStack() as stack:
-        memory = await stack.enter_async_context(memory_store(cache.max_bytes // edge.workers))
+        memory = await stack.enter_async_context(
+            memory_store(
+                cache.max_bytes // edge.workers,
+                purge_max_bytes=cache.purge_state_max_bytes // edge.workers,
+            )
+        )
         telemetry = Telemetry(store=memory, domains=[domain.name for domain in config.domains])
         member = _member(config, memory, telemetry, fleet_url=fleet_url, index=index, port=port)
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying

@@ -56,6 +56,14 @@ class StoreStats:
     max_bytes: int
     evictions: int
     pending_reclaim: int  # entries of cleared generations not yet reclaimed
+    # The purge state beside the entries (decision 0037): its bytes, its budget
+    # (cache.purge_state_max_bytes), and what folding it has done: remembered purges
+    # forgotten, outstanding prefixes and tags retired, domains cleared. 0: not counted.
+    purge_state_bytes: int = 0
+    purge_state_max_bytes: int = 0
+    purges_forgotten: int = 0
+    purges_retired: int = 0
+    purge_folds_cleared: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import scheme_targets
 from proxy.core.purge.purges import HARD, Purge, PurgeResult, covering
+from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.entries import (
     Bucket,
@@ -47,7 +48,7 @@ from proxy.store.entries import (
     variants_of,
 )
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
-from proxy.store.purging import DomainPurges, Walk, dry_count, listed_key
+from proxy.store.purging import DomainPurges, PurgeBudget, Walk, dry_count, fold, listed_key
 
 MAX_VARIANTS_PER_KEY = 16
 RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
@@ -61,8 +62,11 @@ class MemoryStore:
         max_bytes: int,
         on_clear: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
+        purge_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.max_bytes = max_bytes
+        # the purge state's own bound (cache.purge_state_max_bytes, decision 0037)
+        self.purge_budget = PurgeBudget(max_bytes=purge_max_bytes)
         self._on_clear = on_clear  # called when there is work for ``reclaim`` or ``settle``
         self._clock = clock  # wall clock, as the edge's: a soft purge's time
         self._lru: OrderedDict[Key, Stored] = OrderedDict()
@@ -259,6 +263,8 @@ class MemoryStore:
                     state.walk = Walk(upto=state.number, relists=bucket.relists if bucket else 0)
                 if self._on_clear is not None:
                     self._on_clear()
+            if self.purge_budget.held > self.purge_budget.max_bytes:
+                self._fold()
         return PurgeResult(
             domain=domain,
             kind=purge.kind,
@@ -286,6 +292,11 @@ class MemoryStore:
             max_bytes=self.max_bytes,
             evictions=self._evictions,
             pending_reclaim=self._pending,
+            purge_state_bytes=self.purge_budget.held,
+            purge_state_max_bytes=self.purge_budget.max_bytes,
+            purges_forgotten=self.purge_budget.forgotten,
+            purges_retired=self.purge_budget.retired,
+            purge_folds_cleared=self.purge_budget.cleared,
         )
 
     # -- reclaiming cleared generations -------------------------------------------------------
@@ -402,6 +413,16 @@ class MemoryStore:
         self._lru[key] = new  # an existing key: its place in the LRU order is kept
         return new
 
+    def _fold(self) -> None:
+        """The purge state is over its budget: fold it (purging.fold, decision 0037), and
+        clear the domains whose outstanding purges do not fit in their share."""
+        for domain in fold(self._purges, self._holds_entries):
+            self.clear_now(domain)
+
+    def _holds_entries(self, domain: str) -> bool:
+        bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
+        return bucket is not None and bucket.live > 0
+
     def _number(self, domain: str) -> int:
         state = self._purges.get(domain)
         return self._generations.get(domain, 0) if state is None else state.number
@@ -413,7 +434,10 @@ class MemoryStore:
         if state is None:
             generation = self._generations.get(domain, 0)
             state = self._purges[domain] = DomainPurges(
-                number=generation, cleared=generation, prefix=f"{domain} {generation} "
+                number=generation,
+                cleared=generation,
+                prefix=f"{domain} {generation} ",
+                budget=self.purge_budget,
             )
         return state
 

@@ -11,6 +11,9 @@ Per domain that has had any purge but a plain clear, a ``DomainPurges`` keeps:
   read (``covering``), and marked with ``number``.
 - ``recent``: the last RECENT purges, so ``put`` can tell whether one covers a fill that
   looked up before it. A fill older than all of them is refused, to be safe.
+- ``remembered`` and ``outstanding``: what ``recent`` and the lazy purges cost, in bytes
+  (core/purge/retention.py), kept as they change, so the store can hold its purge state
+  within ``cache.purge_state_max_bytes`` by folding it (``forget``, ``retire``, a clear).
 - ``walk``: the slice walker that retires lazy purges. It visits every key of the domain's
   current bucket once (the keys listed when it started, and any since), checking and
   marking each entry; once through, every entry's mark is at least the number it started
@@ -24,12 +27,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.cache.keys import target_of
 from proxy.core.purge.purges import HARD, MAX_SAMPLE, Bans, LastPurges, Purge, covering
+from proxy.core.purge.retention import (
+    DEFAULT_MAX_BYTES,
+    Held,
+    ban_bytes,
+    plan,
+    purge_bytes,
+    retire_upto,
+)
 
 RECENT = 1024  # purges remembered per domain for fills in flight
 KEY_CHUNK = 256  # a bucket's newest keys are sealed into a tuple this long (entries.Bucket)
@@ -46,6 +57,19 @@ class Walk:
 
 
 @dataclass(slots=True)
+class PurgeBudget:
+    """A store's purge state against ``cache.purge_state_max_bytes`` (core/purge/retention.py):
+    the bytes every domain's state costs, kept by each ``DomainPurges`` as it changes, and
+    what folding has done so far (for /metrics)."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    held: int = 0
+    forgotten: int = 0  # remembered purges forgotten
+    retired: int = 0  # outstanding prefixes and tags retired by a fold (covering nothing)
+    cleared: int = 0  # domains whose outstanding purges were folded into a clear
+
+
+@dataclass(slots=True)
 class DomainPurges:
     number: int  # the domain's purge number (a lookup key's second part)
     cleared: int  # the number at the domain's last clear: older lookups are refused
@@ -53,13 +77,44 @@ class DomainPurges:
     bans: Bans = field(default_factory=Bans)
     tags: dict[str, LastPurges] = field(default_factory=dict)
     top: int = 0  # the newest outstanding lazy purge; 0: none, entries need no check
-    recent: deque[tuple[int, Purge]] = field(default_factory=lambda: deque(maxlen=RECENT))
+    recent: deque[tuple[int, Purge]] = field(default_factory=deque)
     walk: Walk | None = None
+    budget: PurgeBudget = field(default_factory=PurgeBudget)  # the store's, shared
+    remembered: int = 0  # bytes of ``recent`` (retention.purge_bytes)
+    outstanding: int = 0  # bytes of the outstanding bans and tags (retention.ban_bytes)
 
     def next_number(self, purge: Purge) -> int:
         self.number += 1
+        if len(self.recent) >= RECENT:
+            self.forget(len(self.recent) - RECENT + 1)
         self.recent.append((self.number, purge))
+        self._grow(purge_bytes(purge), 0)
         return self.number
+
+    def _grow(self, remembered: int, outstanding: int) -> None:
+        self.remembered += remembered
+        self.outstanding += outstanding
+        self.budget.held += remembered + outstanding
+
+    @property
+    def held(self) -> Held:
+        return Held(remembered=self.remembered, outstanding=self.outstanding)
+
+    def forget(self, count: int) -> int:
+        """Forget the ``count`` oldest remembered purges; return how many were. A fill that
+        looked up before the oldest one left is refused (``fill_allowed``): safe."""
+        count = min(count, len(self.recent))
+        for _ in range(count):
+            self._grow(-purge_bytes(self.recent.popleft()[1]), 0)
+        return count
+
+    def forget_to(self, keep: int) -> int:
+        """Forget remembered purges, oldest first, until they cost at most ``keep`` bytes;
+        return how many were forgotten."""
+        count = 0
+        while self.remembered > keep and self.recent:
+            count += self.forget(1)
+        return count
 
     def cleared_now(self, prefix: str) -> None:
         """A hard clear (to the generation ``prefix`` names): nothing stored before it can be
@@ -72,8 +127,11 @@ class DomainPurges:
         self.top = 0
         self.recent.clear()
         self.walk = None
+        self._grow(-self.remembered, -self.outstanding)
 
     def add_ban(self, number: int, prefixes: tuple[str, ...], soft: bool, at: float) -> None:
+        known = self.bans.by_prefix
+        self._grow(0, sum(ban_bytes(p) for p in prefixes if p not in known))
         self.bans.add(number, prefixes, soft, at)
         self.top = number
 
@@ -82,6 +140,7 @@ class DomainPurges:
             last = self.tags.get(tag)
             if last is None:
                 last = self.tags[tag] = LastPurges()
+                self._grow(0, ban_bytes(tag))
             last.add(number, soft, at)
         self.top = number
 
@@ -101,13 +160,40 @@ class DomainPurges:
                 return False
         return True
 
-    def retire(self, upto: int) -> None:
-        """Every entry's mark is now at least ``upto``: lazy purges up to it are done."""
+    def retire(self, upto: int) -> int:
+        """Every entry's mark is now at least ``upto``: lazy purges up to it are done.
+        Returns how many prefixes and tags were retired."""
+        before = len(self.bans) + len(self.tags)
         self.bans.retire(upto)
         for tag in [t for t, last in self.tags.items() if last.newest <= upto]:
             del self.tags[tag]
         newest = (last.newest for last in self.tags.values())
         self.top = max(self.bans.newest(), max(newest, default=0))
+        retired = before - len(self.bans) - len(self.tags)
+        if retired:
+            left = sum(map(ban_bytes, self.bans.by_prefix)) + sum(map(ban_bytes, self.tags))
+            self._grow(0, left - self.outstanding)
+        return retired
+
+
+def fold(states: Mapping[str, DomainPurges], holds_entries: Callable[[str], bool]) -> list[str]:
+    """Bring the purge state (every domain's ``states``, sharing one budget) back within its
+    budget (core/purge/retention.py): retire the outstanding purges of domains that hold no
+    entry, then forget remembered purges where the plan says so; return the domains whose
+    outstanding purges must fold into a clear (the caller clears them: the clear drops
+    their state)."""
+    budget = next(iter(states.values())).budget if states else PurgeBudget()
+    for domain, state in states.items():
+        if state.outstanding and not holds_entries(domain):
+            budget.retired += state.retire(retire_upto(state.number, None))
+    cleared = []
+    for step in plan({d: s.held for d, s in states.items()}, budget.max_bytes):
+        if step.clear:
+            cleared.append(step.domain)
+        else:
+            budget.forgotten += states[step.domain].forget_to(step.keep)
+    budget.cleared += len(cleared)
+    return cleared
 
 
 def covers(purge: Purge, target: str, tags: tuple[str, ...]) -> bool:

@@ -13,6 +13,7 @@ import pytest
 from proxy.core.cache.entry import ENTRY_OVERHEAD, LINE_OVERHEAD, CacheKey, StoredResponse
 from proxy.core.cache.policy import Storable, with_lines
 from proxy.core.http.fields import write_lines
+from proxy.core.purge.retention import DEFAULT_MAX_BYTES as PURGE_STATE_MAX
 from proxy.edge import respond
 from proxy.store.base import ClearResult, DomainStats, LocalPurger, StoreStats
 from proxy.store.memory import (
@@ -134,7 +135,12 @@ async def test_stats_count_entries_and_bytes() -> None:
     await store.put(key("/b"), response(250))
     await store.put(key("/c", domain=OTHER), response(7))
     assert await store.stats() == StoreStats(
-        entries=3, bytes=357, max_bytes=MiB, evictions=0, pending_reclaim=0
+        entries=3,
+        bytes=357,
+        max_bytes=MiB,
+        evictions=0,
+        pending_reclaim=0,
+        purge_state_max_bytes=PURGE_STATE_MAX,
     )
     assert await store.domain_stats(DOMAIN) == DomainStats(entries=2, bytes=350)
     assert await store.domain_stats(OTHER) == DomainStats(entries=1, bytes=7)
@@ -294,7 +300,12 @@ async def test_clear_domain() -> None:
     assert await store.domain_stats(OTHER) == DomainStats(entries=2, bytes=10)
     assert len(held_variants(store, key("/a", domain=OTHER))) == 1
     assert await store.stats() == StoreStats(
-        entries=6, bytes=50, max_bytes=MiB, evictions=0, pending_reclaim=3
+        entries=6,
+        bytes=50,
+        max_bytes=MiB,
+        evictions=0,
+        pending_reclaim=3,
+        purge_state_max_bytes=PURGE_STATE_MAX,
     )
 
     assert await store.put(key("/a", generation=1), response(10)) is True
@@ -305,7 +316,12 @@ async def test_clear_domain() -> None:
     assert store.reclaim(100) == 1
     assert store.reclaim(100) == 0
     assert await store.stats() == StoreStats(
-        entries=3, bytes=20, max_bytes=MiB, evictions=0, pending_reclaim=0
+        entries=3,
+        bytes=20,
+        max_bytes=MiB,
+        evictions=0,
+        pending_reclaim=0,
+        purge_state_max_bytes=PURGE_STATE_MAX,
     )
     assert len(held_variants(store, key("/a", generation=1))) == 1
 
@@ -354,7 +370,12 @@ async def test_cleared_entries_still_count_and_are_evicted_first() -> None:
     assert (stats.entries, stats.bytes, stats.evictions, stats.pending_reclaim) == (15, 1500, 5, 5)
     assert store.reclaim(100) == 5
     assert await store.stats() == StoreStats(
-        entries=10, bytes=1000, max_bytes=1500, evictions=5, pending_reclaim=0
+        entries=10,
+        bytes=1000,
+        max_bytes=1500,
+        evictions=5,
+        pending_reclaim=0,
+        purge_state_max_bytes=PURGE_STATE_MAX,
     )
 
 
@@ -391,7 +412,12 @@ async def test_clear_of_100_000_entries_deletes_nothing_and_reclaim_works_in_sli
     assert calls == -(-count // budget)
     assert store.reclaim(budget) == 0
     assert await store.stats() == StoreStats(
-        entries=10, bytes=70, max_bytes=1 << 40, evictions=0, pending_reclaim=0
+        entries=10,
+        bytes=70,
+        max_bytes=1 << 40,
+        evictions=0,
+        pending_reclaim=0,
+        purge_state_max_bytes=PURGE_STATE_MAX,
     )
     assert await store.domain_stats(OTHER) == DomainStats(entries=10, bytes=70)
 
@@ -425,7 +451,12 @@ async def test_keys_dropped_or_stored_twice_are_reclaimed_once() -> None:
     assert store.reclaim(100) == 2
     assert store.pending_reclaim == 0
     assert await store.stats() == StoreStats(
-        entries=0, bytes=0, max_bytes=1 << 40, evictions=0, pending_reclaim=0
+        entries=0,
+        bytes=0,
+        max_bytes=1 << 40,
+        evictions=0,
+        pending_reclaim=0,
+        purge_state_max_bytes=PURGE_STATE_MAX,
     )
     assert store._buckets == {}
 
