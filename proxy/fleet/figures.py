@@ -48,6 +48,13 @@ async def edge_report(
             if minute.hits or minute.misses
         ],
         store=(stats.entries, stats.bytes, stats.max_bytes, stats.evictions),
+        purge_state=(
+            stats.purge_state_bytes,
+            stats.purge_state_max_bytes,
+            stats.purges_forgotten,
+            stats.purges_retired,
+            stats.purge_folds_cleared,
+        ),
         connections={guard.listener: list(guard.figures()) for guard in telemetry.connections},
         responses=telemetry.responses.report(),
         domains={
@@ -227,6 +234,11 @@ class _Totals:
                 max_bytes=sum(report.store[2] for report in reports),
                 evictions=sum(report.store[3] for report in reports),
                 pending_reclaim=0,
+                purge_state_bytes=sum(report.purge_state[0] for report in reports),
+                purge_state_max_bytes=sum(report.purge_state[1] for report in reports),
+                purges_forgotten=sum(report.purge_state[2] for report in reports),
+                purges_retired=sum(report.purge_state[3] for report in reports),
+                purge_folds_cleared=sum(report.purge_state[4] for report in reports),
             ),
             domains=domains,
             renew_failures=sum(report.renew_failures for report in reports),

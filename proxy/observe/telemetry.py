@@ -36,7 +36,7 @@ Metrics (all prefixed ``cdn_proxy_``):
   (cache.purge_state_max_bytes, decision 0037); ``purge_state_folded_total{fold}``: what
   folding it has done: ``forgotten`` (remembered purges), ``retired`` (outstanding
   prefixes and tags that covered nothing), ``cleared`` (domains whose outstanding purges
-  were folded into a clear). One process's figures: with workers, the control process's.
+  were folded into a clear). With workers or a fleet, every edge process's summed.
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
 - ``connections_open{listener}``, ``connections_max{listener}``,
   ``connections_refused_total{listener, reason}`` (limit, per_client),

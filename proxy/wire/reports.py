@@ -5,9 +5,9 @@
 Version 1 is the JSON object the builds before decision 0027 wrote (the same keys; the
 report's now come first); a later version adds ``"v"``. Every key has a default, so an info
 written by an older build that lacked some (``purges`` came with decision 0026, ``connections`` and
-``responses`` later) is read with those at their default; keys this build does not know are
-ignored. A value of the wrong type refuses the whole info: its member is left out of the sums,
-as one whose info was not JSON was.
+``responses`` later, ``purge_state`` with 0037) is read with those at their default; keys this
+build does not know are ignored. A value of the wrong type refuses the whole info: its member
+is left out of the sums, as one whose info was not JSON was.
 
 The purge script finds ``"purges":1`` in the info by a plain search (proxy/fleet/
 purge_scripts.py): the encoder writes no space, and ``purges`` must stay an integer key.
@@ -40,6 +40,8 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     responses: dict[str, Any] = {}
     # the entries and bytes of each domain with any
     domains: dict[str, tuple[int, int]] = {}
+    # the store's purge state (decision 0037): bytes, budget, forgotten, retired, cleared
+    purge_state: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
 
 
 class MemberInfo(EdgeReport, frozen=True, kw_only=True):
