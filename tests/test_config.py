@@ -42,6 +42,7 @@ def test_a_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
     assert config.fleet is None  # one process: nothing to coordinate
     assert config.api == ApiConfig(Listen("127.0.0.1", 8081), 4096, 10, 60.0)
     assert config.cache == CacheConfig(max_bytes=1024**2, max_object_bytes=1024**2)
+    assert config.cache.purge_state_max_bytes == 64 * 1024**2  # README, decision 0037
     assert config.state == StateConfig(path=tmp_path / "state.db", audit_max_rows=100_000)
     assert config.domains == (DomainConfig("example.com", "http://127.0.0.1:9000"),)
     assert config.by_name == {"example.com": config.domains[0]}
@@ -57,7 +58,12 @@ def test_every_key_can_be_set(tmp_path: Path) -> None:
         "auth_failure_window": 0.5,
         "body_timeout": 2,
     }
-    data["cache"] = {"max_bytes": 10_000, "max_object_bytes": "2 KB", "name": "c.1"}
+    data["cache"] = {
+        "max_bytes": 10_000,
+        "max_object_bytes": "2 KB",
+        "name": "c.1",
+        "purge_state_max_bytes": "4MiB",
+    }
     data["state"] = {"path": "/abs/state.db", "audit_max_rows": 7}
     data["domains"] = [
         {
@@ -73,7 +79,7 @@ def test_every_key_can_be_set(tmp_path: Path) -> None:
     config = parse_config(data, base_dir=tmp_path)
     assert config.edge == EdgeConfig(Listen("::1", 80), 5.0, "edge-1")
     assert config.api == ApiConfig(Listen("0.0.0.0", 0), 1024, 3, 0.5, 2.0)
-    assert config.cache == CacheConfig(10_000, 2000, "c.1")
+    assert config.cache == CacheConfig(10_000, 2000, "c.1", 4 * 1024**2)
     assert config.state == StateConfig(Path("/abs/state.db"), 7)
     assert config.domains == (
         DomainConfig("example.com", "https://[::1]:8443", True, 1.0, 2.5, 0.0),
@@ -179,6 +185,7 @@ BAD = [
     ("cache.max_bytes", "lots", "cache.max_bytes: 'lots' is not a size"),
     ("cache.max_object_bytes", "2MiB", "cache.max_object_bytes: must not be larger than"),
     ("cache.name", "", "cache.name: must be 1-64 letters"),
+    ("cache.purge_state_max_bytes", 0, "cache.purge_state_max_bytes: must be greater than zero"),
     ("state.path", None, "state.path: is required"),
     ("state.path", "", "state.path: must be a non-empty string"),
     ("state.path", 1, "state.path: must be a non-empty string"),
