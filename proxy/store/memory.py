@@ -416,7 +416,7 @@ class MemoryStore:
     def _fold(self) -> None:
         """The purge state is over its budget: fold it (purging.fold, decision 0037), and
         clear the domains whose outstanding purges do not fit in their share."""
-        for domain in fold(self._purges, self._holds_entries):
+        for domain in fold(self._purges, self.purge_budget, self._holds_entries):
             self.clear_now(domain)
 
     def _holds_entries(self, domain: str) -> bool:

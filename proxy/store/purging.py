@@ -176,13 +176,16 @@ class DomainPurges:
         return retired
 
 
-def fold(states: Mapping[str, DomainPurges], holds_entries: Callable[[str], bool]) -> list[str]:
-    """Bring the purge state (every domain's ``states``, sharing one budget) back within its
-    budget (core/purge/retention.py): retire the outstanding purges of domains that hold no
-    entry, then forget remembered purges where the plan says so; return the domains whose
+def fold(
+    states: Mapping[str, DomainPurges],
+    budget: PurgeBudget,
+    holds_entries: Callable[[str], bool],
+) -> list[str]:
+    """Bring the purge state (every domain's ``states``, all sharing ``budget``) back within
+    the budget (core/purge/retention.py): retire the outstanding purges of domains that hold
+    no entry, then forget remembered purges where the plan says so; return the domains whose
     outstanding purges must fold into a clear (the caller clears them: the clear drops
     their state)."""
-    budget = next(iter(states.values())).budget if states else PurgeBudget()
     for domain, state in states.items():
         if state.outstanding and not holds_entries(domain):
             budget.retired += state.retire(retire_upto(state.number, None))

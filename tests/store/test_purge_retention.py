@@ -4,6 +4,14 @@ could be served or stored again."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import purge_request
 from proxy.core.purge.retention import ban_bytes, purge_bytes, target
@@ -153,3 +161,104 @@ async def test_past_the_budget_the_state_folds_to_its_target() -> None:
     await flood_urls(store, 3, start=5000)
     assert store.purge_budget.forgotten > forgotten
     assert store.purge_budget.held <= target(BUDGET) + 70_000
+
+
+# -- the safety property, over random histories ------------------------------------------------
+
+TARGETS = ("/a", "/a/b", "/c")
+PREFIXES = ("/a", "/a/", "/c", "/", "/b", "/d", "/e")  # some cover nothing, and still cost
+
+_domain = st.sampled_from((FLOOD, FLOOD, OTHER))
+_fill = st.tuples(st.just("fill"), _domain, st.sampled_from(TARGETS))
+_bans = st.tuples(
+    st.just("prefix"),
+    _domain,
+    st.lists(st.sampled_from(PREFIXES), min_size=1, max_size=6),
+    st.booleans(),
+)
+_read = st.tuples(st.just("read"), _domain, st.sampled_from(TARGETS))
+# Fills, bans and reads weigh more: a fold matters where entries and bans meet.
+_op = st.one_of(
+    st.tuples(st.just("begin"), _domain, st.sampled_from(TARGETS)),
+    st.tuples(st.just("finish"), st.integers(0, 20)),
+    _fill,
+    _fill,
+    _fill,
+    st.tuples(
+        st.just("url"), _domain, st.lists(st.sampled_from(TARGETS), min_size=1), st.booleans()
+    ),
+    _bans,
+    _bans,
+    st.tuples(st.just("clear"), _domain),
+    st.tuples(st.just("settle"), st.integers(1, 8)),
+    _read,
+    _read,
+)
+
+
+@dataclass
+class Model:
+    """When each fill began, and when each URL was last purged hard (or its domain cleared):
+    a response whose fetch began before that must never be served again."""
+
+    began: dict[bytes, int] = field(default_factory=dict)
+    killed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def kill(self, domain: str, targets: Iterable[str], at: int) -> None:
+        for killed in targets:
+            self.killed[(domain, killed)] = at
+
+    def dead(self, domain: str, url: str, body: bytes) -> bool:
+        return self.began[body] < self.killed.get((domain, url), -1)
+
+
+async def replay(ops: list[tuple[Any, ...]], budget: int) -> None:
+    bounded = MemoryStore(max_bytes=MiB, clock=lambda: NOW, purge_max_bytes=budget)
+    unbounded = MemoryStore(max_bytes=MiB, clock=lambda: NOW, purge_max_bytes=1 << 40)
+    model = Model()
+    pending: list[tuple[str, str, bytes, Any, Any]] = []
+    for at, op in enumerate(ops):
+        if op[0] in ("begin", "fill"):
+            body = str(at).encode()
+            model.began[body] = at
+            keys = [(await s.lookup(op[1], op[2])).key for s in (bounded, unbounded)]
+            pending.append((op[1], op[2], body, *keys))
+        if op[0] in ("finish", "fill") and pending:
+            _, _, body, key_b, key_u = pending.pop(
+                op[1] % len(pending) if op[0] == "finish" else -1
+            )
+            stored_b = await bounded.put(key_b, entry(body))
+            stored_u = await unbounded.put(key_u, entry(body))
+            assert stored_u or not stored_b  # the bounded store refuses at least as much
+        elif op[0] in ("url", "prefix"):
+            purge = purge_request(op[0], op[2], soft=op[3])
+            for store in (bounded, unbounded):
+                await store.purge(op[1], purge)
+            if not op[3]:
+                covered = [t for t in TARGETS if t in op[2] or any(t.startswith(p) for p in op[2])]
+                model.kill(op[1], covered if op[0] == "prefix" else op[2], at)
+            assert bounded.purge_budget.held <= budget
+            assert bounded.purge_budget.held == counted(bounded)
+        elif op[0] == "clear":
+            for store in (bounded, unbounded):
+                await store.clear_domain(op[1])
+            model.kill(op[1], TARGETS, at)
+        elif op[0] == "settle":
+            for store in (bounded, unbounded):
+                store.settle(op[1])
+            assert bounded.purge_budget.held == counted(bounded)
+        elif op[0] == "read":
+            for store in (bounded, unbounded):
+                for body in await served(store, op[1], op[2]):
+                    assert not model.dead(op[1], op[2], body), (op, body)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_op, min_size=10, max_size=60), st.sampled_from([400, 700, 1500]))
+def test_no_history_serves_what_a_hard_purge_covered(
+    ops: list[tuple[Any, ...]], budget: int
+) -> None:
+    """Whatever folds the budget forces (forgetting, retiring, clearing), a response stored
+    before a hard purge that covers it, or whose fetch began before that purge, is never
+    served again; and the bounded store never stores a fill the unbounded one refuses."""
+    asyncio.run(replay(ops, budget))  # budgets of a few purges: every fold happens often
