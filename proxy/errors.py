@@ -15,8 +15,9 @@
     │   ├── OriginTimeout           → 504
     │   ├── OriginUnreachable       → 502
     │   ├── OriginProtocolError     broken framing or headers → 502
-    │   └── OriginBusy              no origin connection free in time, or the domain's share
-    │                               for streamed uploads is taken → 503
+    │   ├── OriginBusy              no origin connection free in time, or the domain's share
+    │   │                           for streamed uploads is taken → 503
+    │   └── OriginsDown             every origin server of the domain is down → 503
     ├── RequestBodyError            the client's request body did not arrive → 4xx, closed
     │   ├── RequestBodyTimeout      nothing of it came for edge.body_timeout seconds → 408
     │   └── RequestBodyIncomplete   it ended before its length (the client left) → 400
@@ -102,6 +103,9 @@ class OriginError(_Answered):
 
     status = 502
     public = "the origin failed"
+    # False when the request failed before any byte of it was sent (decision 0034: it may
+    # then be retried on another origin server whatever its method).
+    reached = True
 
 
 class OriginTimeout(OriginError):
@@ -123,6 +127,19 @@ class OriginBusy(OriginError):
 
     status = 503
     public = "too many requests are waiting for the origin; retry later"
+    reached = False
+
+
+class OriginsDown(OriginError):
+    """No origin server of the domain is up (decision 0034): none was asked."""
+
+    status = 503
+    public = "no origin server is up; retry later"
+    reached = False
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RequestBodyError(_Answered):

@@ -44,7 +44,8 @@ def test_a_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
     assert config.cache == CacheConfig(max_bytes=1024**2, max_object_bytes=1024**2)
     assert config.cache.purge_state_max_bytes == 64 * 1024**2  # README, decision 0037
     assert config.state == StateConfig(path=tmp_path / "state.db", audit_max_rows=100_000)
-    assert config.domains == (DomainConfig("example.com", "http://127.0.0.1:9000"),)
+    origin = "http://127.0.0.1:9000"
+    assert config.domains == (DomainConfig("example.com", origin, origins=(origin,)),)
     assert config.by_name == {"example.com": config.domains[0]}
 
 
@@ -82,8 +83,18 @@ def test_every_key_can_be_set(tmp_path: Path) -> None:
     assert config.cache == CacheConfig(10_000, 2000, "c.1", 4 * 1024**2)
     assert config.state == StateConfig(Path("/abs/state.db"), 7)
     assert config.domains == (
-        DomainConfig("example.com", "https://[::1]:8443", True, 1.0, 2.5, 0.0),
-        DomainConfig("b.test", "http://origin.test", stale_if_error=60.0),
+        DomainConfig(
+            "example.com",
+            "https://[::1]:8443",
+            True,
+            1.0,
+            2.5,
+            0.0,
+            origins=("https://[::1]:8443",),
+        ),
+        DomainConfig(
+            "b.test", "http://origin.test", stale_if_error=60.0, origins=("http://origin.test",)
+        ),
     )
     assert isinstance(config.edge.shutdown_timeout, float)
 
@@ -193,7 +204,7 @@ BAD = [
     ("domains", [], "domains: needs at least one [[domains]] table"),
     ("domains", {"name": "x"}, "domains: needs at least one [[domains]] table"),
     ("domains", ["x"], "domains[0]: must be a table"),
-    ("domains.port", 1, "domains[0].port: unknown key (expected one of: compress, compress_"),
+    ("domains.port", 1, "domains[0].port: unknown key (expected one of: backup_origins, balance,"),
     ("domains.compress", ["deflate"], "domains[0].compress: 'deflate' is not one of br, gzip"),
     ("domains.compress", "br", "domains[0].compress: must be a list of codings"),
     ("domains.compress_types", ["html"], "domains[0].compress_types: 'html' is not a media"),

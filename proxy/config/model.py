@@ -34,6 +34,7 @@ from proxy.config import values as check
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
 from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
+from proxy.core.http.balance import BALANCES
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
@@ -60,7 +61,9 @@ _Table = TypeVar("_Table", "EdgeConfig", "DomainConfig")
 @dataclass(frozen=True, slots=True)
 class DomainConfig:
     name: Annotated[str, check.domain_name]
-    origin: Annotated[str, check.origin]  # scheme://host[:port], no path
+    # scheme://host[:port], no path: the one origin server, or the first of ``origins``
+    # (which _domains fills from it); one of the two keys is required (decision 0034).
+    origin: Annotated[str, _one_origin] = ""
     heuristic_freshness: Annotated[bool, check.flag] = False
     connect_timeout: Annotated[float, check.seconds] = 5.0
     read_timeout: Annotated[float, check.seconds] = 30.0
@@ -95,6 +98,75 @@ class DomainConfig:
     # before responses reach clients: "Surrogate-Key" (space-separated), "Cache-Tag"
     # (comma-separated), both, or none ([]).
     tag_headers: Annotated[tuple[str, ...], check.tag_headers] = DEFAULT_TAG_HEADERS
+    # Several origin servers (decision 0034): balanced by ``balance``; ``backup_origins`` get
+    # requests only while every one of ``origins`` is down.
+    origins: Annotated[tuple[str, ...], _origin_list] = ()
+    backup_origins: Annotated[tuple[str, ...], _origin_list] = ()
+    balance: Annotated[str, _balance] = "round_robin"
+    health_check: Annotated[HealthCheckConfig | None, _health_check] = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckConfig:
+    """[domains.health_check]: each edge process probes each origin server (decision 0034)."""
+
+    path: Annotated[str, _probe_path] = "/"
+    interval: Annotated[float, _duration] = 5.0
+    timeout: Annotated[float, _duration] = 2.0
+    fails: Annotated[int, check.count] = 2  # consecutive failures that mark a server down
+    passes: Annotated[int, check.count] = 2  # consecutive probe successes that bring it back
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(key: str, value: object) -> float:
+    """Seconds, as a number or a string such as "500ms", "2s", "1m"."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
+        if match is None or float(match[1]) <= 0:
+            raise ConfigError(key, f'{value!r} is not a duration such as "2s" or "500ms"')
+        return float(match[1]) * _UNITS[match[2]]
+    return check.seconds(key, value)
+
+
+def _one_origin(key: str, value: object) -> str:
+    return check.origin(key, value)
+
+
+def _origin_list(key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, 'must be a non-empty list such as ["http://127.0.0.1:9001"]')
+    urls = tuple(check.origin(f"{key}[{i}]", v) for i, v in enumerate(value))
+    if len(set(urls)) != len(urls):
+        raise ConfigError(key, "names an origin server twice")
+    return urls
+
+
+def _balance(key: str, value: object) -> str:
+    if value not in BALANCES:
+        raise ConfigError(key, f"must be one of: {', '.join(BALANCES)}")
+    return str(value)
+
+
+def _probe_path(key: str, value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or any(c.isspace() or ord(c) < 0x21 or ord(c) == 0x7F for c in value)
+    ):
+        raise ConfigError(key, "must be a path starting with / with no spaces or controls")
+    return value
+
+
+def _health_check(key: str, value: object) -> HealthCheckConfig:
+    if not isinstance(value, dict):
+        raise ConfigError(key, "must be a table")
+    health = _build(HealthCheckConfig, key, value)
+    if health.timeout >= health.interval:
+        raise ConfigError(f"{key}.timeout", "must be shorter than the interval")
+    return health
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,11 +444,30 @@ def _domains(raw: object) -> tuple[DomainConfig, ...]:
         where = f"domains[{index}]"
         if not isinstance(table, dict):
             raise ConfigError(where, "must be a table")
-        domain = _build(DomainConfig, where, table)
+        domain = _with_origins(_build(DomainConfig, where, table), where)
         if domain.name in domains:
             raise ConfigError(f"{where}.name", f"{domain.name!r} is configured twice")
         domains[domain.name] = domain
     return tuple(domains.values())
+
+
+def _with_origins(domain: DomainConfig, where: str) -> DomainConfig:
+    """``origin`` and ``origins`` made one: ``origins`` lists every primary server and
+    ``origin`` is its first (what tunnels and the single-origin code read)."""
+    if domain.origin and domain.origins:
+        raise ConfigError(f"{where}.origins", "give either origin or origins, not both")
+    if not domain.origin and not domain.origins:
+        raise ConfigError(
+            f"{where}.origin",
+            "is required and must be a URL such as http://127.0.0.1:9000 (or give origins)",
+        )
+    origins = domain.origins or (domain.origin,)
+    if set(origins) & set(domain.backup_origins):
+        raise ConfigError(f"{where}.backup_origins", "names a server also in origins")
+    schemes = {url.partition(":")[0] for url in origins + domain.backup_origins}
+    if len(schemes) > 1 and domain.origin_ca is not None:
+        raise ConfigError(f"{where}.origin_ca", "needs every origin server to be https://")
+    return dataclasses.replace(domain, origin=origins[0], origins=origins)
 
 
 def checked_tls(
@@ -390,7 +481,7 @@ def checked_tls(
     for index, domain in enumerate(domains):
         domain = _with_pair(domain, f"domains[{index}]", base_dir)
         if domain.origin_ca is not None:
-            if not domain.origin.startswith("https://"):
+            if not all(o.startswith("https://") for o in domain.origins + domain.backup_origins):
                 raise ConfigError(
                     f"domains[{index}].origin_ca", "is only for an origin given as https://"
                 )

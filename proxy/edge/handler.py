@@ -56,9 +56,10 @@ from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
-from proxy.edge.origin import REQUEST_STARTED, ConnectionSlots, OriginResponse, origin_request
+from proxy.edge.origin import REQUEST_STARTED, OriginResponse
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
+from proxy.edge.upstreams import Upstreams
 from proxy.errors import OriginError
 from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
@@ -87,7 +88,6 @@ class Edge:
         self._tls_listener = edge.tls_listen is not None
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
         self._upgrades = edge.upgrade_protocols
-        self._slots = ConnectionSlots(config.domains)
         self._store = store
         self._session = session
         self._clock = clock
@@ -103,6 +103,9 @@ class Edge:
         # Certificates for the TLS listener and how each https:// origin is verified.
         self.tls = EdgeTls(config)
         self.tunnels = Tunnels(config=config, telemetry=self._telemetry, tls=self.tls)
+        # Each domain's origin servers: choice, retries, health probes (decision 0034).
+        self.upstreams = Upstreams(config, session=session, telemetry=self._telemetry, tls=self.tls)
+        self.upstreams.start()
         self._filler = Filler(
             name=self._name,
             via=self._via,
@@ -137,7 +140,7 @@ class Edge:
         self._upgrades = edge.upgrade_protocols
         self._domains = config.by_name
         self._hosts = {}
-        self._slots = self._slots.reconfigured(config.domains)
+        self.upstreams.reconfigure(config)
         self._filler.max_object = cache.max_object_bytes
         self.tunnels.reconfigure(config)
         self._forwarder.reconfigure(config)
@@ -342,6 +345,7 @@ class Edge:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.upstreams.close()
 
     def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:
@@ -382,19 +386,10 @@ class Edge:
         headers: list[tuple[str, str]],
         data: bytes | bodies.Streamed | None = None,
     ) -> AbstractAsyncContextManager[OriginResponse]:
-        """One request to the domain's origin, with everything every such request shares:
-        the session, the domain's connection slots, the telemetry and its TLS trust."""
-        return origin_request(
-            self._session,
-            config,
-            method,
-            target,
-            headers,
-            data,
-            telemetry=self._telemetry,
-            slots=self._slots,
-            tls=self.tls.origin(config.name),
-        )
+        """One request to one of the domain's origin servers (edge/upstreams.py), with
+        everything every such request shares: the session, the server's connection slots,
+        the telemetry and the domain's TLS trust."""
+        return self.upstreams.request(config, method, target, headers, data)
 
     def _origin_headers(
         self,

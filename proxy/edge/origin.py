@@ -150,8 +150,13 @@ class ConnectionSlots:
     __slots__ = ("_limits", "_slots")
 
     def __init__(self, domains: Iterable[DomainConfig]) -> None:
-        self._slots = {d.name: asyncio.Semaphore(d.origin_connections) for d in domains}
-        self._limits = {d.name: d.origin_connections for d in domains}
+        # Per origin server (decision 0034): keyed by (domain, server URL).
+        self._slots = {
+            (d.name, url): asyncio.Semaphore(d.origin_connections)
+            for d in domains
+            for url in d.origins + d.backup_origins
+        }
+        self._limits = {key: slots._value for key, slots in self._slots.items()}
 
     def reconfigured(self, domains: Iterable[DomainConfig]) -> ConnectionSlots:
         """The slots for a reloaded config. A domain whose origin_connections is unchanged
@@ -163,14 +168,16 @@ class ConnectionSlots:
         slots._slots = dict(self._slots)
         slots._limits = dict(self._limits)
         for domain in domains:
-            if self._limits.get(domain.name) != domain.origin_connections:
-                slots._slots[domain.name] = asyncio.Semaphore(domain.origin_connections)
-                slots._limits[domain.name] = domain.origin_connections
+            for url in domain.origins + domain.backup_origins:
+                if self._limits.get((domain.name, url)) != domain.origin_connections:
+                    slots._slots[domain.name, url] = asyncio.Semaphore(domain.origin_connections)
+                    slots._limits[domain.name, url] = domain.origin_connections
         return slots
 
     @asynccontextmanager
-    async def taken(self, domain: DomainConfig) -> AsyncIterator[None]:
-        slots = self._slots[domain.name]
+    async def taken(self, domain: DomainConfig, server: str = "") -> AsyncIterator[None]:
+        """One of ``server``'s connections (the domain's first origin server by default)."""
+        slots = self._slots[domain.name, server or domain.origin]
         if slots.locked():
             try:
                 async with asyncio.timeout(domain.origin_queue_timeout):
@@ -200,8 +207,10 @@ async def origin_request(
     telemetry: Telemetry | None = None,
     slots: ConnectionSlots | None = None,
     tls: ssl.SSLContext | bool = True,
+    server: str = "",
 ) -> AsyncIterator[OriginResponse]:
     """Send one request to the domain's origin. The target is sent exactly as received.
+    ``server``: which of its origin servers (edge/upstreams.py chooses); its first by default.
 
     ``data`` is the request body: bytes, or ``Streamed`` (a body still arriving), whose
     failure leaves as the RequestBodyError it is, not as the origin's. With ``slots``, the
@@ -210,15 +219,15 @@ async def origin_request(
     or the domain's origin_ca)."""
     if slots is None:
         async with _origin_request(
-            session, domain, method, target, headers, data, telemetry, tls
+            session, domain, method, target, headers, data, telemetry, tls, server
         ) as r:
             yield r
         return
     try:
         async with (
-            slots.taken(domain),
+            slots.taken(domain, server),
             _origin_request(
-                session, domain, method, target, headers, data, telemetry, tls
+                session, domain, method, target, headers, data, telemetry, tls, server
             ) as response,
         ):
             yield response
@@ -238,8 +247,9 @@ async def _origin_request(
     data: Any,
     telemetry: Telemetry | None,
     tls: ssl.SSLContext | bool,
+    server: str = "",
 ) -> AsyncIterator[OriginResponse]:
-    url = URL(domain.origin + target, encoded=True)
+    url = URL((server or domain.origin) + target, encoded=True)
     timeout = aiohttp.ClientTimeout(
         total=None,
         # A backstop for the connector's process-wide ceiling: ConnectionSlots bounds the
@@ -276,6 +286,8 @@ async def _origin_request(
             # and its own errors are what count.)
             raise data.failed from None
         error = _translate(exc, domain.name)
+        if isinstance(error, OriginError) and not answered:
+            error.reached = not _before_sending(exc)
         if not answered:
             ORIGIN_SECONDS.set(time.perf_counter() - started)
         if telemetry is not None and isinstance(error, OriginError):
@@ -284,6 +296,12 @@ async def _origin_request(
             else:
                 telemetry.origin(domain.name, time.perf_counter() - started, error_kind(error))
         raise error from None
+
+
+def _before_sending(exc: BaseException) -> bool:
+    """Whether the request failed before any byte of it was sent: at connect (refused,
+    unreachable, TLS handshake, connect timeout). Decision 0034's retry rule reads it."""
+    return isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
 
 
 def _translate(exc: BaseException, where: str) -> BaseException:

@@ -16,7 +16,7 @@ from proxy.core.cache.policy import RequestHeaders, with_lines
 from proxy.core.http.fields import Headers, Lines, write_lines
 from proxy.core.http.headers import via_value
 from proxy.edge.aiohttp_adapter import Prewritten
-from proxy.errors import OriginBusy, OriginError, RequestBodyError
+from proxy.errors import OriginBusy, OriginError, OriginsDown, RequestBodyError
 
 log = logging.getLogger("proxy.edge")
 
@@ -189,4 +189,6 @@ def failed(exc: OriginError | RequestBodyError, *, cache_status: str) -> web.Res
     )
     if isinstance(exc, OriginBusy):
         response.headers["Retry-After"] = "1"
+    elif isinstance(exc, OriginsDown) and exc.retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     return response
