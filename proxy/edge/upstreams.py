@@ -50,8 +50,16 @@ JITTER = 0.1  # a probe interval varies by this fraction either way
 def rules_of(domain: DomainConfig) -> PoolRules:
     health = domain.health_check
     if health is None:
-        return PoolRules(balance=domain.balance)
-    return PoolRules(balance=domain.balance, fails=health.fails, passes=health.passes, probing=True)
+        # Passive only, as nginx's defaults: the first connection failure marks a server
+        # down (max_fails=1), tried again after fail_timeout.
+        return PoolRules(balance=domain.balance, fails=1)
+    return PoolRules(
+        balance=domain.balance,
+        fails=health.fails,
+        passes=health.passes,
+        probing=True,
+        interval=health.interval,
+    )
 
 
 class Upstreams:

@@ -80,6 +80,7 @@ class PoolRules:
     passes: int = 2
     probing: bool = False  # a health check runs: only probes bring a server back
     retry_after: float = DEFAULT_RETRY_AFTER  # without probes: the wait before a trial
+    interval: float = 0.0  # with probes: seconds between two
 
 
 @dataclass(slots=True)
@@ -148,6 +149,8 @@ class OriginPool:
 
     def retry_in(self, now: float) -> float | None:
         """Seconds until a server might be asked again, while none is up: the Retry-After."""
+        if self.rules.probing:
+            return max(1.0, self.rules.interval * self.rules.passes)
         trials = [s.trial_at for s in self.servers if s.trial_at is not None]
         if trials:
             return max(1.0, min(trials) - now)
