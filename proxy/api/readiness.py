@@ -1,4 +1,4 @@
-"""GET /readyz: can this node serve its domains? Which origins fail, and how.
+"""GET /readyz: can this node serve its domains? Which origin servers fail, and how.
 
 /healthz is liveness: the process answers, nothing more (a supervisor restarts it when that
 stops). Readiness asks the origins: 200 when every configured domain's origin answers, 503
@@ -12,6 +12,13 @@ error translation as real traffic), bounded by the domain's connect_timeout and 
 401 at / still says the origin is up. A 5xx, a timeout, a refused connection or a broken
 answer is a failure, named in the row. The probe runs on the control plane, so it works the
 same with edge workers.
+
+Every origin server of a domain (``origins`` and ``backup_origins``, decision 0034) is probed,
+with the domain's health check when it has one (``GET path``, 2xx or 3xx passes, bounded by
+its timeout), and the domain is ready while any of them passes: the edge fails over to it.
+Its row keeps the first passing server's fields (or the first server's), and lists each
+server under ``origins``: ok, status, error, since when, its last failure, and, where the edge
+shares this process, the edge's own view (``edge``: up, requests, errors, active).
 
 It cannot be used to hammer origins: probes of all domains run together as one round, at most
 one round is under way (concurrent /readyz requests wait for it), and a round's results are
@@ -40,17 +47,21 @@ PROBE_READ_TIMEOUT = 5.0  # at most this long for an answer, whatever the domain
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """One origin's answer to a probe: its status, or why there was none."""
+    """One origin server's answer to a probe: its status, or why there was none."""
 
     domain: str
     origin: str
     status: int | None
     error: str | None
     at: float  # monotonic seconds
+    backup: bool = False
+    # 2xx and 3xx pass a configured health check; without one, anything below 500 does.
+    passing: tuple[int, int] = (0, 500)
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.status is not None and self.status < 500
+        low, high = self.passing
+        return self.error is None and self.status is not None and low <= self.status < high
 
     def row(self, now: float) -> dict[str, object]:
         return {
@@ -66,6 +77,69 @@ class Probe:
         return None if self.ok else f"the origin answered {self.status}"
 
 
+@dataclass(frozen=True, slots=True)
+class History:
+    """An origin server's probes over time: ok or not since when, and its last failure."""
+
+    ok: bool
+    since: float
+    last_failure: str | None = None
+    last_failure_at: float | None = None
+
+    def after(self, probe: Probe) -> History:
+        since = self.since if probe.ok == self.ok else probe.at
+        if probe.ok:
+            return replace(self, ok=True, since=since)
+        reason = probe.row(probe.at)["error"]
+        return History(False, since, str(reason), probe.at)
+
+
+@dataclass(frozen=True, slots=True)
+class DomainProbes:
+    """One round's probes of a domain's origin servers (primaries, then backups)."""
+
+    domain: str
+    probes: tuple[Probe, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Ready when any server answers: the edge fails over to it (decision 0034)."""
+        return any(p.ok for p in self.probes)
+
+    @property
+    def servers(self) -> frozenset[str]:
+        return frozenset(p.origin for p in self.probes)
+
+    def row(
+        self,
+        now: float,
+        history: Mapping[tuple[str, str], History],
+        edge: Mapping[tuple[str, str], Mapping[str, object]],
+    ) -> dict[str, object]:
+        """The domain's row: as one probe's (the first that passed, else the first), and
+        each server's own."""
+        best = next((p for p in self.probes if p.ok), self.probes[0])
+        servers = []
+        for probe in self.probes:
+            key = (self.domain, probe.origin)
+            server = {**probe.row(now), "backup": probe.backup}
+            del server["domain"]
+            past = history.get(key)
+            if past is not None:
+                server["since_seconds"] = round(max(0.0, now - past.since), 3)
+                server["last_failure"] = past.last_failure
+                ago = None if past.last_failure_at is None else now - past.last_failure_at
+                server["last_failure_seconds_ago"] = None if ago is None else round(ago, 3)
+            if key in edge:
+                server["edge"] = edge[key]
+            servers.append(server)
+        return {**best.row(now), "ok": self.ok, "origins": servers}
+
+
+# Each origin server's state in this process's edge (Upstreams.rows), when it has one.
+EdgeStates = Callable[[], list[dict[str, object]]]
+
+
 class Readiness:
     """The last round of probes, and the one under way. ``reconfigure`` swaps the domains."""
 
@@ -76,25 +150,29 @@ class Readiness:
         self._via = via or _via(config)
         self.clock = clock
         self._session: aiohttp.ClientSession | None = None
-        self._results: Mapping[str, Probe] = {}
-        self._round: asyncio.Task[Mapping[str, Probe]] | None = None
+        self._results: Mapping[str, DomainProbes] = {}
+        self._history: dict[tuple[str, str], History] = {}
+        self._round: asyncio.Task[Mapping[str, DomainProbes]] | None = None
         self._round_at: float | None = None
         self.rounds = 0  # probe rounds started, for tests and curiosity
+        # Set on a node whose control plane shares its process with the edge (service.py):
+        # each server's up/down, requests and errors as the edge sees them.
+        self.edge_states: EdgeStates | None = None
 
     def reconfigure(self, config: Config) -> None:
         """Probe the new domains from the next round on: the results of domains removed or
         re-pointed are dropped at once, those of unchanged domains kept."""
-        unchanged = {(d.name, d.origin) for d in config.domains}
+        unchanged = {(d.name, frozenset(d.origins + d.backup_origins)) for d in config.domains}
         self._domains = config.domains
         self._results = {
-            name: probe
-            for name, probe in self._results.items()
-            if (name, probe.origin) in unchanged
+            name: probes
+            for name, probes in self._results.items()
+            if (name, probes.servers) in unchanged
         }
         self._round_at = None if len(self._results) < len(config.domains) else self._round_at
 
-    async def probes(self) -> list[Probe]:
-        """Each domain's latest probe, after a new round if the last is older than
+    async def probes(self) -> list[DomainProbes]:
+        """Each domain's latest probes, after a new round if the last is older than
         PROBE_INTERVAL (sharing a round already under way)."""
         now = self.clock()
         stale = self._round_at is None or now - self._round_at >= PROBE_INTERVAL
@@ -111,26 +189,52 @@ class Readiness:
                     self._round = None
         return [self._results[d.name] for d in self._domains if d.name in self._results]
 
-    async def _probe_all(self) -> Mapping[str, Probe]:
+    def rows(self, found: list[DomainProbes]) -> list[dict[str, object]]:
+        now = self.clock()
+        edge: dict[tuple[str, str], Mapping[str, object]] = {}
+        for state in self.edge_states() if self.edge_states is not None else []:
+            edge[str(state["domain"]), str(state["origin"])] = {
+                k: v for k, v in state.items() if k not in ("domain", "origin")
+            }
+        return [probes.row(now, self._history, edge) for probes in found]
+
+    async def _probe_all(self) -> Mapping[str, DomainProbes]:
         if self._session is None:
             self._session = new_session()
         domains = self._domains
-        found = await asyncio.gather(*(self._probe(d) for d in domains))
-        return {probe.domain: probe for probe in found}
+        found = await asyncio.gather(*(self._probe_domain(d) for d in domains))
+        for probes in found:
+            for probe in probes.probes:
+                key = (probes.domain, probe.origin)
+                past = self._history.get(key, History(probe.ok, probe.at))
+                self._history[key] = past.after(probe)
+        return {probes.domain: probes for probes in found}
 
-    async def _probe(self, domain: DomainConfig) -> Probe:
+    async def _probe_domain(self, domain: DomainConfig) -> DomainProbes:
+        servers = [(url, False) for url in domain.origins]
+        servers += [(url, True) for url in domain.backup_origins]
+        found = await asyncio.gather(*(self._probe(domain, url, b) for url, b in servers))
+        return DomainProbes(domain.name, tuple(found))
+
+    async def _probe(self, domain: DomainConfig, server: str, backup: bool) -> Probe:
         assert self._session is not None
         bounded = _bounded(domain)
         headers = [("Host", domain.name), ("Via", f"1.1 {self._via}"), ("User-Agent", "cdn-proxy")]
+        health = domain.health_check
+        # The domain's health check when it has one (GET path, 2xx/3xx), else HEAD /.
+        method, path = ("HEAD", "/") if health is None else ("GET", health.path)
+        passing = (0, 500) if health is None else (200, 400)
         status: int | None = None
         error: str | None = None
         try:
-            async with origin_request(self._session, bounded, "HEAD", "/", headers) as answer:
+            async with origin_request(
+                self._session, bounded, method, path, headers, server=server
+            ) as answer:
                 status = answer.status
                 answer.close()
         except OriginError as exc:
             error = str(exc)
-        return Probe(domain.name, domain.origin, status, error, self.clock())
+        return Probe(domain.name, server, status, error, self.clock(), backup, passing)
 
     async def close(self) -> None:
         if self._round is not None:
@@ -141,8 +245,14 @@ class Readiness:
 
 
 def _bounded(domain: DomainConfig) -> DomainConfig:
-    """The domain with its read timeout capped for a probe."""
-    return replace(domain, read_timeout=min(domain.read_timeout, PROBE_READ_TIMEOUT))
+    """The domain with its read timeout capped for a probe (by its health check's timeout
+    when it has one)."""
+    cap = PROBE_READ_TIMEOUT if domain.health_check is None else domain.health_check.timeout
+    return replace(
+        domain,
+        read_timeout=min(domain.read_timeout, cap),
+        connect_timeout=min(domain.connect_timeout, cap),
+    )
 
 
 def _via(config: Config) -> str:
@@ -162,11 +272,10 @@ async def readiness_context(app: web.Application) -> AsyncIterator[None]:
 async def readyz(request: web.Request) -> web.Response:
     readiness = request.app[READINESS]
     probes = await readiness.probes()
-    now = readiness.clock()
     ready = all(p.ok for p in probes)
     failing = [p.domain for p in probes if not p.ok]
     response = web.json_response(
-        {"ready": ready, "failing": failing, "domains": [p.row(now) for p in probes]},
+        {"ready": ready, "failing": failing, "domains": readiness.rows(probes)},
         status=200 if ready else 503,
     )
     response.headers["Cache-Control"] = "no-store"

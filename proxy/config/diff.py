@@ -65,6 +65,13 @@ KEEPS_ENTRIES = frozenset(
         "tls_key",
         "origin_ca",  # how the origin is verified, not what it sent
         "encodings",  # entries are keyed by the coding asked for: each stays right
+        # Servers of one site (decision 0034): adding or removing one, or changing how they
+        # are balanced and checked, keeps the entries, as long as one server stays (see
+        # _domain_changes: ``origin``, the first server, then changes with them).
+        "origins",
+        "backup_origins",
+        "balance",
+        "health_check",
     }
 )
 
@@ -163,8 +170,13 @@ def _changed_keys(table: str, before: Any, after: Any) -> list[str]:
 
 
 def _domain_changes(before: DomainConfig, after: DomainConfig) -> frozenset[str]:
-    return frozenset(
+    changed = frozenset(
         field.name
         for field in dataclasses.fields(before)
         if getattr(before, field.name) != getattr(after, field.name)
     )
+    if set(before.origins) & set(after.origins):
+        # A server of the old list is still in the new one: the same site, whose first
+        # server changed. Only a list with no server in common re-points the domain.
+        changed -= {"origin"}
+    return changed

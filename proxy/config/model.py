@@ -101,7 +101,7 @@ class DomainConfig:
     # Several origin servers (decision 0034): balanced by ``balance``; ``backup_origins`` get
     # requests only while every one of ``origins`` is down.
     origins: Annotated[tuple[str, ...], _origin_list] = ()
-    backup_origins: Annotated[tuple[str, ...], _origin_list] = ()
+    backup_origins: Annotated[tuple[str, ...], _backup_list] = ()
     balance: Annotated[str, _balance] = "round_robin"
     health_check: Annotated[HealthCheckConfig | None, _health_check] = None
 
@@ -142,6 +142,10 @@ def _origin_list(key: str, value: object) -> tuple[str, ...]:
     if len(set(urls)) != len(urls):
         raise ConfigError(key, "names an origin server twice")
     return urls
+
+
+def _backup_list(key: str, value: object) -> tuple[str, ...]:
+    return () if value == [] else _origin_list(key, value)
 
 
 def _balance(key: str, value: object) -> str:

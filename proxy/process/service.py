@@ -175,6 +175,7 @@ async def running(
                 clock=clock,
                 draining=draining,
                 reload_hooks=reload_hooks,
+                origin_states=edge.upstreams.rows,  # /readyz shows the edge's view too
             )
         )
         yield Service(
@@ -328,6 +329,7 @@ async def control_listening(
     fleet: FleetFigures | None = None,
     draining: Draining | None = None,
     reload_hooks: list[Callable[[Config], None]] | None = None,
+    origin_states: Callable[[], list[dict[str, object]]] | None = None,
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
     /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``.
@@ -350,6 +352,7 @@ async def control_listening(
             clock=clock,
             fleet=fleet,
         )
+        app[READINESS].edge_states = origin_states
         if reload_hooks is not None:
             reload_hooks.append(app[PURGE_CONTEXT].reconfigure)
             reload_hooks.append(app[READINESS].reconfigure)  # /readyz probes the new domains
