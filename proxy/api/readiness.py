@@ -136,6 +136,18 @@ class DomainProbes:
         return {**best.row(now), "ok": self.ok, "origins": servers}
 
 
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """One origin server as the dashboard shows it."""
+
+    origin: str
+    backup: bool
+    up: bool | None  # None: not known yet
+    since_seconds: float | None
+    last_failure: object
+    edge: Mapping[str, object]  # requests, errors, active: where the edge shares the process
+
+
 # Each origin server's state in this process's edge (Upstreams.rows), when it has one.
 EdgeStates = Callable[[], list[dict[str, object]]]
 
@@ -191,12 +203,38 @@ class Readiness:
 
     def rows(self, found: list[DomainProbes]) -> list[dict[str, object]]:
         now = self.clock()
+        return [probes.row(now, self._history, self._edge()) for probes in found]
+
+    def servers(self, domain: DomainConfig) -> list[ServerView]:
+        """The domain's origin servers as last seen, without probing (the dashboard): the
+        edge's view where it shares the process, else the last probe's, else unknown."""
+        now = self.clock()
+        edge = self._edge()
+        views = []
+        for url, backup in [(u, False) for u in domain.origins] + [
+            (u, True) for u in domain.backup_origins
+        ]:
+            mine = edge.get((domain.name, url))
+            past = self._history.get((domain.name, url))
+            if mine is not None:
+                since = float(str(mine["since_seconds"]))
+                failure = mine["last_failure"]
+                view = ServerView(url, backup, bool(mine["up"]), since, failure, mine)
+            elif past is not None:
+                since = max(0.0, now - past.since)
+                view = ServerView(url, backup, past.ok, since, past.last_failure, {})
+            else:
+                view = ServerView(url, backup, None, None, None, {})
+            views.append(view)
+        return views
+
+    def _edge(self) -> dict[tuple[str, str], Mapping[str, object]]:
         edge: dict[tuple[str, str], Mapping[str, object]] = {}
         for state in self.edge_states() if self.edge_states is not None else []:
             edge[str(state["domain"]), str(state["origin"])] = {
                 k: v for k, v in state.items() if k not in ("domain", "origin")
             }
-        return [probes.row(now, self._history, edge) for probes in found]
+        return edge
 
     async def _probe_all(self) -> Mapping[str, DomainProbes]:
         if self._session is None:

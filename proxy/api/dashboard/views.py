@@ -22,6 +22,7 @@ from proxy.api.dashboard.chart import build_chart
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
 from proxy.api.dashboard.pages import PageError, render
 from proxy.api.dashboard.receipt_view import HISTORY_KINDS, KIND_LABELS, history_row
+from proxy.api.readiness import READINESS, ServerView
 from proxy.core.domains import normalise_domain
 from proxy.state.sqlite import MAX_AUDIT_TEXT
 
@@ -71,6 +72,7 @@ class DomainRow:
     hits: int | None
     misses: int | None
     hit_ratio: float | None
+    servers: tuple[ServerView, ...] = ()  # its origin servers (decision 0034)
 
 
 @signed_in
@@ -93,6 +95,7 @@ async def render_domains(
     """The Domains page; ``purge``: a purge form to show again, open, with its error
     (proxy/api/dashboard/purge_form.py)."""
     ctx = request.app[DASHBOARD]
+    readiness = request.config_dict.get(READINESS)
     rows = []
     for domain in ctx.config.domains:
         stats = await ctx.store.domain_stats(domain.name) if ctx.store is not None else None
@@ -106,6 +109,7 @@ async def render_domains(
                 hits=counts.hits if counts else None,
                 misses=counts.misses if counts else None,
                 hit_ratio=counts.hit_ratio if counts else None,
+                servers=tuple(readiness.servers(domain)) if readiness is not None else (),
             )
         )
     return render(
