@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,14 @@ def test_a_bad_origin_key_is_one_line_naming_it(
     text = str(raised.value)
     assert message in text
     assert "\n" not in text
+
+
+def test_the_readmes_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Several origin servers", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    data = base()
+    data["domains"] = [tomllib.loads(example)["domains"][0]]
+    d = parse_config(data, base_dir=tmp_path).domains[0]
+    assert len(d.origins) == 2 and len(d.backup_origins) == 1
+    assert d.health_check == HealthCheckConfig("/healthz", 2.0, 1.0, 2, 2)

@@ -71,8 +71,8 @@ class DomainConfig:
     # reached (RFC 9111 §4.2.4) or answers 500, 502, 503 or 504 (RFC 5861 §4), unless the
     # response forbids it. Off (0) unless configured: the response's own stale-if-error wins.
     stale_if_error: Annotated[float, check.seconds_or_zero] = 0.0
-    # Connections to the origin this edge process holds at once for the domain, and how long a
-    # request waits for one before it is answered 503 (decision 0015).
+    # Connections to each origin server this edge process holds at once for the domain, and
+    # how long a request waits for one before it is answered 503 (decisions 0015, 0034).
     origin_connections: Annotated[int, check.count] = 256
     origin_queue_timeout: Annotated[float, check.seconds] = 5.0
     # Upgrade tunnels (WebSocket) this edge process holds at once to the domain's origin, each

@@ -8,8 +8,8 @@ adapter: it reads the client protocol's state) never reuses one on which the ori
 bytes no request asked for, so a broken response never poisons the next request on a reused
 connection.
 
-Each domain has at most ``origin_connections`` requests at its origin at once
-(``ConnectionSlots``); a request waits at most ``origin_queue_timeout`` for one, then fails
+Each origin server of a domain has at most ``origin_connections`` requests at once
+(``ConnectionSlots``, decision 0034); a request waits at most ``origin_queue_timeout`` for one, then fails
 with OriginBusy (→ 503), so a slow origin or stalled uploads make some requests fail fast
 rather than every request hang (decision 0015).
 """
