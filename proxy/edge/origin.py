@@ -9,9 +9,9 @@ bytes no request asked for, so a broken response never poisons the next request 
 connection.
 
 Each origin server of a domain has at most ``origin_connections`` requests at once
-(``ConnectionSlots``, decision 0034); a request waits at most ``origin_queue_timeout`` for one, then fails
-with OriginBusy (→ 503), so a slow origin or stalled uploads make some requests fail fast
-rather than every request hang (decision 0015).
+(``ConnectionSlots``, decision 0034); a request waits at most ``origin_queue_timeout`` for
+one, then fails with OriginBusy (→ 503), so a slow origin or stalled uploads make some
+requests fail fast rather than every request hang (decision 0015).
 """
 
 from __future__ import annotations
