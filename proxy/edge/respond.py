@@ -176,8 +176,9 @@ def text(status: int, message: str, *, cache_status: str | None = None) -> web.R
 
 
 def origin_failed(exc: OriginError, *, cache_status: str) -> web.Response:
-    if not isinstance(exc, OriginBusy):
-        # OriginBusy is counted (origin_busy_total) and not logged: it comes in floods.
+    if not isinstance(exc, OriginBusy | OriginsDown):
+        # OriginBusy is counted (origin_busy_total) and not logged: it comes in floods; so
+        # does OriginsDown, whose servers' going down was logged once (edge/upstreams.py).
         log.warning("%s", exc)
     return failed(exc, cache_status=cache_status)
 

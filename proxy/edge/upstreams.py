@@ -249,10 +249,11 @@ class Upstreams:
                 answer.close()
                 if not 200 <= answer.status < 400:
                     failure = f"the health check answered {answer.status}"
-        except (OriginError, TimeoutError) as exc:
-            failure = str(exc) if isinstance(exc, OriginError) else ""
-            if not failure:
-                failure = f"the health check took over {health.timeout:g} s"
+        except TimeoutError:
+            failure = f"the health check took over {health.timeout:g} s"
+        except (OriginError, aiohttp.ClientError, OSError, ValueError) as exc:
+            # Whatever the probe met is the server's failure: the loop must go on.
+            failure = str(exc) or type(exc).__name__
         now = self.clock()
         if failure is None:
             if pool.succeeded(server, now, probe=True):
