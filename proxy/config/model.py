@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 from proxy.config import values as check
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
-from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
 from proxy.core.http.balance import BALANCES
+from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
