@@ -222,6 +222,30 @@ class EdgeConfig:
     # The access log: "-" (standard output), a file path, or None (false: off). Decision 0019.
     access_log: Annotated[str | None, check.access_log] = None
     access_log_format: Annotated[str, check.access_log_format] = "combined"
+    # HTTP/2 (decision 0036): offered by ALPN on the TLS listener, beside http/1.1; and with
+    # prior knowledge (h2c) on the plain listener, for a load balancer in front (off: an h2c
+    # preface is answered 505). The limits below hold per connection; their defaults are
+    # nginx's (http2_max_concurrent_streams, keepalive_requests, send_timeout,
+    # large_client_header_buffers) or, where nginx has no key, what it hard-codes.
+    http2: Annotated[bool, check.flag] = True
+    h2c: Annotated[bool, check.flag] = False
+    http2_max_concurrent_streams: Annotated[int, check.count] = 128
+    # Decoded request header list (HPACK bomb): RST_STREAM past it, GOAWAY if it keeps on.
+    http2_max_header_list_bytes: Annotated[int, check.size] = 64 * 1024
+    # Requests per connection (nginx: keepalive_requests): then GOAWAY, in-flight ones finish.
+    http2_max_requests: Annotated[int, check.count] = 1000
+    # Streams a client may cancel (RST_STREAM) before their answer, less one per stream it
+    # lets finish (Rapid Reset, CVE-2023-44487): past it, GOAWAY and close (nginx 1.25.3 closes
+    # past twice max_concurrent_streams new streams per read; this counts across reads too).
+    http2_reset_budget: Annotated[int, check.count] = 256
+    # SETTINGS, PING, PRIORITY, WINDOW_UPDATE, empty DATA and RST_STREAM frames a connection
+    # may send per second on average, with this burst (nginx closes floods of each kind).
+    http2_control_frames_per_second: Annotated[int, check.count] = 100
+    http2_control_frame_burst: Annotated[int, check.count] = 1000
+    # Seconds an answer may wait for the client to open its flow-control window or read
+    # (nginx: send_timeout); then the stream is reset. Idle connections close after
+    # keepalive_timeout; a request body waits body_timeout for its next piece.
+    send_timeout: Annotated[float, check.seconds] = 60.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,23 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   its ``feed_eof``; the header timer sees none of them while the handler runs; flow control
   (``pause_reading``) leaves the HTTP parser alone once ``_upgraded`` is set; and
   ``RequestHandler.close`` (the server's ``pre_shutdown``) makes later reads be dropped.
+- ``h2_request`` and ``BodyFlow`` (HTTP/2, decision 0036): an HTTP/2 stream's request is a
+  ``web.BaseRequest`` built from a ``RawRequestMessage`` of version 2.0, the stream's body
+  ``StreamReader`` and a writer of aiohttp's public ``AbstractStreamWriter`` kind
+  (proxy/edge/h2/stream.py), so the edge's handler serves it as it serves HTTP/1.1. Assumed:
+  ``BaseRequest`` reads of its ``protocol`` only ``transport`` (the connection's, for TLS
+  and SNI), ``ssl_context``, ``peername`` and ``sockname`` and, for ``post()`` which the
+  edge never calls, two parser limits; a
+  ``StreamReader`` asks its protocol only ``pause_reading``, ``resume_reading``,
+  ``connected`` and ``_reading_paused`` (``BodyFlow`` is aiohttp's ``BaseProtocol`` with
+  those turned into the stream's flow-control window); ``web.Response`` writes a version
+  2.0 message through ``write_headers``, ``write`` and ``write_eof`` without a chunk framing
+  of its own (``enable_chunking`` is the writer's to ignore). A ``GuardedRequestHandler``
+  hands its transport to the HTTP/2 side (``Http2Front``) before aiohttp sees a byte: on a
+  TLS connection whose ALPN chose h2, in ``connection_made``; with h2c on, when the first
+  bytes of a connection are the HTTP/2 preface. Assumed: ``transport.set_protocol`` and,
+  for h2c, that ``RequestHandler.connection_lost`` with its ``transport`` unset stops its
+  request loop without closing the transport.
 
 The TLS listener's site, which relies on aiohttp's sites the same way, is in
 proxy/edge/handshakes.py, with its assumptions.
@@ -60,16 +77,20 @@ proxy/edge/handshakes.py, with its assumptions.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from http import HTTPStatus
 from time import perf_counter
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from aiohttp import ClientRequest, ClientTimeout, StreamReader, TCPConnector, web
 from aiohttp.abc import AbstractStreamWriter
+from aiohttp.base_protocol import BaseProtocol
 from aiohttp.connector import Connection
-from aiohttp.http import HttpProcessingError, RawRequestMessage
+from aiohttp.http import HttpProcessingError, HttpVersion, RawRequestMessage
+from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.tracing import Trace
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from proxy.core.observe.responses import record as record_response
 from proxy.edge.connections import ConnectionGuard
@@ -86,6 +107,85 @@ JOINED_BODY_MAX = 16 * 1024
 def request_head(request: web.BaseRequest) -> RawRequestMessage:
     """The parsed request head ``request`` was made from (module docstring)."""
     return request._message
+
+
+HTTP2 = HttpVersion(2, 0)
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_request(
+    *,
+    method: str,
+    path: str,
+    headers: CIMultiDict[str],
+    raw_headers: tuple[tuple[bytes, bytes], ...],
+    body: StreamReader | None,
+    connection: asyncio.BaseProtocol,
+    writer: AbstractStreamWriter,
+    task: asyncio.Task[None],
+) -> web.BaseRequest:
+    """The request an HTTP/2 stream carries, as the edge's handler reads any request: version
+    2.0, never ``should_close`` (the stream ends, not the connection), ``body`` None for a
+    stream that ended with its headers. ``path`` is an origin-form target (``:path``), or
+    ``*`` for OPTIONS, checked by the caller; ``connection`` has the connection's
+    ``transport``."""
+    if path.startswith("/"):
+        part, _, fragment = path.partition("#")
+        part, _, query = part.partition("?")
+        url = URL.build(path=part, query_string=query, fragment=fragment, encoded=True)
+    else:
+        url = URL(path, encoded=True)
+    message = RawRequestMessage(
+        method, path, HTTP2, CIMultiDictProxy(headers), raw_headers, False, None, False, False, url
+    )
+    payload = EMPTY_PAYLOAD if body is None else body
+    loop = task.get_loop()
+    return web.BaseRequest(message, payload, cast(Any, connection), writer, task, loop)
+
+
+class BodyFlow(BaseProtocol):
+    """What an HTTP/2 request body's ``StreamReader`` pauses and resumes: the stream's
+    window. ``resumed`` is called when the reader has room again (``pause_reading`` only
+    notes that it is full: the stream's window, not the socket, stops the client)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resumed: Callable[[], None]) -> None:
+        super().__init__(loop)
+        self._resumed = resumed
+        self.open = True
+
+    @property
+    def connected(self) -> bool:
+        return self.open
+
+    def pause_reading(self) -> None:
+        self._reading_paused = True
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        self._reading_paused = False
+        self._resumed()
+
+
+def body_reader(flow: BodyFlow, limit: int) -> StreamReader:
+    """A request body's reader: full (``flow`` paused) past twice ``limit`` bytes."""
+    return StreamReader(flow, limit, loop=flow._loop)
+
+
+class Http2Front(Protocol):
+    """The HTTP/2 side of a listener (proxy/edge/h2/front.py), as a ``GuardedServer`` sees it."""
+
+    @property
+    def tls(self) -> bool:
+        """Served to TLS connections whose ALPN chose h2 (else: h2c, by prior knowledge)."""
+
+    def connection(self, peer: str | None) -> asyncio.Protocol:
+        """The protocol for a new HTTP/2 connection from ``peer``, admitted by the guard
+        already (it releases it, with ``peer``, when the connection is lost)."""
+
+    def pre_shutdown(self) -> None:
+        """GOAWAY on every connection; each closes once its streams are done."""
+
+    async def shutdown(self) -> None:
+        """Close the connections still open."""
 
 
 class Prewritten(web.StreamResponse):
@@ -233,7 +333,11 @@ async def answer_and_close(request: web.BaseRequest, response: web.StreamRespons
     connection open. The transport sends what it was given before it closes."""
     await response.prepare(request)
     await response.write_eof()
-    request.protocol.force_close()
+    protocol = request.protocol
+    if isinstance(protocol, web.RequestHandler):
+        protocol.force_close()
+    # HTTP/2: the stream ended with its answer, and its writer reset it (NO_ERROR) to stop
+    # the body (RFC 9113 §8.1); the connection goes on.
 
 
 # Sent on a connection refused at the limit, before its request is read: a client that
@@ -263,8 +367,10 @@ class GuardedRequestHandler(web.RequestHandler):
     __slots__ = (
         "_admitted",
         "_guard",
+        "_h2c_first",
         "_head_begun",
         "_head_timer",
+        "_http2",
         "_lingering",
         "_peer",
         "_preadmitted",
@@ -279,10 +385,13 @@ class GuardedRequestHandler(web.RequestHandler):
         guard: ConnectionGuard,
         admitted: bool = False,
         peer: str | None = None,
+        http2: Http2Front | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
+        self._http2 = http2
+        self._h2c_first = False  # the next bytes are the connection's first, h2c is on
         self._preadmitted = admitted  # by _TlsAccepted, before the handshake
         self._peer = peer  # the address the guard counts the connection against
         self._admitted = False
@@ -302,11 +411,20 @@ class GuardedRequestHandler(web.RequestHandler):
         return self._admitted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        http2 = self._http2
+        if http2 is not None and http2.tls and self._preadmitted:
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+                protocol = http2.connection(self._peer)  # holds the admission from now on
+                transport.set_protocol(protocol)
+                protocol.connection_made(transport)
+                return
         if not self._preadmitted:
             self._peer = peer_of(transport)
             if not self._guard.admit(self._peer):
                 self._refuse(cast(asyncio.Transport, transport))  # uvloop's is not a subclass
                 return
+        self._h2c_first = http2 is not None and not http2.tls
         super().connection_made(transport)
         self._admitted = True
         # A new connection must bring a whole request head in time, as nginx's
@@ -365,10 +483,31 @@ class GuardedRequestHandler(web.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         # On the hit path: one test more than aiohttp's own when a whole head came at once.
+        if self._h2c_first:
+            self._h2c_first = False
+            if len(data) >= 3 and H2_PREFACE.startswith(data[:24]) and self._http2 is not None:
+                self._to_http2(self._http2, data)
+                return
         if self._refusing is None:
             _data_received(self, data)
             if self._head_timer is not None or not self._messages:
                 self._head_progress(data)
+
+    def _to_http2(self, http2: Http2Front, data: bytes) -> None:
+        """Hand the connection, admission and all, to HTTP/2 (h2c with prior knowledge): this
+        handler stops as if its connection were lost, without closing it."""
+        transport = self.transport
+        assert transport is not None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._admitted = False  # the HTTP/2 connection releases it
+        self.transport = None
+        web.RequestHandler.connection_lost(self, None)
+        protocol = http2.connection(self._peer)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        protocol.data_received(data)
 
     def _head_progress(self, data: bytes) -> None:
         if self._messages:  # a whole head: the request is the handler's now
@@ -435,19 +574,45 @@ def error_page(status: int) -> web.Response:
 class GuardedServer(web.Server):
     """A ``web.Server`` whose connections are ``GuardedRequestHandler``s of ``guard``."""
 
-    def __init__(self, handler: Any, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        handler: Any,
+        *,
+        guard: ConnectionGuard,
+        http2: Http2Front | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(handler, keepalive_timeout=guard.keepalive_timeout, **kwargs)
         self.guard = guard
+        self.http2 = http2  # HTTP/2 beside HTTP/1.1 (ALPN h2, or h2c): decision 0036
 
     def __call__(self) -> web.RequestHandler:
-        return GuardedRequestHandler(self, guard=self.guard, loop=self._loop, **self._kwargs)
+        return GuardedRequestHandler(
+            self, guard=self.guard, http2=self.http2, loop=self._loop, **self._kwargs
+        )
 
     def admitted(self, peer: str | None) -> GuardedRequestHandler:
         """A handler for a connection from ``peer`` its guard has admitted already
         (``_TlsAccepted``)."""
         return GuardedRequestHandler(
-            self, guard=self.guard, admitted=True, peer=peer, loop=self._loop, **self._kwargs
+            self,
+            guard=self.guard,
+            admitted=True,
+            peer=peer,
+            http2=self.http2,
+            loop=self._loop,
+            **self._kwargs,
         )
+
+    def pre_shutdown(self) -> None:
+        super().pre_shutdown()
+        if self.http2 is not None:
+            self.http2.pre_shutdown()
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        if self.http2 is not None:
+            await self.http2.shutdown()
+        await super().shutdown(timeout)
 
 
 class GuardedAppRunner(web.AppRunner):

@@ -19,8 +19,10 @@ assignment: a bad file leaves the running ones in force (ConfigError), new conne
 the new certificates, and connections already open keep the ones they were set up with.
 
 All contexts are TLS 1.2 or later, ECDHE key exchange with AEAD ciphers for TLS 1.2 (TLS 1.3
-suites are all AEAD), no compression, no renegotiation, and ALPN offers http/1.1 only: the
-edge speaks no HTTP/2.
+suites are all AEAD), no compression, no renegotiation. ALPN offers h2 then http/1.1, or
+http/1.1 alone with ``[edge] http2 = false`` (decision 0036): a connection that chose h2 is
+served by proxy/edge/h2/. Every context offers the same list, as the one a connection ends
+with after the SNI callback is the one whose ALPN choice counts.
 """
 
 from __future__ import annotations
@@ -40,16 +42,18 @@ from proxy.edge import respond
 # TLS 1.2 suites: forward secrecy (ECDHE) and authenticated encryption (GCM, ChaCha20-Poly1305),
 # for RSA and ECDSA certificates alike; the CBC and SHA-1 suites are left out.
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
-ALPN = ("http/1.1",)
+ALPN = ("h2", "http/1.1")
+ALPN_HTTP1 = ("http/1.1",)
 MISDIRECTED = "421 Misdirected Request: this connection was set up for another host"
 
 
-def server_context() -> ssl.SSLContext:
-    """A server context with the edge's settings and no certificate yet."""
+def server_context(*, http2: bool = True) -> ssl.SSLContext:
+    """A server context with the edge's settings and no certificate yet; ALPN offers h2
+    with ``http2``."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_ciphers(CIPHERS)
-    context.set_alpn_protocols(list(ALPN))
+    context.set_alpn_protocols(list(ALPN if http2 else ALPN_HTTP1))
     context.options |= (
         ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION | ssl.OP_CIPHER_SERVER_PREFERENCE
     )
@@ -65,19 +69,25 @@ class _Contexts:
 
 def _load(config: Config) -> _Contexts:
     default = None
+    http2 = http2_on(config)
     if config.edge is not None and config.edge.tls_cert and config.edge.tls_key:
-        default = server_context()
+        default = server_context(http2=http2)
         load_server_pair(default, config.edge.tls_cert, config.edge.tls_key, "edge")
     by_name: dict[str, ssl.SSLContext] = {}
     origins: dict[str, ssl.SSLContext] = {}
     for index, domain in enumerate(config.domains):
         where = f"domains[{index}]"
         if domain.tls_cert is not None and domain.tls_key is not None:
-            by_name[domain.name] = context = server_context()
+            by_name[domain.name] = context = server_context(http2=http2)
             load_server_pair(context, domain.tls_cert, domain.tls_key, where)
         if domain.origin_ca is not None:
             origins[domain.name] = load_origin_ca(domain.origin_ca, where)
     return _Contexts(default, by_name, origins)
+
+
+def http2_on(config: Config) -> bool:
+    """Whether the TLS listener offers h2 (``[edge] http2``, on by default)."""
+    return config.edge is None or config.edge.http2
 
 
 class EdgeTls:
@@ -85,6 +95,7 @@ class EdgeTls:
 
     def __init__(self, config: Config) -> None:
         self._contexts = _load(config)
+        self._http2 = http2_on(config)  # the listener's, for the process's life
         self._listener: ssl.SSLContext | None = None
         # The normal SNI of each TLS connection that sent one, for the Host check; an entry
         # goes with its connection's SSL object.
@@ -99,7 +110,7 @@ class EdgeTls:
         """The context the TLS listener is made with (the same one for the process's life:
         certificates are swapped by the SNI callback, never in it)."""
         if self._listener is None:
-            self._listener = server_context()
+            self._listener = server_context(http2=self._http2)
             self._listener.sni_callback = self._choose
         return self._listener
 

@@ -24,14 +24,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
 
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.api.clear_cache import PURGE_CONTEXT
 from proxy.api.readiness import READINESS
-from proxy.config.model import Config
+from proxy.config.model import Config, EdgeConfig
 from proxy.config.values import Listen
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES as DEFAULT_PURGE_STATE_BYTES
 from proxy.edge.access_log import EdgeAccess
@@ -44,6 +44,8 @@ from proxy.edge.connections import (
     open_files_limit,
     per_client_share,
 )
+from proxy.edge.h2.front import H2Front
+from proxy.edge.h2.limits import H2Limits
 from proxy.edge.handler import Edge
 from proxy.edge.handshakes import HandshakeTimedSite
 from proxy.edge.origin import new_session
@@ -241,12 +243,14 @@ async def edge_listening(
         stack.push_async_callback(edge.close)
         guard = _edge_guard(config)
         telemetry.connections.append(guard)
-        runner = await _edge_runner(edge.handle, guard, access, draining, stack)
+        h2c = _http2(edge.handle, guard, access, edge_config, tls=False)
+        runner = await _edge_runner(edge.handle, guard, access, draining, stack, h2c)
         tls_runner = None
         if edge_config.tls_listen is not None:
             # The same edge behind the Host-vs-SNI check, with the same log and figures.
             tls_handler = TlsHandler(edge.handle, edge.tls).handle
-            tls_runner = await _edge_runner(tls_handler, guard, access, draining, stack)
+            h2 = _http2(tls_handler, guard, access, edge_config, tls=True)
+            tls_runner = await _edge_runner(tls_handler, guard, access, draining, stack, h2)
         stack.push_async_callback(draining.drain)  # before the runners' cleanup
         where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)
         url = await _listen(runner, where, "edge.listen", reuse_port=reuse_port)
@@ -281,12 +285,31 @@ def _edge_guard(config: Config) -> ConnectionGuard:
     return guard
 
 
+def _http2(
+    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+    guard: ConnectionGuard,
+    access: EdgeAccess,
+    edge_config: EdgeConfig,
+    *,
+    tls: bool,
+) -> H2Front | None:
+    """The HTTP/2 side of an edge listener (decision 0036): ALPN h2 on the TLS one, h2c by
+    prior knowledge on the plain one; None where it is off."""
+    if not (edge_config.http2 if tls else edge_config.h2c):
+        return None
+    hook = access.logger_class()(cast(logging.Logger, access), "")
+    return H2Front(
+        handler=handler, limits=H2Limits.of(edge_config), guard=guard, tls=tls, log=hook.log
+    )
+
+
 async def _edge_runner(
     handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
     guard: ConnectionGuard,
     access: EdgeAccess,
     draining: Draining,
     stack: AsyncExitStack,
+    http2: H2Front | None = None,
 ) -> web.ServerRunner:
     """One edge listener's server and runner, set up, cleaned up by ``stack`` and drained
     with the process's other listeners."""
@@ -294,6 +317,7 @@ async def _edge_runner(
     server = GuardedServer(
         handler,
         guard=guard,
+        http2=http2,
         # aiohttp's access-log hook, public API: each response, once sent (decision 0019).
         access_log=access,
         access_log_class=access.logger_class(),

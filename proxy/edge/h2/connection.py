@@ -1,0 +1,502 @@
+"""One HTTP/2 connection: bytes in, h2's events to streams, frames out (decision 0036).
+
+Every stream's request goes to the listener's handler (``Edge.handle``, behind the
+Host-vs-SNI check on TLS) as a ``web.BaseRequest`` of version 2.0 (``h2_request``), in a task
+of its own, and its answer comes back through the stream's writer (proxy/edge/h2/stream.py).
+What it may cost is limits.py's; each limit, when crossed:
+
+- concurrent streams past SETTINGS_MAX_CONCURRENT_STREAMS, a decoded head past
+  SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) or a CONTINUATION flood (h2 keeps 64 frames
+  of one head at most), or any other protocol error: GOAWAY with the error, and close;
+- more new streams in one read than twice the concurrent streams (nginx 1.25.3), streams
+  cancelled before their answer past the reset budget (Rapid Reset), control frames past
+  their rate (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, RST_STREAM, empty DATA floods):
+  GOAWAY ENHANCE_YOUR_CALM, and close;
+- requests per connection: GOAWAY NO_ERROR after the last one, whose answer (and those of
+  the streams before it) finish; later streams are refused (REFUSED_STREAM), as at shutdown;
+- idle: no stream open for ``idle_timeout`` (``preface_timeout`` before the first request):
+  GOAWAY NO_ERROR, and close. A stalled answer is stream.py's (``send_timeout``).
+
+A stream the client resets is not cancelled in the edge, as a vanished HTTP/1.1 client's
+request is not (``handler_cancellation=False``: a fill others wait for must finish): its
+writes fail at once, and the reset budget bounds how many such streams a client can leave
+running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import StreamReader, web
+from h2.config import H2Configuration
+from h2.connection import H2Connection as H2State
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    RemoteSettingsChanged,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.exceptions import DenialOfServiceError, ProtocolError, StreamClosedError
+from h2.settings import SettingCodes, Settings
+from hyperframe.frame import GoAwayFrame
+from multidict import CIMultiDict
+
+from proxy.edge.aiohttp_adapter import BodyFlow, body_reader, error_page, h2_request
+from proxy.edge.h2.limits import (
+    BODY_READ_LIMIT,
+    CONNECTION_WINDOW,
+    MAX_FRAME,
+    STREAM_WINDOW,
+    ResetBudget,
+    TokenBucket,
+)
+from proxy.edge.h2.stream import StreamGone, StreamWriter
+
+if TYPE_CHECKING:
+    from proxy.edge.h2.front import H2Front
+
+log = logging.getLogger("proxy.edge")
+
+# h2's events that do no work a request asked for: what a flood is made of.
+_CONTROL_EVENTS = (StreamReset, WindowUpdated, RemoteSettingsChanged)
+CONNECT_REFUSED = b"501 Not Implemented: CONNECT (and WebSocket over HTTP/2) is not served\n"
+
+
+@dataclass(slots=True)
+class Stream:
+    writer: StreamWriter
+    flow: BodyFlow | None = None
+    body: StreamReader | None = None
+    unacked: int = 0  # body bytes read into the reader while it was full
+    task: asyncio.Task[None] | None = None
+    started: bool = False  # its task has begun: the handler may be doing work for it
+
+
+class H2Connection(asyncio.Protocol):
+    """The protocol of one HTTP/2 connection, admitted by its listener's guard (released
+    when it is lost)."""
+
+    def __init__(self, front: H2Front, peer: str | None) -> None:
+        self._front = front
+        self.peer_address = peer  # what the guard counts the connection against
+        self.limits = limits = front.limits
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._h2 = H2State(config=H2Configuration(client_side=False, header_encoding=None))
+        self._h2.local_settings = Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes,
+                SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
+            },
+        )
+        self._h2.decoder.max_header_list_size = limits.max_header_list_bytes
+        self._streams: dict[int, Stream] = {}
+        self._last_stream = 0
+        self._requests = 0
+        self._closing = False  # GOAWAY sent: no new stream
+        self._closed = False
+        self._resets = ResetBudget(limits.reset_budget)
+        now = self._loop.time()
+        self._control = TokenBucket(
+            limits.control_frames_per_second, limits.control_frame_burst, now
+        )
+        self._idle: asyncio.TimerHandle | None = None
+        self._flush_soon: asyncio.Handle | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._paused = False
+        self.ssl_context: object | None = None
+        self.peername: object | None = None
+        self.sockname: object | None = None
+
+    # -- the connection --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        # What a request reads of its connection (aiohttp_adapter.h2_request).
+        self.ssl_context = transport.get_extra_info("sslcontext")
+        self.peername = transport.get_extra_info("peername")
+        self.sockname = transport.get_extra_info("sockname")
+        self._front.opened(self)
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(CONNECTION_WINDOW - STREAM_WINDOW)
+        self._flush()
+        self._idle = self._loop.call_later(self.limits.preface_timeout, self._idle_out)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._closed = True
+        self.transport = None
+        for timer in (self._idle, self._flush_soon):
+            if timer is not None:
+                timer.cancel()
+        for stream in self._streams.values():
+            self._gone(stream)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._front.closed(self)
+
+    def pause_writing(self) -> None:
+        # The client reads less than we send: read no more of what it sends (each frame of a
+        # flood may queue an answer) until it has read what is queued.
+        self._paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+        if self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            events = self._h2.receive_data(data)
+        except DenialOfServiceError:
+            self.fail(ErrorCodes.ENHANCE_YOUR_CALM)
+            return
+        except ProtocolError as exc:
+            code = getattr(exc, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
+            self.fail(code)
+            return
+        self._dispatch(events)
+        if not self._closed:
+            self._flush()
+
+    def _dispatch(self, events: list[Event]) -> None:
+        control = 0 if events else 1  # a read that did nothing is a control frame's cost
+        new = 0
+        for event in events:
+            if isinstance(event, RequestReceived):
+                new += 1
+                self._request(event)
+            elif isinstance(event, DataReceived):
+                self._data(event)
+                if not event.flow_controlled_length:
+                    control += 1
+            elif isinstance(event, StreamEnded):
+                self._ended(event.stream_id)
+            elif isinstance(event, _CONTROL_EVENTS):
+                control += 1
+                if isinstance(event, StreamReset):
+                    self._reset_by_client(event.stream_id)
+                else:
+                    self._wake(getattr(event, "stream_id", 0))
+            elif isinstance(event, ConnectionTerminated):
+                self._closing = True
+                self._close_when_done()
+            else:  # PING, PRIORITY, SETTINGS ACK, unknown frames...
+                control += 1
+            if self._closed:
+                return
+        if new > 2 * self.limits.max_concurrent_streams or not self._control.take(
+            self._loop.time(), control
+        ):
+            self.fail(ErrorCodes.ENHANCE_YOUR_CALM)
+
+    def fail(self, code: ErrorCodes) -> None:
+        """GOAWAY with ``code`` and close: the client broke a rule or a limit."""
+        if self._closed:
+            return
+        with contextlib.suppress(ProtocolError):
+            self._h2.close_connection(error_code=code, last_stream_id=self._last_stream)
+        self._flush()
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def goaway(self) -> None:
+        """GOAWAY NO_ERROR with the last stream taken: those streams finish, later ones are
+        refused, the connection closes when the last one is done. The frame is written
+        beside h2's state machine, which would refuse the answers still to come."""
+        if self._closing or self._closed or self.transport is None:
+            self._closing = True
+            return
+        self._closing = True
+        self._flush()
+        frame = GoAwayFrame(0, last_stream_id=self._last_stream, error_code=0)
+        self.transport.write(frame.serialize())
+        self._close_when_done()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _close_when_done(self) -> None:
+        if not self._streams and self.transport is not None and not self._closed:
+            self._flush()
+            self._closed = True
+            self.transport.close()
+
+    def _idle_out(self) -> None:
+        self._idle = None
+        if not self._streams:
+            self.goaway()
+
+    # -- streams -----------------------------------------------------------------------------
+
+    def _request(self, event: RequestReceived) -> None:
+        stream_id = event.stream_id
+        self._last_stream = max(self._last_stream, stream_id)
+        if self._closing:
+            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        pseudo: dict[bytes, bytes] = {}
+        headers: CIMultiDict[str] = CIMultiDict()
+        raw: list[tuple[bytes, bytes]] = []
+        cookies: list[str] = []
+        for name, value in event.headers or ():
+            name_b, value_b = bytes(name), bytes(value)
+            if name_b[:1] == b":":
+                pseudo[name_b] = value_b
+            elif name_b == b"cookie":  # joined again for HTTP/1.1 semantics (RFC 9113 §8.2.3)
+                cookies.append(value_b.decode("latin-1"))
+            else:
+                headers.add(name_b.decode("latin-1"), value_b.decode("latin-1"))
+                raw.append((name_b, value_b))
+        if cookies:
+            headers["Cookie"] = "; ".join(cookies)
+            raw.append((b"cookie", headers["Cookie"].encode("latin-1")))
+        authority = pseudo.get(b":authority")
+        if authority is not None:  # :authority is the Host (RFC 9113 §8.3.1)
+            headers["Host"] = authority.decode("latin-1")
+        method = pseudo.get(b":method", b"").decode("latin-1")
+        path = pseudo.get(b":path", b"").decode("latin-1")
+        ended = event.stream_ended is not None
+        writer = StreamWriter(self, stream_id)
+        if method == "CONNECT" or not (path.startswith("/") or path == "*"):
+            self._refuse_connect(stream_id, ended)
+            return
+        self._requests += 1
+        stream = Stream(writer)
+        if not ended:
+            flow = BodyFlow(self._loop, lambda: self._reopen(stream))
+            stream.flow, stream.body = flow, body_reader(flow, BODY_READ_LIMIT)
+            writer.body_unread = True
+        self._streams[stream_id] = stream
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        stream.task = self._loop.create_task(self._serve(stream, method, path, headers, tuple(raw)))
+        if self._requests >= self.limits.max_requests:
+            self.goaway()
+
+    def _refuse_connect(self, stream_id: int, ended: bool) -> None:
+        """CONNECT, extended (WebSocket over HTTP/2, RFC 8441: never offered, as
+        SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent) or not: 501, and the stream ends."""
+        self._h2.send_headers(
+            stream_id,
+            [
+                (b":status", b"501"),
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"cache-control", b"no-store"),
+                (b"content-length", b"%d" % len(CONNECT_REFUSED)),
+            ],
+        )
+        self._h2.send_data(stream_id, CONNECT_REFUSED, end_stream=True)
+        if not ended:
+            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+
+    async def _serve(
+        self,
+        stream: Stream,
+        method: str,
+        path: str,
+        headers: CIMultiDict[str],
+        raw: tuple[tuple[bytes, bytes], ...],
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        stream.started = True
+        writer = stream.writer
+        request = h2_request(
+            method=method,
+            path=path,
+            headers=headers,
+            raw_headers=raw,
+            body=stream.body,
+            connection=self,
+            writer=writer,
+            task=task,
+        )
+        started = self._loop.time()
+        response: web.StreamResponse | None = None
+        try:
+            try:
+                response = await self._front.handler(request)
+            except web.HTTPException as exc:
+                response = exc
+            await response.prepare(request)
+            await response.write_eof()
+        except (StreamGone, ConnectionResetError):
+            pass  # the client reset the stream or left: as a vanished HTTP/1.1 client
+        except Exception:
+            log.exception("error handling an HTTP/2 request")
+            if not writer.headers_sent and not writer.gone:
+                response = error_page(500)
+                try:
+                    await response.prepare(request)
+                    await response.write_eof()
+                except ConnectionResetError:
+                    pass
+        finally:
+            self._finished(stream)
+        if response is not None and response.prepared and self._front.log is not None:
+            self._front.log(request, response, self._loop.time() - started)
+
+    def _finished(self, stream: Stream) -> None:
+        writer = stream.writer
+        self._streams.pop(writer.stream_id, None)
+        if not writer.ended and not writer.gone and not self._closed:
+            self.reset(writer, ErrorCodes.INTERNAL_ERROR)  # never answered in full
+        elif writer.ended and not writer.gone:
+            self._resets.finished()
+        if self._streams or self._closed:
+            return
+        if self._closing:
+            self._close_when_done()
+        elif self._idle is None:
+            self._idle = self._loop.call_later(self.limits.idle_timeout, self._idle_out)
+
+    def _data(self, event: DataReceived) -> None:
+        stream = self._streams.get(event.stream_id)
+        size = event.flow_controlled_length
+        if stream is None or stream.body is None or stream.flow is None:
+            self._acknowledge(size, event.stream_id)
+            return
+        if event.data:
+            stream.body.feed_data(event.data)
+        if stream.flow._reading_paused:
+            stream.unacked += size  # the window reopens as the handler reads (_reopen)
+        else:
+            self._acknowledge(size, event.stream_id)
+
+    def _reopen(self, stream: Stream) -> None:
+        size, stream.unacked = stream.unacked, 0
+        if size and not self._closed:
+            self._acknowledge(size, stream.writer.stream_id)
+            self.flush_soon()
+
+    def _acknowledge(self, size: int, stream_id: int) -> None:
+        if size:
+            # A stream gone: h2 has reopened the connection's window for it already.
+            with contextlib.suppress(StreamClosedError, ProtocolError):
+                self._h2.acknowledge_received_data(size, stream_id)
+
+    def _ended(self, stream_id: int) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is not None and stream.body is not None:
+            stream.body.feed_eof()
+            stream.writer.body_unread = False
+
+    def _reset_by_client(self, stream_id: int) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        self._gone(stream)
+        if not stream.started and stream.task is not None:
+            # Reset before its turn came: no work was begun for it, and none will be.
+            stream.task.cancel()
+            self._finished(stream)
+        if not self._resets.cancelled():  # Rapid Reset
+            self.fail(ErrorCodes.ENHANCE_YOUR_CALM)
+
+    def _gone(self, stream: Stream) -> None:
+        stream.writer.gone = True
+        stream.writer.wake()
+        if stream.flow is not None:
+            stream.flow.open = False
+        if stream.body is not None and not stream.body.is_eof():
+            stream.body.set_exception(ConnectionResetError("the client reset the stream"))
+
+    def _wake(self, stream_id: int) -> None:
+        if stream_id:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                stream.writer.wake()
+            return
+        for stream in self._streams.values():
+            stream.writer.wake()
+
+    # -- what stream writers call ------------------------------------------------------------
+
+    def window(self, stream_id: int) -> int:
+        try:
+            return min(self._h2.local_flow_control_window(stream_id), MAX_FRAME)
+        except (StreamClosedError, ProtocolError):
+            raise StreamGone("the stream is closed") from None
+
+    def send_headers(self, stream_id: int, fields: list[tuple[str, str]]) -> None:
+        try:
+            self._h2.send_headers(stream_id, fields)
+        except (StreamClosedError, ProtocolError):
+            raise StreamGone("the stream is closed") from None
+        self.flush_soon()
+
+    def send_data(self, stream_id: int, data: bytes) -> None:
+        try:
+            self._h2.send_data(stream_id, data)
+        except (StreamClosedError, ProtocolError):
+            raise StreamGone("the stream is closed") from None
+        self.flush_soon()
+
+    def end_stream(self, writer: StreamWriter, *, reset_body: bool) -> None:
+        try:
+            self._h2.end_stream(writer.stream_id)
+            if reset_body:  # answered before the body ended: stop it (RFC 9113 §8.1)
+                self._h2.reset_stream(writer.stream_id, ErrorCodes.NO_ERROR)
+        except (StreamClosedError, ProtocolError):
+            raise StreamGone("the stream is closed") from None
+        self.flush_soon()
+
+    def reset(self, writer: StreamWriter, code: ErrorCodes) -> None:
+        writer.gone = True
+        try:
+            self._h2.reset_stream(writer.stream_id, code)
+        except (StreamClosedError, ProtocolError):
+            return
+        self.flush_soon()
+
+    async def drained(self, writer: StreamWriter) -> None:
+        """Return once the socket takes more (``send_timeout`` at most: then the stream is
+        reset and StreamGone raised)."""
+        if self._closed:
+            raise StreamGone("the connection is closed")
+        if not self._paused:
+            return
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+        try:
+            async with asyncio.timeout(self.limits.send_timeout):
+                await asyncio.shield(self._writable)
+        except TimeoutError:
+            self.reset(writer, ErrorCodes.CANCEL)
+            raise StreamGone("the client read nothing within send_timeout") from None
+        if self._closed:
+            raise StreamGone("the connection is closed")
+
+    def flush_soon(self) -> None:
+        """Write the frames queued, once this turn of the loop is over (a turn's frames of
+        every stream go out in one write)."""
+        if self._flush_soon is None:
+            self._flush_soon = self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_soon = None
+        data = self._h2.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)

@@ -1,0 +1,65 @@
+"""Every HTTP/2 connection of one listener: made for the connections a ``GuardedServer``
+hands over (ALPN h2 on TLS, or the h2c preface on the plain listener), counted by the
+listener's guard as its HTTP/1.1 connections are (``max_connections``), and shut down with
+the listener: GOAWAY with the last stream taken at the drain (``pre_shutdown``), the streams
+in flight finishing within ``shutdown_timeout``, then what is left closed (``shutdown``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from proxy.edge.connections import ConnectionGuard
+from proxy.edge.h2.connection import H2Connection
+from proxy.edge.h2.limits import H2Limits
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+AccessLog = Callable[[web.BaseRequest, web.StreamResponse, float], None]
+
+
+class H2Front:
+    def __init__(
+        self,
+        *,
+        handler: Handler,
+        limits: H2Limits,
+        guard: ConnectionGuard,
+        tls: bool,
+        log: AccessLog | None = None,
+    ) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.guard = guard
+        self._tls = tls
+        self.log = log
+        self._connections: set[H2Connection] = set()
+
+    @property
+    def tls(self) -> bool:
+        return self._tls
+
+    @property
+    def open(self) -> int:
+        return len(self._connections)
+
+    def connection(self, peer: str | None) -> asyncio.Protocol:
+        return H2Connection(self, peer)
+
+    def opened(self, connection: H2Connection) -> None:
+        self._connections.add(connection)
+
+    def closed(self, connection: H2Connection) -> None:
+        if connection in self._connections:
+            self._connections.discard(connection)
+            # Admitted before the hand-over, by the HTTP/1.1 side, against the peer's address.
+            self.guard.release(connection.peer_address)
+
+    def pre_shutdown(self) -> None:
+        for connection in list(self._connections):
+            connection.goaway()
+
+    async def shutdown(self) -> None:
+        for connection in list(self._connections):
+            connection.abort()

@@ -1,0 +1,93 @@
+"""What one HTTP/2 connection may cost (decision 0036), from ``[edge]``.
+
+Memory per connection is bounded by what the edge grants, not by what the client sends:
+
+- request bodies: each stream's window (``STREAM_WINDOW``) is reopened only as the handler
+  reads, so a stream holds at most its window plus its reader's high-water mark
+  (``BODY_READ_LIMIT`` x 2) unread; at most ``max_concurrent_streams`` streams;
+- request heads: the decoded header list is at most ``max_header_list_bytes`` (HPACK bomb),
+  and h2 holds at most 64 CONTINUATION frames of ``MAX_FRAME`` bytes for one head;
+- answers: a stream's DATA waits for the client's window, and frames queued to a socket
+  whose client does not read (PING and SETTINGS acknowledgements included) stop the
+  connection from being read past the transport's high-water mark, so a flood cannot grow
+  the queue; a stalled answer is reset after ``send_timeout``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.config.model import EdgeConfig
+
+STREAM_WINDOW = 65_535  # RFC 9113's initial window: what a stream's body may send unread
+CONNECTION_WINDOW = 1024 * 1024  # all streams' bodies together, reopened as they are read
+BODY_READ_LIMIT = 64 * 1024  # a body's reader stops reopening the window past twice this
+MAX_FRAME = 16_384  # SETTINGS_MAX_FRAME_SIZE, the RFC's minimum and default
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    max_concurrent_streams: int = 128
+    max_header_list_bytes: int = 64 * 1024
+    max_requests: int = 1000
+    reset_budget: int = 256
+    control_frames_per_second: int = 100
+    control_frame_burst: int = 1000
+    send_timeout: float = 60.0
+    idle_timeout: float = 30.0  # keepalive_timeout: no stream open
+    preface_timeout: float = 15.0  # header_timeout: until the first request's head
+
+    @classmethod
+    def of(cls, edge: EdgeConfig) -> H2Limits:
+        return cls(
+            max_concurrent_streams=edge.http2_max_concurrent_streams,
+            max_header_list_bytes=edge.http2_max_header_list_bytes,
+            max_requests=edge.http2_max_requests,
+            reset_budget=edge.http2_reset_budget,
+            control_frames_per_second=edge.http2_control_frames_per_second,
+            control_frame_burst=edge.http2_control_frame_burst,
+            send_timeout=edge.send_timeout,
+            idle_timeout=edge.keepalive_timeout,
+            preface_timeout=edge.header_timeout,
+        )
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved: ``take`` is False once spent. The
+    caller passes the time (a monotonic clock), so the rule is tested without one."""
+
+    __slots__ = ("_burst", "_rate", "_stamp", "_tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self._rate = rate
+        self._burst = burst
+        self._tokens = burst
+        self._stamp = now
+
+    def take(self, now: float, cost: float = 1.0) -> bool:
+        tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+        self._tokens = tokens - cost
+        return self._tokens >= 0
+
+
+class ResetBudget:
+    """Rapid Reset (CVE-2023-44487): each stream the client cancels before its answer is done
+    spends one, each answer it lets finish earns one back (up to the budget). Spent: the
+    connection is closed, whatever the pace (a slow trickle of resets between completed
+    answers never spends it)."""
+
+    __slots__ = ("_budget", "left")
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self.left = budget
+
+    def cancelled(self) -> bool:
+        """One stream cancelled early; False once the budget is spent."""
+        self.left -= 1
+        return self.left >= 0
+
+    def finished(self) -> None:
+        if self.left < self._budget:
+            self.left += 1

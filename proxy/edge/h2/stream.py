@@ -1,0 +1,111 @@
+"""One HTTP/2 stream's answer: aiohttp's response writes it here as it writes an HTTP/1.1
+message to its own writer (``AbstractStreamWriter``, aiohttp's public interface), and it goes
+out as HEADERS and DATA frames within the windows the client grants.
+
+A write waits for window (the stream's and the connection's) and for the socket to take what
+is queued, ``send_timeout`` at most each time; then the stream is reset (CANCEL) and the
+write fails as a write to a client that has gone does, so the handler ends as it does for a
+vanished HTTP/1.1 client. A stream the client has reset fails its writes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from aiohttp.abc import AbstractStreamWriter
+from h2.errors import ErrorCodes
+from multidict import CIMultiDict
+
+if TYPE_CHECKING:
+    from proxy.edge.h2.connection import H2Connection
+
+# Fields that belong to an HTTP/1.1 connection, never sent on HTTP/2 (RFC 9113 §8.2.2).
+CONNECTION_FIELDS = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+)
+
+
+class StreamGone(ConnectionResetError):
+    """The stream was reset (by the client, or by the edge after ``send_timeout``)."""
+
+
+class StreamWriter(AbstractStreamWriter):
+    """The writer of one stream's answer; ``buffer_size`` counts the body bytes sent (an
+    access log's ``%b``)."""
+
+    def __init__(self, connection: H2Connection, stream_id: int) -> None:
+        self._connection = connection
+        self.stream_id = stream_id
+        self.headers_sent = False
+        self.ended = False
+        self.gone = False
+        self.body_unread = False  # the request's body has not ended: reset once answered
+        self._window: asyncio.Future[None] | None = None
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        if self.gone:
+            raise StreamGone("the stream was reset")
+        status = status_line.split(" ", 2)[1]
+        fields = [(":status", status)]
+        fields.extend(
+            (name.lower(), value)
+            for name, value in headers.items()
+            if name.lower() not in CONNECTION_FIELDS
+        )
+        self.headers_sent = True
+        self._connection.send_headers(self.stream_id, fields)
+        await self._connection.drained(self)
+
+    async def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        view = memoryview(chunk)
+        while view:
+            size = await self._room(len(view))
+            self._connection.send_data(self.stream_id, view[:size].tobytes())
+            self.buffer_size += size
+            self.output_size += size
+            view = view[size:]
+            await self._connection.drained(self)
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        if self.ended:
+            return
+        if chunk:
+            await self.write(chunk)
+        if self.gone:
+            raise StreamGone("the stream was reset")
+        self.ended = True
+        self._connection.end_stream(self, reset_body=self.body_unread)
+
+    async def drain(self) -> None:
+        await self._connection.drained(self)
+
+    def enable_compression(self, encoding: str = "deflate", strategy: int | None = None) -> None:
+        raise RuntimeError("the edge does not compress HTTP/2 answers on the fly")
+
+    def enable_chunking(self) -> None:
+        """HTTP/2 frames the body itself (and Transfer-Encoding is dropped)."""
+
+    async def _room(self, wanted: int) -> int:
+        """How much of ``wanted`` may be sent now: waits for the client's window."""
+        connection = self._connection
+        while True:
+            if self.gone:
+                raise StreamGone("the stream was reset")
+            room = connection.window(self.stream_id)
+            if room > 0:
+                return min(room, wanted)
+            self._window = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(connection.limits.send_timeout):
+                    await self._window
+            except TimeoutError:
+                connection.reset(self, ErrorCodes.CANCEL)
+                raise StreamGone("the client opened no window within send_timeout") from None
+            finally:
+                self._window = None
+
+    def wake(self) -> None:
+        """The window may have opened, or the stream is gone."""
+        if self._window is not None and not self._window.done():
+            self._window.set_result(None)

@@ -1,0 +1,155 @@
+"""A scripted HTTP/2 client on the h2 library, for tests that talk to the edge as a browser
+would, and as an attacker would: it sends what it is told, frame by frame, and reads back
+every event the server sends (responses, resets, GOAWAY)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from dataclasses import dataclass, field
+
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    ResponseReceived,
+    StreamEnded,
+    StreamReset,
+)
+from h2.exceptions import ProtocolError
+
+
+@dataclass
+class Answer:
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    ended: bool = False
+    reset: int | None = None  # the RST_STREAM error code
+
+
+class RawH2:
+    """One HTTP/2 connection to ``host:port`` (TLS with ``context``, or h2c)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.answers: dict[int, Answer] = {}
+        self.goaway: ConnectionTerminated | None = None
+        self.closed = False
+
+    @classmethod
+    async def open(
+        cls, url: str, context: ssl.SSLContext | None = None, sni: str = "example.com"
+    ) -> RawH2:
+        host, _, port = url.split("://", 1)[1].rpartition(":")
+        if context is not None:
+            context.set_alpn_protocols(["h2"])
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                host, int(port), ssl=context, server_hostname=sni if context else None
+            ),
+            5,
+        )
+        if context is not None:
+            alpn = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+            assert alpn == "h2", alpn
+        client = cls(reader, writer)
+        client.h2.initiate_connection()
+        client.flush()
+        return client
+
+    def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
+
+    def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def request(
+        self,
+        path: str,
+        *,
+        method: str = "GET",
+        authority: str = "example.com",
+        headers: list[tuple[str, str]] | None = None,
+        body: bytes | None = None,
+        end: bool = True,
+    ) -> int:
+        stream_id = self.h2.get_next_available_stream_id()
+        fields = [
+            (":method", method),
+            (":path", path),
+            (":scheme", "https"),
+            (":authority", authority),
+            *(headers or []),
+        ]
+        self.h2.send_headers(stream_id, fields, end_stream=end and body is None)
+        if body is not None:
+            self.h2.send_data(stream_id, body, end_stream=end)
+        self.answers[stream_id] = Answer()
+        self.flush()
+        return stream_id
+
+    async def read_events(self, wait: float = 5.0) -> list[Event]:
+        """The events of the next bytes the server sends; [] once it has closed."""
+        data = await asyncio.wait_for(self.reader.read(65536), wait)
+        if not data:
+            self.closed = True
+            return []
+        try:
+            events = self.h2.receive_data(data)
+        except ProtocolError:
+            self.closed = True
+            return []
+        for event in events:
+            self._note(event)
+        self.flush()
+        return events
+
+    def _note(self, event: Event) -> None:
+        stream_id = getattr(event, "stream_id", None)
+        answer = self.answers.setdefault(stream_id, Answer()) if stream_id else None
+        if isinstance(event, ResponseReceived) and answer is not None:
+            fields = {_text(k): _text(v) for k, v in event.headers or []}
+            answer.status = int(fields.pop(":status"))
+            answer.headers = fields
+        elif isinstance(event, DataReceived) and answer is not None:
+            answer.body += event.data or b""
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, StreamEnded) and answer is not None:
+            answer.ended = True
+        elif isinstance(event, StreamReset) and answer is not None:
+            answer.reset = int(event.error_code) if event.error_code is not None else None
+        elif isinstance(event, ConnectionTerminated):
+            self.goaway = event
+
+    async def answer(self, stream_id: int, wait: float = 5.0) -> Answer:
+        """The whole answer on ``stream_id`` (ended or reset)."""
+        async with asyncio.timeout(wait):
+            while True:
+                answer = self.answers[stream_id]
+                if answer.ended or answer.reset is not None:
+                    return answer
+                if self.closed or not await self.read_events(wait):
+                    return answer
+
+    async def until_closed(self, wait: float = 5.0) -> None:
+        """Read until the server closes the connection (GOAWAY noted on the way)."""
+        async with asyncio.timeout(wait):
+            while not self.closed:
+                await self.read_events(wait)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await self.writer.wait_closed()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
