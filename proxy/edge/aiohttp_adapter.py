@@ -97,7 +97,10 @@ from proxy.edge.connections import ConnectionGuard
 
 # llhttp's error for an HTTP/2 connection preface (``PRI * HTTP/2.0``) where HTTP/1.1 is served.
 H2C_PREFACE_ERROR = "Pause on PRI/Upgrade"
-H2C_REFUSED = "505 HTTP Version Not Supported: this listener speaks HTTP/1.1, not HTTP/2\n"
+H2C_REFUSED = (
+    "505 HTTP Version Not Supported: this listener speaks HTTP/1.1; HTTP/2 is served on the"
+    " TLS listener (ALPN h2), and here with [edge] h2c\n"
+)
 
 # A body up to this size is copied behind its head and sent in one write; a larger one is
 # sent from its own bytes, after the head, not copied.

@@ -20,6 +20,8 @@ from h2.events import (
     StreamReset,
 )
 from h2.exceptions import ProtocolError
+from hpack import Encoder
+from hyperframe.frame import HeadersFrame
 
 
 @dataclass
@@ -96,6 +98,20 @@ class RawH2:
         self.flush()
         return stream_id
 
+    async def send_body(self, stream_id: int, body: bytes, wait: float = 5.0) -> None:
+        """Send ``body`` on ``stream_id`` and end it, as the server's windows allow."""
+        async with asyncio.timeout(wait):
+            while body:
+                room = min(self.h2.local_flow_control_window(stream_id), 16_384, len(body))
+                if room <= 0:
+                    await self.read_events(wait)
+                    continue
+                self.h2.send_data(stream_id, body[:room])
+                self.flush()
+                body = body[room:]
+            self.h2.end_stream(stream_id)
+            self.flush()
+
     async def read_events(self, wait: float = 5.0) -> list[Event]:
         """The events of the next bytes the server sends; [] once it has closed."""
         data = await asyncio.wait_for(self.reader.read(65536), wait)
@@ -153,3 +169,21 @@ class RawH2:
 
 def _text(value: str | bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def headers_block(
+    encoder: Encoder, path: str = "/", *, authority: str = "example.com", extra: int = 0
+) -> bytes:
+    """An HPACK block for GET ``path`` (with ``extra`` bytes of one more field)."""
+    fields = [(":method", "GET"), (":path", path), (":scheme", "https"), (":authority", authority)]
+    if extra:
+        fields.append(("x-pad", "a" * extra))
+    return bytes(encoder.encode(fields))
+
+
+def headers_frame(stream_id: int, block: bytes, *, end: bool = True, whole: bool = True) -> bytes:
+    """A raw HEADERS frame: ``end`` sets END_STREAM, ``whole`` END_HEADERS."""
+    flags = {"END_STREAM"} if end else set()
+    if whole:
+        flags.add("END_HEADERS")
+    return bytes(HeadersFrame(stream_id, data=block, flags=flags).serialize())
