@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
+from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
     DataReceived,
@@ -42,6 +43,7 @@ class RawH2:
         self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
         self.answers: dict[int, Answer] = {}
         self.goaway: ConnectionTerminated | None = None
+        self._pending = b""
         self.closed = False
 
     @classmethod
@@ -119,7 +121,7 @@ class RawH2:
             self.closed = True
             return []
         try:
-            events = self.h2.receive_data(data)
+            events = self.h2.receive_data(self._without_goaway(data))
         except ProtocolError:
             self.closed = True
             return []
@@ -127,6 +129,28 @@ class RawH2:
             self._note(event)
         self.flush()
         return events
+
+    def _without_goaway(self, data: bytes) -> bytes:
+        """The frames of ``data`` (and those held back), but GOAWAY, which is noted here: h2
+        as a client refuses every frame after a GOAWAY, though a server may go on answering
+        the streams it names (RFC 9113 §6.8)."""
+        buffer = self._pending + data
+        kept = b""
+        while len(buffer) >= 9:
+            length = int.from_bytes(buffer[:3], "big")
+            if len(buffer) < 9 + length:
+                break
+            frame, buffer = buffer[: 9 + length], buffer[9 + length :]
+            if frame[3] == 0x7:  # GOAWAY
+                last = int.from_bytes(frame[9:13], "big") & 0x7FFFFFFF
+                code = int.from_bytes(frame[13:17], "big")
+                self.goaway = ConnectionTerminated()
+                self.goaway.last_stream_id = last
+                self.goaway.error_code = ErrorCodes(code)
+            else:
+                kept += frame
+        self._pending = buffer
+        return kept
 
     def _note(self, event: Event) -> None:
         stream_id = getattr(event, "stream_id", None)

@@ -1,5 +1,5 @@
 """TLS on the edge (decision 0018): the TLS listener beside the plain one, certificates chosen
-by SNI, 421 when Host and SNI disagree, TLS 1.2+ with AEAD ciphers and ALPN http/1.1,
+by SNI, 421 when Host and SNI disagree, TLS 1.2+ with AEAD ciphers and ALPN h2 and http/1.1,
 certificates swapped by ``reconfigure``, and https:// origins verified.
 
 Every test runs the real service (both listeners) or a real ``cdn-proxy serve`` child, with
@@ -375,14 +375,16 @@ async def test_a_failed_handshake_frees_its_place_at_once(
 # -- protocol versions, ciphers, ALPN ----------------------------------------------------------
 
 
-async def test_alpn_says_http_1_1_and_tls_1_1_is_refused(
+async def test_alpn_prefers_h2_and_tls_1_1_is_refused(
     service: Service, certs: Certificates
 ) -> None:
     url = tls_url(service)
     client = certs.client()
     client.set_alpn_protocols(["h2", "http/1.1"])
     shook = await handshake(url, client, "example.com")
-    assert shook.alpn == "http/1.1"
+    assert shook.alpn == "h2"  # decision 0036
+    client.set_alpn_protocols(["http/1.1"])
+    assert (await handshake(url, client, "example.com")).alpn == "http/1.1"
     assert shook.version in ("TLSv1.2", "TLSv1.3")
     old = certs.client()
     with warnings.catch_warnings():  # the ssl module frowns on TLS 1.1: so does the edge
@@ -679,8 +681,9 @@ async def test_cdn_proxy_serve_answers_curl_over_tls(
     tmp_path: Path, origin: Origin, certs: Certificates, workers: int
 ) -> None:
     """``cdn-proxy serve`` with tls_listen, as an operator runs it (one process, then two
-    edge workers sharing the port): curl gets the page over TLS, then a hit; curl with
-    --http2 is answered HTTP/1.1; a Host other than the SNI name is 421."""
+    edge workers sharing the port): curl gets the page over TLS with HTTP/1.1, then a hit
+    over HTTP/2 (curl's choice by ALPN, decision 0036); a Host other than the SNI name is
+    421."""
     pair = certs.issue("example.com")
     # example.com with its certificate, and other.test, a domain the SNI does not name.
     extra = (
@@ -693,18 +696,20 @@ async def test_cdn_proxy_serve_answers_curl_over_tls(
     try:
         url = node.addresses["edge-tls"] + "/page"
         assert url.startswith("https://127.0.0.1:")
-        code, head, err = await curl(url, certs, "example.com", "-o", os.devnull)
+        code, head, err = await curl(url, certs, "example.com", "--http1.1", "-o", os.devnull)
         assert code == 0, err
         assert head.startswith("HTTP/1.1 200")
         # Each worker has a cache of its own: ask until one answers from it.
         for _ in range(20):
             code, head, _ = await curl(url, certs, "example.com", "--http2", "-o", os.devnull)
-            assert head.startswith("HTTP/1.1 200")  # ALPN: no h2
+            assert head.startswith("HTTP/2 200")
             if "; hit" in head:
                 break
         else:
             raise AssertionError("never a hit over TLS")
         code, head, _ = await curl(url, certs, "example.com", "-H", "Host: other.test")
+        assert head.startswith("HTTP/2 421")
+        code, head, _ = await curl(url, certs, "example.com", "--http1.1", "-H", "Host: other.test")
         assert head.startswith("HTTP/1.1 421")
         assert all(seen.headers["X-Forwarded-Proto"] == "https" for seen in origin.seen)
     finally:
@@ -748,7 +753,7 @@ async def test_cdn_proxy_serve_counts_handshakes_against_max_connections(
         await until(released, every=0.05)
         code, head, err = await curl(url, certs, "example.com", "-o", os.devnull)
         assert code == 0, err
-        assert head.startswith("HTTP/1.1 200")
+        assert head.startswith("HTTP/2 200")
     finally:
         await node.kill()
 
