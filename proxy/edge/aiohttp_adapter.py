@@ -67,8 +67,8 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   hands its transport to the HTTP/2 side (``Http2Front``) before aiohttp sees a byte: on a
   TLS connection whose ALPN chose h2, in ``connection_made``; with h2c on, when the first
   bytes of a connection are the HTTP/2 preface. Assumed: ``transport.set_protocol`` and,
-  for h2c, that ``RequestHandler.connection_lost`` with its ``transport`` unset stops its
-  request loop without closing the transport.
+  for h2c, that ``RequestHandler.connection_lost`` with its ``transport`` unset, and its
+  request loop (``_task_handler``) cancelled, stop it without closing the transport.
 
 The TLS listener's site, which relies on aiohttp's sites the same way, is in
 proxy/edge/handshakes.py, with its assumptions.
@@ -506,7 +506,10 @@ class GuardedRequestHandler(web.RequestHandler):
             self._head_timer = None
         self._admitted = False  # the HTTP/2 connection releases it
         self.transport = None
+        request_loop = self._task_handler  # not begun yet, under uvloop: it never will
         web.RequestHandler.connection_lost(self, None)
+        if request_loop is not None:
+            request_loop.cancel()
         protocol = http2.connection(self._peer)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)

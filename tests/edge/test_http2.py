@@ -8,7 +8,9 @@ and real clients: the h2 library (tests/edge/h2_support.py), curl and h2load."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,10 +18,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from proxy.process.reload import find_running
 from proxy.process.service import Service, running
 from tests.conftest import Origin
 from tests.edge.h2_support import RawH2
 from tests.edge.tls_support import Certificates, handshake, pair_keys, tls_config
+from tests.nodes import Node
 from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=60"}
@@ -234,3 +238,47 @@ async def test_h2load(service: Service, origin: Origin) -> None:
     assert "status codes: 2000 2xx" in text, text
     assert "TLS Protocol" in text and "Application protocol: h2" in text, text
     assert origin.count("/load") == 1
+
+
+# -- a real cdn-proxy serve ------------------------------------------------------------------
+
+
+def h2c_node_config(tmp_path: Path, domains: dict[str, str]) -> Path:
+    tables = "".join(
+        f'[[domains]]\nname = "{name}"\norigin = "{url}"\n' for name, url in domains.items()
+    )
+    path = tmp_path / "proxy.toml"
+    path.write_text(
+        '[edge]\nlisten = "127.0.0.1:0"\nshutdown_timeout = 10\nh2c = true\n'
+        '[api]\nlisten = "127.0.0.1:0"\n[cache]\nmax_bytes = "8MiB"\n'
+        f'[state]\npath = "state.db"\n{tables}',
+        encoding="utf-8",
+    )
+    return path
+
+
+async def test_a_reload_keeps_http2_connections_open(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    """``cdn-proxy serve`` (uvloop) with h2c: a SIGHUP reload adds a domain, and the HTTP/2
+    connection opened before it goes on, its hit still a hit, the new domain served on it."""
+    origin.reply("/page", b"cached", headers=CACHEABLE)
+    config = h2c_node_config(tmp_path, {"example.com": origin.url})
+    node = await Node.start(config, log=tmp_path / "node.log")
+    nodes.append(node)
+    client = await RawH2.open(node.edge)
+    assert (await client.answer(client.request("/page"))).body == b"cached"
+    assert (await client.answer(client.request("/page", authority="new.test"))).status == 421
+
+    h2c_node_config(tmp_path, {"example.com": origin.url, "new.test": origin.url})
+    os.kill(node.process.pid, signal.SIGHUP)
+    await until(lambda: find_running(config).reloads == 1, within=10, every=0.05)
+
+    hit = await client.answer(client.request("/page"))
+    assert (hit.status, hit.headers["cache-status"]) == (200, "cdn-proxy; hit")
+    new = await client.answer(client.request("/page", authority="new.test"))
+    assert (new.status, new.body) == (200, b"cached")
+    assert client.goaway is None and not client.closed
+    await client.close()
+    assert origin.count("/page") == 2  # one fill per domain
+    assert "Traceback" not in (tmp_path / "node.log").read_text()
