@@ -172,6 +172,12 @@ class ConnectionGuard:
         self.bad_requests = 0
         self.tunnels_open = 0
         self.tunnels = 0  # opened since the start
+        # HTTP/2 (decision 0036): connections open and opened, streams taken, and connections
+        # closed for breaking a rule or a limit (a GOAWAY with an error).
+        self.http2_open = 0
+        self.http2_connections = 0
+        self.http2_streams = 0
+        self.http2_goaways = 0
         self._none_open = asyncio.Event()
         self._none_open.set()
         self._refusals = ThrottledLine(
@@ -247,7 +253,8 @@ class ConnectionGuard:
 
     def figures(self) -> list[int]:
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
-        refused_per_client, per_client, and the request bodies' (``BodyFigures.figures``):
+        refused_per_client, per_client, the request bodies' (``BodyFigures.figures``), and
+        HTTP/2's connections open and opened, streams and error GOAWAYs (decision 0036):
         as an edge process reports them to its node (proxy/fleet/figures.py), and as
         proxy/observe/connection_metrics.py reads them."""
         bodies = self.bodies.figures() if self.bodies is not None else [0] * BODY_FIGURES
@@ -262,6 +269,10 @@ class ConnectionGuard:
             self.refused_per_client,
             self.per_client,
             *bodies,
+            self.http2_open,
+            self.http2_connections,
+            self.http2_streams,
+            self.http2_goaways,
         ]
 
     async def none_open(self) -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 # The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
-CONNECTION_FIGURES = 13
+CONNECTION_FIGURES = 17
 
 
 class ListenerFigures(Protocol):
@@ -25,8 +25,9 @@ class ListenerFigures(Protocol):
 
     def figures(self) -> list[int]:
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
-        refused_per_client, per_client, and the request bodies' four figures (held, budget,
-        over_budget, too_slow)."""
+        refused_per_client, per_client, the request bodies' four figures (held, budget,
+        over_budget, too_slow), and HTTP/2's four (connections open, connections opened,
+        streams, error GOAWAYs)."""
         ...
 
 
@@ -101,5 +102,18 @@ _FAMILIES: tuple[
         CounterMetricFamily,
         "request_bodies_too_slow",
         "Request bodies cut off (408) for arriving slower than edge.body_min_rate.",
+    ),
+    (GaugeMetricFamily, "http2_connections_open", "HTTP/2 connections open, by listener."),
+    (CounterMetricFamily, "http2_connections", "HTTP/2 connections opened, by listener."),
+    (
+        CounterMetricFamily,
+        "http2_streams",
+        "HTTP/2 requests (streams) taken, by listener; the rest of the requests are HTTP/1.x.",
+    ),
+    (
+        CounterMetricFamily,
+        "http2_goaways",
+        "HTTP/2 connections closed with an error GOAWAY: a protocol error, or a limit crossed "
+        "(Rapid Reset, floods, HPACK bombs).",
     ),
 )

@@ -139,6 +139,10 @@ async def test_rapid_reset(tmp_path: Path, origin: Origin, certs: Certificates) 
         await goaway_and_close(client, ErrorCodes.ENHANCE_YOUR_CALM)
         await others_still_served(service, certs)
         assert not [seen for seen in origin.seen if seen.target.startswith("/r")]
+        guard = next(g for g in service.telemetry.connections if g.listener == "edge")
+        # open, connections, streams (the 21st reset spent the budget of 20; then the other
+        # client's one), GOAWAYs with an error
+        assert guard.figures()[13:] == [0, 2, 22, 1]
 
 
 async def test_resets_between_finished_answers_are_no_attack(

@@ -212,6 +212,7 @@ class H2Connection(asyncio.Protocol):
         """GOAWAY with ``code`` and close: the client broke a rule or a limit."""
         if self._closed:
             return
+        self._front.guard.http2_goaways += 1
         with contextlib.suppress(ProtocolError):
             self._h2.close_connection(error_code=code, last_stream_id=self._last_stream)
         self._flush()
@@ -282,6 +283,7 @@ class H2Connection(asyncio.Protocol):
             self._refuse_connect(stream_id, ended)
             return
         self._requests += 1
+        self._front.guard.http2_streams += 1
         stream = Stream(writer)
         if not ended:
             flow = BodyFlow(self._loop, lambda: self._reopen(stream))

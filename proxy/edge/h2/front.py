@@ -49,10 +49,13 @@ class H2Front:
 
     def opened(self, connection: H2Connection) -> None:
         self._connections.add(connection)
+        self.guard.http2_open += 1
+        self.guard.http2_connections += 1
 
     def closed(self, connection: H2Connection) -> None:
         if connection in self._connections:
             self._connections.discard(connection)
+            self.guard.http2_open -= 1
             # Admitted before the hand-over, by the HTTP/1.1 side, against the peer's address.
             self.guard.release(connection.peer_address)
 
