@@ -1,0 +1,213 @@
+"""HTTP/2 hits: cdn-proxy against nginx, both over TLS with the same certificate and object.
+
+Run: .venv/bin/python -m benchmarks.http2 [--runs 3] [--duration 5] [--size 1024]
+
+One ``cdn-proxy serve`` (TLS listener, ALPN h2 and http/1.1) and one nginx (``listen ... ssl
+http2``: Debian 12's nginx 1.22 spells ``http2 on`` so; ``proxy_cache`` as in
+benchmarks/systems.py), each pinned to ``--server-cpu`` and run one after the other, serve
+one cacheable object of ``--size`` bytes from the benchmark origin. h2load (pinned to
+``--load-cpu``) asks for it with ``-c 32 -m 10`` (32 connections, 10 streams at once on
+each) over HTTP/2, and with ``--h1 -c 32`` over HTTP/1.1 on TLS, for ``--duration`` seconds
+after a one-second warm-up, ``--runs`` times each. For each it prints the median req/s and
+the CPU per hit: the server's user+system time (/proc, nginx's worker) over the run divided
+by the requests it answered. Connections are opened once: the handshakes are not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.systems import (
+    DOMAINS,
+    PYTHON,
+    Origin,
+    Server,
+    children,
+    cmdline,
+    find_binary,
+    free_port,
+    wait_for_port,
+)
+from benchmarks.tls import listening, tls_config
+
+HOST = DOMAINS[0]
+
+NGINX_H2 = """\
+worker_processes 1;
+daemon off;
+pid {home}/nginx.pid;
+error_log {home}/error.log error;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    http2_max_requests 1000000;
+    client_body_temp_path {home}/tmp/body;
+    proxy_temp_path {home}/tmp/proxy;
+    fastcgi_temp_path {home}/tmp/fastcgi;
+    uwsgi_temp_path {home}/tmp/uwsgi;
+    scgi_temp_path {home}/tmp/scgi;
+    proxy_cache_path {home}/cache levels=1:2 keys_zone=bench:64m use_temp_path=off;
+    upstream origin {{ server 127.0.0.1:{origin}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {pem};
+        ssl_certificate_key {pem};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        server_name {host};
+        location / {{
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_cache bench;
+            proxy_cache_key $host$request_uri;
+            proxy_cache_lock on;
+        }}
+    }}
+}}
+"""
+
+
+@dataclass
+class Run:
+    rps: float
+    requests: int
+    cpu_us_per_hit: float
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process and its threads so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def h2load(url: str, path: str, seconds: int, cpu: str, *, h1: bool) -> list[str]:
+    argv = ["taskset", "-c", cpu, "h2load", "-c", "32", "-t", "1"]
+    argv += ["--h1"] if h1 else ["-m", "10"]
+    argv += ["-D", str(seconds), "--warm-up-time", "1", "-H", f":authority: {HOST}"]
+    return [*argv, url + path]
+
+
+def run_h2load(argv: list[str], pid: int) -> Run:
+    before = cpu_seconds(pid)
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    used = cpu_seconds(pid) - before
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    if done is None or rate is None or codes is None:
+        raise RuntimeError(f"h2load said:\n{out}")
+    requests = int(done.group(2))
+    if int(codes.group(1)) != requests or not requests:
+        raise RuntimeError(f"not every answer was a 2xx:\n{out}")
+    return Run(float(rate.group(1)), requests, used / requests * 1e6)
+
+
+def start_nginx(home: Path, pem: Path, origin_port: int, cpu: str) -> tuple[Server, int]:
+    for sub in ("tmp", "cache"):
+        (home / sub).mkdir(parents=True)
+    for path in (home, home / "tmp", home / "cache"):
+        path.chmod(0o755)
+    port = free_port()
+    conf = home / "nginx.conf"
+    conf.write_text(NGINX_H2.format(home=home, pem=pem, origin=origin_port, port=port, host=HOST))
+    server = Server("nginx", [find_binary("nginx") or "nginx", "-c", str(conf)], home / "log", cpu)
+    server.start()
+    wait_for_port(server, port)
+    return server, port
+
+
+def worker_of(server: Server) -> int:
+    for pid in children(server.pid):
+        if "worker process" in cmdline(pid):
+            return pid
+    raise RuntimeError("no nginx worker process")
+
+
+def measure_system(url: str, pid: int, path: str, args: argparse.Namespace) -> dict[str, Run]:
+    subprocess.run(h2load(url, path, 1, args.load_cpu, h1=False), check=True, capture_output=True)
+    runs: dict[str, list[Run]] = {"h2": [], "h1": []}
+    for number in range(args.runs):
+        for kind in ("h2", "h1") if number % 2 == 0 else ("h1", "h2"):
+            argv = h2load(url, path, args.duration, args.load_cpu, h1=kind == "h1")
+            runs[kind].append(run_h2load(argv, pid))
+    return {kind: _median(values) for kind, values in runs.items()}
+
+
+def _median(runs: list[Run]) -> Run:
+    return Run(
+        statistics.median(r.rps for r in runs),
+        sum(r.requests for r in runs),
+        statistics.median(r.cpu_us_per_hit for r in runs),
+    )
+
+
+def measure(args: argparse.Namespace) -> None:
+    path = f"/o/{args.size}/h2-bench"
+    results: dict[str, dict[str, Run]] = {}
+    commands: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="h2-bench-") as name:
+        home = Path(name)
+        home.chmod(0o755)
+        origin = Origin(home, args.load_cpu, slow_ms=50)
+        config = tls_config(home, origin.port)
+        try:
+            argv = [PYTHON, "-m", "proxy", "serve", "--config", str(config)]
+            proxy = Server("cdn-proxy", argv, home / "proxy.log", args.server_cpu)
+            proxy.start()
+            try:
+                url = listening(proxy)["edge-tls"]
+                results["cdn-proxy"] = measure_system(url, proxy.pid, path, args)
+                commands.append(proxy.command)
+            finally:
+                proxy.stop()
+            nginx, port = start_nginx(
+                home / "nginx", home / "edge.pem", origin.port, args.server_cpu
+            )
+            try:
+                url = f"https://127.0.0.1:{port}"
+                results["nginx"] = measure_system(url, worker_of(nginx), path, args)
+                commands.append(nginx.command)
+            finally:
+                nginx.stop()
+        finally:
+            origin.stop()
+    print(f"hits of {args.size} B over TLS, {args.runs} runs of {args.duration} s each")
+    print(f"{'system':<10} {'protocol':<9} {'req/s':>9} {'CPU µs/hit':>11}")
+    for system, runs in results.items():
+        for kind, run in runs.items():
+            label = "HTTP/2" if kind == "h2" else "HTTP/1.1"
+            print(f"{system:<10} {label:<9} {run.rps:>9,.0f} {run.cpu_us_per_hit:>11.1f}")
+    print("commands:")
+    for command in commands:
+        print("  " + command)
+    for kind in ("h2", "h1"):
+        print(
+            "  "
+            + shlex.join(
+                h2load("https://HOST:PORT", path, args.duration, args.load_cpu, h1=kind == "h1")
+            )
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per h2load run")
+    parser.add_argument("--size", type=int, default=1024, help="bytes of the cached object")
+    parser.add_argument("--server-cpu", default="1")
+    parser.add_argument("--load-cpu", default="0")
+    measure(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
