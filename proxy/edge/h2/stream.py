@@ -11,6 +11,7 @@ vanished HTTP/1.1 client. A stream the client has reset fails its writes at once
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING
 
 from aiohttp.abc import AbstractStreamWriter
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 CONNECTION_FIELDS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
 )
+
+
+_FORBIDDEN = re.compile(rb"[\r\n\x00]")
 
 
 class StreamGone(ConnectionResetError):
@@ -46,13 +50,17 @@ class StreamWriter(AbstractStreamWriter):
     async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
         if self.gone:
             raise StreamGone("the stream was reset")
-        status = status_line.split(" ", 2)[1]
-        fields = [(":status", status)]
-        fields.extend(
-            (name.lower(), value)
-            for name, value in headers.items()
-            if name.lower() not in CONNECTION_FIELDS
-        )
+        # Lower-case names, no connection fields, no CR, LF or NUL (RFC 9113 §8.2), as h2 is
+        # not asked to check; values as aiohttp writes them for HTTP/1.1 (UTF-8).
+        fields = [(b":status", status_line.split(" ", 2)[1].encode())]
+        for name, value in headers.items():
+            lower = name.lower()
+            if lower in CONNECTION_FIELDS:
+                continue
+            encoded = value.encode()
+            if _FORBIDDEN.search(encoded) or _FORBIDDEN.search(lower.encode()):
+                raise ValueError(f"the field {name!r} cannot be sent: CR, LF or NUL in it")
+            fields.append((lower.encode(), encoded))
         self.headers_sent = True
         self._connection.send_headers(self.stream_id, fields)
         await self._connection.drained(self)
