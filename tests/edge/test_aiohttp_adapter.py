@@ -16,24 +16,29 @@ import tomllib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.connector import Connection
 from aiohttp.helpers import HeadersMixin
 from aiohttp.test_utils import RawTestServer
+from multidict import CIMultiDict
 
 from proxy.edge.aiohttp_adapter import (
     H2C_REFUSED,
+    BodyFlow,
     GuardedAppRunner,
     GuardedRequestHandler,
     GuardedServer,
     OriginConnector,
     Prewritten,
     answer_and_close,
+    body_reader,
+    h2_request,
     request_head,
     take_over,
 )
@@ -603,3 +608,90 @@ async def test_a_handshake_timed_site_serves_tls_and_drops_a_silent_client(
             await asyncio.open_connection("127.0.0.1", port)
     finally:
         await runner.cleanup()
+
+
+# -- HTTP/2 (decision 0036) -------------------------------------------------------------------
+
+
+class _ConnectionProbe:
+    """Stands for an HTTP/2 connection, recording which of its attributes a request reads."""
+
+    def __init__(self, transport: asyncio.Transport | None) -> None:
+        object.__setattr__(self, "read", set())
+        object.__setattr__(self, "transport", transport)
+        object.__setattr__(self, "ssl_context", None)
+        object.__setattr__(self, "peername", ("127.0.0.9", 5555))
+        object.__setattr__(self, "sockname", ("127.0.0.1", 443))
+
+    def __getattribute__(self, name: str) -> Any:
+        if name != "read":
+            object.__getattribute__(self, "read").add(name)
+        return object.__getattribute__(self, name)
+
+
+class _NoWriter(AbstractStreamWriter):
+    async def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        raise AssertionError("nothing is written")
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        raise AssertionError("nothing is written")
+
+    async def drain(self) -> None:
+        return None
+
+    def enable_compression(self, encoding: str = "deflate", strategy: int | None = None) -> None:
+        raise AssertionError("no compression")
+
+    def enable_chunking(self) -> None:
+        raise AssertionError("no chunking")
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        raise AssertionError("nothing is written")
+
+
+async def test_an_h2_request_reads_only_the_connection_fields_it_is_given() -> None:
+    """``h2_request``: what the edge reads of a request is what the stream said, and of the
+    connection aiohttp reads only transport, ssl_context, peername and sockname."""
+    probe = _ConnectionProbe(None)
+    headers: CIMultiDict[str] = CIMultiDict({"Host": "example.com", "Accept": "*/*"})
+    headers.add("X-Twice", "1")
+    headers.add("X-Twice", "2")
+    task = asyncio.current_task()
+    assert task is not None
+    request = h2_request(
+        method="GET",
+        path="/a%20b?x=1&y=2",
+        headers=headers,
+        raw_headers=((b"host", b"example.com"),),
+        body=None,
+        connection=cast(asyncio.BaseProtocol, probe),
+        writer=_NoWriter(),
+        task=task,
+    )
+    assert (request.method, request.version, request.raw_path) == ("GET", (2, 0), "/a%20b?x=1&y=2")
+    assert (request.path, request.query_string, request.host) == ("/a b", "x=1&y=2", "example.com")
+    assert request.headers.getall("X-Twice") == ["1", "2"]
+    assert (request.remote, request.secure, request.keep_alive) == ("127.0.0.9", False, True)
+    assert not request.body_exists and request.transport is None
+    head = request_head(request)
+    assert (head.method, head.path, head.should_close) == ("GET", "/a%20b?x=1&y=2", False)
+    assert object.__getattribute__(probe, "read") <= {
+        "transport",
+        "ssl_context",
+        "peername",
+        "sockname",
+    }
+
+
+async def test_a_body_reader_pauses_its_flow_past_twice_its_limit_and_resumes_it() -> None:
+    """``BodyFlow``: the reader asks it to pause past twice the limit, and to resume (the
+    stream's window reopens) once read below the limit."""
+    resumed: list[bool] = []
+    flow = BodyFlow(asyncio.get_running_loop(), lambda: resumed.append(True))
+    reader = body_reader(flow, 16)
+    reader.feed_data(b"x" * 40)
+    assert flow._reading_paused and not resumed
+    assert await reader.read(30) == b"x" * 30
+    assert resumed and not flow._reading_paused
+    reader.feed_eof()
+    assert await reader.read() == b"x" * 10
