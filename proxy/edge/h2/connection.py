@@ -463,21 +463,19 @@ class H2Connection(asyncio.Protocol):
             raise StreamGone("the stream is closed") from None
         self.flush_soon()
 
-    def send_data(self, stream_id: int, data: bytes) -> None:
+    def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None:
         try:
-            self._h2.send_data(stream_id, data)
+            self._h2.send_data(stream_id, data, end_stream=end)
         except (StreamClosedError, ProtocolError):
             raise StreamGone("the stream is closed") from None
         self.flush_soon()
 
-    def end_stream(self, writer: StreamWriter, *, reset_body: bool) -> None:
-        try:
-            self._h2.end_stream(writer.stream_id)
-            if reset_body:  # answered before the body ended: stop it (RFC 9113 §8.1)
+    def ended(self, writer: StreamWriter, *, reset_body: bool) -> None:
+        """The answer is whole; one given before the request's body ended stops that body
+        (RST_STREAM NO_ERROR, RFC 9113 §8.1)."""
+        if reset_body:
+            with contextlib.suppress(StreamClosedError, ProtocolError):
                 self._h2.reset_stream(writer.stream_id, ErrorCodes.NO_ERROR)
-        except (StreamClosedError, ProtocolError):
-            raise StreamGone("the stream is closed") from None
-        self.flush_soon()
 
     def reset(self, writer: StreamWriter, code: ErrorCodes) -> None:
         writer.gone = True

@@ -66,24 +66,31 @@ class StreamWriter(AbstractStreamWriter):
         await self._connection.drained(self)
 
     async def write(self, chunk: bytes | bytearray | memoryview) -> None:
-        view = memoryview(chunk)
-        while view:
-            size = await self._room(len(view))
-            self._connection.send_data(self.stream_id, view[:size].tobytes())
-            self.buffer_size += size
-            self.output_size += size
-            view = view[size:]
-            await self._connection.drained(self)
+        await self._send(chunk, end=False)
 
     async def write_eof(self, chunk: bytes = b"") -> None:
         if self.ended:
             return
-        if chunk:
-            await self.write(chunk)
         if self.gone:
             raise StreamGone("the stream was reset")
-        self.ended = True
-        self._connection.end_stream(self, reset_body=self.body_unread)
+        # The last DATA frame carries END_STREAM (a small answer: one frame in all).
+        await self._send(chunk, end=True)
+
+    async def _send(self, chunk: bytes | bytearray | memoryview, *, end: bool) -> None:
+        view = memoryview(chunk)
+        connection = self._connection
+        while view or end:
+            size = await self._room(len(view)) if view else 0
+            last = end and size == len(view)
+            connection.send_data(self.stream_id, view[:size].tobytes(), end=last)
+            self.buffer_size += size
+            self.output_size += size
+            view = view[size:]
+            if last:
+                self.ended = True
+                connection.ended(self, reset_body=self.body_unread)
+                return
+            await connection.drained(self)
 
     async def drain(self) -> None:
         await self._connection.drained(self)
