@@ -61,7 +61,7 @@ async def connect(service: Service, certs: Certificates) -> RawH2:
 
 
 def edge_connections(service: Service) -> int:
-    return next(g for g in service.telemetry.connections if g.listener == "edge").open
+    return next(g for g in service.telemetry.connections if g.listener == "edge").figures()[0]
 
 
 async def others_still_served(service: Service, certs: Certificates) -> None:

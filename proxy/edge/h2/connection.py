@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from aiohttp import StreamReader, web
 from aiohttp.tcp_helpers import tcp_nodelay
@@ -52,24 +53,36 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict
 
 from proxy.edge.aiohttp_adapter import BodyFlow, body_reader, error_page, h2_request
+from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.limits import (
     BODY_READ_LIMIT,
     CONNECTION_WINDOW,
     MAX_FRAME,
     STREAM_WINDOW,
+    H2Limits,
     ResetBudget,
     TokenBucket,
 )
 from proxy.edge.h2.stream import StreamGone, StreamWriter
-
-if TYPE_CHECKING:
-    from proxy.edge.h2.front import H2Front
 
 log = logging.getLogger("proxy.edge")
 
 # h2's events that do no work a request asked for: what a flood is made of.
 _CONTROL_EVENTS = (StreamReset, WindowUpdated, RemoteSettingsChanged)
 CONNECT_REFUSED = b"501 Not Implemented: CONNECT (and WebSocket over HTTP/2) is not served\n"
+
+
+class Front(Protocol):
+    """What a connection asks of its listener's HTTP/2 side (proxy/edge/h2/front.py)."""
+
+    limits: H2Limits
+    guard: ConnectionGuard
+    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+    log: Callable[[web.BaseRequest, web.StreamResponse, float], None] | None
+
+    def opened(self, connection: H2Connection) -> None: ...
+
+    def closed(self, connection: H2Connection) -> None: ...
 
 
 @dataclass(slots=True)
@@ -86,7 +99,7 @@ class H2Connection(asyncio.Protocol):
     """The protocol of one HTTP/2 connection, admitted by its listener's guard (released
     when it is lost)."""
 
-    def __init__(self, front: H2Front, peer: str | None) -> None:
+    def __init__(self, front: Front, peer: str | None) -> None:
         self._front = front
         self.peer_address = peer  # what the guard counts the connection against
         self.limits = limits = front.limits
@@ -449,6 +462,10 @@ class H2Connection(asyncio.Protocol):
             stream.writer.wake()
 
     # -- what stream writers call ------------------------------------------------------------
+
+    @property
+    def send_timeout(self) -> float:
+        return self.limits.send_timeout
 
     def window(self, stream_id: int) -> int:
         try:

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp.abc import AbstractStreamWriter
 from h2.errors import ErrorCodes
 from multidict import CIMultiDict
-
-if TYPE_CHECKING:
-    from proxy.edge.h2.connection import H2Connection
 
 # Fields that belong to an HTTP/1.1 connection, never sent on HTTP/2 (RFC 9113 §8.2.2).
 CONNECTION_FIELDS = frozenset(
@@ -30,6 +27,25 @@ CONNECTION_FIELDS = frozenset(
 _FORBIDDEN = re.compile(rb"[\r\n\x00]")
 
 
+class Sender(Protocol):
+    """What a stream's writer asks of its connection (proxy/edge/h2/connection.py)."""
+
+    @property
+    def send_timeout(self) -> float: ...
+
+    def window(self, stream_id: int) -> int: ...
+
+    def send_headers(self, stream_id: int, fields: list[tuple[bytes, bytes]]) -> None: ...
+
+    def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None: ...
+
+    def ended(self, writer: StreamWriter, *, reset_body: bool) -> None: ...
+
+    def reset(self, writer: StreamWriter, code: ErrorCodes) -> None: ...
+
+    async def drained(self, writer: StreamWriter) -> None: ...
+
+
 class StreamGone(ConnectionResetError):
     """The stream was reset (by the client, or by the edge after ``send_timeout``)."""
 
@@ -38,7 +54,7 @@ class StreamWriter(AbstractStreamWriter):
     """The writer of one stream's answer; ``buffer_size`` counts the body bytes sent (an
     access log's ``%b``)."""
 
-    def __init__(self, connection: H2Connection, stream_id: int) -> None:
+    def __init__(self, connection: Sender, stream_id: int) -> None:
         self._connection = connection
         self.stream_id = stream_id
         self.headers_sent = False
@@ -112,7 +128,7 @@ class StreamWriter(AbstractStreamWriter):
                 return min(room, wanted)
             self._window = asyncio.get_running_loop().create_future()
             try:
-                async with asyncio.timeout(connection.limits.send_timeout):
+                async with asyncio.timeout(connection.send_timeout):
                     await self._window
             except TimeoutError:
                 connection.reset(self, ErrorCodes.CANCEL)
