@@ -282,3 +282,17 @@ async def test_a_reload_keeps_http2_connections_open(
     await client.close()
     assert origin.count("/page") == 2  # one fill per domain
     assert "Traceback" not in (tmp_path / "node.log").read_text()
+
+
+async def test_head_and_conditional_requests_have_no_body(
+    service: Service, origin: Origin, certs: Certificates
+) -> None:
+    origin.reply("/h", b"0123456789", headers={**CACHEABLE, "ETag": '"v1"'})
+    client = await h2(service, certs)
+    await client.answer(client.request("/h"))
+    head = await client.answer(client.request("/h", method="HEAD"))
+    assert (head.status, head.body, head.headers["content-length"]) == (200, b"", "10")
+    again = await client.answer(client.request("/h", headers=[("if-none-match", '"v1"')]))
+    assert (again.status, again.body, again.headers["etag"]) == (304, b"", '"v1"')
+    await client.close()
+    assert origin.count("/h") == 1
