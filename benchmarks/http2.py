@@ -22,6 +22,7 @@ import shlex
 import statistics
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,10 +127,14 @@ def start_nginx(home: Path, pem: Path, origin_port: int, cpu: str) -> tuple[Serv
     return server, port
 
 
-def worker_of(server: Server) -> int:
-    for pid in children(server.pid):
-        if "worker process" in cmdline(pid):
-            return pid
+def worker_of(server: Server, timeout: float = 10.0) -> int:
+    """nginx's worker (the master may still be starting it when the port opens)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in children(server.pid):
+            if "worker process" in cmdline(pid):
+                return pid
+        time.sleep(0.05)
     raise RuntimeError("no nginx worker process")
 
 
