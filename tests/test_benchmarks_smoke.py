@@ -131,3 +131,14 @@ def test_soft_purge_runs_and_counts_what_the_origin_sent() -> None:
     )
     rows = dict(re.findall(r"^\| (hard|soft|soft\+swr) \| (\d+ \| \d+) \|", out, re.MULTILINE))
     assert rows == {"hard": "3 | 0", "soft": "0 | 3", "soft+swr": "0 | 3"}, out
+
+
+def test_http2_runs() -> None:
+    """benchmarks/http2.py, short: h2load gets every answer (2xx) from cdn-proxy and nginx,
+    over HTTP/2 and HTTP/1.1 on TLS, and the table has a figure for each."""
+    assert shutil.which("h2load"), "h2load is required (apt-get install nghttp2-client)"
+    out = run_script("benchmarks.http2", "--runs", "1", "--duration", "1")
+    for system in ("cdn-proxy", "nginx"):
+        for protocol in ("HTTP/2", "HTTP/1.1"):
+            pattern = rf"^{system} +{re.escape(protocol)} +[\d,]+ +[\d.]+$"
+            assert re.search(pattern, out, re.MULTILINE), out
