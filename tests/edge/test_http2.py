@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import brotli
 import pytest
 from aiohttp import web
 
@@ -296,3 +297,29 @@ async def test_head_and_conditional_requests_have_no_body(
     assert (again.status, again.body, again.headers["etag"]) == (304, b"", '"v1"')
     await client.close()
     assert origin.count("/h") == 1
+
+
+async def test_compressed_copies_over_http2(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """Compression at the edge (decision 0035) holds per stream: a brotli client gets the
+    stored brotli copy, an identity client the bytes the origin sent, from one fill."""
+    html = b"<p>" + b"compressible text " * 200 + b"</p>"
+    origin.reply("/c.html", html, headers={**CACHEABLE, "Content-Type": "text/html"})
+    compress = {"compress": ["br", "gzip"]}
+    config = tls_config(
+        tmp_path,
+        origin.url,
+        edge=pair_keys(certs.issue("example.com")),
+        domains={"example.com": compress},
+    )
+    async with running(config) as running_service:
+        client = await h2(running_service, certs)
+        br = await client.answer(client.request("/c.html", headers=[("accept-encoding", "br")]))
+        assert br.headers["content-encoding"] == "br"
+        assert "accept-encoding" in br.headers["vary"].lower()
+        assert len(br.body) < len(html) and brotli.decompress(br.body) == html
+        plain = await client.answer(client.request("/c.html"))
+        assert "content-encoding" not in plain.headers and plain.body == html
+        await client.close()
+    assert origin.count("/c.html") == 1
