@@ -69,6 +69,8 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   bytes of a connection are the HTTP/2 preface. Assumed: ``transport.set_protocol`` and,
   for h2c, that ``RequestHandler.connection_lost`` with its ``transport`` unset, and its
   request loop (``_task_handler``) cancelled, stop it without closing the transport.
+  ``answer_and_close`` and ``send_continue`` (100 Continue) do on HTTP/2 what their HTTP/1.1
+  bytes do, through the stream (an RST_STREAM, an interim HEADERS).
 
 The TLS listener's site, which relies on aiohttp's sites the same way, is in
 proxy/edge/handshakes.py, with its assumptions.
@@ -80,7 +82,7 @@ import asyncio
 from collections.abc import Callable
 from http import HTTPStatus
 from time import perf_counter
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from aiohttp import ClientRequest, ClientTimeout, StreamReader, TCPConnector, web
 from aiohttp.abc import AbstractStreamWriter
@@ -328,6 +330,23 @@ class OriginConnector(TCPConnector):
             if protocol is None or not protocol.should_close:
                 return connection
             connection.close()
+
+
+@runtime_checkable
+class Informational(Protocol):
+    """A writer that sends interim answers itself (an HTTP/2 stream's: a HEADERS frame)."""
+
+    def informational(self, status: int) -> None: ...
+
+
+async def send_continue(request: web.BaseRequest) -> None:
+    """``100 Continue`` (RFC 9110 §15.2.1), before the request's body is read: HTTP/1.1's
+    status line on the request's writer, or an HTTP/2 stream's interim HEADERS."""
+    writer = request.writer
+    if isinstance(writer, Informational):
+        writer.informational(100)
+    else:
+        await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 async def answer_and_close(request: web.BaseRequest, response: web.StreamResponse) -> None:

@@ -26,7 +26,7 @@ from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.http.requests import SAFE_METHODS
 from proxy.core.observe.traffic import ERROR, outcome_of_fwd
 from proxy.edge import bodies, respond
-from proxy.edge.aiohttp_adapter import answer_and_close
+from proxy.edge.aiohttp_adapter import answer_and_close, send_continue
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
 from proxy.observe.telemetry import Telemetry
@@ -88,7 +88,7 @@ class Forwarder:
             if _expects_continue(request):
                 # The body is read here, before the origin is asked, so the 100 is ours to
                 # send, and the origin gets no Expect (RFC 9110 §10.1.1).
-                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await send_continue(request)
                 headers = [(n, v) for n, v in headers if n.lower() != "expect"]
             # What it buffers stays counted in the process's budget until this is answered.
             async with bodies.BodyReader(request, self._bodies) as body:

@@ -323,3 +323,22 @@ async def test_compressed_copies_over_http2(
         assert "content-encoding" not in plain.headers and plain.body == html
         await client.close()
     assert origin.count("/c.html") == 1
+
+
+async def test_expect_100_continue(service: Service, origin: Origin, certs: Certificates) -> None:
+    """A client that waits for 100 Continue before its body gets it as an interim HEADERS
+    frame; the origin gets the body, and no Expect."""
+    origin.reply("/upload", b"stored")
+    client = await h2(service, certs)
+    stream = client.request(
+        "/upload", method="POST", headers=[("expect", "100-continue")], end=False
+    )
+    events = await client.read_events()
+    while not any(type(e).__name__ == "InformationalResponseReceived" for e in events):
+        events = await client.read_events()
+    await client.send_body(stream, b"the body")
+    answer = await client.answer(stream)
+    assert (answer.status, answer.body) == (200, b"stored")
+    assert origin.seen[0].body == b"the body"
+    assert "Expect" not in origin.seen[0].headers
+    await client.close()

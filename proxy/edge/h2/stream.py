@@ -81,6 +81,12 @@ class StreamWriter(AbstractStreamWriter):
         self._connection.send_headers(self.stream_id, fields)
         await self._connection.drained(self)
 
+    def informational(self, status: int) -> None:
+        """An interim answer (100 Continue): HEADERS without END_STREAM, before the final
+        one (RFC 9113 §8.1)."""
+        if not self.headers_sent and not self.gone:
+            self._connection.send_headers(self.stream_id, [(b":status", b"%d" % status)])
+
     async def write(self, chunk: bytes | bytearray | memoryview) -> None:
         await self._send(chunk, end=False)
 
