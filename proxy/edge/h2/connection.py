@@ -50,10 +50,10 @@ from h2.events import (
 from h2.exceptions import DenialOfServiceError, ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
-from multidict import CIMultiDict
 
 from proxy.edge.aiohttp_adapter import BodyFlow, body_reader, error_page, h2_request
 from proxy.edge.connections import ConnectionGuard
+from proxy.edge.h2.head import Head, read_head
 from proxy.edge.h2.limits import (
     BODY_READ_LIMIT,
     CONNECTION_WINDOW,
@@ -283,30 +283,10 @@ class H2Connection(asyncio.Protocol):
         if self._closing:
             self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
-        pseudo: dict[bytes, bytes] = {}
-        headers: CIMultiDict[str] = CIMultiDict()
-        raw: list[tuple[bytes, bytes]] = []
-        cookies: list[str] = []
-        for name, value in event.headers or ():
-            name_b, value_b = bytes(name), bytes(value)
-            if name_b[:1] == b":":
-                pseudo[name_b] = value_b
-            elif name_b == b"cookie":  # joined again for HTTP/1.1 semantics (RFC 9113 §8.2.3)
-                cookies.append(value_b.decode("latin-1"))
-            else:
-                headers.add(name_b.decode("latin-1"), value_b.decode("latin-1"))
-                raw.append((name_b, value_b))
-        if cookies:
-            headers["Cookie"] = "; ".join(cookies)
-            raw.append((b"cookie", headers["Cookie"].encode("latin-1")))
-        authority = pseudo.get(b":authority")
-        if authority is not None:  # :authority is the Host (RFC 9113 §8.3.1)
-            headers["Host"] = authority.decode("latin-1")
-        method = pseudo.get(b":method", b"").decode("latin-1")
-        path = pseudo.get(b":path", b"").decode("latin-1")
+        head = read_head(event.headers or ())
         ended = event.stream_ended is not None
         writer = StreamWriter(self, stream_id)
-        if method == "CONNECT" or not (path.startswith("/") or path == "*"):
+        if not head.served:
             self._refuse_connect(stream_id, ended)
             return
         self._requests += 1
@@ -320,7 +300,7 @@ class H2Connection(asyncio.Protocol):
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        stream.task = self._loop.create_task(self._serve(stream, method, path, headers, tuple(raw)))
+        stream.task = self._loop.create_task(self._serve(stream, head))
         if self._requests >= self.limits.max_requests:
             self.goaway()
 
@@ -340,23 +320,16 @@ class H2Connection(asyncio.Protocol):
         if not ended:
             self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
 
-    async def _serve(
-        self,
-        stream: Stream,
-        method: str,
-        path: str,
-        headers: CIMultiDict[str],
-        raw: tuple[tuple[bytes, bytes], ...],
-    ) -> None:
+    async def _serve(self, stream: Stream, head: Head) -> None:
         task = asyncio.current_task()
         assert task is not None
         stream.started = True
         writer = stream.writer
         request = h2_request(
-            method=method,
-            path=path,
-            headers=headers,
-            raw_headers=raw,
+            method=head.method,
+            path=head.path,
+            headers=head.headers,
+            raw_headers=head.raw,
             body=stream.body,
             connection=self,
             writer=writer,
