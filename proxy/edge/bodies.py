@@ -165,8 +165,11 @@ class BodyReader:
         limit = self._limits.buffer_bytes
         budget = self._budget
         while size <= limit:
-            room = limit + 1 - size if budget is None else min(limit + 1 - size, budget.free)
-            if room <= 0:
+            # A piece is capped by the budget's room only, never by the buffer's: what arrived
+            # together goes on together, so a streamed body's first piece reaches the origin
+            # whole (decision 0015), not cut at request_buffer_bytes + 1.
+            room = -1 if budget is None else budget.free
+            if room == 0:
                 assert budget is not None
                 budget.over_budget += 1
                 return b"".join(parts), False
