@@ -18,6 +18,7 @@ record per attempt, with the purge's kind and its receipt.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from aiohttp import web
 from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.core.auth.tokens import Scope
+from proxy.core.cache.rules import purge_targets
 from proxy.core.purge.purges import MAX_ITEMS, InvalidPurge, Purge, purge_request
 from proxy.core.purge.receipts import audit_text, receipt
 
@@ -144,6 +146,10 @@ async def _purge(
     domain = gate.check_domain(ctx, attempt, grant, "purge")
     what = "dry run" if wanted.dry_run else "purge"
     failed = f"the {what} of {domain!r} could not be done"
+    rules = ctx.config.by_name[domain].rules
+    if wanted.kind == "url" and rules is not None:
+        # Targets as clients send them, and as the domain's rules key them (decision 0033).
+        wanted = dataclasses.replace(wanted, items=purge_targets(rules, wanted.items))
     with gate.purger_failures(attempt, domain, action="purge", failed=failed):
         result = await ctx.purger.purge(domain, wanted)
     if not wanted.dry_run:

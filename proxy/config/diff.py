@@ -72,6 +72,9 @@ KEEPS_ENTRIES = frozenset(
         "backup_origins",
         "balance",
         "health_check",
+        # Rules whose cache keys are unchanged (paths and query normalisation): their TTLs
+        # apply to new fills; a change of keys is "rules" and clears (decision 0033).
+        "rules-ttl",
     }
 )
 
@@ -86,6 +89,8 @@ class ConfigChange:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     repointed: tuple[str, ...] = ()  # still configured; their entries are cleared
+    # re-pointed by rules that change cache keys: their old entries are unreachable (cleared)
+    rekeyed: tuple[str, ...] = ()
     retuned: tuple[str, ...] = ()  # still configured, entries kept, some setting changed
     unchanged: tuple[str, ...] = ()
     restart: tuple[str, ...] = ()  # keys that changed and need a restart: the reload is refused
@@ -112,6 +117,7 @@ class ConfigChange:
                 ("added", self.added),
                 ("removed", self.removed),
                 ("re-pointed (cleared)", self.repointed),
+                ("cache keys changed by rules (old entries unreachable)", self.rekeyed),
                 ("retuned", self.retuned),
             )
             if names
@@ -124,7 +130,7 @@ def diff(old: Config, new: Config) -> ConfigChange:
     """Sort the difference between the running config ``old`` and the new one."""
     restart = tuple(sorted(_table_changes(old, new)))
     before, after = old.by_name, new.by_name
-    repointed, retuned, unchanged = [], [], []
+    repointed, retuned, unchanged, rekeyed = [], [], [], []
     for name in sorted(before.keys() & after.keys()):
         changed = _domain_changes(before[name], after[name])
         if not changed:
@@ -133,10 +139,13 @@ def diff(old: Config, new: Config) -> ConfigChange:
             retuned.append(name)
         else:
             repointed.append(name)
+            if "rules" in changed:
+                rekeyed.append(name)
     return ConfigChange(
         added=tuple(sorted(after.keys() - before.keys())),
         removed=tuple(sorted(before.keys() - after.keys())),
         repointed=tuple(repointed),
+        rekeyed=tuple(rekeyed),
         retuned=tuple(retuned),
         unchanged=tuple(unchanged),
         restart=restart,
@@ -170,13 +179,21 @@ def _changed_keys(table: str, before: Any, after: Any) -> list[str]:
 
 
 def _domain_changes(before: DomainConfig, after: DomainConfig) -> frozenset[str]:
-    changed = frozenset(
+    changed = {
         field.name
         for field in dataclasses.fields(before)
         if getattr(before, field.name) != getattr(after, field.name)
-    )
+    }
     if set(before.origins) & set(after.origins):
         # A server of the old list is still in the new one: the same site, whose first
         # server changed. Only a list with no server in common re-points the domain.
-        changed -= {"origin"}
-    return changed
+        changed.discard("origin")
+    if "rules" in changed and _rule_keys(before) == _rule_keys(after):
+        changed.discard("rules")
+        changed.add("rules-ttl")
+    return frozenset(changed)
+
+
+def _rule_keys(domain: DomainConfig) -> tuple[object, ...]:
+    """What of a domain's rules decides its cache keys (core/cache/rules.py)."""
+    return () if domain.rules is None else domain.rules.key_part()

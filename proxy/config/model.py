@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 from proxy.config import values as check
+from proxy.config.rules import rules as checked_rules
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
+from proxy.core.cache.rules import RuleSet
 from proxy.core.http.balance import BALANCES
 from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
@@ -104,6 +106,9 @@ class DomainConfig:
     backup_origins: Annotated[tuple[str, ...], _backup_list] = ()
     balance: Annotated[str, _balance] = "round_robin"
     health_check: Annotated[HealthCheckConfig | None, _health_check] = None
+    # Cache rules ([[domains.rules]], decision 0033): compiled once here; None: no rules, and
+    # the edge takes exactly the path it takes without them.
+    rules: Annotated[RuleSet | None, checked_rules] = None
 
 
 @dataclass(frozen=True, slots=True)

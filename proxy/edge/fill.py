@@ -31,6 +31,7 @@ from proxy.core.cache.policy import (
     refreshed,
     vary_values,
 )
+from proxy.core.cache.rules import Applied
 from proxy.core.http.compression import (
     IDENTITY,
     codings_of,
@@ -54,7 +55,7 @@ from proxy.store.base import Store
 # with the edge's other paths.
 OriginHeaders = Callable[..., list[tuple[str, str]]]
 FromStored = Callable[..., web.Response]
-Ready = Callable[[StoredResponse], StoredResponse]
+Ready = Callable[[StoredResponse, Applied | None], StoredResponse]
 Land = Callable[[CacheKey, Flight | None, FlightResult], None]
 
 
@@ -69,8 +70,15 @@ class Fill:
     stale: StoredResponse | None  # the stored response it revalidates, if any
     fwd: str  # Cache-Status fwd= (RFC 9211)
     flight: Flight | None  # None when it leads no collapsed requests
+    rules: Applied | None = None  # the domain's cache rules for it (core/cache/rules.py)
     # stale-while-revalidate: the client has had its answer; nothing is relayed.
     background: bool = False
+
+    def detail(self, reason: str | None = None) -> str | None:
+        """Cache-Status ``detail``: the reason, then the rules that applied."""
+        if self.rules is None:
+            return reason
+        return self.rules.detail if reason is None else f"{reason}; {self.rules.detail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +186,15 @@ class Filler:
             origin.status, fields, len(body), config.compress_types, config.compress_min_bytes
         ):
             return await self._compressed(job, verdict, fields, body, origin.tags, response_time)
-        entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags))
-        status = cache_status(self._name, fwd=job.fwd, stored=await self._store.put(job.key, entry))
-        # This client gets the origin's fields in full; only the stored copy drops those that
-        # no-cache="..." or private="..." name (§5.2.2.4, §5.2.2.7).
-        response = self._from_stored(job.request, entry, response_time, status, headers=fields)
+        entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags), job.rules)
+        stored = await self._store.put(job.key, entry)
+        status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
+        # This client gets the origin's fields in full (its own Set-Cookie included); only
+        # the stored copy drops those that no-cache="..." or private="..." name (§5.2.2.4,
+        # §5.2.2.7) and Set-Cookie, so no hit or collapsed waiter ever gets them.
+        response = self._from_stored(
+            job.request, entry, response_time, status, headers=fields, rules=job.rules
+        )
         return Filled(response, entry)
 
     async def _compressed(
@@ -213,12 +225,14 @@ class Filler:
                 vary=vary,
                 vary_values=vary_values(vary, job.request.headers, coding),
             )
-            entry = self._ready(tagged(variant.with_body(copy, job.key[2]), tags))
+            entry = self._ready(tagged(variant.with_body(copy, job.key[2]), tags), job.rules)
             kept.append((coding, entry, await self._store.put(job.key, entry)))
         coding, entry, stored = next((k for k in kept if k[0] == wanted), kept[0])
         out = encoded_fields(fields, coding, len(entry.body))
-        status = cache_status(self._name, fwd=job.fwd, stored=stored)
-        response = self._from_stored(job.request, entry, response_time, status, headers=out)
+        status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
+        response = self._from_stored(
+            job.request, entry, response_time, status, headers=out, rules=job.rules
+        )
         return Filled(response, entry)
 
     async def _refresh(
@@ -241,10 +255,13 @@ class Filler:
             entry, stored = replace(stale, headers=merged), False
         else:
             # Tags as the 304 sets them, else as stored (decision 0024).
-            entry = self._ready(tagged(refreshed(stale, verdict), origin.tags or stale.tags))
+            entry = self._ready(
+                tagged(refreshed(stale, verdict), origin.tags or stale.tags), job.rules
+            )
             stored = await self._store.put(job.key, entry)
-        status = cache_status(self._name, fwd=job.fwd, stored=stored)
-        return Filled(self._from_stored(job.request, entry, response_time, status), entry)
+        status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
+        response = self._from_stored(job.request, entry, response_time, status, rules=job.rules)
+        return Filled(response, entry)
 
     async def _pass_on(
         self, job: Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
@@ -257,7 +274,7 @@ class Filler:
             # served again nor revalidated again (each time costing the origin up to
             # max_object_bytes of a chunked body: decision 0031), as after a 304 (_refresh).
             await self._store.invalidate(job.config.name, job.target)
-        status = cache_status(self._name, fwd=job.fwd, detail=reason)
+        status = cache_status(self._name, fwd=job.fwd, detail=job.detail(reason))
         if origin.status == 200 and not job.background and ranges.asked(job.request):
             # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by
             # its Content-Length, or by what arrived) is not read further: a range of part of
@@ -292,12 +309,12 @@ class Filler:
             # Disconnected from the origin: a stale copy beats an error (RFC 9111 §4.2.4).
             respond.log.warning("%s; served a stale copy", exc)
             return self._stale_if_error(job, stale, now)
-        status = cache_status(self._name, fwd=job.fwd)
+        status = cache_status(self._name, fwd=job.fwd, detail=job.detail())
         return Filled(respond.origin_failed(exc, cache_status=status), exc)
 
     def _stale_if_error(self, job: Fill, stale: StoredResponse, now: float) -> Filled:
-        status = cache_status(self._name, fwd=job.fwd, detail="stale-if-error")
-        return Filled(self._from_stored(job.request, stale, now, status), stale)
+        status = cache_status(self._name, fwd=job.fwd, detail=job.detail("stale-if-error"))
+        return Filled(self._from_stored(job.request, stale, now, status, rules=job.rules), stale)
 
     def _assess(
         self,
@@ -319,6 +336,7 @@ class Filler:
             heuristic=job.config.heuristic_freshness,
             surrogate_name=self._name,
             accept_encoding=coding_of(job.request, job.config),
+            rules=job.rules,
         )
 
 

@@ -30,6 +30,7 @@ from time import perf_counter
 import aiohttp
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
+from multidict import CIMultiDictProxy
 
 from proxy.config.model import Config, DomainConfig
 from proxy.core.cache.entry import CacheKey, StoredResponse
@@ -42,6 +43,7 @@ from proxy.core.cache.policy import (
     select_variant,
     serve_while_revalidating,
 )
+from proxy.core.cache.rules import Applied, RuleSet, browser_fields, normalised_target
 from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.domains import host_from_header
 from proxy.core.http.fields import Headers
@@ -155,11 +157,17 @@ class Edge:
             self._hosts[host] = config
         return config
 
-    def _ready(self, entry: StoredResponse) -> StoredResponse:
+    def _ready(self, entry: StoredResponse, rules: Applied | None = None) -> StoredResponse:
         """The entry as it is stored, with its hit fields precomputed (``respond.prepared``).
         An entry that must be revalidated on every use (no-cache) or chosen by Vary never gets
-        them, so the fast path never serves it."""
-        return respond.prepared(entry, via=self._via, status=self._hit_status)
+        them, so the fast path never serves it; nor one whose rules rewrite its answer's
+        Cache-Control (browser_ttl). The rules' names are in its Cache-Status."""
+        if rules is None:
+            return respond.prepared(entry, via=self._via, status=self._hit_status)
+        if rules.browser_ttl is not None:
+            return entry
+        status = cache_status(self._name, hit=True, detail=rules.detail)
+        return respond.prepared(entry, via=self._via, status=status)
 
     def _https(self, request: web.BaseRequest) -> bool:
         """Whether the request is keyed as https (core/keys.py): the scheme the origin is
@@ -188,6 +196,7 @@ class Edge:
             head.version == HttpVersion11
             and not head.should_close
             and plain_get(head.method, headers, has_body=request.body_exists)
+            and (config.rules is None or _fast_under_rules(config.rules, head.path, headers))
         ):
             started = perf_counter()
             raw = head.path
@@ -233,17 +242,32 @@ class Edge:
     async def _answer(
         self, request: web.BaseRequest, config: DomainConfig, target: str
     ) -> web.StreamResponse:
+        rules = None
+        if config.rules is not None:  # asked once per request (core/cache/rules.py)
+            rules = config.rules.match(target.partition("?")[0])
+            if rules is not None:
+                target = normalised_target(target, rules.query)
         if may_use_cache(request.method, request.headers, has_body=request.body_exists):
-            return await self._cacheable(request, config, target, self._https(request))
+            if rules is not None:
+                bypass = _bypass_reason(rules, request.headers)
+                if bypass is not None:
+                    return await self._forward(request, config, target, "bypass", bypass)
+            return await self._cacheable(request, config, target, self._https(request), rules)
         fwd = "method" if request.method not in CACHEABLE_METHODS else "bypass"
         return await self._forward(request, config, target, fwd)
 
     # -- the cacheable path ----------------------------------------------------------------------
 
     async def _cacheable(
-        self, request: web.BaseRequest, config: DomainConfig, target: str, https: bool
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        https: bool,
+        rules: Applied | None = None,
     ) -> web.StreamResponse:
         now = self._clock()
+        detail = None if rules is None else rules.detail
         found = await self._store.lookup(config.name, cache_target(target, https))
         if found.bypass is not None:
             # The store cannot answer for now (a fleet member whose lease ran out: decision
@@ -251,22 +275,27 @@ class Edge:
             return await self._forward(request, config, target, "bypass", found.bypass)
         key = found.key
         coding = coding_of(request, config)
-        decision = decide_lookup(found.variants, request.headers, now, coding)
+        obey = rules is None or not rules.ignore_client_no_cache
+        decision = decide_lookup(found.variants, request.headers, now, coding, obey_request=obey)
         if isinstance(decision, Serve):
             self._telemetry.request(config.name, HIT)
-            return self._from_stored(request, decision.response, now, self._hit_status)
+            if rules is None:
+                return self._from_stored(request, decision.response, now, self._hit_status)
+            status = cache_status(self._name, hit=True, detail=detail)
+            return self._from_stored(request, decision.response, now, status, rules=rules)
         if only_if_cached(request.headers):
             self._telemetry.request(config.name, MISS)
             status = cache_status(self._name, fwd="miss", detail="only-if-cached")
             return respond.text(504, "504 Gateway Timeout: not in cache", cache_status=status)
         if isinstance(decision, Revalidate):
             stale: StoredResponse | None = decision.response
-            fwd = "stale"
-            if serve_while_revalidating(decision.response, request.headers, now):
-                self._revalidate_later(request, config, key, target, decision.response)
+            fwd = decision.reason  # RFC 9211 §2.2: "stale", or "request" when it asked
+            if serve_while_revalidating(decision.response, request.headers, now, obey_request=obey):
+                self._revalidate_later(request, config, key, target, decision.response, rules)
                 self._telemetry.request(config.name, HIT)
-                status = cache_status(self._name, hit=True, detail="stale-while-revalidate")
-                return self._from_stored(request, decision.response, now, status)
+                swr = "stale-while-revalidate" + ("" if detail is None else f"; {detail}")
+                status = cache_status(self._name, hit=True, detail=swr)
+                return self._from_stored(request, decision.response, now, status, rules=rules)
         else:
             stale, fwd = None, decision.reason
         if request.method == "HEAD" and stale is None:
@@ -278,7 +307,7 @@ class Edge:
             return await self._forward(request, config, target, fwd, "range")
         flight, leading = self.flights.join(key)
         if leading:
-            return await self._fill(Fill(request, config, key, target, stale, fwd, flight))
+            return await self._fill(Fill(request, config, key, target, stale, fwd, flight, rules))
         result = await flight.wait(
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
@@ -295,12 +324,12 @@ class Edge:
                 shared = select_variant(found.variants, request.headers, coding)
         if shared is not None:
             self._telemetry.request(config.name, outcome_of_fwd(fwd))
-            status = cache_status(self._name, fwd=fwd, collapsed=True)
-            return self._from_stored(request, shared, self._clock(), status)
+            status = cache_status(self._name, fwd=fwd, collapsed=True, detail=detail)
+            return self._from_stored(request, shared, self._clock(), status, rules=rules)
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
         if partial:
             return await self._forward(request, config, target, fwd, "range")
-        return await self._fill(Fill(request, config, key, target, stale, fwd, None))
+        return await self._fill(Fill(request, config, key, target, stale, fwd, None, rules))
 
     async def _fill(self, job: Fill) -> web.StreamResponse:
         """Fetch from the origin, store what may be stored, and finish the flight.
@@ -326,6 +355,7 @@ class Edge:
         key: CacheKey,
         target: str,
         stale: StoredResponse,
+        rules: Applied | None,
     ) -> None:
         """Revalidate in the background (RFC 5861 §3), unless a request for the key is already
         at the origin. The task is kept until it ends and cancelled by ``close``."""
@@ -333,7 +363,9 @@ class Edge:
         if not leading:
             return
         task = asyncio.create_task(
-            self._fill(Fill(request, config, key, target, stale, "stale", flight, background=True)),
+            self._fill(
+                Fill(request, config, key, target, stale, "stale", flight, rules, background=True)
+            ),
             name="revalidate",
         )
         self._background.add(task)
@@ -422,10 +454,38 @@ class Edge:
         status: str,
         *,
         headers: Headers | None = None,
+        rules: Applied | None = None,
     ) -> web.Response:
+        if rules is not None and rules.browser_ttl is not None:
+            # The answer's Cache-Control, not the stored one (core/cache/rules.py).
+            headers = browser_fields(entry.headers if headers is None else headers, rules)
         response = respond.from_stored(
             request, entry, now=now, via=self._via, status=status, headers=headers
         )
         if hdrs.RANGE in request.headers:
             return ranges.answer(request, response, entry.body)
         return response
+
+
+def _fast_under_rules(rules: RuleSet, raw: str, headers: CIMultiDictProxy[str]) -> bool:
+    """Whether a plain GET on a domain with rules may still take the fast path: no rule
+    matches its path, or those that do change nothing a stored answer would show."""
+    applied = rules.match(raw.partition("?")[0])
+    if applied is None:
+        return True
+    if not applied.fast or (applied.query is not None and "?" in raw):
+        return False
+    return hdrs.AUTHORIZATION not in headers or not applied.overrides_storage
+
+
+def _bypass_reason(rules: Applied, headers: CIMultiDictProxy[str]) -> str | None:
+    """Why the rules send a cacheable request to the origin uncached, or None: cache =
+    false, a bypass cookie, or Authorization where the rules override what is stored (the
+    origin's own §3.5 consent is checked only on a response, and a hit has none)."""
+    if not rules.cache:
+        return f"cache-false; {rules.detail}"
+    if rules.bypass is not None and rules.bypassed(headers.getall(hdrs.COOKIE, [])):
+        return f"bypass-cookie; {rules.detail}"
+    if rules.overrides_storage and hdrs.AUTHORIZATION in headers:
+        return f"authorization; {rules.detail}"
+    return None

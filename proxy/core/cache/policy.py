@@ -34,7 +34,13 @@ from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 from proxy.core.cache.entry import StoredResponse, last_field
-from proxy.core.cache.storability import HEURISTICALLY_CACHEABLE, refusal, stored_fields
+from proxy.core.cache.rules import Applied, overridden
+from proxy.core.cache.storability import (
+    HEURISTICALLY_CACHEABLE,
+    allows_authorized,
+    refusal,
+    stored_fields,
+)
 from proxy.core.cache.targeted import targeted_directives
 from proxy.core.domains import host_from_header
 from proxy.core.http.fields import Headers, Lines
@@ -77,6 +83,9 @@ class Serve:
 @dataclass(frozen=True, slots=True)
 class Revalidate:
     response: StoredResponse
+    # RFC 9211 §2.2 fwd=: "stale" when the entry is, "request" when the request's own
+    # directives (no-cache, max-age, min-fresh) asked for it.
+    reason: str = "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,29 +142,34 @@ def decide_lookup(
     request: RequestHeaders,
     now: float,
     accept_encoding: str | None = None,
+    *,
+    obey_request: bool = True,
 ) -> Serve | Revalidate | Forward:
     """``accept_encoding``: the request's Accept-Encoding as the domain reads it
-    (``encodings.preferred``), which Vary matching uses instead of the header's spelling."""
+    (``encodings.preferred``), which Vary matching uses instead of the header's spelling.
+    ``obey_request`` False: a rule's ``ignore_client_no_cache`` (core/cache/rules.py) sets
+    the request's directives aside, as nginx and Varnish do by default."""
     if not variants:
         return Forward("uri-miss")
     chosen = select_variant(variants, request, accept_encoding)
     if chosen is None:
         return Forward("vary-miss")
-    if request.get("cache-control") is None and request.get("pragma") is None:
+    if not obey_request or (request.get("cache-control") is None and request.get("pragma") is None):
         # The common case: no request directives to weigh.
         return Serve(chosen) if chosen.is_fresh(now) else Revalidate(chosen)
     directives = request_directives(request)
+    fresh = chosen.is_fresh(now)
     if "no-cache" in directives:  # §5.2.1.4
-        return Revalidate(chosen)
-    if not chosen.is_fresh(now):
+        return Revalidate(chosen, "request" if fresh else "stale")
+    if not fresh:
         return Revalidate(chosen)
     age = chosen.age(now)
     max_age = delta_seconds(directives, "max-age")  # §5.2.1.1
     if max_age is not None and age > max_age:
-        return Revalidate(chosen)
+        return Revalidate(chosen, "request")
     min_fresh = delta_seconds(directives, "min-fresh")  # §5.2.1.3
     if min_fresh is not None and chosen.freshness_lifetime - age < min_fresh:
-        return Revalidate(chosen)
+        return Revalidate(chosen, "request")
     return Serve(chosen)
 
 
@@ -226,14 +240,20 @@ def assess_response(
     heuristic: bool,
     surrogate_name: str | None = None,
     accept_encoding: str | None = None,
+    rules: Applied | None = None,
 ) -> Storable | DontStore:
     """Decide from status and headers whether the response may be stored (``storability``),
     and precompute everything a hit will need. ``surrogate_name`` is the name this cache
     advertises in Surrogate-Capability; Surrogate-Control items targeted at it apply.
-    ``accept_encoding`` as for ``decide_lookup``: the value the entry is keyed by."""
+    ``accept_encoding`` as for ``decide_lookup``: the value the entry is keyed by. ``rules``:
+    the domain's cache rules for the request (core/cache/rules.py), explicit inputs that
+    set origin fields aside and replace lifetimes, never the headers themselves."""
     lowered = [(name.lower(), value) for name, value in headers]
-    directives, obeyed = _obeyed(lowered, surrogate_name)
-    vary = _vary(lowered)
+    origin_directives, obeyed = _obeyed(lowered, surrogate_name)
+    directives, vary, rule_ttl = origin_directives, _vary(lowered), None
+    if rules is not None:
+        directives, obeyed, vary = overridden(rules, origin_directives, obeyed, vary)
+        rule_ttl = rules.lifetime_for(status)
     refused = refusal(
         method=method,
         status=status,
@@ -242,24 +262,38 @@ def assess_response(
         vary=vary,
         request_no_store=request.get("cache-control") is not None
         and "no-store" in request_directives(request),
-        authorization=request.get("authorization") is not None,
+        # §3.5 by the origin's own directives, whatever a rule sets aside.
+        authorization=request.get("authorization") is not None
+        and not allows_authorized(origin_directives),
         not_forwarded=not_passed_on_fill(request.getall("connection", [])),
+        rule_lifetime=rule_ttl is not None,
     )
     if refused is not None:
         return DontStore(refused)
-    lifetime = _kept_lifetime(status, directives, obeyed, request, response_time, heuristic)
+    if rule_ttl is not None:
+        lifetime: float | DontStore = rule_ttl
+        has_validator = any(name in ("etag", "last-modified") for name, _ in obeyed)
+        if unqualified(directives, "no-cache") and not has_validator:  # §5.2.2.4
+            lifetime = DontStore("no-cache-without-validator")
+    else:
+        lifetime = _kept_lifetime(status, directives, obeyed, request, response_time, heuristic)
     if isinstance(lifetime, DontStore):
         return lifetime
+    sie, swr = stale_if_error(directives), stale_while_revalidate(directives)
+    if rules is not None and sie != 0.0:  # 0: the origin forbids stale use (§5.2.2.2)
+        sie = sie if rules.stale_if_error is None else rules.stale_if_error
+        swr = swr if rules.stale_while_revalidate is None else rules.stale_while_revalidate
     return Storable(
         status=status,
         reason=reason,
-        headers=stored_fields(headers, directives),
+        # The origin's qualified no-cache="..." and private="..." still remove their fields.
+        headers=stored_fields(headers, origin_directives),
         response_time=response_time,
         corrected_initial_age=corrected_initial_age(lowered, request_time, response_time),
         freshness_lifetime=lifetime,
         revalidate_always=unqualified(directives, "no-cache"),
-        stale_if_error=stale_if_error(directives),
-        stale_while_revalidate=stale_while_revalidate(directives),
+        stale_if_error=sie,
+        stale_while_revalidate=swr,
         etag=last_field(lowered, "etag"),
         last_modified=last_field(lowered, "last-modified"),
         vary=vary,
@@ -337,12 +371,17 @@ def stale_while_revalidate(cc: Directives) -> float:
     return float(seconds) if seconds is not None and seconds > 0 else 0.0
 
 
-def serve_while_revalidating(stored: StoredResponse, request: RequestHeaders, now: float) -> bool:
+def serve_while_revalidating(
+    stored: StoredResponse, request: RequestHeaders, now: float, *, obey_request: bool = True
+) -> bool:
     """RFC 5861 §3: a response stale by no more than its stale-while-revalidate may answer at
-    once while the cache revalidates it; not when the client asked for validation itself."""
+    once while the cache revalidates it; not when the client asked for validation itself
+    (unless a rule sets the request's directives aside: ``obey_request``)."""
     if stored.stale_while_revalidate <= 0 or stored.revalidate_always:
         return False
-    if request.get("cache-control") is not None or request.get("pragma") is not None:
+    if obey_request and (
+        request.get("cache-control") is not None or request.get("pragma") is not None
+    ):
         asked = request_directives(request)
         if "no-cache" in asked or "max-age" in asked or "min-fresh" in asked:
             return False  # the client wants a validated or fresher answer (§5.2.1)

@@ -60,11 +60,16 @@ def refusal(
     request_no_store: bool,
     authorization: bool,
     not_forwarded: Collection[str],
+    rule_lifetime: bool = False,
 ) -> str | None:
     """Why the response may not be stored, or None. ``fields`` are the lowercased names of
     the response's fields this cache obeys (no Expires under a CDN-targeted field), ``vary``
     the field names its Vary lists; ``not_forwarded`` names the request fields the origin did
-    not see as the client sent them (``headers.not_passed_on_fill``)."""
+    not see as the client sent them (``headers.not_passed_on_fill``). ``rule_lifetime``: a
+    cache rule gives the response a lifetime (core/cache/rules.py), which counts as an
+    explicit one for §3 ¶2.7. ``authorization``: the request had one and the origin's own
+    directives do not allow sharing it (§3.5, ``allows_authorized``), whatever a rule sets
+    aside; ``directives`` and ``fields`` are those a rule left the cache to obey."""
     # The request's part, and the edge's own rules, stricter than the RFC.
     if method != "GET":  # §3 ¶2.1: the only method whose responses this cache stores
         return "method"
@@ -89,14 +94,14 @@ def refusal(
         return "private"
     if status // 100 == 1 or status in (206, 304):  # §3 ¶2.2 (final), ¶2.3 (understood)
         return "status"
-    if authorization and not _allows_authorized(directives):  # §3 ¶2.6, §3.5
+    if authorization and not allows_authorized(directives):  # §3 ¶2.6, §3.5
         return "authorization"
-    if not _says_storable(directives, fields, status):  # §3 ¶2.7
+    if not rule_lifetime and not _says_storable(directives, fields, status):  # §3 ¶2.7
         return "not-storable"
     return None
 
 
-def _allows_authorized(directives: Directives) -> bool:
+def allows_authorized(directives: Directives) -> bool:
     """§3.5: the response directives that let a shared cache store an answer to a request
     with Authorization. An s-maxage counts only when it is a valid delta-seconds: one user's
     answer is shared only when the origin clearly said so."""
