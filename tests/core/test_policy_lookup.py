@@ -133,7 +133,7 @@ def test_age_from_upstream_counts_against_freshness() -> None:
     assert decide_lookup([stored], CIMultiDict(), NOW + 9) == Serve(stored)
     assert decide_lookup([stored], CIMultiDict(), NOW + 10) == Revalidate(stored)
     request = CIMultiDict([("Cache-Control", "max-age=55")])
-    assert decide_lookup([stored], request, NOW + 6) == Revalidate(stored)  # age 56
+    assert decide_lookup([stored], request, NOW + 6) == Revalidate(stored, "request")  # age 56
 
 
 def test_no_cache_response_is_always_revalidated() -> None:

@@ -1,0 +1,288 @@
+"""Cache rules per domain (issue 25 §1, decision 0033), every field against a real origin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import http_sf
+from aiohttp import web
+
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+
+
+async def with_rules(
+    make_edge: EdgeFactory, origin: Origin, *rules: dict[str, Any]
+) -> EdgeUnderTest:
+    """An edge whose example.com has ``rules``; other.test, on the same origin, has none."""
+    return await make_edge(
+        domains=[
+            {"name": "example.com", "origin": origin.url, "read_timeout": 5, "rules": list(rules)},
+            {"name": "other.test", "origin": origin.url, "read_timeout": 5},
+        ]
+    )
+
+
+def status_of(response: Any) -> dict[str, object]:
+    """The Cache-Status member's parameters (RFC 9211), parsed as RFC 8941 says."""
+    parsed = http_sf.parse(response.headers["Cache-Status"].encode(), tltype="list")
+    _, params = parsed[-1]
+    return {name: str(value) if isinstance(value, str) else value for name, value in params.items()}
+
+
+def is_hit(response: Any) -> bool:
+    return status_of(response).get("hit") is True
+
+
+async def test_edge_ttl_caches_an_origin_that_sends_no_cache_headers(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """A WordPress-like page with no Cache-Control: stored for edge_ttl, then fetched again;
+    the same origin on a domain without rules is never stored (no explicit freshness)."""
+    origin.reply("/page", b"anonymous page")
+    edge = await with_rules(make_edge, origin, {"name": "pages", "edge_ttl": "1m"})
+    first, _ = await edge.get("/page")
+    assert status_of(first) == {"fwd": "uri-miss", "stored": True, "detail": "rules=pages"}
+    second, body = await edge.get("/page")
+    assert body == b"anonymous page" and is_hit(second)
+    assert status_of(second)["detail"] == "rules=pages"
+    assert origin.count("/page") == 1
+    edge.clock.advance(61)
+    third, _ = await edge.get("/page")
+    assert not is_hit(third) and origin.count("/page") == 2
+    await edge.get("/page", host="other.test")
+    await edge.get("/page", host="other.test")
+    assert origin.count("/page") == 4
+
+
+async def test_private_is_overridden_only_when_cache_control_is_ignored(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """RFC 9111 §5.2.2.7: private stays private under an edge_ttl; ignore_origin naming
+    Cache-Control is what lets the edge store it."""
+    origin.reply("/p", b"x", headers={"Cache-Control": "private, max-age=60"})
+    origin.reply("/q", b"y", headers={"Cache-Control": "private, no-store"})
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"name": "ttl", "edge_ttl": "1h"},
+        {"name": "ignore", "paths": ["/q"], "ignore_origin": ["Cache-Control"]},
+    )
+    for _ in range(2):
+        response, _ = await edge.get("/p")
+        assert status_of(response)["detail"] == "private; rules=ttl"
+    assert origin.count("/p") == 2
+    await edge.get("/q")
+    response, body = await edge.get("/q")
+    assert is_hit(response) and body == b"y"
+    assert status_of(response)["detail"] == "rules=ttl,ignore"
+    assert origin.count("/q") == 1
+
+
+async def test_set_cookie_is_never_replayed_to_another_client(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """Security: a response with Set-Cookie is stored only when the rule ignores Set-Cookie,
+    and then the stored copy and every hit carry none. Two clients, one cookie: the second
+    never sees it."""
+    origin.reply("/s", b"page", headers={"Set-Cookie": "sessionid=alice-secret"})
+    origin.reply("/t", b"page", headers={"Set-Cookie": "sessionid=alice-secret"})
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"edge_ttl": "1h"},
+        {"name": "strip", "paths": ["/s"], "ignore_origin": ["Set-Cookie"]},
+    )
+    alice, _ = await edge.get("/s")
+    assert alice.headers["Set-Cookie"] == "sessionid=alice-secret"  # her own answer
+    bob, body = await edge.get("/s")
+    assert is_hit(bob) and body == b"page"
+    assert "Set-Cookie" not in bob.headers
+    stored = edge.store.peek("example.com", "/s")
+    assert stored is not None
+    assert all(name.lower() != "set-cookie" for name, _ in stored.headers)
+    # Without Set-Cookie in ignore_origin, the edge_ttl alone does not store it.
+    await edge.get("/t")
+    bob, _ = await edge.get("/t")
+    assert status_of(bob)["detail"] == "set-cookie; rules=rules[0]"
+    assert origin.count("/t") == 2
+
+
+async def test_a_bypass_cookie_goes_to_the_origin_uncached(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """bypass_cookies: a logged-in user (a cookie matching a glob) is never served from
+    the cache, even on the fast path, and what they get is never stored."""
+    served = {"n": 0}
+
+    async def page(request: web.Request) -> web.Response:
+        served["n"] += 1
+        user = "admin" if "wordpress_logged_in_" in request.headers.get("Cookie", "") else "anon"
+        return web.Response(text=f"{user} {served['n']}")
+
+    origin.route("/post", page)
+    origin.route("/fresh", page)
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"name": "wp", "edge_ttl": "1h", "bypass_cookies": ["wordpress_logged_in_*", "sessionid"]},
+    )
+    _, anonymous = await edge.get("/post", headers={"Cookie": "_ga=1"})
+    assert anonymous == b"anon 1"
+    hit, body = await edge.get("/post")
+    assert is_hit(hit) and body == b"anon 1"
+    logged_in = {"Cookie": "_ga=1; wordpress_logged_in_abc=token"}
+    response, body = await edge.get("/post", headers=logged_in)
+    assert body == b"admin 2"
+    assert status_of(response) == {"fwd": "bypass", "detail": "bypass-cookie; rules=wp"}
+    _, body = await edge.get("/post", headers={"Cookie": "sessionid=x"})
+    assert body == b"anon 3"  # the origin answered; and nothing of it was stored:
+    assert (await edge.get("/post"))[1] == b"anon 1"
+    # A logged-in first visit is never stored for the next anonymous one.
+    _, body = await edge.get("/fresh", headers=logged_in)
+    assert body == b"admin 4"
+    response, body = await edge.get("/fresh")
+    assert body == b"anon 5" and not is_hit(response)
+
+
+async def test_cache_false_is_never_stored_nor_served(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """cache = false, after a catch-all that would store it: the later rule wins."""
+    origin.reply("/account/me", b"me", headers={"Cache-Control": "max-age=600"})
+    origin.reply("/cart", b"cart", headers={"Cache-Control": "max-age=600"})
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"name": "all", "edge_ttl": "1h"},
+        {"name": "private", "paths": ["/account/*", "/cart*"], "cache": False},
+    )
+    for target in ("/account/me", "/cart", "/account/me", "/cart"):
+        response, _ = await edge.get(target)
+        assert status_of(response) == {"fwd": "bypass", "detail": "cache-false; rules=all,private"}
+    assert origin.count("/account/me") == 2 and origin.count("/cart") == 2
+
+
+async def test_query_ignore_only_and_sort_make_one_entry_at_the_origin(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """query_ignore drops tracking parameters from the key and the origin request;
+    query_only keeps only the named ones; query_sort orders them. One origin request each."""
+    for target in ("/p?b=1", "/sorted?a=2&b=1", "/only?page=2"):
+        origin.reply(target, target.encode(), headers={"Cache-Control": "max-age=60"})
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"name": "utm", "query_ignore": ["utm_*", "fbclid", "gclid"], "query_sort": True},
+        {"name": "only", "paths": ["/only"], "query_only": ["page"]},
+    )
+    for target in ("/p?utm_source=a&b=1", "/p?b=1&utm_medium=x&fbclid=9", "/p?gclid=1&b=1"):
+        _, body = await edge.get(target)
+        assert body == b"/p?b=1"
+    for target in ("/sorted?b=1&a=2", "/sorted?a=2&b=1", "/sorted?utm_x=1&a=2&b=1"):
+        _, body = await edge.get(target)
+        assert body == b"/sorted?a=2&b=1"
+    for target in ("/only?page=2&x=1", "/only?y=3&page=2"):
+        response, body = await edge.get(target)
+        assert body == b"/only?page=2"
+    assert status_of(response)["detail"] == "rules=utm,only"
+    assert [seen.target for seen in origin.seen] == ["/p?b=1", "/sorted?a=2&b=1", "/only?page=2"]
+
+
+async def test_browser_ttl_is_the_clients_max_age_and_the_entry_keeps_its_own(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """browser_ttl replaces the Cache-Control clients get, on the miss and on hits; the
+    stored response keeps the origin's lifetime (60 s here, not the browser's hour)."""
+    origin.reply("/static/app.css", b"body{}", headers={"Cache-Control": "public, max-age=60"})
+    edge = await with_rules(
+        make_edge, origin, {"name": "css", "paths": ["*.css"], "browser_ttl": "1h"}
+    )
+    miss, _ = await edge.get("/static/app.css")
+    hit, _ = await edge.get("/static/app.css")
+    assert miss.headers.getall("Cache-Control") == ["max-age=3600"]
+    assert hit.headers.getall("Cache-Control") == ["max-age=3600"] and is_hit(hit)
+    stored = edge.store.peek("example.com", "/static/app.css")
+    assert stored is not None and ("Cache-Control", "public, max-age=60") in stored.headers
+    edge.clock.advance(61)
+    stale, _ = await edge.get("/static/app.css")
+    assert not is_hit(stale) and origin.count("/static/app.css") == 2
+
+
+async def test_ignore_client_no_cache_makes_a_browser_reload_a_hit(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """A reload sends Cache-Control: max-age=0 (or no-cache, or Pragma). Without the rule
+    it is forwarded, labelled fwd=request (RFC 9211 §2.2); with it, a hit."""
+    origin.reply("/r", b"x", headers={"Cache-Control": "max-age=600"})
+    edge = await with_rules(make_edge, origin, {"name": "reloads", "ignore_client_no_cache": True})
+    await edge.get("/r")
+    for asked in (
+        {"Cache-Control": "max-age=0"},
+        {"Cache-Control": "no-cache"},
+        {"Pragma": "no-cache"},
+    ):
+        response, _ = await edge.get("/r", headers=asked)
+        assert is_hit(response), asked
+    assert origin.count("/r") == 1
+    await edge.get("/r", host="other.test")
+    response, _ = await edge.get("/r", host="other.test", headers={"Cache-Control": "max-age=0"})
+    assert status_of(response)["fwd"] == "request"
+    assert origin.count("/r") == 3
+
+
+async def test_edge_ttl_by_status_stores_a_404(make_edge: EdgeFactory, origin: Origin) -> None:
+    """A 404 with no cache headers: edge_ttl alone leaves it to the origin (not stored);
+    edge_ttl_by_status names it, and it is kept for that long."""
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"name": "ttl", "edge_ttl": "1h"},
+        {"name": "missing", "paths": ["/gone/*"], "edge_ttl_by_status": {"404": "1m"}},
+    )
+    for _ in range(2):
+        await edge.get("/nothing")
+    assert origin.count("/nothing") == 2
+    await edge.get("/gone/x")
+    response, _ = await edge.get("/gone/x")
+    assert response.status == 404 and is_hit(response)
+    edge.clock.advance(61)
+    await edge.get("/gone/x")
+    assert origin.count("/gone/x") == 2
+
+
+async def test_authorization_is_never_served_from_an_entry_a_rule_stored(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """RFC 9111 §3.5: the rule stored the anonymous page; a request with Authorization
+    still goes to the origin, and its answer is not stored."""
+    served = {"n": 0}
+
+    async def page(request: web.Request) -> web.Response:
+        served["n"] += 1
+        return web.Response(text=f"{request.headers.get('Authorization', 'anon')} {served['n']}")
+
+    origin.route("/doc", page)
+    edge = await with_rules(make_edge, origin, {"name": "ttl", "edge_ttl": "1h"})
+    assert (await edge.get("/doc"))[1] == b"anon 1"
+    assert (await edge.get("/doc"))[1] == b"anon 1"
+    response, body = await edge.get("/doc", headers={"Authorization": "Bearer t"})
+    assert body == b"Bearer t 2"
+    assert status_of(response)["detail"] == "authorization; rules=ttl"
+    assert (await edge.get("/doc"))[1] == b"anon 1"
+
+
+async def test_stale_overrides_apply_unless_the_origin_forbids_stale(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """stale_while_revalidate from the rule: a stale entry answers at once while it is
+    revalidated; not for one whose origin said must-revalidate."""
+    origin.reply("/a", b"a", headers={"Cache-Control": "max-age=10"})
+    origin.reply("/b", b"b", headers={"Cache-Control": "max-age=10, must-revalidate"})
+    edge = await with_rules(make_edge, origin, {"name": "swr", "stale_while_revalidate": "1m"})
+    await edge.get("/a")
+    await edge.get("/b")
+    edge.clock.advance(20)
+    response, _ = await edge.get("/a")
+    assert status_of(response) == {"hit": True, "detail": "stale-while-revalidate; rules=swr"}
+    response, _ = await edge.get("/b")
+    assert not is_hit(response) and status_of(response)["fwd"] == "stale"
