@@ -24,8 +24,8 @@ async def with_rules(
 
 def status_of(response: Any) -> dict[str, object]:
     """The Cache-Status member's parameters (RFC 9211), parsed as RFC 8941 says."""
-    parsed = http_sf.parse(response.headers["Cache-Status"].encode(), tltype="list")
-    _, params = parsed[-1]
+    parsed: Any = http_sf.parse(response.headers["Cache-Status"].encode(), tltype="list")
+    params: dict[str, object] = parsed[-1][1]
     return {name: str(value) if isinstance(value, str) else value for name, value in params.items()}
 
 
