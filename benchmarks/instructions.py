@@ -28,6 +28,10 @@ its temporary directory (decision 0019); off by default, as in the default confi
 the origin (which answers with the object) and relays the answer, so the count is that of the
 forwarded path (edge/forward.py), origin connection included.
 
+``--rules N`` gives the benchmark's domain N cache rules (decision 0033): the first N-1 for
+paths no request takes (``/nomatch-I/*``), the last for the object's (``/o/*``, an edge_ttl),
+so each hit asks all N and one applies.
+
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
 behind in batches).
@@ -72,6 +76,7 @@ def start(
     root: Path,
     home: Path,
     access_log: str | None = None,
+    rules: int = 0,
 ) -> tuple[Server, int]:
     """The system started under callgrind (writing to ``out``), and the port it serves on."""
     callgrind = callgrind_argv(out)
@@ -85,6 +90,8 @@ def start(
                 1,
             )
             config.write_text(text)
+        if rules:
+            config.write_text(with_rules(config.read_text(), rules))
         server = Server(system, [*callgrind, *proxy_argv(config)], log, CPU, cwd=root)
         server.start()
         return server, proxy_addresses(server, START_SECONDS)[0]
@@ -131,16 +138,30 @@ def instructions(
     kind: str = "o",
     access_log: str | None = None,
     post: bool = False,
+    rules: int = 0,
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
-    server, port = start(system, out, size, origin_port, root, home, access_log)
+    server, port = start(system, out, size, origin_port, root, home, access_log, rules)
     try:
         asyncio.run(drive(port, f"/{kind}/{size}/0", requests, b"x" * size if post else None))
     finally:
         server.stop()  # SIGTERM: callgrind writes its counts as the process ends
     return totals(out)
+
+
+def with_rules(text: str, rules: int) -> str:
+    """The config ``text`` with ``rules`` [[domains.rules]] tables under HOST's domain."""
+    head = f'[[domains]]\nname = "{HOST}"\n'
+    start = text.index(head)
+    end = text.index("\n", start + len(head)) + 1  # its origin line
+    tables = "".join(
+        f'\n[[domains.rules]]\nname = "nomatch-{i}"\npaths = ["/nomatch-{i}/*"]\nedge_ttl = "1h"\n'
+        for i in range(rules - 1)
+    )
+    tables += '\n[[domains.rules]]\nname = "objects"\npaths = ["/o/*"]\nedge_ttl = "1d"\n\n'
+    return text[:end] + tables + text[end:]
 
 
 def callgrind_argv(out: Path) -> list[str]:
@@ -206,6 +227,9 @@ def main() -> None:
     parser.add_argument(
         "--post", action="store_true", help="forwarded POSTs of a --size body instead of hits"
     )
+    parser.add_argument(
+        "--rules", type=int, default=0, help="N cache rules on the domain, the last matching"
+    )
     args = parser.parse_args()
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
@@ -229,11 +253,21 @@ def main() -> None:
                 root = args.root if system == "cdn-proxy" else ROOT
                 kind = "tagged" if args.tagged else "o"
                 log = args.access_log if system == "cdn-proxy" else None
+                rules = args.rules if system == "cdn-proxy" else 0
                 base = instructions(
-                    system, args.size, 0, origin.port, root, tmp, kind, log, args.post
+                    system, args.size, 0, origin.port, root, tmp, kind, log, args.post, rules
                 )
                 loaded = instructions(
-                    system, args.size, args.requests, origin.port, root, tmp, kind, log, args.post
+                    system,
+                    args.size,
+                    args.requests,
+                    origin.port,
+                    root,
+                    tmp,
+                    kind,
+                    log,
+                    args.post,
+                    rules,
                 )
                 results[system] = (loaded - base) / args.requests
                 what = "forwarded POST" if args.post else "hit"
