@@ -35,7 +35,7 @@ from aiohttp.abc import AbstractAccessLogger
 from proxy.config.model import Config
 from proxy.core.domains import host_from_header
 from proxy.core.http.forwarded import TrustedProxies
-from proxy.core.observe.access_format import Entry, Formatter, cache_label
+from proxy.core.observe.access_format import Entry, Formatter, cache_label, rules_of
 from proxy.core.observe.responses import UNROUTED, DomainResponses, Responses, record
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.origin import ORIGIN_SECONDS, REQUEST_STARTED
@@ -207,6 +207,9 @@ def _queue(
             "HIT" if hit else cache_label(response.headers.get("Cache-Status")),
             None if hit else ORIGIN_SECONDS.get(),
             total,
+            # What names the cache rules (decision 0033), read by the writer thread: the
+            # fast hit itself (its headers are parsed only if read), else its Cache-Status.
+            response if hit else response.headers.get("Cache-Status"),
         )
     )
     if not writer.waking:
@@ -309,7 +312,9 @@ class LogWriter:
     def _line(self, record: tuple[Any, ...]) -> str | None:
         try:
             (when, peer, fwd, method, version, host, target, referer, agent) = record[:9]
-            status, sent, cache, origin, total = record[9:]
+            status, sent, cache, origin, total, source = record[9:]
+            if source is not None and not isinstance(source, str):
+                source = source.headers.get("Cache-Status")
             client = peer or "-"
             if fwd is not None:
                 client = self.trusted.client(
@@ -329,6 +334,7 @@ class LogWriter:
                 total_seconds=total,
                 referer=referer,
                 user_agent=agent,
+                rules=rules_of(source),
             )
             return self._formatter.line(entry)
         except Exception:  # a record we cannot format must not stop the log

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import http_sf
 from aiohttp import web
 
 from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.edge.access_support import get, keep_alive_get, lines_of
+from tests.nodes import Node, start, write_config
 
 
 async def with_rules(
@@ -286,3 +290,28 @@ async def test_stale_overrides_apply_unless_the_origin_forbids_stale(
     assert status_of(response) == {"hit": True, "detail": "stale-while-revalidate; rules=swr"}
     response, _ = await edge.get("/b")
     assert not is_hit(response) and status_of(response)["fwd"] == "stale"
+
+
+async def test_the_json_access_log_names_the_rules_of_misses_and_fast_hits(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    """Decision 0033: the access log can show the rules that applied (JSON's "rules"),
+    for a fast-path hit too; none for a request no rule matched."""
+    origin.reply("/page", b"p")
+    origin.reply("/other", b"o", headers={"Cache-Control": "max-age=60"})
+    config = write_config(
+        tmp_path,
+        origin.url,
+        edge='access_log = "access.log"\naccess_log_format = "json"',
+        extra='[[domains.rules]]\nname = "pages"\npaths = ["/page"]\nedge_ttl = "1m"\n',
+    )
+    node = await start(nodes, config)
+    await get(node.edge + "/page")
+    await keep_alive_get(node.edge, "/page", 1)  # the fast path
+    await get(node.edge + "/other")
+    lines = [json.loads(line) for line in await lines_of(tmp_path / "access.log", 3)]
+    assert [(line["cache"], line["rules"]) for line in lines] == [
+        ("MISS", "pages"),
+        ("HIT", "pages"),
+        ("MISS", None),
+    ]

@@ -39,6 +39,7 @@ JSON_KEYS = (
     "total_seconds",
     "referer",
     "user_agent",
+    "rules",
 )
 
 
@@ -59,6 +60,19 @@ class Entry:
     total_seconds: float
     referer: str | None
     user_agent: str | None
+    rules: str | None = None  # the cache rules that applied (rules_of), JSON only
+
+
+_RULES = re.compile(r'rules=([^";]+)')
+
+
+def rules_of(cache_status: str | None) -> str | None:
+    """The cache rules a response's Cache-Status ``detail`` names (decision 0033), as
+    ``a,b``; None when none applied."""
+    if not cache_status or "rules=" not in cache_status:
+        return None
+    found = _RULES.findall(cache_status)  # this cache's member is the last
+    return found[-1] if found else None
 
 
 def cache_label(cache_status: str | None) -> str:
@@ -131,6 +145,7 @@ def json_line(entry: Entry) -> str:
         "total_seconds": round(entry.total_seconds, 6),
         "referer": entry.referer,
         "user_agent": entry.user_agent,
+        "rules": entry.rules,
     }
     # ensure_ascii: any byte a client sent stays one line of ASCII
     return json.dumps(fields, ensure_ascii=True, separators=(",", ":")) + "\n"
