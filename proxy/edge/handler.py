@@ -475,6 +475,8 @@ def _fast_under_rules(rules: RuleSet, raw: str, headers: CIMultiDictProxy[str]) 
         return True
     if not applied.fast or (applied.query is not None and "?" in raw):
         return False
+    if applied.bypass is not None and hdrs.COOKIE in headers:
+        return False
     return hdrs.AUTHORIZATION not in headers or not applied.overrides_storage
 
 

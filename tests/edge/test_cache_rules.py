@@ -9,7 +9,7 @@ from typing import Any
 import http_sf
 from aiohttp import web
 
-from tests.conftest import EdgeFactory, EdgeUnderTest, Origin
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, make_config
 from tests.edge.access_support import get, keep_alive_get, lines_of
 from tests.nodes import Node, start, write_config
 
@@ -315,3 +315,35 @@ async def test_the_json_access_log_names_the_rules_of_misses_and_fast_hits(
         ("HIT", "pages"),
         ("MISS", None),
     ]
+
+
+async def test_a_reload_applies_new_rules(
+    make_edge: EdgeFactory, origin: Origin, tmp_path: Path
+) -> None:
+    """Edge.reconfigure (SIGHUP): the new rules apply to the next request; a TTL change
+    applies to new fills, an entry stored before keeps its own lifetime."""
+    origin.reply("/a", b"a")
+    origin.reply("/b", b"b")
+    edge = await with_rules(make_edge, origin, {"name": "short", "edge_ttl": "10s"})
+    await edge.get("/a")
+    new = make_config(
+        tmp_path,
+        origin.url,
+        domains=[
+            {
+                "name": "example.com",
+                "origin": origin.url,
+                "rules": [{"name": "long", "edge_ttl": "1h"}, {"paths": ["/c"], "cache": False}],
+            }
+        ],
+    )
+    edge.edge.reconfigure(new)
+    await edge.get("/b")
+    edge.clock.advance(11)
+    response, _ = await edge.get("/b")
+    assert is_hit(response) and status_of(response)["detail"] == "rules=long"
+    response, _ = await edge.get("/a")  # stored under the old 10 s
+    assert not is_hit(response) and status_of(response)["detail"] == "rules=long"
+    origin.reply("/c", b"c", headers={"Cache-Control": "max-age=60"})
+    response, _ = await edge.get("/c")
+    assert status_of(response)["detail"] == "cache-false; rules=long,rules[1]"

@@ -147,9 +147,10 @@ class Applied:
 
     @property
     def fast(self) -> bool:
-        """Whether a fresh hit may take the edge's fast path as it is: nothing about the
-        request (its cookies, its query) nor the answer's fields (browser_ttl) to change."""
-        return self.cache and self.bypass is None and self.browser_ttl is None
+        """Whether a fresh hit may take the edge's fast path as it is: the answer's fields
+        are the stored ones (no browser_ttl) and the cache may answer (not cache = false).
+        The request's own part (a bypass cookie, a query to normalise) the edge checks."""
+        return self.cache and self.browser_ttl is None
 
     def lifetime_for(self, status: int) -> float | None:
         """The rules' freshness lifetime for a response of ``status``, or None: the
