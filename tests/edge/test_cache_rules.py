@@ -347,3 +347,48 @@ async def test_a_reload_applies_new_rules(
     origin.reply("/c", b"c", headers={"Cache-Control": "max-age=60"})
     response, _ = await edge.get("/c")
     assert status_of(response)["detail"] == "cache-false; rules=long,rules[1]"
+
+
+async def test_the_readmes_wordpress_example(make_edge: EdgeFactory, origin: Origin) -> None:
+    """Issue 25 "Done when" 1: a WordPress-like origin (no cache headers, session cookies,
+    utm_ links) behind the README's rules: hits for anonymous pages, whatever the campaign
+    link; never for a logged-in user; never for wp-admin; a page setting a cookie unstored."""
+    served = {"n": 0}
+
+    async def wordpress(request: web.Request) -> web.Response:
+        served["n"] += 1
+        logged_in = "wordpress_logged_in_" in request.headers.get("Cookie", "")
+        headers = {"Set-Cookie": "comment_author_x=1"} if request.path == "/form/" else {}
+        who = "admin bar" if logged_in else "anonymous"
+        return web.Response(text=f"{who} {served['n']}", headers=headers)
+
+    origin.default = wordpress
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {
+            "name": "wp",
+            "bypass_cookies": ["wordpress_logged_in_*", "wp-postpass_*", "comment_author_*"],
+            "query_ignore": ["utm_*", "fbclid", "gclid"],
+            "query_sort": True,
+            "edge_ttl": "5m",
+            "ignore_client_no_cache": True,
+        },
+        {"name": "assets", "paths": ["/wp-content/*", "/wp-includes/*"], "edge_ttl": "1d"},
+        {"name": "admin", "paths": ["/wp-admin/*", "/wp-login.php*"], "cache": False},
+    )
+    for target in ("/hello/?utm_source=news", "/hello/", "/hello/?fbclid=1&utm_medium=x"):
+        _, body = await edge.get(target, headers={"Cookie": "_ga=GA1"})
+        assert body == b"anonymous 1"
+    admin = {"Cookie": "wordpress_logged_in_abc=alice"}
+    for _ in range(2):
+        response, body = await edge.get("/hello/", headers=admin)
+        assert body.startswith(b"admin bar") and not is_hit(response)
+    assert (await edge.get("/hello/", headers={"Cache-Control": "max-age=0"}))[1] == b"anonymous 1"
+    await edge.get("/wp-admin/edit.php")
+    response, _ = await edge.get("/wp-admin/edit.php")
+    assert status_of(response)["fwd"] == "bypass"
+    await edge.get("/form/")
+    response, _ = await edge.get("/form/")
+    assert "Set-Cookie" in response.headers and not is_hit(response)
+    assert [seen.target for seen in origin.seen].count("/hello/") == 3
