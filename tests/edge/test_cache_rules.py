@@ -392,3 +392,26 @@ async def test_the_readmes_wordpress_example(make_edge: EdgeFactory, origin: Ori
     response, _ = await edge.get("/form/")
     assert "Set-Cookie" in response.headers and not is_hit(response)
     assert [seen.target for seen in origin.seen].count("/hello/") == 3
+
+
+async def test_rules_apply_to_every_compressed_copy(make_edge: EdgeFactory, origin: Origin) -> None:
+    """With edge compression (decision 0035), a page with no cache headers is stored by the
+    rule's edge_ttl once per coding; each client's copy is a hit naming the rule."""
+    origin.reply("/page", b"hello world " * 200, headers={"Content-Type": "text/html"})
+    edge = await make_edge(
+        domains=[
+            {
+                "name": "example.com",
+                "origin": origin.url,
+                "compress": ["gzip"],
+                "rules": [{"name": "pages", "edge_ttl": "1m"}],
+            }
+        ]
+    )
+    first, _ = await edge.get("/page", headers={"Accept-Encoding": "gzip"})
+    assert status_of(first)["detail"] == "rules=pages" and status_of(first)["stored"] is True
+    for coding in ("gzip", "identity"):
+        response, _ = await edge.get("/page", headers={"Accept-Encoding": coding})
+        assert is_hit(response) and status_of(response)["detail"] == "rules=pages"
+        assert response.headers.get("Content-Encoding", "identity") == coding
+    assert origin.count("/page") == 1
