@@ -1,7 +1,9 @@
 """The soak of issue 13: a real server under mixed traffic and abuse for N minutes.
 
-Run: .venv/bin/python -m benchmarks.soak --minutes 10 [--out DIR] [--workers 2]
+Run: .venv/bin/python -m benchmarks.soak [--minutes 3] [--out DIR] [--workers 2]
          [--kill-every MINUTES] [--max-bytes 32MiB] [--server-cpu 1] [--load-cpu 0]
+         [--no-abuse] [--range-rate 50] [--trickles 96] [--attack-idle 900]
+         [--attack-tunnels 300] [--purge-every 0.5]
 
 It starts ``python -m proxy serve`` (one process, or ``--workers N`` edge processes) pinned
 with ``taskset`` to the server core, and an origin it controls (benchmarks/soak_origin.py,
@@ -9,8 +11,12 @@ in this process on the load core). Then, all at once (benchmarks/soak_load.py): 
 misses over a key space four times ``cache.max_bytes``, a clear every 100 ms through the API
 with the origin's version bumped just before each, token regenerations through the CLI,
 slowloris connections on the edge and the API, and a faulty origin (slow answers, its own
-5xx, resets mid-body). Every second it samples the server's RSS and open fds (all its
-processes, from /proc) and probes the API (``/healthz`` and a clear).
+5xx, resets mid-body). With them, unless ``--no-abuse``, the second round's attacks (issue 24,
+benchmarks/soak_abuse.py): small ranges that cost the origin whole objects, request bodies
+trickled after their first MiB, one address holding more connections and tunnels than its
+share while a second address makes ordinary requests, and a purge flood. Every second it
+samples the server's RSS and open fds (all its processes, from /proc) and probes the API
+(``/healthz`` and a clear).
 
 Every body carries its domain's version: a read that starts after a clear's 200 and returns
 an older version is **stale after 200**. Every 5xx is put in one of three bins: the origin's
@@ -43,7 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.soak_load import DOMAINS, Live, Settings, Traffic
+from benchmarks.soak_abuse import Abuse, AbuseSettings
+from benchmarks.soak_load import DOMAINS, FLOODED, Live, Settings, Traffic
 from benchmarks.soak_origin import SoakOrigin
 from benchmarks.soak_report import Tally, audit_lost, chart, figures, markdown
 from benchmarks.soak_server import SoakServer
@@ -82,10 +89,18 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             seed=args.seed,
         )
         traffic = Traffic(server, origin, tally, live, tokens, settings)
+        abuse = None
+        if not args.no_abuse:
+            flood_token = await server.token("create", "flood", "--domain", FLOODED)
+            abuse = Abuse(server, origin, tally, live, flood_token, _abuse_settings(args))
         began = time.monotonic()
         sampler = asyncio.create_task(_sample(server, tally, began, traffic.stopping))
         traffic.start()
+        if abuse is not None:
+            abuse.start()
         await _run(args, server, traffic, tally, live, began)
+        if abuse is not None:
+            await abuse.stop()
         await traffic.stop()
         await sampler
         seconds = time.monotonic() - began
@@ -110,7 +125,20 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "sigterm_seconds": stop_seconds,
         "origin_requests": dict(sorted(origin.counts.items())),
     }
-    return figures(tally, settings_doc)
+    doc = figures(tally, settings_doc)
+    if abuse is not None:
+        doc["abuse"] = abuse.figures()
+    return doc
+
+
+def _abuse_settings(args: argparse.Namespace) -> AbuseSettings:
+    return AbuseSettings(
+        range_rate=args.range_rate,
+        trickles=args.trickles,
+        idle=args.attack_idle,
+        tunnels=args.attack_tunnels,
+        purge_every=args.purge_every,
+    )
 
 
 async def _run(
@@ -228,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--out", type=Path, help="report directory (default: a new temporary one)")
     parser.add_argument("--workers", type=int, default=1, help="[edge] workers")
     parser.add_argument("--kill-every", type=float, default=0.0, help="minutes; 0: at the end only")
@@ -240,6 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cpu", default="1", help="cores for the server (taskset -c)")
     parser.add_argument("--load-cpu", default="0", help="core for this process")
     parser.add_argument("--seed", type=int, default=0)
+    abuse = parser.add_argument_group("the second round's attacks (issue 24)")
+    abuse.add_argument("--no-abuse", action="store_true", help="the first round's soak only")
+    abuse.add_argument("--range-rate", type=float, default=50.0, help="per object, a second")
+    abuse.add_argument("--trickles", type=int, default=96, help="bodies trickled at once")
+    abuse.add_argument("--attack-idle", type=int, default=900, help="idle connections held")
+    abuse.add_argument("--attack-tunnels", type=int, default=300, help="tunnels held")
+    abuse.add_argument("--purge-every", type=float, default=0.5, help="seconds between purges")
     args = parser.parse_args(argv)
     if args.minutes * 60 < 2 * AFTER_LAST_KILL:
         parser.error("--minutes must give at least 6 seconds")

@@ -39,7 +39,11 @@ from benchmarks.soak_report import Confirmed, Tally
 from benchmarks.soak_server import SoakServer
 
 CLEARED, HOT, FAULTY, PROBED = "a.soak", "b.soak", "c.soak", "probe.soak"
-DOMAINS = (CLEARED, HOT, FAULTY, PROBED)
+FLOODED = "flood.soak"  # the purge flood's domain (benchmarks/soak_abuse.py)
+DOMAINS = (CLEARED, HOT, FAULTY, PROBED, FLOODED)
+# This traffic's own client address: the abuse (benchmarks/soak_abuse.py) takes 127.0.0.1,
+# whose connections the per-client limit refuses once it holds its share.
+ADDRESS = "127.0.0.3"
 READS = {"hot": 45, "cleared": 30, "cold": 25}  # weights of the readers' mix
 FAULTS = ("slow", "err", "reset")
 CLEARED_KEYS, HOT_KEYS = 64, 32
@@ -134,7 +138,7 @@ class Traffic:
     def _session(
         self, *, fresh: bool = False, timeout: float = READ_TIMEOUT
     ) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(force_close=fresh, limit=8)
+        connector = aiohttp.TCPConnector(force_close=fresh, limit=8, local_addr=(ADDRESS, 0))
         return aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=timeout),
@@ -328,7 +332,8 @@ class Traffic:
             port, first = self._loris_request(target, kind)
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", port), PROBE_TIMEOUT
+                    asyncio.open_connection("127.0.0.1", port, local_addr=(ADDRESS, 0)),
+                    PROBE_TIMEOUT,
                 )
             except (OSError, TimeoutError) as exc:
                 self._failed(f"slowloris {target}", exc, generation, True)

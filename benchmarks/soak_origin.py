@@ -13,9 +13,17 @@ served; the body of every answer starts with ``v<version> `` of that Host's doma
   the body, then a TCP reset (SO_LINGER 0): the edge must answer a clean 502 or cut the
   client's response, never serve or store the half;
 - ``POST`` anything: reads the whole request body, then answers its length (``no-store``):
-  the soak's stalled uploads sit here until the edge gives up on them.
+  the soak's stalled uploads sit here until the edge gives up on them;
+- the range abuse's objects (issue 24, 1), each honouring a single ``Range: bytes=A-B`` with a
+  ``206`` as an origin serving files does: ``GET /nostore3m/{name}`` (3 MiB, ``no-store``),
+  ``GET /big1m/{name}`` (1 MiB, cacheable; the abuse adds a cache-busting query) and
+  ``GET /chunked10m/{name}`` (10 MiB, cacheable, chunked: no ``Content-Length``, over
+  ``cache.max_object_bytes``);
+- ``GET /ws/{name}``: a WebSocket held open until the other side closes it (the tunnels of
+  one address taking connections, issue 24, 4).
 
-``counts`` says how many requests of each kind reached the origin.
+``counts`` says how many requests of each kind reached the origin, ``bytes_sent`` how many
+body bytes it wrote for each kind (what the range abuse costs the origin).
 """
 
 from __future__ import annotations
@@ -31,6 +39,14 @@ from aiohttp import web
 
 FAULT_HEADER = "X-Soak-Fault"
 CACHEABLE = {"Cache-Control": "public, max-age=600", "Content-Type": "application/octet-stream"}
+MIB = 1024 * 1024
+RANGED = {  # kind -> (size, headers, chunked)
+    "nostore3m": (3 * MIB, {"Cache-Control": "no-store"}, False),
+    "big1m": (1 * MIB, CACHEABLE, False),
+    "chunked10m": (10 * MIB, CACHEABLE, True),
+}
+CHUNK = 64 * 1024
+_PAYLOAD = bytes(range(256)) * (10 * MIB // 256)
 
 
 class SoakOrigin:
@@ -39,6 +55,7 @@ class SoakOrigin:
         self.slow_max = slow_max
         self.versions: Counter[str] = Counter()  # domain -> version (0 until bumped)
         self.counts: Counter[str] = Counter()
+        self.bytes_sent: Counter[str] = Counter()  # kind -> body bytes written
         self.url = ""
         self._rng = random.Random(seed)
         self._runner: web.ServerRunner | None = None
@@ -67,12 +84,14 @@ class SoakOrigin:
         domain = (request.host or "").partition(":")[0].lower()
         if request.method == "POST":
             self.counts["post"] += 1
-            try:
-                body = await request.read()
+            length = 0
+            try:  # not request.read(): its 1 MiB client_max_size would answer 413 to uploads
+                async for piece in request.content.iter_any():
+                    length += len(piece)
             except ConnectionResetError:  # the edge gave up on a stalled upload: expected
                 self.counts["post abandoned"] += 1
                 return web.Response(status=499)
-            return web.Response(text=f"{len(body)}\n", headers={"Cache-Control": "no-store"})
+            return web.Response(text=f"{length}\n", headers={"Cache-Control": "no-store"})
         kind = request.path[1:].partition("/")[0]
         self.counts[kind] += 1
         if kind == "slow":
@@ -85,6 +104,10 @@ class SoakOrigin:
             )
         elif kind == "reset":
             return await self._reset(request, domain)
+        elif kind in RANGED:
+            return await self._ranged(request, kind)
+        elif kind == "ws":
+            return await self._websocket(request)
         elif kind != "v":
             return web.Response(status=404, text="not a soak path\n")
         return web.Response(body=self._body(domain), headers=CACHEABLE)
@@ -103,3 +126,47 @@ class SoakOrigin:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             transport.abort()
         return response
+
+    async def _ranged(self, request: web.BaseRequest, kind: str) -> web.StreamResponse:
+        size, headers, chunked = RANGED[kind]
+        span = _byte_range(request.headers.get("Range", ""), size)
+        if span is not None:
+            first, last = span
+            body = _PAYLOAD[first : last + 1]
+            self.bytes_sent[kind] += len(body)
+            return web.Response(
+                status=206,
+                body=body,
+                headers={**headers, "Content-Range": f"bytes {first}-{last}/{size}"},
+            )
+        if not chunked:
+            self.bytes_sent[kind] += size
+            return web.Response(body=_PAYLOAD[:size], headers=headers)
+        response = web.StreamResponse(headers=headers)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for at in range(0, size, CHUNK):
+            await response.write(_PAYLOAD[at : at + CHUNK])  # raises when the edge lets go
+            self.bytes_sent[kind] += min(CHUNK, size - at)
+        await response.write_eof()
+        return response
+
+    async def _websocket(self, request: web.BaseRequest) -> web.StreamResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for _ in ws:  # held until the edge (or the client through it) closes it
+            pass
+        return ws
+
+
+def _byte_range(value: str, size: int) -> tuple[int, int] | None:
+    """A single ``bytes=A-B`` (or ``A-``) within ``size``; None for anything else (the
+    whole object is sent, as RFC 9110 lets a server do)."""
+    unit, _, spec = value.partition("=")
+    if unit.strip() != "bytes" or "," in spec:
+        return None
+    first, _, last = spec.strip().partition("-")
+    if not first.isdigit() or (last and not last.isdigit()):
+        return None
+    start, end = int(first), min(int(last) if last else size - 1, size - 1)
+    return (start, end) if start <= end else None

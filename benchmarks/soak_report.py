@@ -225,16 +225,73 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "![RSS and open fds](soak.png)",
     ]
+    if "abuse" in doc:
+        lines += abuse_markdown(doc["abuse"], mem)
     for what, details in doc["examples"].items():
         lines += ["", f"First {what}:", ""] + [f"- {d}" for d in details]
     return "\n".join(lines) + "\n"
+
+
+def abuse_markdown(abuse: dict[str, Any], mem: dict[str, Any]) -> list[str]:
+    """The second round's attacks (benchmarks/soak_abuse.py): what each cost, and the budgets."""
+    gauges, second = abuse["gauges_max"], abuse["second_client"]
+    budgets = {
+        "cache.max_bytes": mem["max_bytes"],
+        "cache.purge_state_max_bytes": gauges.get("purge_state_max_bytes"),
+        "edge.request_buffer_total_bytes": gauges.get("request_buffer_max_bytes"),
+    }
+    total = sum(int(v) for v in budgets.values() if v is not None)
+    rate = second["success_rate"]
+    lines = [
+        "",
+        "## The second round's attacks (issue 24)",
+        "",
+        "| range abuse (`Range: bytes=0-0`) | requests | client bytes sent / received | "
+        "origin requests | origin bytes | origin bytes per request | per client byte |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, r in abuse["range"].items():
+        per_request, per_byte = r["origin_bytes_per_request"], r["origin_bytes_per_client_byte"]
+        lines.append(
+            f"| `/{kind}` | {r['requests']:,} | {r['client_bytes_sent']:,} / "
+            f"{r['client_bytes_received']:,} | {r['origin_requests']:,} | "
+            f"{r['origin_bytes']:,} | {_num(per_request)} | {_num(per_byte, 4)} |"
+        )
+    lines += [
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| max RSS (MiB), all server processes | {_mib(mem['rss_max'])} |",
+        f"| budgets (MiB): {', '.join(f'`{k}` {_mib(v)}' for k, v in budgets.items())} | "
+        f"{_mib(total)} in all |",
+        f"| purge state, highest (MiB) | {_mib(gauges.get('purge_state_bytes'))} |",
+        f"| request bodies buffered, highest (MiB) | {_mib(gauges.get('request_buffer_bytes'))} |",
+        f"| second client (127.0.0.2): 200s of requests | {second['ok']:,} of "
+        f"{second['requests']:,} ({_num(None if rate is None else 100 * rate, 2)} %) |",
+        f"| attacker (127.0.0.1): connections held at once, highest | "
+        f"{abuse['attack']['held_max']:,} (per-client limit "
+        f"{_num(gauges.get('connections_per_client_max'))}; refused "
+        f"{_num(abuse['attack']['refused_per_client'])}) |",
+        "",
+        f"Attacker's connections (kind status): {_pairs(abuse['attack']['outcomes'])}.",
+        f"Second client: {_pairs(second['outcomes'])}.",
+        f"Body trickles: {_pairs(abuse['trickles']['outcomes'])}; ended after "
+        f"{_num(abuse['trickles']['ended_after_s_median'], 1)} s (median).",
+        f"Purge flood (256 paths of 4,000 characters each): "
+        f"{_pairs(abuse['purge_flood']['outcomes'])}.",
+    ]
+    return lines
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _mib(value: int | None) -> str:
+def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 1024 / 1024:.1f}"
 
 
