@@ -108,7 +108,23 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     finally:
         await server.kill()
         await origin.close()
-    settings_doc = {
+    settings_doc = _settings_doc(args, server, settings, seconds, stop_seconds, load_before)
+    settings_doc["origin_requests"] = dict(sorted(origin.counts.items()))
+    doc = figures(tally, settings_doc)
+    if abuse is not None:
+        doc["abuse"] = abuse.figures()
+    return doc
+
+
+def _settings_doc(
+    args: argparse.Namespace,
+    server: SoakServer,
+    settings: Settings,
+    seconds: float,
+    stop_seconds: float | None,
+    load_before: tuple[float, float, float],
+) -> dict[str, Any]:
+    return {
         "command": shlex.join(["python", "-m", "benchmarks.soak", *sys.argv[1:]]),
         "server_command": shlex.join(server.argv),
         "commit": _commit(),
@@ -123,12 +139,7 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "load_before": ", ".join(f"{x:.1f}" for x in load_before),
         "load_after": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
         "sigterm_seconds": stop_seconds,
-        "origin_requests": dict(sorted(origin.counts.items())),
     }
-    doc = figures(tally, settings_doc)
-    if abuse is not None:
-        doc["abuse"] = abuse.figures()
-    return doc
 
 
 def _abuse_settings(args: argparse.Namespace) -> AbuseSettings:

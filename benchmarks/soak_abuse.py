@@ -78,7 +78,7 @@ class AbuseSettings:
 class AbuseTally:
     ranges: dict[str, Counter[str]] = field(default_factory=dict)  # kind -> figures
     trickles: Counter[str] = field(default_factory=Counter)
-    trickle_ended_after: list[float] = field(default_factory=list)
+    trickle_ended_after: dict[str, list[float]] = field(default_factory=dict)  # by outcome
     attack: Counter[str] = field(default_factory=Counter)
     held: int = 0
     held_max: int = 0
@@ -201,14 +201,15 @@ class Abuse:
                 writer.close()
             count[outcome] += 1
             if outcome != "open at the end":
-                self.counts.trickle_ended_after.append(time.monotonic() - began)
+                took = time.monotonic() - began
+                self.counts.trickle_ended_after.setdefault(outcome, []).append(took)
                 await self._pause(1.0)
 
     async def _drip(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
         left = TRICKLE_EXTRA
         while not self.stopping.is_set():
             try:
-                data = await asyncio.wait_for(reader.read(256), self.settings.trickle_every)
+                data = await asyncio.wait_for(reader.read(1024), self.settings.trickle_every)
             except TimeoutError:
                 if left > 1:  # the last byte is never sent: the body never ends
                     writer.write(b"t")
@@ -216,7 +217,11 @@ class Abuse:
                 continue
             if not data:
                 return "closed by the server"
-            return f"answered {data.split(b' ', 2)[1].decode(errors='replace')}"
+            status = data.split(b" ", 2)[1].decode(errors="replace")
+            self.tally.example(
+                f"body trickles answered {status}", repr(data.partition(b"\r\n\r\n")[2][:200])
+            )
+            return f"answered {status}"
         return "open at the end"
 
     # -- one address holding connections, and a second client -----------------------------------
@@ -369,13 +374,15 @@ class Abuse:
             }
         second = a.second
         answered = sum(second.values())
-        ended = sorted(a.trickle_ended_after)
         return {
             "settings": vars(self.settings),
             "range": ranges,
             "trickles": {
                 "outcomes": dict(sorted(a.trickles.items())),
-                "ended_after_s_median": ended[len(ended) // 2] if ended else None,
+                "ended_after_s_median": {
+                    outcome: round(sorted(took)[len(took) // 2], 3)
+                    for outcome, took in sorted(a.trickle_ended_after.items())
+                },
                 "origin_posts": origin.counts["post"],
             },
             "attack": {

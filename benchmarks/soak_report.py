@@ -275,8 +275,8 @@ def abuse_markdown(abuse: dict[str, Any], mem: dict[str, Any]) -> list[str]:
         "",
         f"Attacker's connections (kind status): {_pairs(abuse['attack']['outcomes'])}.",
         f"Second client: {_pairs(second['outcomes'])}.",
-        f"Body trickles: {_pairs(abuse['trickles']['outcomes'])}; ended after "
-        f"{_num(abuse['trickles']['ended_after_s_median'], 1)} s (median).",
+        f"Body trickles: {_pairs(abuse['trickles']['outcomes'])}; seconds until they ended "
+        f"(median): {_pairs(abuse['trickles']['ended_after_s_median'])}.",
         f"Purge flood (256 paths of 4,000 characters each): "
         f"{_pairs(abuse['purge_flood']['outcomes'])}.",
     ]
