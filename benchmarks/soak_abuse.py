@@ -218,6 +218,9 @@ class Abuse:
             if not data:
                 return "closed by the server"
             status = data.split(b" ", 2)[1].decode(errors="replace")
+            if b"\r\n\r\n" in data and data.endswith(b"\r\n\r\n"):  # the body came apart
+                with contextlib.suppress(OSError, TimeoutError):
+                    data += await asyncio.wait_for(reader.read(1024), 1.0)
             self.tally.example(
                 f"body trickles answered {status}", repr(data.partition(b"\r\n\r\n")[2][:200])
             )
