@@ -130,6 +130,30 @@ def test_the_default_object_limit_is_at_most_8_mib(tmp_path: Path) -> None:
     assert parse_config(data, base_dir=tmp_path).edge_role()[1].max_object_bytes == 8 * 1024**2
 
 
+def test_the_shared_tier_is_off_unless_disk_path_is_set(tmp_path: Path) -> None:
+    cache = parse_config(base(), base_dir=tmp_path).edge_role()[1]
+    assert (cache.disk_path, cache.disk_max_bytes) == (None, 1024**3)
+
+
+def test_disk_path_is_relative_to_the_file_and_lifts_the_object_limit(tmp_path: Path) -> None:
+    """With a shared tier, max_object_bytes is bounded by the disk, not the memory tier."""
+    data = base()
+    data["cache"] = {"max_bytes": "1MiB", "max_object_bytes": "1GiB", "disk_path": "../c"}
+    cache = parse_config(data, base_dir=tmp_path).edge_role()[1]
+    assert cache.disk_path == tmp_path / "../c"
+    assert (cache.max_object_bytes, cache.disk_max_bytes) == (1024**3, 1024**3)
+    data["cache"] = {"max_bytes": "1MiB", "disk_path": "/abs/c", "disk_max_bytes": "2GiB"}
+    cache = parse_config(data, base_dir=tmp_path).edge_role()[1]
+    assert (cache.disk_path, cache.disk_max_bytes) == (Path("/abs/c"), 2 * 1024**3)
+    data["cache"] = {"max_bytes": "1MiB", "disk_path": "c", "disk_max_bytes": "1MiB"}
+    data["cache"]["max_object_bytes"] = "2MiB"
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, base_dir=tmp_path)
+    assert str(raised.value) == (
+        "cache.max_object_bytes: must not be larger than cache.disk_max_bytes"
+    )
+
+
 def _set(data: dict[str, Any], path: str, value: object) -> None:
     """Set ``table.key`` (or ``domains.key`` for the first domain) to value; None deletes it."""
     table, _, key = path.partition(".")
@@ -197,6 +221,8 @@ BAD = [
     ("cache.max_object_bytes", "2MiB", "cache.max_object_bytes: must not be larger than"),
     ("cache.name", "", "cache.name: must be 1-64 letters"),
     ("cache.purge_state_max_bytes", 0, "cache.purge_state_max_bytes: must be greater than zero"),
+    ("cache.disk_path", "", "cache.disk_path: must be a non-empty string"),
+    ("cache.disk_max_bytes", "1GiB", "cache.disk_max_bytes: needs cache.disk_path"),
     ("state.path", None, "state.path: is required"),
     ("state.path", "", "state.path: must be a non-empty string"),
     ("state.path", 1, "state.path: must be a non-empty string"),

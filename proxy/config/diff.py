@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from proxy.config.model import Config, DomainConfig
 
 # Keys of the tables a running process applies on reload (``table.key``). Every other key of
-# [edge], [api], [cache], [state], [dashboard] and [fleet] needs a restart.
+# [edge], [api], [cache], [state], [dashboard] and [fleet] needs a restart: cache.disk_path and
+# cache.disk_max_bytes among them (the shared tier is opened, and locked, once per start).
 RELOADABLE = frozenset(
     {
         "edge.body_timeout",  # Edge.reconfigure: the next body read

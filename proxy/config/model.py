@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 _DEFAULT_MAX_OBJECT = 8 * 1024**2  # unless cache.max_bytes is smaller
+_DEFAULT_DISK_MAX = 1024**3  # cache.disk_max_bytes when cache.disk_path is set without it
 _TABLES = ("edge", "api", "cache", "state", "dashboard", "fleet", "domains")
 
 # A key's check: (its full name, its TOML value or None when absent) -> the converted value.
@@ -279,6 +280,10 @@ class CacheConfig:
     # The purge state's own bound, beside max_bytes (decision 0037): past it, old purges
     # are folded (forgotten, retired, or a domain cleared), each domain down to a fair share.
     purge_state_max_bytes: Annotated[int, check.size] = DEFAULT_PURGE_STATE_BYTES
+    # The shared tier (decision 0030, README "The shared tier"): one directory per node, relative
+    # to the config file; None keeps only the memory tier. Both need a restart to change.
+    disk_path: Annotated[Path | None, check.path] = None
+    disk_max_bytes: Annotated[int, check.size] = _DEFAULT_DISK_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +396,7 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
     api = _optional(ApiConfig, data, "api")
     if edge is not None and api is not None and api.listen == edge.listen and api.listen.port:
         raise ConfigError("api.listen", "must differ from edge.listen")
-    cache = _cache(_table(data, "cache")) if edge is not None else None
+    cache = _cache(_table(data, "cache"), base_dir) if edge is not None else None
     state = None
     if api is not None or "state" in data:
         state = _build(StateConfig, "state", _table(data, "state"))
@@ -450,14 +455,23 @@ def _host_name() -> str:
     return name or "node"
 
 
-def _cache(raw: Mapping[str, Any]) -> CacheConfig:
+def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
     max_bytes = check.size("cache.max_bytes", raw.get("max_bytes"))
     cache = _build(
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
-    if cache.max_object_bytes > cache.max_bytes:
-        raise ConfigError("cache.max_object_bytes", "must not be larger than cache.max_bytes")
-    return cache
+    if cache.disk_path is None:
+        if "disk_max_bytes" in raw:
+            raise ConfigError("cache.disk_max_bytes", "needs cache.disk_path (the shared tier)")
+        if cache.max_object_bytes > cache.max_bytes:
+            raise ConfigError("cache.max_object_bytes", "must not be larger than cache.max_bytes")
+        return cache
+    # With a shared tier an object may be larger than the memory tier: the memory tier keeps
+    # only the objects that fit its own share (proxy/store/tiered.py), the disk holds the rest.
+    if cache.max_object_bytes > cache.disk_max_bytes:
+        raise ConfigError("cache.max_object_bytes", "must not be larger than cache.disk_max_bytes")
+    # An absolute disk_path stays as it is: joining an absolute path replaces the base.
+    return dataclasses.replace(cache, disk_path=base_dir / cache.disk_path)
 
 
 def _dashboard(raw: Mapping[str, Any]) -> DashboardConfig:

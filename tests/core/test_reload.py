@@ -73,6 +73,11 @@ def test_which_domain_keys_clear_the_domain(keys: dict[str, Any], repointed: boo
         ({"edge": {"via": "other"}}, ("edge.via",)),  # in every stored entry's hit lines
         ({"cache": {"name": "other"}}, ("cache.name",)),
         ({"cache": {"max_bytes": "32MiB"}}, ("cache.max_bytes",)),
+        ({"cache": {"disk_path": "/var/cache/cdn"}}, ("cache.disk_path",)),  # the tier's lock
+        (
+            {"cache": {"disk_path": "c", "disk_max_bytes": "2GiB"}},
+            ("cache.disk_max_bytes", "cache.disk_path"),
+        ),
         ({"api": {"listen": "127.0.0.1:9091"}}, ("api.listen",)),
         ({"state": {"path": "other.db"}}, ("state.path",)),
         ({"dashboard": {"secure_cookie": True}}, ("dashboard.secure_cookie",)),
