@@ -23,9 +23,11 @@ def write_config(
     extra: str = "",
     edge: str = "",
     api: str = "",
+    cache: str = "",
 ) -> Path:
     """A node with both roles on ports chosen by the OS; ``workers`` edge processes;
-    ``edge`` and ``api``: more keys for those tables, ``extra``: after the domain's."""
+    ``edge``, ``api`` and ``cache``: more keys for those tables, ``extra``: after the
+    domain's."""
     path = tmp_path / "proxy.toml"
     path.write_text(
         f"""
@@ -39,6 +41,7 @@ listen = "127.0.0.1:0"
 {api}
 [cache]
 max_bytes = "8MiB"
+{cache}
 [state]
 path = "state.db"
 [[domains]]

@@ -39,6 +39,7 @@ from aiohttp import web
 from proxy.config.model import Config, DomainConfig
 from proxy.edge.origin import new_session, origin_request
 from proxy.errors import OriginError
+from proxy.observe.telemetry import TELEMETRY
 
 READYZ_PATH = "/readyz"
 PROBE_INTERVAL = 5.0  # seconds a round of probes is reused for
@@ -312,9 +313,24 @@ async def readyz(request: web.Request) -> web.Response:
     probes = await readiness.probes()
     ready = all(p.ok for p in probes)
     failing = [p.domain for p in probes if not p.ok]
-    response = web.json_response(
-        {"ready": ready, "failing": failing, "domains": readiness.rows(probes)},
-        status=200 if ready else 503,
-    )
+    body: dict[str, object] = {
+        "ready": ready,
+        "failing": failing,
+        "domains": readiness.rows(probes),
+    }
+    telemetry = request.app.get(TELEMETRY)
+    tier = telemetry.tier if telemetry is not None else None
+    if tier is not None:
+        # A degraded shared tier is a warning, not a 503: the edge keeps answering from its
+        # memory tier and the origin (README "The shared tier").
+        status = tier.shared_stats().status
+        body["disk"] = {
+            "ok": status.degraded is None,
+            "degraded": status.degraded,
+            "stopped": status.stuck,
+        }
+        if status.degraded is not None:
+            body["warnings"] = [f"shared tier degraded: {status.degraded}"]
+    response = web.json_response(body, status=200 if ready else 503)
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -91,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--fleet-url", required=True)
     worker.add_argument("--tls-port", type=int, default=None)  # with edge.tls_listen
     worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
+    worker.add_argument("--cache-instance", default=None)  # the node's, on cache.disk_path
     worker.set_defaults(run=_worker)
 
     _token_parser(commands, with_config)
@@ -221,6 +222,7 @@ def _worker(args: argparse.Namespace) -> int:
             fleet_url=args.fleet_url,
             tls_port=args.tls_port,
             stdout_fd=args.stdout_fd,
+            cache_instance=args.cache_instance,
         )
     )
 

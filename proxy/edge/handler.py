@@ -99,6 +99,8 @@ class Edge:
         self._responses = self._telemetry.responses
         self._figures: dict[str, list[float]] = {}  # each domain's counts, for fast hits
         self._hit_status = cache_status(self._name, hit=True)
+        # A hit from the node's shared tier (RFC 9211 §2.8: detail is the cache's own text).
+        self._disk_hit_status = cache_status(self._name, hit=True, detail="disk")
         # Host header spellings already routed to a domain (bounded: see _route).
         self._hosts: dict[str, DomainConfig] = {}
         self._background: set[asyncio.Task[web.StreamResponse]] = set()
@@ -280,7 +282,10 @@ class Edge:
         if isinstance(decision, Serve):
             self._telemetry.request(config.name, HIT)
             if rules is None:
-                return self._from_stored(request, decision.response, now, self._hit_status)
+                status = self._hit_status if found.tier is None else self._disk_hit_status
+                return self._from_stored(request, decision.response, now, status)
+            if found.tier is not None:  # the rules' detail, and the tier that answered
+                detail = f"{detail} {found.tier}" if detail else found.tier
             status = cache_status(self._name, hit=True, detail=detail)
             return self._from_stored(request, decision.response, now, status, rules=rules)
         if only_if_cached(request.headers):

@@ -85,6 +85,7 @@ from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, Origin
 from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.response_metrics import response_metrics
 from proxy.store.base import DomainStats, StoreStats
+from proxy.store.shared import SharedStats
 
 __all__ = [
     "METRICS_PATH",
@@ -146,10 +147,27 @@ class StoreFigures(Protocol):
     async def domain_stats(self, domain: str) -> DomainStats: ...
 
 
+class TierFigures(Protocol):
+    """What /metrics and /readyz read of the node's shared tier (proxy/store/tiered.py's
+    TieredStore in a process that serves, the node's own hold on it in a node's control
+    process). Its entries, bytes and evictions are the node's (one LMDB for all processes);
+    its faults and disk hits are this process's."""
+
+    def shared_stats(self) -> SharedStats: ...
+
+    @property
+    def disk_hits(self) -> int | None:
+        """Hits this process served from the shared tier; None where it serves none (a
+        node's control process: its workers' hits are not split by tier yet)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class _StoreSnapshot:
     stats: StoreStats
     domains: tuple[tuple[str, DomainStats], ...]
+    shared: SharedStats | None = None
+    disk_hits: int | None = None
 
 
 class Telemetry:
@@ -178,6 +196,7 @@ class Telemetry:
         self.responses = Responses()
         # The listeners of this process, each adding itself when it starts.
         self.connections: list[ListenerFigures] = []
+        self.tier: TierFigures | None = None  # the shared tier, when cache.disk_path is set
         self._register_origin_metrics()
         self._register_control_metrics()
         self.registry.register(_ScrapeCollector(self))
@@ -328,7 +347,10 @@ class Telemetry:
         if self._store is not None:
             stats = await self._store.stats()
             per_domain = [(name, await self._store.domain_stats(name)) for name in self._domains]
-            snapshot = _StoreSnapshot(stats, tuple(per_domain))
+            tier = self.tier
+            shared = None if tier is None else tier.shared_stats()
+            hits = None if tier is None else tier.disk_hits
+            snapshot = _StoreSnapshot(stats, tuple(per_domain), shared, hits)
         # No await between taking the snapshot and generating: concurrent scrapes each
         # render the snapshot they took.
         self._snapshot = snapshot
@@ -364,6 +386,9 @@ class Telemetry:
 
         if self._snapshot is not None:
             yield from _store_metrics(self._snapshot)
+            if self._snapshot.shared is not None:
+                hits = sum(by.get(HIT, 0) for by in counts.values())
+                yield from _tier_metrics(self._snapshot, hits)
 
 
 def _counter(
@@ -422,6 +447,43 @@ def _store_metrics(snapshot: _StoreSnapshot) -> Iterable[Metric]:
         size.add_metric([domain], domain_stats.bytes)
     yield entries
     yield size
+
+
+def _tier_metrics(snapshot: _StoreSnapshot, hits: int) -> Iterable[Metric]:
+    """The two tiers: hits by tier, and the shared tier's size, evictions and faults."""
+    shared = snapshot.shared
+    assert shared is not None
+    if snapshot.disk_hits is not None:
+        by_tier = CounterMetricFamily(
+            PREFIX + "tier_hits",
+            "Hits by the tier that answered: disk (the node's shared tier), memory (the rest).",
+            labels=["tier"],
+        )
+        by_tier.add_metric(["memory"], max(0, hits - snapshot.disk_hits))
+        by_tier.add_metric(["disk"], snapshot.disk_hits)
+        yield by_tier
+    status = shared.status
+    gauges = (
+        ("shared_tier_entries", "Objects in the node's shared tier.", shared.entries),
+        ("shared_tier_bytes", "Bytes in the node's shared tier.", shared.bytes),
+        ("shared_tier_max_bytes", "The shared tier's bound (disk_max_bytes).", shared.max_bytes),
+        ("shared_tier_degraded", "1 while its last write failed.", int(bool(status.degraded))),
+        ("shared_tier_stopped", "1 when it serves nothing until a restart.", int(status.stuck)),
+    )
+    for name, text, value in gauges:
+        yield GaugeMetricFamily(PREFIX + name, text, value)
+    counters = (
+        ("shared_tier_evictions", "Objects evicted from the shared tier.", shared.evictions),
+        ("shared_tier_write_errors", "Fills dropped by a fault.", status.dropped_fills),
+        ("shared_tier_faults", "Failed calls: I/O errors, full disk, no directory.", status.faults),
+        (
+            "shared_tier_corrupt",
+            "Entries that failed their checksum (never served).",
+            status.corrupt,
+        ),
+    )
+    for name, text, value in counters:
+        yield CounterMetricFamily(PREFIX + name, text, value)
 
 
 def _summed(

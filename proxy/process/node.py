@@ -44,6 +44,7 @@ from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import Draining, StartError, control_listening
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
+from proxy.store.shared import SharedStats, SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
 log = logging.getLogger("proxy.node")
@@ -77,6 +78,11 @@ async def _serve(config: Config, config_path: Path) -> int:
             store=figures, domains=[d.name for d in config.domains], remote=figures
         )
         reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
+        instance = None
+        if config.edge is not None:
+            held = await stack.enter_async_context(node_tier(config))
+            if held is not None:
+                instance, telemetry.tier = held.instance, NodeTier(held)
         if config.api is not None:
             purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
             stack.push_async_callback(purger.aclose)
@@ -95,7 +101,7 @@ async def _serve(config: Config, config_path: Path) -> int:
         workers: list[Workers] = []
         if config.edge is not None:
             edge_url, tls_url = await stack.enter_async_context(
-                edge_workers(config, config_path, fleet, url, telemetry, workers)
+                edge_workers(config, config_path, fleet, url, telemetry, workers, instance)
             )
             print(f"edge {edge_url}", flush=True)
             if tls_url is not None:
@@ -128,6 +134,45 @@ def _fleet_figures(fleet: FleetConfig, settings: FleetSettings) -> FleetFigures:
 
 
 @asynccontextmanager
+async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
+    """The node's hold on its shared tier (``cache.disk_path``, decision 0030): the directory
+    locked to this process while its workers run (a second node on it gets
+    CacheDirectoryLocked, and exits 2), closed cleanly after them. Its ``instance`` is what
+    the workers open it with (``--cache-instance``); None without a shared tier. This process
+    serves nothing from it: its workers do."""
+    cache = config.edge_role()[1]
+    if cache.disk_path is None:
+        yield None
+        return
+    tier = await asyncio.to_thread(
+        SharedTier.open_node, cache.disk_path, max_bytes=cache.disk_max_bytes
+    )
+    try:
+        yield tier
+    finally:
+        await asyncio.to_thread(tier.close)
+
+
+class NodeTier:
+    """The node's shared tier as /metrics and /readyz read it in the control process
+    (``observe.telemetry.TierFigures``): the node-wide totals of its LMDB, and whether the
+    directory is still there and writable (the workers' own faults are theirs)."""
+
+    def __init__(self, tier: SharedTier) -> None:
+        self._tier = tier
+
+    def shared_stats(self) -> SharedStats:
+        tier = self._tier
+        if tier.check_directory() and not os.access(tier.bodies, os.W_OK):
+            tier.health.fault("cache directory", PermissionError("not writable"))
+        return tier.stats()
+
+    @property
+    def disk_hits(self) -> int | None:
+        return None
+
+
+@asynccontextmanager
 async def edge_workers(
     config: Config,
     config_path: Path,
@@ -135,9 +180,11 @@ async def edge_workers(
     url: str,
     telemetry: Telemetry,
     started: list[Workers] | None = None,
+    cache_instance: str | None = None,
 ) -> AsyncIterator[tuple[str, str | None]]:
     """The edge port (and edge.tls_listen's), reserved here, and ``edge.workers`` worker
-    processes listening on it (added to ``started``, for reloads); yields their URLs."""
+    processes listening on it (added to ``started``, for reloads); yields their URLs.
+    ``cache_instance``: the node's instance id on its shared tier, for the workers."""
     edge, _ = config.edge_role()
     check_destination(config)
     # The workers' access log on "-" is this process's standard output, not their own (a
@@ -149,6 +196,7 @@ async def edge_workers(
         contextlib.closing(_Fd(stdout)),
     ):
         tls = [] if tls_port is None else ["--tls-port", str(tls_port)]
+        tier = [] if cache_instance is None else ["--cache-instance", cache_instance]
 
         def argv(index: int) -> list[str]:
             return [
@@ -165,6 +213,7 @@ async def edge_workers(
                 "--fleet-url",
                 url,
                 *tls,
+                *tier,
                 "--stdout-fd",
                 str(stdout),
             ]

@@ -57,6 +57,8 @@ from proxy.process.reload import domains_hook, reloading
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger, Purger, Store
 from proxy.store.memory import MemoryStore
+from proxy.store.shared import SharedTier
+from proxy.store.tiered import TieredStore
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
     from proxy.fleet.figures import FleetFigures
@@ -72,7 +74,7 @@ RECLAIM_SLICE_SECONDS = 0.0005
 @dataclass(frozen=True, slots=True)
 class Service:
     config: Config
-    store: MemoryStore
+    store: MemoryStore | TieredStore
     state: AsyncState
     edge: Edge
     telemetry: Telemetry
@@ -151,10 +153,18 @@ async def running(
     draining = Draining(config.edge_role()[0].shutdown_timeout)
     async with AsyncExitStack() as stack:
         cache = config.edge_role()[1]
-        store = await stack.enter_async_context(
+        memory = await stack.enter_async_context(
             memory_store(cache.max_bytes, purge_max_bytes=cache.purge_state_max_bytes)
         )
+        store: MemoryStore | TieredStore = memory
+        if cache.disk_path is not None:  # the shared tier, locked to this process (0030)
+            tier = await asyncio.to_thread(
+                SharedTier.open_node, cache.disk_path, max_bytes=cache.disk_max_bytes
+            )
+            store = await stack.enter_async_context(tiered_store(memory, tier))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
+        if isinstance(store, TieredStore):
+            telemetry.tier = store  # /metrics and /readyz read the shared tier
         access = EdgeAccess(config, responses=telemetry.responses)
         stack.push_async_callback(access.close)
         edge, edge_url = await stack.enter_async_context(
@@ -206,6 +216,18 @@ async def memory_store(
         yield store
     finally:
         await _cancel(reclaimer)
+
+
+@asynccontextmanager
+async def tiered_store(memory: MemoryStore, tier: SharedTier) -> AsyncIterator[TieredStore]:
+    """The memory store in front of an opened shared tier; the tier is closed (a clean close:
+    its entries are trusted at the next start, decision 0030) once its fills are done."""
+    store = TieredStore(memory, tier)
+    try:
+        yield store
+    finally:
+        await store.close()
+        await asyncio.to_thread(tier.close)
 
 
 @asynccontextmanager

@@ -3,7 +3,8 @@
 
 - ``run`` sets up logging (one format; a worker's lines name it), raises the open-files limit
   (proxy/edge/connections.py), and runs the process's main coroutine on uvloop where it is
-  installed; a ``ProxyError`` that ends it is one line on standard error and exit status 1.
+  installed; a ``ProxyError`` that ends it is one line on standard error and exit status 1
+  (2 for a cache directory another node holds, as for a config error).
 - ``stop_on_signals`` gives the event that SIGTERM and SIGINT set.
 - ``freeze_heap``, once a process has started serving, moves what start-up made out of the
   garbage collector's reach (decision 0011).
@@ -20,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from proxy.edge.connections import raise_open_files_limit
-from proxy.errors import ProxyError
+from proxy.errors import CacheDirectoryLocked, ProxyError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s{who} %(message)s"
 
@@ -33,6 +34,9 @@ def run(main: Callable[[], Coroutine[Any, Any, int]], *, who: str = "") -> int:
     with event_loop_runner() as runner:
         try:
             return runner.run(main())
+        except CacheDirectoryLocked as exc:  # another node's directory: as a config error
+            print(f"cdn-proxy: {exc}", file=sys.stderr)
+            return 2
         except ProxyError as exc:
             print(f"cdn-proxy: {exc}", file=sys.stderr)
             return 1

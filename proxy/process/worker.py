@@ -12,6 +12,7 @@ is gone (its standard input, a pipe from the node, reaches its end).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -29,8 +30,11 @@ from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
 from proxy.process.reload import Outcome, domains_hook, reloading
-from proxy.process.service import edge_listening, memory_store
+from proxy.process.service import edge_listening, memory_store, tiered_store
 from proxy.store.memory import MemoryStore
+from proxy.store.shared import SharedTier
+from proxy.store.shared.applied import load_applied, save_applied
+from proxy.store.tiered import TieredStore
 from proxy.wire.worker import Ready, Reloaded, pack_worker_line
 
 log = logging.getLogger("proxy.worker")
@@ -57,6 +61,7 @@ def run(
     fleet_url: str,
     tls_port: int | None = None,
     stdout_fd: int = 1,
+    cache_instance: str | None = None,
 ) -> int:
     """The worker's life: returns its exit status. SIGHUP (from its node) reloads the config
     from ``config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
@@ -70,6 +75,7 @@ def run(
             fleet_url=fleet_url,
             tls_port=tls_port,
             stdout_fd=stdout_fd,
+            cache_instance=cache_instance,
         ),
         who=f"[worker {index}]",
     )
@@ -84,6 +90,7 @@ async def _run(
     fleet_url: str,
     tls_port: int | None,
     stdout_fd: int = 1,
+    cache_instance: str | None = None,
 ) -> int:
     edge, cache = config.edge_role()
     stop = startup.stop_on_signals()
@@ -96,11 +103,28 @@ async def _run(
                 purge_max_bytes=cache.purge_state_max_bytes // edge.workers,
             )
         )
-        telemetry = Telemetry(store=memory, domains=[domain.name for domain in config.domains])
-        member = _member(config, memory, telemetry, fleet_url=fleet_url, index=index, port=port)
+        local: MemoryStore | TieredStore = memory
+        if cache.disk_path is not None and cache_instance is not None:
+            # Opened here, after the exec: an LMDB environment never crosses a fork (0030).
+            tier = await asyncio.to_thread(
+                SharedTier.open_member,
+                cache.disk_path,
+                max_bytes=cache.disk_max_bytes,
+                instance=cache_instance,
+            )
+            local = await stack.enter_async_context(tiered_store(memory, tier))
+        telemetry = Telemetry(store=local, domains=[domain.name for domain in config.domains])
+        member = _member(config, local, telemetry, fleet_url=fleet_url, index=index, port=port)
+        if isinstance(local, TieredStore):
+            # The shared tier's own record of what it applied: the first sync brings it only
+            # what it missed (proxy/store/shared/applied.py), so a restart keeps it warm.
+            member.applied = load_applied(local.tier.directory) or member.applied
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
-        store = FleetStore(memory, member)
+        if isinstance(local, TieredStore):
+            saver = asyncio.create_task(_save_applied(member, local), name="save-applied")
+            stack.push_async_callback(_stop_saver, saver, member, local)
+        store = FleetStore(local, member)
         # The access log ("-" is the node's standard output) and the response figures.
         access = EdgeAccess(config, responses=telemetry.responses, stdout=stdout_fd)
         stack.push_async_callback(access.close)
@@ -128,7 +152,7 @@ async def _run(
                     domains_hook(telemetry.set_domains),
                     domains_hook(member.set_domains),
                 ],
-                clear=memory.clear_domain,
+                clear=local.clear_domain,
                 run_file=False,
                 report=_tell_node,
             )
@@ -141,9 +165,35 @@ async def _run(
     return 0
 
 
+APPLIED_SAVE_INTERVAL = 0.2  # seconds between checks of the member's applied state
+
+
+async def _save_applied(member: FleetMember, store: TieredStore) -> None:
+    """Record what the member has applied to the shared tier whenever it moves."""
+    saved = None
+    while True:
+        applied = member.applied
+        if applied is not saved and not store.tier.health.stuck:
+            try:
+                await asyncio.to_thread(save_applied, store.tier.directory, applied)
+                saved = applied
+            except OSError as error:
+                store.tier.health.fault("fleet record", error)
+        await asyncio.sleep(APPLIED_SAVE_INTERVAL)
+
+
+async def _stop_saver(saver: asyncio.Task[None], member: FleetMember, store: TieredStore) -> None:
+    saver.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await saver
+    if not store.tier.health.stuck:
+        with contextlib.suppress(OSError):
+            save_applied(store.tier.directory, member.applied)
+
+
 def _member(
     config: Config,
-    memory: MemoryStore,
+    memory: MemoryStore | TieredStore,
     telemetry: Telemetry,
     *,
     fleet_url: str,

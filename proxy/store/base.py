@@ -77,6 +77,9 @@ class Lookup:
     # Why the store cannot answer from its cache at all (the edge forwards, and says so in
     # Cache-Status): "fenced" when a fleet member's lease has run out (0014).
     bypass: str | None = None
+    # The tier that answered when it was not the memory tier ("disk": the node's shared tier,
+    # proxy/store/tiered.py), for Cache-Status.
+    tier: str | None = None
 
 
 class Store(Protocol):

@@ -1,0 +1,224 @@
+"""The shared tier wired into the running edge (issue 23, decision 0030): one cache per node on
+disk, used by every worker, warm after a restart or a kill -9, and every purge answered 200
+still true after a kill -9 right behind it.
+
+Real processes throughout: ``cdn-proxy serve`` (one process, or a node with two workers and
+its embedded Valkey), a real origin that counts what it is asked, a real directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.conftest import Origin
+from tests.nodes import ENV, Node, cli, write_config
+
+pytestmark = pytest.mark.slow  # nodes of real processes, restarted
+
+HOST = {"Host": "example.com"}
+DISK_HIT = 'cdn-proxy; hit; detail="disk"'  # RFC 9211 §2.8: detail is a String
+FRESH_REQUESTS = 6  # per object, each on a connection of its own (the kernel picks a worker)
+
+
+def tiered_config(tmp_path: Path, origin: Origin, *, workers: int) -> Path:
+    return write_config(
+        tmp_path,
+        origin.url,
+        workers=workers,
+        cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"',
+    )
+
+
+def serve(origin: Origin, *targets: str, tag: str = "") -> None:
+    """Cacheable answers for ``targets``, each body naming its target."""
+    for target in targets:
+
+        async def handler(request: web.Request, target: str = target) -> web.StreamResponse:
+            headers = {"Cache-Control": "max-age=600", "ETag": f'"{target}"'}
+            if tag:
+                headers["Surrogate-Key"] = tag
+            return web.Response(text=f"body of {target}", headers=headers)
+
+        origin.route(target, handler)
+
+
+async def get_fresh(node: Node, target: str) -> tuple[int, str, str]:
+    """One GET on a connection of its own: status, Cache-Status, body."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as client,
+        client.get(node.edge + target, headers=HOST) as response,
+    ):
+        return response.status, response.headers.get("Cache-Status", ""), await response.text()
+
+
+async def token(tmp_path: Path) -> str:
+    config = str(tmp_path / "proxy.toml")
+    status, out, err = await cli("token", "create", "deploy", "--all-domains", "--config", config)
+    assert status == 0, err
+    return out.strip()
+
+
+async def post(node: Node, secret: str, path: str, body: dict[str, Any]) -> int:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            node.api + path, json=body, headers={"Authorization": f"Bearer {secret}"}
+        ) as response,
+    ):
+        await response.read()
+        return response.status
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[Node]]:
+    nodes: list[Node] = []
+    yield nodes
+    for node in nodes:
+        await node.kill()
+
+
+async def start(started: list[Node], config: Path) -> Node:
+    node = await Node.start(config)
+    started.append(node)
+    return node
+
+
+async def stop(node: Node) -> None:
+    """SIGTERM, and wait for a clean exit (the tier closed cleanly)."""
+    node.process.terminate()
+    assert await node.process.wait() == 0
+
+
+async def test_two_workers_fill_each_object_once_and_both_serve_it(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    targets = [f"/o{i}" for i in range(20)]
+    serve(origin, *targets)
+    node = await start(started, tiered_config(tmp_path, origin, workers=2))
+    statuses = []
+    for target in targets:
+        for _ in range(FRESH_REQUESTS):
+            status, cache_status, body = await get_fresh(node, target)
+            assert (status, body) == (200, f"body of {target}")
+            statuses.append(cache_status)
+    assert {target: origin.count(target) for target in targets} == dict.fromkeys(targets, 1)
+    # The worker that did not fill an object answered it from the shared tier.
+    assert statuses.count(DISK_HIT) >= 1, statuses
+    assert all(s.startswith("cdn-proxy; hit") or "fwd=miss" in s for s in statuses)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("how", ["sigterm", "kill -9"])
+async def test_stored_objects_are_hits_after_a_restart(
+    tmp_path: Path, origin: Origin, started: list[Node], workers: int, how: str
+) -> None:
+    targets = [f"/r{i}" for i in range(10)]
+    serve(origin, *targets)
+    config = tiered_config(tmp_path, origin, workers=workers)
+    node = await start(started, config)
+    for target in targets:
+        assert (await get_fresh(node, target))[0] == 200
+    if how == "sigterm":
+        await stop(node)
+    else:
+        await node.kill()  # every process of the node, at once
+    node = await start(started, config)
+    for target in targets:
+        status, cache_status, body = await get_fresh(node, target)
+        assert (status, cache_status, body) == (
+            200,
+            DISK_HIT,
+            f"body of {target}",
+        )
+    assert {target: origin.count(target) for target in targets} == dict.fromkeys(targets, 1)
+
+
+PURGES: dict[str, tuple[str, dict[str, Any]]] = {
+    "clear-cache": ("/api/v1/cdn/clear-cache", {"domain": "example.com"}),
+    "url": ("/api/v1/cdn/purge", {"domain": "example.com", "urls": ["/p/x"]}),
+    "prefix": ("/api/v1/cdn/purge", {"domain": "example.com", "prefixes": ["/p/"]}),
+    "tag": ("/api/v1/cdn/purge", {"domain": "example.com", "tags": ["t1"]}),
+    "soft": ("/api/v1/cdn/purge", {"domain": "example.com", "urls": ["/p/x"], "soft": True}),
+    "all": ("/api/v1/cdn/purge", {"domain": "example.com", "all": True}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PURGES))
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_purge_answered_200_holds_after_a_kill_right_behind_it(
+    tmp_path: Path, origin: Origin, started: list[Node], kind: str, workers: int
+) -> None:
+    serve(origin, "/p/x", tag="t1")
+    serve(origin, "/keep")
+    config = tiered_config(tmp_path, origin, workers=workers)
+    secret = await token(tmp_path)
+    node = await start(started, config)
+    for target in ("/p/x", "/keep"):
+        assert (await get_fresh(node, target))[0] == 200
+    path, body = PURGES[kind]
+    assert await post(node, secret, path, body) == 200
+    await node.kill()  # at once: nothing written behind the 200 gets a chance
+    node = await start(started, config)
+    status, cache_status, text = await get_fresh(node, "/p/x")
+    assert (status, text) == (200, "body of /p/x")
+    assert "hit" not in cache_status.split("; ")[1:], cache_status  # the origin was asked
+    assert origin.count("/p/x") == 2
+    if kind not in ("clear-cache", "all"):  # what the purge did not cover is still a hit
+        assert (await get_fresh(node, "/keep"))[1] == DISK_HIT
+        assert origin.count("/keep") == 1
+
+
+async def test_a_second_node_on_the_same_directory_exits_2_naming_it(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    first = await start(started, tiered_config(tmp_path, origin, workers=1))
+    other = tmp_path / "other"
+    other.mkdir()
+    second = write_config(
+        other, origin.url, cache=f'disk_path = "{tmp_path / "cache"}"\n'
+    )  # its own ports and state, the first node's cache directory
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "proxy", "serve", "--config", str(second),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
+    )  # fmt: skip
+    async with asyncio.timeout(60):
+        _, err = await process.communicate()
+    assert process.returncode == 2
+    line = err.decode().strip().splitlines()[-1]
+    holder = f"cdn-proxy: cache directory {tmp_path / 'cache'} is locked by pid {first.process.pid}"
+    assert line.startswith(holder + " (instance ") and line.endswith(")"), line
+    serve(origin, "/still")
+    assert (await get_fresh(first, "/still"))[0] == 200  # the first node still answers
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_deleted_directory_costs_no_5xx_and_readyz_says_degraded(
+    tmp_path: Path, origin: Origin, started: list[Node], workers: int
+) -> None:
+    serve(origin, "/before", "/after")
+    node = await start(started, tiered_config(tmp_path, origin, workers=workers))
+    assert (await get_fresh(node, "/before"))[0] == 200
+    shutil.rmtree(tmp_path / "cache")
+    for target in ["/before", "/after"] * 6:
+        status, _, body = await get_fresh(node, target)
+        assert (status, body) == (200, f"body of {target}")
+    async with aiohttp.ClientSession() as client:
+        async with client.get(node.api + "/readyz") as response:
+            assert response.status == 200  # a warning: the edge answers from memory and origin
+            ready = json.loads(await response.text())
+        async with client.get(node.api + "/metrics") as response:
+            metrics = await response.text()
+    assert ready["disk"]["ok"] is False and ready["disk"]["stopped"] is True, ready
+    assert ready["warnings"][0].startswith("shared tier degraded: "), ready
+    assert "cdn_proxy_shared_tier_stopped 1.0" in metrics.splitlines()
