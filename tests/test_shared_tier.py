@@ -115,7 +115,9 @@ async def test_two_workers_fill_each_object_once_and_both_serve_it(
     assert {target: origin.count(target) for target in targets} == dict.fromkeys(targets, 1)
     # The worker that did not fill an object answered it from the shared tier.
     assert statuses.count(DISK_HIT) >= 1, statuses
-    assert all(s.startswith("cdn-proxy; hit") or "fwd=miss" in s for s in statuses)
+    fills = statuses.count("cdn-proxy; fwd=uri-miss; stored")
+    assert fills == len(targets), statuses
+    assert all(s.startswith("cdn-proxy; hit") for s in statuses if "fwd=" not in s)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

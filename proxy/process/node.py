@@ -32,6 +32,7 @@ from pathlib import Path
 from proxy.config.diff import ConfigChange
 from proxy.config.model import Config, FleetConfig
 from proxy.config.values import Listen
+from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.edge.access_log import check_destination
 from proxy.errors import WireError
 from proxy.fleet.figures import FleetFigures
@@ -44,6 +45,7 @@ from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import Draining, StartError, control_listening
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
+from proxy.store.base import ClearResult, Purger
 from proxy.store.shared import SharedStats, SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
@@ -78,14 +80,17 @@ async def _serve(config: Config, config_path: Path) -> int:
             store=figures, domains=[d.name for d in config.domains], remote=figures
         )
         reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
-        instance = None
+        instance = held_tier = None
         if config.edge is not None:
-            held = await stack.enter_async_context(node_tier(config))
-            if held is not None:
-                instance, telemetry.tier = held.instance, NodeTier(held)
+            held_tier = await stack.enter_async_context(node_tier(config))
+            if held_tier is not None:
+                instance, telemetry.tier = held_tier.instance, NodeTier(held_tier)
         if config.api is not None:
-            purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
-            stack.push_async_callback(purger.aclose)
+            fleet_purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
+            stack.push_async_callback(fleet_purger.aclose)
+            purger: Purger = fleet_purger
+            if held_tier is not None and fleet.url is None:
+                purger = SharedFirstPurger(fleet_purger, held_tier)
             _, api_url = await stack.enter_async_context(
                 control_listening(
                     config,
@@ -151,6 +156,32 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
         yield tier
     finally:
         await asyncio.to_thread(tier.close)
+
+
+class SharedFirstPurger:
+    """The control plane's purger on a node whose fleet is its own embedded Valkey: every
+    clear and purge is made durable in the node's shared tier, here, before the fleet's
+    workers are told, so the tier's purge state holds every purge this node ever answered
+    200, even one made while no worker was live. That is what lets a worker trust the tier
+    across the embedded Valkey's restarts (a new epoch at every start of the node:
+    proxy/store/shared/applied.py). The workers apply each purge too (harmless twice)."""
+
+    def __init__(self, purger: FleetPurger, tier: SharedTier) -> None:
+        self._purger = purger
+        self._tier = tier
+
+    @property
+    def name(self) -> str | None:
+        return self._purger.name
+
+    async def clear_domain(self, domain: str) -> ClearResult:
+        await self._tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
+        return await self._purger.clear_domain(domain)
+
+    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
+        if not purge.dry_run:
+            await self._tier.purge_async(domain, purge)
+        return await self._purger.purge(domain, purge)
 
 
 class NodeTier:

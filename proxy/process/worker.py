@@ -22,9 +22,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from proxy.config.model import Config, FleetConfig
+from proxy.core.lease import Applied
 from proxy.edge.access_log import EdgeAccess
+from proxy.errors import FleetUnavailable, WireError
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
+from proxy.fleet.scripts import FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
@@ -118,7 +121,7 @@ async def _run(
         if isinstance(local, TieredStore):
             # The shared tier's own record of what it applied: the first sync brings it only
             # what it missed (proxy/store/shared/applied.py), so a restart keeps it warm.
-            member.applied = load_applied(local.tier.directory) or member.applied
+            member.applied = await _tier_applied(config, local, member) or member.applied
         await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
         stack.push_async_callback(member.close)
         if isinstance(local, TieredStore):
@@ -163,6 +166,32 @@ async def _run(
         await stop.wait()
         log.info("stopping: draining in-flight requests")
     return 0
+
+
+async def _tier_applied(config: Config, store: TieredStore, member: FleetMember) -> Applied | None:
+    """Where the member starts from: what the shared tier applied. With the node's own
+    embedded Valkey, which starts empty with the node (a new epoch), the tier's purge state
+    holds every purge the node ever answered (the control plane writes it first:
+    node.SharedFirstPurger), so the member starts at the new epoch's beginning and applies
+    only what the new Valkey has seen; with a Valkey of its own, a new epoch means purges
+    may have been lost, and the first sync clears every domain."""
+    applied = load_applied(store.tier.directory)
+    assert config.fleet is not None
+    if applied is None or config.fleet.url is not None:
+        return applied
+    scripts = FleetScripts(
+        connect(member.settings.url, timeout=member.settings.timeout),
+        timeout=member.settings.timeout,
+    )
+    try:
+        epoch = (await scripts.pending()).epoch
+    except (FleetUnavailable, WireError):
+        return applied
+    finally:
+        await scripts.aclose()
+    if epoch == applied.epoch:
+        return applied
+    return Applied(epoch=epoch, seq=0, generations={})
 
 
 APPLIED_SAVE_INTERVAL = 0.2  # seconds between checks of the member's applied state
