@@ -32,6 +32,11 @@ forwarded path (edge/forward.py), origin connection included.
 paths no request takes (``/nomatch-I/*``), the last for the object's (``/o/*``, an edge_ttl),
 so each hit asks all N and one applies.
 
+``--tier memory|disk`` runs cdn-proxy with its shared tier on (``[cache] disk_path``, issue 23):
+``memory`` counts hits from the memory tier in front of it (the peek path, as without a disk
+tier); ``disk`` makes the memory tier too small to hold the object (``max_bytes`` 4 KiB: it
+keeps objects up to an eighth of that), so every hit is read from the shared tier.
+
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
 behind in batches).
@@ -77,6 +82,7 @@ def start(
     home: Path,
     access_log: str | None = None,
     rules: int = 0,
+    tier: str | None = None,
 ) -> tuple[Server, int]:
     """The system started under callgrind (writing to ``out``), and the port it serves on."""
     callgrind = callgrind_argv(out)
@@ -92,6 +98,14 @@ def start(
             config.write_text(text)
         if rules:
             config.write_text(with_rules(config.read_text(), rules))
+        if tier is not None:
+            memory = "8GiB" if tier == "memory" else "4KiB"  # disk: no 1 KiB object fits
+            text = config.read_text().replace(
+                '[cache]\nmax_bytes = "8GiB"\n',
+                f'[cache]\nmax_bytes = "{memory}"\ndisk_path = "cache"\ndisk_max_bytes = "1GiB"\n',
+                1,
+            )
+            config.write_text(text)
         server = Server(system, [*callgrind, *proxy_argv(config)], log, CPU, cwd=root)
         server.start()
         return server, proxy_addresses(server, START_SECONDS)[0]
@@ -139,11 +153,12 @@ def instructions(
     access_log: str | None = None,
     post: bool = False,
     rules: int = 0,
+    tier: str | None = None,
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
-    server, port = start(system, out, size, origin_port, root, home, access_log, rules)
+    server, port = start(system, out, size, origin_port, root, home, access_log, rules, tier)
     try:
         asyncio.run(drive(port, f"/{kind}/{size}/0", requests, b"x" * size if post else None))
     finally:
@@ -230,6 +245,9 @@ def main() -> None:
     parser.add_argument(
         "--rules", type=int, default=0, help="N cache rules on the domain, the last matching"
     )
+    parser.add_argument(
+        "--tier", choices=("memory", "disk"), help="cdn-proxy with its shared tier, hits from it"
+    )
     args = parser.parse_args()
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
@@ -254,8 +272,9 @@ def main() -> None:
                 kind = "tagged" if args.tagged else "o"
                 log = args.access_log if system == "cdn-proxy" else None
                 rules = args.rules if system == "cdn-proxy" else 0
+                tier = args.tier if system == "cdn-proxy" else None
                 base = instructions(
-                    system, args.size, 0, origin.port, root, tmp, kind, log, args.post, rules
+                    system, args.size, 0, origin.port, root, tmp, kind, log, args.post, rules, tier
                 )
                 loaded = instructions(
                     system,
@@ -268,6 +287,7 @@ def main() -> None:
                     log,
                     args.post,
                     rules,
+                    tier,
                 )
                 results[system] = (loaded - base) / args.requests
                 what = "forwarded POST" if args.post else "hit"

@@ -55,13 +55,18 @@ class TieredStore:
         self.memory_object_max = (
             memory.max_bytes // MEMORY_SHARE if memory_object_max is None else memory_object_max
         )
-        self.peek = memory.peek  # the hit path: the memory tier's, unchanged
+        # The hit path: the memory tier's own bound method, no call of ours in between.
+        self.peek = memory.peek  # type: ignore[method-assign]
         self._tokens: OrderedDict[CacheKey, int] = OrderedDict()
         self._fills: set[asyncio.Future[bool]] = set()
         self.hits = {"memory": 0, "disk": 0}  # lookups answered by each tier (not peeks)
         self.not_durable = 0  # purges the shared tier could not make durable
 
     # -- reading and storing ---------------------------------------------------------------------
+
+    def peek(self, domain: str, target: str) -> StoredResponse | None:
+        """``Store.peek``: the memory tier's (replaced in ``__init__`` by its bound method)."""
+        return self.memory.peek(domain, target)
 
     async def lookup(self, domain: str, target: str) -> Lookup:
         found = await self.memory.lookup(domain, target)

@@ -1,0 +1,134 @@
+"""The two-tier store (proxy/store/tiered.py) over a real shared tier on a real directory:
+what each tier answers, what a put writes where, and that a purge is durable in the shared
+tier before it returns (a second process's tier sees it), or stops the tier when it cannot be.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.purge.purges import Purge
+from proxy.store.memory import MemoryStore
+from proxy.store.shared import SharedTier
+from proxy.store.tiered import TieredStore
+
+DOMAIN = "example.com"
+
+
+def response(body: bytes, tags: tuple[str, ...] = ()) -> StoredResponse:
+    return StoredResponse(
+        status=200,
+        reason="OK",
+        headers=(("Content-Type", "text/plain"),),
+        body=body,
+        birth=1_000_000.0,
+        freshness_lifetime=3600.0,
+        tags=tags,
+    )
+
+
+def two_tiers(tier: SharedTier, memory_bytes: int = 1 << 20) -> TieredStore:
+    return TieredStore(MemoryStore(max_bytes=memory_bytes), tier)
+
+
+async def store(tiered: TieredStore, target: str, body: bytes, tags: tuple[str, ...] = ()) -> None:
+    found = await tiered.lookup(DOMAIN, target)
+    assert not found.variants
+    assert await tiered.put(found.key, response(body, tags))
+
+
+async def test_a_fill_lands_in_both_tiers_and_another_process_memory_reads_it_from_disk(
+    tier: SharedTier,
+) -> None:
+    first = two_tiers(tier)
+    await store(first, "/a", b"A" * 100)
+    assert first.peek(DOMAIN, "/a") is not None  # the memory tier, for the fast path
+    other = two_tiers(tier)  # another process's memory tier, empty, over the same tier
+    assert other.peek(DOMAIN, "/a") is None
+    found = await other.lookup(DOMAIN, "/a")
+    assert (found.tier, [v.body for v in found.variants]) == ("disk", [b"A" * 100])
+    assert other.hits["disk"] == 1
+    hit = other.peek(DOMAIN, "/a")  # copied into its memory tier: hot from now on
+    assert hit is not None and hit.body == b"A" * 100
+    found = await other.lookup(DOMAIN, "/a")
+    assert found.tier is None and other.hits == {"memory": 1, "disk": 1}
+
+
+async def test_the_memory_tier_keeps_only_objects_up_to_an_eighth_of_its_size(
+    tier: SharedTier,
+) -> None:
+    tiered = two_tiers(tier, memory_bytes=8192)
+    await store(tiered, "/big", b"B" * 2000)  # over 1 KiB: the disk tier only
+    assert tiered.peek(DOMAIN, "/big") is None
+    for _ in range(2):
+        found = await tiered.lookup(DOMAIN, "/big")
+        assert found.tier == "disk" and found.variants[0].body == b"B" * 2000
+
+
+async def test_a_large_body_goes_to_a_file_and_comes_back_whole(tier: SharedTier) -> None:
+    tiered = two_tiers(tier, memory_bytes=1 << 20)
+    body = bytes(range(256)) * 1024  # 256 KiB: over the inline limit, and over 1/8 of memory
+    await store(tiered, "/file", body)
+    found = await two_tiers(tier).lookup(DOMAIN, "/file")
+    assert found.tier == "disk" and found.variants[0].body == body
+
+
+async def test_a_put_without_its_lookup_is_not_written_to_the_shared_tier(
+    tier: SharedTier,
+) -> None:
+    tiered = two_tiers(tier)
+    key = (await tiered.memory.lookup(DOMAIN, "/x")).key  # the memory tier's lookup only
+    assert await tiered.put(key, response(b"x"))
+    assert not (await two_tiers(tier).lookup(DOMAIN, "/x")).variants
+
+
+@pytest.mark.parametrize(
+    ("purge", "gone", "kept"),
+    [
+        (None, ["/p/a", "/p/b", "/q"], []),  # a clear
+        (Purge("url", ("/p/a",)), ["/p/a"], ["/p/b", "/q"]),
+        (Purge("prefix", ("/p/",)), ["/p/a", "/p/b"], ["/q"]),
+        (Purge("tag", ("t",)), ["/p/b"], ["/p/a", "/q"]),
+        (Purge("all"), ["/p/a", "/p/b", "/q"], []),
+    ],
+)
+async def test_a_purge_is_in_the_shared_tier_when_it_returns(
+    tier: SharedTier, purge: Purge | None, gone: list[str], kept: list[str]
+) -> None:
+    tiered = two_tiers(tier)
+    for target in ("/p/a", "/p/b", "/q"):
+        await store(tiered, target, target.encode(), ("t",) if target == "/p/b" else ())
+    if purge is None:
+        await tiered.clear_domain(DOMAIN)
+    else:
+        await tiered.purge(DOMAIN, purge)
+    other = two_tiers(tier)  # what any other process of the node now finds
+    assert [t for t in gone + kept if (await other.lookup(DOMAIN, t)).variants] == kept
+    assert [t for t in gone + kept if tiered.peek(DOMAIN, t) is not None] == kept
+
+
+async def test_the_synchronous_purges_are_durable_too(tier: SharedTier) -> None:
+    tiered = two_tiers(tier)
+    await store(tiered, "/a", b"a")
+    tiered.purge_now(DOMAIN, Purge("url", ("/a",)))
+    assert not (await two_tiers(tier).lookup(DOMAIN, "/a")).variants
+    await store(tiered, "/a", b"a2")
+    tiered.clear_now(DOMAIN)
+    assert not (await two_tiers(tier).lookup(DOMAIN, "/a")).variants
+
+
+async def test_a_purge_that_cannot_be_made_durable_stops_the_tier(
+    tier: SharedTier, tmp_path: Path
+) -> None:
+    tiered = two_tiers(tier)
+    await store(tiered, "/a", b"a")
+    shutil.rmtree(tmp_path / "cache")  # the directory is gone: the purge is not durable
+    await tiered.purge(DOMAIN, Purge("url", ("/b",)))
+    assert tiered.not_durable == 1
+    assert tiered.tier.status().stuck
+    assert tiered.peek(DOMAIN, "/a") is not None  # the memory tier still serves what is true
+    assert not (await two_tiers(tier).lookup(DOMAIN, "/a")).variants  # the tier: nothing
