@@ -104,7 +104,9 @@ class TieredStore:
         stored = False
         if response.size <= self.memory_object_max:
             stored = await self.memory.put(key, response)
-        token = self._tokens.pop(key, None)
+        # Kept for the key's other puts (each coding of a compressed object is one): all of
+        # them fill under the purge number of the one lookup.
+        token = self._tokens.get(key)
         if token is None or self.tier.health.stuck:
             return stored
         domain, _, target = key
