@@ -144,6 +144,12 @@ async def test_stored_objects_are_hits_after_a_restart(
             f"body of {target}",
         )
     assert {target: origin.count(target) for target in targets} == dict.fromkeys(targets, 1)
+    async with aiohttp.ClientSession() as client, client.get(node.api + "/metrics") as response:
+        metrics = (await response.text()).splitlines()
+    assert "cdn_proxy_shared_tier_entries 10.0" in metrics
+    if workers == 1:  # a node's workers do not report their hits by tier yet
+        assert 'cdn_proxy_tier_hits_total{tier="disk"} 10.0' in metrics
+        assert 'cdn_proxy_tier_hits_total{tier="memory"} 0.0' in metrics
 
 
 PURGES: dict[str, tuple[str, dict[str, Any]]] = {
