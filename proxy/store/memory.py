@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import scheme_targets
+from proxy.core.cache.trace import Held
 from proxy.core.purge.purges import HARD, Purge, PurgeResult, covering
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
@@ -48,7 +49,15 @@ from proxy.store.entries import (
     variants_of,
 )
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
-from proxy.store.purging import DomainPurges, PurgeBudget, Walk, dry_count, fold, listed_key
+from proxy.store.purging import (
+    DomainPurges,
+    PurgeBudget,
+    Walk,
+    covers,
+    dry_count,
+    fold,
+    listed_key,
+)
 
 MAX_VARIANTS_PER_KEY = 16
 RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
@@ -116,6 +125,35 @@ class MemoryStore:
                 return None
         self._lru.move_to_end(key)
         return stored if type(stored) is StoredResponse else None
+
+    def inspect(self, domain: str, target: str) -> Held:
+        """What ``lookup`` would find for the URL, changing nothing: no recency, no purge
+        mark, no counter (the trace, core/cache/trace.py). Variants an outstanding lazy
+        purge covers hard are left out and counted as ``pending``."""
+        generation = self._generations.get(domain, 0)
+        state = self._purges.get(domain)
+        stored = self._lru.get(f"{domain} {generation} {target}")
+        variants: list[StoredResponse] = []
+        pending = 0
+        for variant in variants_of(stored) if stored is not None else ():
+            if state is not None and variant.mark < state.top:
+                covered = covering(
+                    state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
+                )
+                if covered is HARD:
+                    pending += 1
+                    continue
+                if covered is not None:
+                    variant = soft_expired(variant, covered.stale_at)
+            variants.append(variant)
+        recent = () if state is None else tuple(p for _, p in state.recent)
+        return Held(
+            variants=tuple(variants),
+            generation=generation,
+            purge_number=generation if state is None else state.number,
+            purges=tuple(p for p in recent if covers(p, target, ())),
+            pending=pending,
+        )
 
     async def lookup(self, domain: str, target: str) -> Lookup:
         """One step: the domain's generation is read with the entry, never before an await."""

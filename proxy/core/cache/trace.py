@@ -1,0 +1,223 @@
+"""The trace: why one request would be a hit, a miss or a bypass (issue 25 §3, decision 0038).
+
+Theory of operation. ``trace`` answers, for one request as the edge would see it, every
+question the edge asks on its way to an answer, in the edge's order (edge/handler.py
+``_answer``): which rules match the path (and why each other one does not), the cache key
+after the rules' query normalisation, whether the request may use the cache at all (method,
+``cache = false``, a bypass cookie, Authorization under storage overrides), what the store
+holds under the key (``Held``, read without touching recency, purge marks or counters) and
+what ``policy.decide_lookup`` would decide with it, which purges apply, and which origin
+server a miss would go to. With an assessed origin answer (``fetched``: the API's
+``fetch``), it adds whether that answer would be stored, and if not the refusal reason
+``storability.refusal`` gives (through ``policy.assess_response``).
+
+Pure: no I/O and no clock. The caller reads the store (``MemoryStore.inspect``), the origin
+pool's servers and the clock, and passes them in; the answer is a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.keys import cache_target
+from proxy.core.cache.policy import (
+    DontStore,
+    Forward,
+    Revalidate,
+    Serve,
+    Storable,
+    _obeyed,
+    decide_lookup,
+    explicit_lifetime,
+)
+from proxy.core.cache.rules import Applied, RuleSet, normalised_target
+from proxy.core.http.requests import CACHEABLE_METHODS
+from proxy.core.purge.purges import Purge
+
+
+class TraceHeaders:
+    """Request fields as ``policy.RequestHeaders`` reads them (case-insensitive)."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
+        self._pairs = [(name.lower(), value) for name, value in pairs]
+
+    def get(self, key: str, /) -> str | None:
+        found = self.getall(key, [])
+        return found[0] if found else None
+
+    def getall(self, key: str, default: list[str], /) -> list[str]:
+        lowered = key.lower()
+        found = [value for name, value in self._pairs if name == lowered]
+        return found if found else default
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What the store holds for one key, read changing nothing (``MemoryStore.inspect``):
+    the variants a lookup would find, the domain's generation and purge number, and the
+    remembered purges that cover the key's target."""
+
+    variants: tuple[StoredResponse, ...]
+    generation: int
+    purge_number: int
+    purges: tuple[Purge, ...] = ()
+    pending: int = 0  # variants an outstanding lazy purge drops at the next lookup
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """One origin server as the trace reports it (``balance.ServerState``'s part)."""
+
+    url: str
+    backup: bool
+    up: bool
+    last_failure: str | None = None
+
+
+def rule_rows(rules: RuleSet | None, path: str) -> list[dict[str, object]]:
+    """Each rule in order: its name, whether it matched the path, and why (not)."""
+    rows: list[dict[str, object]] = []
+    for rule in () if rules is None else rules.rules:
+        if rule.matcher is None:
+            rows.append({"name": rule.name, "matched": True, "why": "no paths: every path"})
+        elif rule.matcher.fullmatch(path):
+            rows.append({"name": rule.name, "matched": True, "why": f"{path!r} matches a glob"})
+        else:
+            globs = ", ".join(map(repr, rule.paths))
+            why = f"{path!r} matches none of its paths ({globs})"
+            rows.append({"name": rule.name, "matched": False, "why": why})
+    return rows
+
+
+def bypass_reason(applied: Applied | None, request: TraceHeaders, method: str) -> str | None:
+    """Why the edge sends this request to the origin uncached, or None (as the edge's
+    ``may_use_cache`` and ``_bypass_reason``). A trace has no body: none is assumed."""
+    if method not in CACHEABLE_METHODS:
+        return f"method: {method} is never answered from the cache"
+    if applied is None:
+        return None
+    if not applied.cache:
+        return f"cache = false ({applied.detail})"
+    if applied.bypass is not None and applied.bypassed(request.getall("cookie", [])):
+        return f"a bypass cookie ({applied.detail})"
+    if applied.overrides_storage and request.get("authorization") is not None:
+        return f"Authorization, and the rules override what is stored ({applied.detail})"
+    return None
+
+
+def lifetime_source(entry: StoredResponse, applied: Applied | None) -> str:
+    """Where the stored lifetime came from: a rule, the origin's fields, or the heuristic."""
+    if applied is not None and applied.lifetime_for(entry.status) is not None:
+        return "rule"
+    lowered = [(name.lower(), value) for name, value in entry.headers]
+    directives, obeyed = _obeyed(lowered, None)
+    if explicit_lifetime(directives, obeyed, entry.birth) is not None:
+        return "origin"
+    return "heuristic"
+
+
+def _entry_row(entry: StoredResponse, applied: Applied | None, now: float) -> dict[str, object]:
+    return {
+        "status": entry.status,
+        "age": round(entry.age(now), 3),
+        "freshness_lifetime": entry.freshness_lifetime,
+        "lifetime_source": lifetime_source(entry, applied),
+        "fresh": entry.is_fresh(now),
+        "vary": list(entry.vary),
+        "tags": list(entry.tags),
+    }
+
+
+def _lookup(
+    held: Held | None, request: TraceHeaders, applied: Applied | None, now: float
+) -> tuple[str, str, dict[str, object] | None]:
+    """The edge's decision with what is held: (``hit``/``revalidate``/``miss``, why, the
+    entry it would use)."""
+    obey = applied is None or not applied.ignore_client_no_cache
+    decision = decide_lookup(() if held is None else held.variants, request, now, obey_request=obey)
+    if isinstance(decision, Serve):
+        return "hit", "stored and fresh", _entry_row(decision.response, applied, now)
+    if isinstance(decision, Revalidate):
+        why = f"stored but must be revalidated ({decision.reason})"
+        return "revalidate", why, _entry_row(decision.response, applied, now)
+    assert isinstance(decision, Forward)
+    return "miss", decision.reason, None
+
+
+def _origin(servers: Sequence[Server], balance: str) -> dict[str, object]:
+    """Which servers a miss may go to: the up ones of the first tier that has any."""
+    for backup in (False, True):
+        up = [s.url for s in servers if s.up and s.backup is backup]
+        if up:
+            return {"balance": balance, "candidates": up, "backup": backup}
+    rows = [{"origin": s.url, "last_failure": s.last_failure} for s in servers]
+    return {"balance": balance, "candidates": [], "down": rows}
+
+
+def trace(
+    *,
+    domain: str,
+    rules: RuleSet | None,
+    method: str,
+    target: str,
+    headers: Sequence[tuple[str, str]],
+    https: bool,
+    held: Held | None,
+    now: float,
+    servers: Sequence[Server] = (),
+    balance: str = "round_robin",
+    fetched: Storable | DontStore | None = None,
+) -> dict[str, object]:
+    """The trace of one request (see the module's docstring); ``target`` as the client
+    sends it (origin-form). ``held``: what the store holds under the normalised key."""
+    request = TraceHeaders(headers)
+    path = target.partition("?")[0]
+    applied = None if rules is None else rules.match(path)
+    key = target if applied is None else normalised_target(target, applied.query)
+    answer: dict[str, object] = {
+        "domain": domain,
+        "method": method,
+        "target": target,
+        "rules": rule_rows(rules, path),
+        "applied": [] if applied is None else list(applied.names),
+        "key": key,
+        "key_target": cache_target(key, https),
+    }
+    bypass = bypass_reason(applied, request, method)
+    if bypass is not None:
+        outcome, why, entry = "bypass", bypass, None
+    else:
+        outcome, why, entry = _lookup(held, request, applied, now)
+    answer.update(outcome=outcome, why=why, entry=entry)
+    if held is not None:
+        answer["store"] = _store_row(held)
+    answer["origin"] = _origin(servers, balance)
+    if fetched is not None:
+        answer["fetched"] = _fetched_row(fetched, applied)
+    return answer
+
+
+def _store_row(held: Held) -> dict[str, object]:
+    return {
+        "variants": len(held.variants),
+        "generation": held.generation,
+        "purge_number": held.purge_number,
+        "pending_purges": held.pending,
+        "purges": [{"kind": p.kind, "items": list(p.items), "soft": p.soft} for p in held.purges],
+    }
+
+
+def _fetched_row(fetched: Storable | DontStore, applied: Applied | None) -> dict[str, object]:
+    """What the edge would do with the origin's answer: store it (for how long, from which
+    source) or not, and why not (``storability.refusal``)."""
+    if isinstance(fetched, DontStore):
+        return {"storable": False, "why_not": fetched.reason}
+    source = "rule" if applied is not None and applied.lifetime_for(fetched.status) else None
+    return {
+        "storable": True,
+        "status": fetched.status,
+        "freshness_lifetime": fetched.freshness_lifetime,
+        "lifetime_source": source or "origin or heuristic",
+    }

@@ -1,0 +1,123 @@
+"""The trace in core (core/cache/trace.py, decision 0038): rules matched and why not, the
+normalised key, bypasses, the lookup decision and the lifetime's source, with what a real
+MemoryStore holds, read changing nothing (``MemoryStore.inspect``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.rules import Rule, RuleSet
+from proxy.core.cache.trace import Held, Server, lifetime_source, trace
+from proxy.core.purge.purges import purge_request
+from proxy.store.memory import MemoryStore
+
+NOW = 1_700_000_000.0
+DOMAIN = "example.com"
+
+
+def rule_set(*rules: dict[str, Any]) -> RuleSet:
+    return RuleSet(tuple(Rule.compiled(**r) for r in rules))
+
+
+def entry(headers: tuple[tuple[str, str], ...] = (), lifetime: float = 60.0) -> StoredResponse:
+    return StoredResponse(
+        status=200,
+        reason="OK",
+        headers=headers,
+        body=b"x",
+        birth=NOW - 10,
+        freshness_lifetime=lifetime,
+    )
+
+
+RULES = rule_set(
+    {"name": "all", "query_ignore": ("utm_*",), "query_sort": True, "bypass_cookies": ("sess*",)},
+    {"name": "static", "paths": ("/static/*",), "edge_ttl": 86400.0},
+    {"name": "account", "paths": ("/account/*",), "cache": False},
+)
+
+
+def traced(target: str, held: Held | None, headers: tuple[tuple[str, str], ...] = ()) -> Any:
+    return trace(
+        domain=DOMAIN,
+        rules=RULES,
+        method="GET",
+        target=target,
+        headers=headers,
+        https=False,
+        held=held,
+        now=NOW,
+        servers=(
+            Server("http://127.0.0.1:1", False, False, "refused"),
+            Server("http://127.0.0.1:2", False, True),
+        ),
+    )
+
+
+def test_rules_matched_and_why_the_others_did_not() -> None:
+    answer = traced("/static/a.css", None)
+    assert answer["applied"] == ["all", "static"]
+    rows = {row["name"]: row for row in answer["rules"]}
+    assert rows["all"]["matched"] and rows["static"]["matched"]
+    assert not rows["account"]["matched"]
+    assert "'/static/a.css' matches none of its paths ('/account/*')" in rows["account"]["why"]
+    assert answer["origin"]["candidates"] == ["http://127.0.0.1:2"]
+
+
+def test_the_key_is_normalised_and_a_stored_entry_is_a_hit_with_its_lifetime_source() -> None:
+    held = Held(variants=(entry((("Cache-Control", "max-age=60"),)),), generation=0, purge_number=0)
+    answer = traced("/p?utm_source=x&b=2&a=1", held)
+    assert answer["key"] == "/p?a=1&b=2"
+    assert answer["outcome"] == "hit"
+    assert answer["entry"]["age"] == 10.0
+    assert answer["entry"]["lifetime_source"] == "origin"
+
+
+def test_bypasses_cookie_and_cache_false_and_method() -> None:
+    held = Held(variants=(entry(),), generation=0, purge_number=0)
+    cookie = traced("/p", held, (("Cookie", "a=1; session=x"),))
+    assert cookie["outcome"] == "bypass" and "bypass cookie" in cookie["why"]
+    assert traced("/p", held, (("Cookie", "a=1"),))["outcome"] == "hit"
+    assert traced("/account/x", held)["outcome"] == "bypass"
+    post = trace(
+        domain=DOMAIN,
+        rules=None,
+        method="POST",
+        target="/p",
+        headers=(),
+        https=False,
+        held=held,
+        now=NOW,
+    )
+    assert post["outcome"] == "bypass" and "method" in str(post["why"])
+
+
+def test_lifetime_sources() -> None:
+    static = RULES.match("/static/x")
+    assert lifetime_source(entry(), static) == "rule"
+    assert lifetime_source(entry((("Expires", "Thu, 01 Jan 2099 00:00:00 GMT"),)), None) == "origin"
+    assert (
+        lifetime_source(entry((("Last-Modified", "Thu, 01 Jan 2015 00:00:00 GMT"),)), None)
+        == "heuristic"
+    )
+
+
+async def test_inspect_changes_nothing_and_reports_the_purges() -> None:
+    store = MemoryStore(max_bytes=1024**2)
+    for target in ("/a", "/b"):
+        key = (await store.lookup(DOMAIN, target)).key
+        assert await store.put(key, entry((("Cache-Control", "max-age=60"),)))
+    before = await store.stats()
+    held = store.inspect(DOMAIN, "/a")  # /a is least recently used
+    assert len(held.variants) == 1
+    assert await store.stats() == before
+    assert next(iter(store._lru)).endswith(" /a")  # recency untouched
+    assert (await store.purge(DOMAIN, purge_request("url", ["/a"]))).entries == 1
+    gone = store.inspect(DOMAIN, "/a")
+    assert gone.variants == ()
+    assert [p.items for p in gone.purges] == [("/a",)]
+    assert traced("/a", gone)["outcome"] == "miss"
+    assert traced("/a", gone)["store"]["purges"] == [
+        {"kind": "url", "items": ["/a"], "soft": False}
+    ]
