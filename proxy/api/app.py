@@ -27,9 +27,10 @@ from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
 from proxy.api.dashboard import create_dashboard
 from proxy.api.purge import purge
 from proxy.api.readiness import READINESS, READYZ_PATH, Readiness, readiness_context, readyz
+from proxy.api.trace import INSPECT, Inspect, trace_route
 from proxy.config.model import Config
 from proxy.core.auth.ratelimit import FailureThrottle, SlidingWindow
-from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH
+from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH, TRACE_PATH
 from proxy.observe.telemetry import METRICS_PATH, TELEMETRY, StoreFigures, Telemetry, metrics
 from proxy.state.async_state import AsyncState
 from proxy.store.base import Purger
@@ -70,11 +71,13 @@ def create_api_app(
     store: StoreFigures | None = None,
     password_hasher: PasswordHasher | None = None,
     fleet: FleetFigures | None = None,
+    inspect: Inspect | None = None,
 ) -> web.Application:
     """Build the control-plane app. ``clock`` gives wall-clock seconds (audit, rate limit,
     sessions). ``store`` gives the dashboard its per-domain entries and bytes;
     ``password_hasher`` is the argon2 hasher of dashboard passwords (tests pass a cheap one);
-    ``fleet`` lists the fleet's edge processes on the Nodes page."""
+    ``fleet`` lists the fleet's edge processes on the Nodes page; ``inspect`` reads this
+    process's store for a trace without changing it (``MemoryStore.inspect``)."""
     app = web.Application()
     problems.install(app)
     telemetry = telemetry if telemetry is not None else Telemetry()
@@ -92,6 +95,9 @@ def create_api_app(
     # which the problem middleware turns into a problem.
     app.router.add_post(CLEAR_CACHE_PATH, clear_cache)
     app.router.add_post(PURGE_PATH, purge)
+    app.router.add_post(TRACE_PATH, trace_route)
+    if inspect is not None:
+        app[INSPECT] = inspect
     app.router.add_get(HEALTHZ_PATH, healthz)
     # Readiness (the origins answer) apart from liveness (the process answers): readiness.py.
     app[READINESS] = Readiness(config)

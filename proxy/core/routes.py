@@ -6,3 +6,4 @@ small urllib client run from deploy hooks, must learn a path without importing a
 
 CLEAR_CACHE_PATH = "/api/v1/cdn/clear-cache"
 PURGE_PATH = "/api/v1/cdn/purge"
+TRACE_PATH = "/api/v1/cdn/trace"

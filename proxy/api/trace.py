@@ -1,0 +1,225 @@
+"""POST /api/v1/cdn/trace: explain how the edge would answer one URL (issue 25 §3, decision 0038).
+
+The same gate as a purge (proxy/api/gate.py: Bearer token, throttling, media type, body size
+and time), and the token's scope must cover the URL's domain (else 403). The body::
+
+    {"url": "https://example.com/p?utm_source=x", "headers": {"Cookie": "a=1"}, "fetch": false}
+
+The answer is the JSON of ``core.cache.trace.trace``. A trace changes nothing: the store is
+read with ``inspect`` (no recency, no purge mark, no counter), no fill happens, no audit
+record is written, and the origin is asked only with ``"fetch": true``: then one GET whose
+answer is assessed (``policy.assess_response``) and dropped, never stored.
+
+Where the store lives in another process (workers, a fleet), ``inspect`` is None and the
+answer's ``outcome`` is ``unknown`` unless the rules alone decide (a bypass).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+
+from proxy.api import gate
+from proxy.api.problems import problem
+from proxy.api.readiness import READINESS
+from proxy.config.model import DomainConfig
+from proxy.core.auth.tokens import Scope
+from proxy.core.cache.policy import DontStore, Storable, assess_response
+from proxy.core.cache.rules import Applied
+from proxy.core.cache.trace import Held, Server, TraceHeaders, trace
+from proxy.core.domains import normalise_domain
+
+EXAMPLE = '{"url": "https://<cdn domain>/path?query", "headers": {"Cookie": "a=1"}}'
+FIELDS = ("url", "headers", "fetch", "method")
+FETCH_TIMEOUT = 10.0  # seconds for the one origin request of a fetch
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    domain: str
+    target: str
+    https: bool
+    method: str
+    headers: tuple[tuple[str, str], ...]
+    fetch: bool
+
+
+Inspect = Callable[[str, str], Held]
+# What the store holds for a URL, read changing nothing; absent: no store in this process.
+INSPECT: web.AppKey[Inspect] = web.AppKey("trace_inspect")
+
+
+async def trace_route(request: web.Request) -> web.Response:
+    ctx = request.app[gate.PURGE_CONTEXT]
+    attempt = gate.Attempt()
+    wanted: list[TraceRequest] = []
+
+    def read(body: bytes, scope: Scope, attempt: gate.Attempt) -> gate.Grant:
+        wanted.append(read_trace(body))
+        return gate.Grant(scope, wanted[0].domain)
+
+    try:
+        grant = await gate.authorise_bearer(
+            request, ctx, attempt, ctx.clock(), limit=ctx.max_purge_body_bytes, read=read
+        )
+        domain = gate.check_domain(ctx, attempt, grant, "trace")
+    except gate.Rejected as rejected:
+        return problem(rejected.status, rejected.detail, headers=rejected.headers)
+    asked = wanted[0]
+    config = ctx.config.by_name[domain]
+    inspect = request.app.get(INSPECT)
+    answer = await traced(request.app, config, asked, inspect, ctx.clock)
+    body = json.dumps(answer, ensure_ascii=True).encode("ascii")
+    response = web.Response(body=body, content_type="application/json")
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+async def traced(
+    app: web.Application,
+    config: DomainConfig,
+    asked: TraceRequest,
+    inspect: Inspect | None,
+    clock: Callable[[], float],
+) -> dict[str, object]:
+    """The trace of ``asked`` with this process's store and origin states."""
+    path = asked.target.partition("?")[0]
+    applied = None if config.rules is None else config.rules.match(path)
+    probe = trace(
+        domain=config.name,
+        rules=config.rules,
+        method=asked.method,
+        target=asked.target,
+        headers=asked.headers,
+        https=asked.https,
+        held=None,
+        now=clock(),
+    )
+    key_target = str(probe["key_target"])
+    held = None if inspect is None else inspect(config.name, key_target)
+    servers = _servers(app, config)
+    fetched = None
+    if asked.fetch:
+        fetched = await _fetch(config, asked, str(probe["key"]), servers, applied, clock)
+    answer = trace(
+        domain=config.name,
+        rules=config.rules,
+        method=asked.method,
+        target=asked.target,
+        headers=asked.headers,
+        https=asked.https,
+        held=held,
+        now=clock(),
+        servers=servers,
+        balance=config.balance,
+        fetched=fetched,
+    )
+    if held is None and answer["outcome"] != "bypass":
+        answer.update(outcome="unknown", why="the store is not in this process", entry=None)
+    return answer
+
+
+def _servers(app: web.Application, config: DomainConfig) -> list[Server]:
+    """The domain's origin servers as the edge sees them (its health), or as configured."""
+    states = app[READINESS].edge_states
+    rows = [r for r in (states() if states is not None else []) if r.get("domain") == config.name]
+    if rows:
+        return [
+            Server(
+                str(r["origin"]),
+                bool(r["backup"]),
+                bool(r["up"]),
+                None if r.get("last_failure") is None else str(r["last_failure"]),
+            )
+            for r in rows
+        ]
+    primary = [Server(url, False, True) for url in config.origins or (config.origin,)]
+    return primary + [Server(url, True, True) for url in config.backup_origins]
+
+
+async def _fetch(
+    config: DomainConfig,
+    asked: TraceRequest,
+    key: str,
+    servers: list[Server],
+    applied: Applied | None,
+    clock: Callable[[], float],
+) -> Storable | DontStore:
+    """One GET to the first up origin server, assessed as a fill would be, never stored."""
+    server = next((s for s in servers if s.up), servers[0] if servers else None)
+    if server is None:
+        return DontStore("no origin server")
+    fields = {**dict(asked.headers), "Host": config.name}
+    timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT)
+    started = clock()
+    try:
+        async with (
+            aiohttp.ClientSession(auto_decompress=False, timeout=timeout) as session,
+            session.get(server.url + key, headers=fields, allow_redirects=False) as response,
+        ):
+            await response.read()
+            status, reason = response.status, response.reason or ""
+            got = tuple(response.headers.items())
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return DontStore(f"origin failed: {type(exc).__name__}")
+    return assess_response(
+        method="GET",
+        request=TraceHeaders(asked.headers),
+        status=status,
+        reason=reason,
+        headers=got,
+        request_time=started,
+        response_time=clock(),
+        heuristic=config.heuristic_freshness,
+        rules=applied,
+    )
+
+
+# -- the body --------------------------------------------------------------------------------
+
+
+def read_trace(body: bytes) -> TraceRequest:
+    """The trace the body asks for, or 400 naming the field."""
+    data = gate.json_object(body, EXAMPLE)
+    extra = sorted(name for name in data if name not in FIELDS)
+    if extra:
+        gate.reject("bad_request", 400, f"unknown fields: {', '.join(map(repr, extra))}")
+    url = data.get("url")
+    if not isinstance(url, str) or not url:
+        gate.reject("bad_request", 400, "the field 'url' is required: an http(s) URL")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        gate.reject("bad_request", 400, f"the field 'url' is not a URL: {exc}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        gate.reject("bad_request", 400, "the field 'url' must be an http:// or https:// URL")
+    try:
+        domain = normalise_domain(parts.hostname)
+    except ValueError as exc:
+        gate.reject("bad_request", 400, f"the field 'url' has no valid host name: {exc}")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    method = data.get("method", "GET")
+    if not isinstance(method, str) or not method.isalpha() or not method.isupper():
+        gate.reject("bad_request", 400, "the field 'method' must be a method such as GET")
+    fetch = data.get("fetch", False)
+    if type(fetch) is not bool:
+        gate.reject("bad_request", 400, "the field 'fetch' must be true or false")
+    return TraceRequest(domain, target, parts.scheme == "https", method, _headers(data), fetch)
+
+
+def _headers(data: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    raw = data.get("headers", {})
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        gate.reject("bad_request", 400, "the field 'headers' must map field names to strings")
+    bad = next((k for k, v in raw.items() if not k or "\n" in v or "\r" in v or ":" in k), None)
+    if bad is not None:
+        gate.reject("bad_request", 400, f"the field 'headers' has a bad field {bad!r}")
+    return tuple(raw.items())

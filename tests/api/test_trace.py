@@ -1,0 +1,171 @@
+"""POST /api/v1/cdn/trace against a real origin and the real edge sharing one store (issue 25
+§3, decision 0038): for each case the next real request does what the trace said, and a
+trace changes nothing (the origin's request count, /metrics traffic, the store)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.api.app import create_api_app
+from proxy.core.auth.tokens import Scope
+from proxy.state.async_state import AsyncState
+from proxy.store.base import LocalPurger
+from tests.api.support import START, AiohttpClient
+from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, make_config
+from tests.edge.test_cache_rules import is_hit
+
+RULES: list[dict[str, Any]] = [
+    {"name": "site", "query_ignore": ["utm_*"], "query_sort": True, "bypass_cookies": ["sess*"]},
+    {"name": "static", "paths": ["/static/*"], "edge_ttl": "1h"},
+    {"name": "account", "paths": ["/account/*"], "cache": False},
+]
+
+
+@dataclass
+class Traced:
+    edge: EdgeUnderTest
+    client: Any
+    token: str
+    other: str  # a token scoped to other.test only
+
+    async def trace(self, url: str, token: str | None = None, **body: Any) -> tuple[int, Any]:
+        response = await self.client.post(
+            "/api/v1/cdn/trace",
+            data=json.dumps({"url": url, **body}),
+            headers={
+                "Authorization": f"Bearer {token or self.token}",
+                "Content-Type": "application/json",
+            },
+        )
+        return response.status, await response.json(content_type=None)
+
+
+@pytest.fixture
+async def traced(
+    tmp_path: Path, origin: Origin, make_edge: EdgeFactory, aiohttp_client: AiohttpClient
+) -> AsyncIterator[Traced]:
+    domains = [
+        {"name": "example.com", "origin": origin.url, "read_timeout": 5, "rules": RULES},
+        {"name": "other.test", "origin": origin.url, "read_timeout": 5},
+    ]
+    edge = await make_edge(domains=domains)
+    config = make_config(tmp_path, origin.url, domains=domains)
+    state = await AsyncState.open(config.api_role()[1].path, audit_max_rows=100)
+    app = create_api_app(
+        config=config,
+        state=state,
+        purger=LocalPurger(edge.store),
+        clock=edge.clock,
+        telemetry=edge.telemetry,
+        inspect=edge.store.inspect,
+    )
+    client = await aiohttp_client(app)
+    token = await state.create_token("ops", Scope.everything(), START)
+    other = await state.create_token("other", Scope(False, frozenset({"other.test"})), START)
+    yield Traced(edge, client, token, other)
+    await state.close()
+
+
+async def traffic(t: Traced) -> list[str]:
+    response = await t.client.get("/metrics")
+    text = await response.text()
+    return [line for line in text.splitlines() if line.startswith("cdn_proxy_requests")]
+
+
+async def test_a_stored_object_traces_as_a_hit_and_the_next_request_is_one(
+    traced: Traced, origin: Origin
+) -> None:
+    origin.reply("/static/a.css", b"css")  # no cache headers: stored by the rule's edge_ttl
+    status, before = await traced.trace("http://example.com/static/a.css")
+    assert status == 200, before
+    assert before["outcome"] == "miss" and before["applied"] == ["site", "static"]
+    await traced.edge.get("/static/a.css")
+    counted, seen = origin.count("/static/a.css"), await traffic(traced)
+    assert any(line.endswith(" 1.0") for line in seen), seen  # the one request is counted
+    _, after = await traced.trace("http://example.com/static/a.css")
+    assert after["outcome"] == "hit"
+    assert after["entry"]["lifetime_source"] == "rule"
+    assert after["entry"]["freshness_lifetime"] == 3600.0
+    rows = {row["name"]: row for row in after["rules"]}
+    assert not rows["account"]["matched"] and "/account/*" in rows["account"]["why"]
+    assert origin.count("/static/a.css") == counted and await traffic(traced) == seen
+    response, _ = await traced.edge.get("/static/a.css")
+    assert is_hit(response) and origin.count("/static/a.css") == counted
+
+
+async def test_a_rule_bypass_and_a_cookie_bypass_agree_with_the_next_request(
+    traced: Traced, origin: Origin
+) -> None:
+    origin.reply("/account/me", b"me", headers={"Cache-Control": "max-age=60"})
+    origin.reply("/page", b"page", headers={"Cache-Control": "max-age=60"})
+    await traced.edge.get("/page")
+    _, account = await traced.trace("http://example.com/account/me")
+    assert account["outcome"] == "bypass" and "cache = false" in account["why"]
+    _, cookie = await traced.trace("http://example.com/page", headers={"Cookie": "a=1; session=42"})
+    assert cookie["outcome"] == "bypass" and "bypass cookie" in cookie["why"]
+    for _ in range(2):
+        response, _ = await traced.edge.get("/account/me")
+        assert not is_hit(response)
+    assert origin.count("/account/me") == 2
+    response, _ = await traced.edge.get("/page", headers={"Cookie": "a=1; session=42"})
+    assert not is_hit(response) and origin.count("/page") == 2
+
+
+async def test_a_query_normalised_key_traces_as_the_entry_it_maps_to(
+    traced: Traced, origin: Origin
+) -> None:
+    origin.reply("/p?a=1&b=2", b"p", headers={"Cache-Control": "max-age=60"})
+    await traced.edge.get("/p?b=2&a=1")
+    _, answer = await traced.trace("http://example.com/p?utm_source=x&b=2&a=1")
+    assert answer["key"] == "/p?a=1&b=2" and answer["outcome"] == "hit"
+    response, _ = await traced.edge.get("/p?utm_source=x&b=2&a=1")
+    assert is_hit(response) and origin.count("/p?a=1&b=2") == 1
+
+
+async def test_a_purged_entry_traces_as_a_miss_naming_the_purge(
+    traced: Traced, origin: Origin
+) -> None:
+    origin.reply("/q", b"q", headers={"Cache-Control": "max-age=60"})
+    await traced.edge.get("/q")
+    response = await traced.client.post(
+        "/api/v1/cdn/purge",
+        data=json.dumps({"domain": "example.com", "urls": ["/q"]}),
+        headers={"Authorization": f"Bearer {traced.token}", "Content-Type": "application/json"},
+    )
+    assert response.status == 200
+    _, answer = await traced.trace("http://example.com/q")
+    assert answer["outcome"] == "miss"
+    assert answer["store"]["purges"] == [{"kind": "url", "items": ["/q"], "soft": False}]
+    response, _ = await traced.edge.get("/q")
+    assert not is_hit(response) and origin.count("/q") == 2
+
+
+async def test_fetch_asks_the_origin_once_and_stores_nothing(
+    traced: Traced, origin: Origin
+) -> None:
+    origin.reply("/c", b"c", headers={"Cache-Control": "max-age=60", "Set-Cookie": "s=1"})
+    _, answer = await traced.trace("http://example.com/c", fetch=True)
+    assert answer["fetched"] == {"storable": False, "why_not": "set-cookie"}
+    assert origin.count("/c") == 1
+    _, again = await traced.trace("http://example.com/c")
+    assert again["outcome"] == "miss"
+
+
+async def test_scope_and_bad_input(traced: Traced) -> None:
+    status, problem = await traced.trace("http://example.com/", token=traced.other)
+    assert status == 403 and "trace" in problem["detail"]
+    status, _ = await traced.trace("http://other.test/", token=traced.other)
+    assert status == 200
+    for body in ({"url": "ftp://example.com/"}, {"url": 3}, {"url": "http://example.com:99999/"}):
+        status, problem = await traced.trace(**body)
+        assert status == 400 and "'url'" in problem["detail"], problem
+    status, problem = await traced.trace("http://example.com/", headers={"a": 1})
+    assert status == 400 and "'headers'" in problem["detail"]
+    status, problem = await traced.trace("http://unknown.test/")
+    assert status == 404
