@@ -22,6 +22,7 @@ from typing import NoReturn, TypeAlias
 
 from proxy import __version__
 from proxy.cli import purge as purge_client
+from proxy.cli import trace as trace_client
 from proxy.config.model import Config, load_config
 from proxy.core.auth.tokens import Scope
 from proxy.core.domains import InvalidDomain, normalise_domain
@@ -100,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     purge_client.add_parser(commands)
     purge = commands.choices["purge"]
     purge.set_defaults(run=_purge)
+    trace_client.add_parser(commands)
+    commands.choices["trace"].set_defaults(run=_trace)
     return parser
 
 
@@ -388,5 +391,12 @@ def _admin_set_password(args: argparse.Namespace) -> int:
 def _purge(args: argparse.Namespace) -> int:
     try:
         return purge_client.run(args)
+    except purge_client.Failed as exc:
+        raise _Fail(str(exc), exc.code) from None
+
+
+def _trace(args: argparse.Namespace) -> int:
+    try:
+        return trace_client.run(args)
     except purge_client.Failed as exc:
         raise _Fail(str(exc), exc.code) from None

@@ -4,7 +4,9 @@ trace changes nothing (the origin's request count, /metrics traffic, the store).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,3 +171,47 @@ async def test_scope_and_bad_input(traced: Traced) -> None:
     assert status == 400 and "'headers'" in problem["detail"]
     status, problem = await traced.trace("http://unknown.test/")
     assert status == 404
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "trace",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_the_cli_prints_the_trace_and_its_json(traced: Traced, origin: Origin) -> None:
+    origin.reply("/p", b"p", headers={"Cache-Control": "max-age=60"})
+    await traced.edge.get("/p")
+    api = str(traced.client.make_url("")).rstrip("/")
+    code, out, err = await run_cli(
+        "http://example.com/p?utm_medium=y", "--api", api, "--token", traced.token
+    )
+    assert code == 0, err
+    assert "outcome: hit (stored and fresh)" in out
+    assert "cache key: /p" in out and "lifetime 60.0s from origin" in out
+    assert "rule account: skipped: '/p' matches none of its paths ('/account/*')" in out
+    code, out, _ = await run_cli(
+        "http://example.com/p",
+        "-H",
+        "Cookie: session=1",
+        "--api",
+        api,
+        "--token",
+        traced.token,
+        "--json",
+    )
+    assert code == 0 and json.loads(out)["outcome"] == "bypass"
+    code, _, err = await run_cli("http://example.com/p", "--api", api, "--token", traced.other)
+    assert code == 1 and "403" in err and "may not trace 'example.com'" in err
+    code, _, err = await run_cli("http://example.com/p", "-H", "bad", "--api", api, "--token", "t")
+    assert code == 2 and "Name: value" in err
+    assert origin.count("/p") == 1

@@ -1,0 +1,133 @@
+"""``cdn-proxy trace``: ask the API why a URL would be a hit, a miss or a bypass (decision 0038).
+
+    cdn-proxy trace URL [-H 'Name: value']... [--api URL | --config FILE] [--token T]
+                        [--fetch] [--json]
+
+It posts ``{"url": URL, "headers": {...}, "fetch": ...}`` to /api/v1/cdn/trace and prints the
+answer for people (``describe``) or as JSON. The API's base URL and the token are found as
+``cdn-proxy purge`` finds them (proxy/cli/purge.py). urllib, no event loop, no redirects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+from proxy import __version__
+from proxy.cli.purge import Failed, Once, _NoRedirects, _problem_detail, api_url_of
+from proxy.config.model import client_settings
+from proxy.core.routes import TRACE_PATH
+
+TIMEOUT = 30.0  # seconds: a fetch waits for the origin
+MAX_ANSWER = 1024**2
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    trace = commands.add_parser(
+        "trace",
+        help="explain how the edge would answer a URL (rules, key, store, origin)",
+        description="Nothing changes: no fill, no traffic counted; the origin is asked only "
+        "with --fetch (once, and its answer is not stored).",
+    )
+    trace.add_argument("url", help="the URL as a client asks it: http(s)://domain/path?query")
+    trace.add_argument(
+        "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", dest="headers"
+    )
+    trace.add_argument("--fetch", action="store_true", help="ask the origin once, store nothing")
+    trace.add_argument("--json", action="store_true", help="print the answer as JSON")
+    base = trace.add_mutually_exclusive_group()
+    base.add_argument("--api", action=Once, help="the API base URL (default: $CDN_PROXY_URL)")
+    base.add_argument("--config", type=Path, help="the node's TOML config: its [api] listen")
+    trace.add_argument("--token", action=Once, help="the API token (default: $CDN_PROXY_TOKEN)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``trace`` command: raises Failed with what went wrong."""
+    headers: dict[str, str] = {}
+    for line in args.headers:
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise Failed(f"-H {line!r}: give 'Name: value'", code=2)
+        headers[name.strip()] = value.strip()
+    api = args.api if args.config is None else api_url_of(args.config)
+    settings = client_settings(api, args.token)
+    if not settings.url or not settings.url.startswith(("http://", "https://")):
+        raise Failed("no http(s) API URL: pass --api or set CDN_PROXY_URL", code=2)
+    if not settings.token:
+        raise Failed("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
+    body = {"url": args.url, "headers": headers, "fetch": args.fetch}
+    answer = _post(settings.url.rstrip("/") + TRACE_PATH, settings.token, body)
+    print(json.dumps(answer, indent=2) if args.json else describe(answer))
+    return 0
+
+
+def describe(answer: Mapping[str, object]) -> str:
+    """The trace for people, one decision a line."""
+    lines = [f"{answer.get('method', 'GET')} {answer.get('target')} on {answer.get('domain')}"]
+    lines.append(f"  outcome: {answer.get('outcome')} ({answer.get('why')})")
+    lines.append(f"  cache key: {answer.get('key')}")
+    for row in _rows(answer.get("rules")):
+        mark = "applies" if row.get("matched") else "skipped"
+        lines.append(f"  rule {row.get('name')}: {mark}: {row.get('why')}")
+    entry = answer.get("entry")
+    if isinstance(entry, dict):
+        lines.append(
+            f"  stored: status {entry.get('status')}, age {entry.get('age')}s, lifetime "
+            f"{entry.get('freshness_lifetime')}s from {entry.get('lifetime_source')}"
+        )
+    store = answer.get("store")
+    if isinstance(store, dict):
+        lines.append(
+            f"  store: {store.get('variants')} variant(s), generation {store.get('generation')}"
+        )
+        for purge in _rows(store.get("purges")):
+            lines.append(f"  purged by: {purge.get('kind')} {purge.get('items')}")
+    origin = answer.get("origin")
+    if isinstance(origin, dict):
+        names = ", ".join(map(str, origin.get("candidates") or [])) or "none up"
+        lines.append(f"  a miss goes to: {names} ({origin.get('balance')})")
+    fetched = answer.get("fetched")
+    if isinstance(fetched, dict):
+        if fetched.get("storable"):
+            lines.append(f"  fetched: storable for {fetched.get('freshness_lifetime')}s")
+        else:
+            lines.append(f"  fetched: not stored: {fetched.get('why_not')}")
+    return "\n".join(lines)
+
+
+def _rows(value: object) -> list[dict[str, object]]:
+    return [row for row in value if isinstance(row, dict)] if isinstance(value, list) else []
+
+
+def _post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
+    # The scheme was checked by the caller: only http(s) (S310).
+    request = urllib.request.Request(  # noqa: S310
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "User-Agent": f"cdn-proxy/{__version__}",
+        },
+    )
+    opener = urllib.request.build_opener(_NoRedirects)
+    try:
+        with opener.open(request, timeout=TIMEOUT) as response:
+            data = json.loads(response.read(MAX_ANSWER))
+    except urllib.error.HTTPError as exc:
+        with exc:
+            detail = _problem_detail(exc.read(2000))
+        raise Failed(f"trace failed: {exc.code} {exc.reason}: {detail}") from None
+    except urllib.error.URLError as exc:
+        raise Failed(f"cannot reach {url}: {exc.reason}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise Failed(f"cannot reach {url}: {exc}") from None
+    if not isinstance(data, dict):
+        raise Failed(f"the API's answer is not a trace: {data!r:.200}")
+    return data
