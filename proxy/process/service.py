@@ -397,6 +397,8 @@ async def control_listening(
             store=store,
             clock=clock,
             fleet=fleet,
+            # A trace reads the store when it is this process's (not with workers or a fleet).
+            inspect=store.inspect if isinstance(store, MemoryStore) else None,
         )
         app[READINESS].edge_states = origin_states
         if reload_hooks is not None:
