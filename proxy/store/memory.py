@@ -151,7 +151,7 @@ class MemoryStore:
             variants=tuple(variants),
             generation=generation,
             purge_number=generation if state is None else state.number,
-            purges=tuple(p for p in recent if covers(p, target, ())),
+            purges=tuple((p.kind, p.items, p.soft) for p in recent if covers(p, target, ())),
             pending=pending,
         )
 

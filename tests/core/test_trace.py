@@ -116,7 +116,7 @@ async def test_inspect_changes_nothing_and_reports_the_purges() -> None:
     assert (await store.purge(DOMAIN, purge_request("url", ["/a"]))).entries == 1
     gone = store.inspect(DOMAIN, "/a")
     assert gone.variants == ()
-    assert [p.items for p in gone.purges] == [("/a",)]
+    assert gone.purges == (("url", ("/a",), False),)
     assert traced("/a", gone)["outcome"] == "miss"
     assert traced("/a", gone)["store"]["purges"] == [
         {"kind": "url", "items": ["/a"], "soft": False}

@@ -34,7 +34,6 @@ from proxy.core.cache.policy import (
 )
 from proxy.core.cache.rules import Applied, RuleSet, normalised_target
 from proxy.core.http.requests import CACHEABLE_METHODS
-from proxy.core.purge.purges import Purge
 
 
 class TraceHeaders:
@@ -62,7 +61,8 @@ class Held:
     variants: tuple[StoredResponse, ...]
     generation: int
     purge_number: int
-    purges: tuple[Purge, ...] = ()
+    # the remembered purges covering the target: (kind, items, soft)
+    purges: tuple[tuple[str, tuple[str, ...], bool], ...] = ()
     pending: int = 0  # variants an outstanding lazy purge drops at the next lookup
 
 
@@ -205,7 +205,9 @@ def _store_row(held: Held) -> dict[str, object]:
         "generation": held.generation,
         "purge_number": held.purge_number,
         "pending_purges": held.pending,
-        "purges": [{"kind": p.kind, "items": list(p.items), "soft": p.soft} for p in held.purges],
+        "purges": [
+            {"kind": kind, "items": list(items), "soft": soft} for kind, items, soft in held.purges
+        ],
     }
 
 
