@@ -17,6 +17,7 @@ answer's ``outcome`` is ``unknown`` unless the rules alone decide (a bypass).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -36,6 +37,9 @@ from proxy.core.domains import normalise_domain
 
 EXAMPLE = '{"url": "https://<cdn domain>/path?query", "headers": {"Cookie": "a=1"}}'
 FIELDS = ("url", "headers", "fetch", "method")
+# RFC 9110 §5.1 field names (tokens) and §5.5 values (no controls but tab)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 FETCH_TIMEOUT = 10.0  # seconds for the one origin request of a fetch
 
 
@@ -165,7 +169,7 @@ async def _fetch(
             await response.read()
             status, reason = response.status, response.reason or ""
             got = tuple(response.headers.items())
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a bad field
         return DontStore(f"origin failed: {type(exc).__name__}")
     return assess_response(
         method="GET",
@@ -219,7 +223,7 @@ def _headers(data: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
         isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
     ):
         gate.reject("bad_request", 400, "the field 'headers' must map field names to strings")
-    bad = next((k for k, v in raw.items() if not k or "\n" in v or "\r" in v or ":" in k), None)
+    bad = next((k for k, v in raw.items() if not _TOKEN.fullmatch(k) or _CONTROL.search(v)), None)
     if bad is not None:
         gate.reject("bad_request", 400, f"the field 'headers' has a bad field {bad!r}")
     return tuple(raw.items())

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from proxy.api.app import create_api_app
 from proxy.core.auth.tokens import Scope
+from proxy.process.service import running
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger
 from tests.api.support import START, AiohttpClient
@@ -215,3 +217,44 @@ async def test_the_cli_prints_the_trace_and_its_json(traced: Traced, origin: Ori
     code, _, err = await run_cli("http://example.com/p", "-H", "bad", "--api", api, "--token", "t")
     assert code == 2 and "Name: value" in err
     assert origin.count("/p") == 1
+
+
+async def test_the_running_service_traces_its_own_store_and_origin_health(
+    tmp_path: Path, origin: Origin
+) -> None:
+    """The whole process: the API reads the edge's store (a hit before the edge says so) and
+    the edge's view of the origin server."""
+    async with (
+        running(make_config(tmp_path, origin.url)) as service,
+        aiohttp.ClientSession() as http,
+    ):
+        token = await service.state.create_token("ops", Scope.everything(), START)
+        origin.reply("/page", b"v1", headers={"Cache-Control": "max-age=60"})
+        host = {"Host": "example.com"}
+        async with http.get(service.edge_url + "/page", headers=host) as response:
+            assert "stored" in response.headers["Cache-Status"]
+        async with http.post(
+            service.api_url + "/api/v1/cdn/trace",
+            json={"url": "http://example.com/page"},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response:
+            answer = await response.json()
+        assert answer["outcome"] == "hit", answer
+        assert answer["origin"]["candidates"] == [origin.url]
+        async with http.get(service.edge_url + "/page", headers=host) as response:
+            assert response.headers["Cache-Status"].startswith("cdn-proxy; hit")
+        assert origin.count("/page") == 1
+
+
+async def test_bad_fields_are_a_400_and_a_fetch_names_the_rule_lifetime(
+    traced: Traced, origin: Origin
+) -> None:
+    for fields in ({"Bad Name": "x"}, {"X": "a\x00b"}, {"": "x"}):
+        status, problem = await traced.trace("http://example.com/f", headers=fields, fetch=True)
+        assert status == 400 and "'headers'" in problem["detail"], problem
+    origin.reply("/static/f", b"f")
+    status, answer = await traced.trace("http://example.com/static/f", fetch=True)
+    assert status == 200
+    assert answer["fetched"]["lifetime_source"] == "rule"
+    assert answer["fetched"]["freshness_lifetime"] == 3600.0
+    assert origin.count("/f") == 0 and origin.count("/static/f") == 1

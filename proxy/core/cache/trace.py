@@ -216,7 +216,8 @@ def _fetched_row(fetched: Storable | DontStore, applied: Applied | None) -> dict
     source) or not, and why not (``storability.refusal``)."""
     if isinstance(fetched, DontStore):
         return {"storable": False, "why_not": fetched.reason}
-    source = "rule" if applied is not None and applied.lifetime_for(fetched.status) else None
+    rule = None if applied is None else applied.lifetime_for(fetched.status)
+    source = None if rule is None else "rule"
     return {
         "storable": True,
         "status": fetched.status,
