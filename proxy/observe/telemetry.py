@@ -469,6 +469,16 @@ def _tier_metrics(snapshot: _StoreSnapshot, hits: int) -> Iterable[Metric]:
         ("shared_tier_max_bytes", "The shared tier's bound (disk_max_bytes).", shared.max_bytes),
         ("shared_tier_degraded", "1 while its last write failed.", int(bool(status.degraded))),
         ("shared_tier_stopped", "1 when it serves nothing until a restart.", int(status.stuck)),
+        (
+            "shared_tier_purge_state_bytes",
+            "Bytes of the shared tier's purge records (budget: purge_state_max_bytes).",
+            shared.purge_state_bytes,
+        ),
+        (
+            "shared_tier_purge_state_max_bytes",
+            "The shared tier's purge-state budget (cache.purge_state_max_bytes).",
+            shared.purge_state_max_bytes,
+        ),
     )
     for name, text, value in gauges:
         yield GaugeMetricFamily(PREFIX + name, text, value)
@@ -480,6 +490,11 @@ def _tier_metrics(snapshot: _StoreSnapshot, hits: int) -> Iterable[Metric]:
             "shared_tier_corrupt",
             "Entries that failed their checksum (never served).",
             status.corrupt,
+        ),
+        (
+            "shared_tier_purge_folds",
+            "Domains cleared to keep the shared tier's purge state within its budget.",
+            shared.purge_folds,
         ),
     )
     for name, text, value in counters:

@@ -150,7 +150,10 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
         yield None
         return
     tier = await asyncio.to_thread(
-        SharedTier.open_node, cache.disk_path, max_bytes=cache.disk_max_bytes
+        SharedTier.open_node,
+        cache.disk_path,
+        max_bytes=cache.disk_max_bytes,
+        purge_max_bytes=cache.purge_state_max_bytes,
     )
     try:
         yield tier

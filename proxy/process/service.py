@@ -159,7 +159,10 @@ async def running(
         store: MemoryStore | TieredStore = memory
         if cache.disk_path is not None:  # the shared tier, locked to this process (0030)
             tier = await asyncio.to_thread(
-                SharedTier.open_node, cache.disk_path, max_bytes=cache.disk_max_bytes
+                SharedTier.open_node,
+                cache.disk_path,
+                max_bytes=cache.disk_max_bytes,
+                purge_max_bytes=cache.purge_state_max_bytes,
             )
             store = await stack.enter_async_context(tiered_store(memory, tier))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)

@@ -114,6 +114,7 @@ async def _run(
                 cache.disk_path,
                 max_bytes=cache.disk_max_bytes,
                 instance=cache_instance,
+                purge_max_bytes=cache.purge_state_max_bytes,
             )
             local = await stack.enter_async_context(tiered_store(memory, tier))
         telemetry = Telemetry(store=local, domains=[domain.name for domain in config.domains])

@@ -14,8 +14,16 @@ after fsync, so a clear or a purge is on disk before the caller answers 200, and
 kill -9 and a power loss. Readers keep each domain's parsed state until a purge announces
 itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it.
 
-Bans and URL purges are kept until the domain's next clear; retiring them earlier, once no
-entry older than them is left, is left to the tier's lurker (not written yet).
+Retention (decision 0037). Bans, tag and URL purges are kept until the domain's next clear, so
+the records get a byte budget (``cache.purge_state_max_bytes``, the node's, not divided: one
+tier per node). The bytes counted are the records' own (what each purge rewrites and fsyncs,
+and what a reader parses), summed in a meta record (``TOTAL``) kept by every write in its own
+transaction. A purge that takes the total over the budget also folds, in the same synced
+transaction: ``retention.plan`` over every domain's record size (all *outstanding*, nothing
+remembered) names the domains over the fair level, and each is cleared (``DomainState.clear``:
+its entries' marks are then under ``cleared``, misses). Retiring only the bans older than the
+domain's oldest entry would need that mark, which the tier does not keep (left to its lurker,
+not written yet); a clear drops more, never less, so no ban that covers a stored entry is lost.
 """
 
 from __future__ import annotations
@@ -32,9 +40,29 @@ import lmdb
 
 from proxy.core.cache.keys import target_of
 from proxy.core.purge.purges import HARD, Bans, Covered, LastPurges, Purge, covering
+from proxy.core.purge.retention import DEFAULT_MAX_BYTES, Held, plan
 from proxy.store.shared.records import pack_number, read_number
 
 EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
+# Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
+# and how many domains a fold has cleared.
+TOTAL = b"\x00total"
+FOLDED = b"\x00folded"
+_COUNT = struct.Struct("<Q")
+
+
+def _count(txn: lmdb.Transaction, key: bytes) -> int:
+    value = txn.get(key)
+    return 0 if value is None else int(_COUNT.unpack(value)[0])
+
+
+def _sizes(txn: lmdb.Transaction) -> dict[str, int]:
+    """Every domain's record size (the meta records skipped)."""
+    return {
+        bytes(key).decode(): len(value)
+        for key, value in txn.cursor().iternext()
+        if not bytes(key).startswith(b"\x00")
+    }
 
 
 @dataclass(slots=True)
@@ -126,8 +154,11 @@ class PurgeStateStore:
     writers may write their ids out of order: the epoch then moves back to an older id, which
     is still not V, and costs one more read.)"""
 
-    def __init__(self, env: lmdb.Environment, epoch_path: Path) -> None:
+    def __init__(
+        self, env: lmdb.Environment, epoch_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self._env = env
+        self.max_bytes = max_bytes
         self._parsed: dict[str, tuple[int, DomainState]] = {}
         fd = os.open(epoch_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -154,16 +185,47 @@ class PurgeStateStore:
 
     def _update(self, domain: str, change: Any) -> int:
         """Apply ``change`` (DomainState -> number) to the domain's committed state in one
-        synced write transaction, then announce it in the epoch; the new number."""
+        synced write transaction, folding the state if it passes the budget, then announce it
+        in the epoch; the new number."""
         key = domain.encode()
         with self._env.begin(write=True) as txn:
             record = txn.get(key)
             state = DomainState() if record is None else DomainState.from_bytes(record)
             number: int = change(state)
-            txn.put(key, state.to_bytes())
+            written = state.to_bytes()
+            txn.put(key, written)
+            if txn.get(TOTAL) is None:  # a directory from before the count: count it once
+                total = sum(_sizes(txn).values())
+            else:
+                total = _count(txn, TOTAL) + len(written) - (0 if record is None else len(record))
+            if total > self.max_bytes:
+                total = self._fold(txn, total)
+            txn.put(TOTAL, _COUNT.pack(total))
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
         return number
+
+    def _fold(self, txn: lmdb.Transaction, total: int) -> int:
+        """Clear every domain over its fair share of the budget, in ``txn``: the new total.
+        Rare (past the budget, the state is folded to 7/8 of it), and it reads the records'
+        sizes only, parsing just the domains it clears."""
+        sizes = _sizes(txn)
+        held = {domain: Held(remembered=0, outstanding=size) for domain, size in sizes.items()}
+        folds = plan(held, self.max_bytes)
+        for fold in folds:
+            key = fold.domain.encode()
+            state = DomainState.from_bytes(txn.get(key) or b"")
+            state.clear()
+            written = state.to_bytes()
+            txn.put(key, written)
+            sizes[fold.domain] = len(written)
+        txn.put(FOLDED, _COUNT.pack(_count(txn, FOLDED) + len(folds)))
+        return sum(sizes.values())  # recounted: a fold also corrects the running total
+
+    def usage(self) -> tuple[int, int]:
+        """The records' bytes, and how many domains folds have cleared (for /metrics)."""
+        with self._env.begin() as txn:
+            return _count(txn, TOTAL), _count(txn, FOLDED)
 
     def clear(self, domain: str) -> int:
         return self._update(domain, DomainState.clear)

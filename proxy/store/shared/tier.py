@@ -35,6 +35,7 @@ import lmdb
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD, Purge, stale_lifetime
+from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.errors import BodyCorrupt, DiskTierError
 from proxy.store.shared import bodies
 from proxy.store.shared.health import Health, TierStatus
@@ -83,6 +84,9 @@ class SharedStats:
     max_bytes: int
     evictions: int
     status: TierStatus
+    purge_state_bytes: int = 0  # the purge records' bytes, against cache.purge_state_max_bytes
+    purge_state_max_bytes: int = 0
+    purge_folds: int = 0  # domains cleared to keep the purge state within its budget
 
 
 class Evictor(Protocol):
@@ -111,6 +115,7 @@ class SharedTier:
         lock: NodeLock | None,
         evictor: Evictor | None = None,
         clock: Callable[[], float] = time.time,
+        purge_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
@@ -128,7 +133,9 @@ class SharedTier:
         self.db_order = self._env.open_db(b"order")
         self.db_meta = self._env.open_db(b"meta")
         self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
-        self.purges = PurgeStateStore(self._state_env, directory / "state" / "epoch")
+        self.purges = PurgeStateStore(
+            self._state_env, directory / "state" / "epoch", purge_max_bytes
+        )
         self.doomed: list[tuple[bytes, int]] = []  # dead or corrupt: removed by the next write
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
         self._next_check = 0.0  # when ``lookup`` next checks the directory (monotonic)
@@ -137,7 +144,12 @@ class SharedTier:
 
     @classmethod
     def open_node(
-        cls, directory: str | Path, *, max_bytes: int, evictor: Evictor | None = None
+        cls,
+        directory: str | Path,
+        *,
+        max_bytes: int,
+        evictor: Evictor | None = None,
+        purge_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> SharedTier:
         """Open the directory for the node, taking its lock: CacheDirectoryLocked when
         another node has it, DiskTierError when it cannot be used at all (naming it and
@@ -157,7 +169,13 @@ class SharedTier:
             shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
             (path / "bodies" / bodies.TMP).mkdir(parents=True)
             write_boot(path, "open")
-            return cls(path, max_bytes=max_bytes, lock=lock, evictor=evictor)
+            return cls(
+                path,
+                max_bytes=max_bytes,
+                lock=lock,
+                evictor=evictor,
+                purge_max_bytes=purge_max_bytes,
+            )
         except (OSError, lmdb.Error) as error:
             lock.release()
             raise DiskTierError(f"cache directory {path}: {error}") from None
@@ -173,6 +191,7 @@ class SharedTier:
         max_bytes: int,
         instance: str,
         evictor: Evictor | None = None,
+        purge_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> SharedTier:
         """Open the directory as a worker of the node whose instance id is ``instance``:
         CacheDirectoryLocked unless that node holds it. (One process opens a directory once:
@@ -180,7 +199,13 @@ class SharedTier:
         path = Path(directory)
         check_member(path, instance)
         try:
-            return cls(path, max_bytes=max_bytes, lock=None, evictor=evictor)
+            return cls(
+                path,
+                max_bytes=max_bytes,
+                lock=None,
+                evictor=evictor,
+                purge_max_bytes=purge_max_bytes,
+            )
         except (OSError, lmdb.Error) as error:
             raise DiskTierError(f"cache directory {path}: {error}") from None
 
@@ -308,11 +333,22 @@ class SharedTier:
         try:
             with self._env.begin(db=self.db_meta) as txn:
                 numbers = [_read_u64(txn.get(name)) for name in (b"entries", b"bytes", b"evicted")]
+            numbers.extend(self.purges.usage())
         except (lmdb.Error, OSError) as error:
             self.health.fault("stats", error)
-            numbers = [0, 0, 0]
-        entries, size, evictions = numbers
-        return SharedStats(entries, size, self.max_bytes, evictions, self.health.status())
+            numbers = [0, 0, 0, 0, 0]
+        entries, size, evictions, purge_bytes, folds = numbers
+        status = self.health.status()
+        return SharedStats(
+            entries,
+            size,
+            self.max_bytes,
+            evictions,
+            status,
+            purge_bytes,
+            self.purges.max_bytes,
+            folds,
+        )
 
     # -- checks ---------------------------------------------------------------------------------
 
