@@ -230,3 +230,47 @@ async def test_a_deleted_directory_costs_no_5xx_and_readyz_says_degraded(
     assert ready["disk"]["ok"] is False and ready["disk"]["stopped"] is True, ready
     assert ready["warnings"][0].startswith("shared tier degraded: "), ready
     assert "cdn_proxy_shared_tier_stopped 1.0" in metrics.splitlines()
+
+
+PURGE_BUDGET = 256 * 1024  # cache.purge_state_max_bytes: the node's tier and its memory tier
+
+
+def metric(lines: list[str], name: str) -> float:
+    (line,) = [line for line in lines if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+async def test_a_purge_flood_keeps_the_tiers_purge_records_within_the_budget(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    """Issue 24 §2 on the shared tier: 40 purges of 256 distinct 100-character URLs (about
+    4 MB of records without the fold); the purged object is not served after a kill -9."""
+    serve(origin, "/p/x", "/other")
+    config = write_config(
+        tmp_path,
+        origin.url,
+        workers=1,
+        cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"\n'
+        f"purge_state_max_bytes = {PURGE_BUDGET}",
+    )
+    secret = await token(tmp_path)
+    node = await start(started, config)
+    assert (await get_fresh(node, "/p/x"))[0] == 200
+    assert (await get_fresh(node, "/other"))[0] == 200
+    purged = {"domain": "example.com", "urls": ["/p/x"]}
+    assert await post(node, secret, "/api/v1/cdn/purge", purged) == 200
+    for n in range(40):
+        urls = [f"/flood/{n}/{i}/" + "y" * 100 for i in range(256)]
+        body = {"domain": "example.com", "urls": urls}
+        assert await post(node, secret, "/api/v1/cdn/purge", body) == 200
+    async with aiohttp.ClientSession() as client, client.get(node.api + "/metrics") as response:
+        metrics = (await response.text()).splitlines()
+    assert 0 < metric(metrics, "cdn_proxy_shared_tier_purge_state_bytes") <= PURGE_BUDGET
+    assert metric(metrics, "cdn_proxy_shared_tier_purge_state_max_bytes") == PURGE_BUDGET
+    assert metric(metrics, "cdn_proxy_shared_tier_purge_folds_total") >= 1
+    await node.kill()
+    node = await start(started, config)
+    status, cache_status, text = await get_fresh(node, "/p/x")
+    assert (status, text) == (200, "body of /p/x")
+    assert "hit" not in cache_status.split("; ")[1:], cache_status  # the origin was asked
+    assert origin.count("/p/x") == 2
