@@ -16,7 +16,7 @@ from proxy.core.cache.entry import CacheKey, StoredResponse, holds_no_cycle
 from proxy.core.purge.purges import HARD, covering, stale_lifetime
 from proxy.store.purging import KEY_CHUNK, DomainPurges
 
-# What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
+# What ``_index`` holds for a key: one response, or several (never fewer than two) in a list.
 Stored = StoredResponse | list[StoredResponse]
 # A key as the store keeps it: f"{domain} {generation} {target}".
 Key = str
