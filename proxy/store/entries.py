@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from proxy.core.cache.entry import CacheKey, StoredResponse, holds_no_cycle
-from proxy.core.purge.purges import stale_lifetime
-from proxy.store.purging import KEY_CHUNK
+from proxy.core.purge.purges import HARD, covering, stale_lifetime
+from proxy.store.purging import KEY_CHUNK, DomainPurges
 
-# What ``_lru`` holds for a key: one response, or several (never fewer than two) in a list.
+# What ``_index`` holds for a key: one response, or several (never fewer than two) in a list.
 Stored = StoredResponse | list[StoredResponse]
 # A key as the store keeps it: f"{domain} {generation} {target}".
 Key = str
@@ -72,6 +72,38 @@ def soft_expired(entry: StoredResponse, stale_at: float) -> StoredResponse:
     return copy
 
 
+def settled(
+    state: DomainPurges, target: str, stored: Stored
+) -> tuple[Stored | None, int, int] | None:
+    """What a key's variants become once the domain's outstanding lazy purges are applied to
+    each variant stored before them: dropped when one covers it hard, its freshness ended at
+    the purge's time when one covers it soft; each checked variant is marked, so it is
+    checked once. None when nothing changes; else (what is left, None when nothing is; how
+    many variants were dropped; the change in bytes)."""
+    kept: list[StoredResponse] = []
+    dropped = change = 0
+    for variant in variants_of(stored):
+        if variant.mark >= state.top:
+            kept.append(variant)
+            continue
+        covered = covering(
+            state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
+        )
+        if covered is HARD:
+            dropped += 1
+            change -= variant.size
+            continue
+        if covered is not None:
+            expired = soft_expired(variant, covered.stale_at)
+            change += expired.size - variant.size  # none, usually
+            variant = expired
+        variant.set_mark(state.number)
+        kept.append(variant)
+    if not dropped and all(a is b for a, b in zip(kept, variants_of(stored), strict=True)):
+        return None
+    return (kept[0] if len(kept) == 1 else kept or None), dropped, change
+
+
 @dataclass(slots=True)
 class Bucket:
     """The keys of one (domain, generation), for the reclaim after a clear.
@@ -108,6 +140,11 @@ class Bucket:
 
     def all_keys(self) -> Iterator[Key]:
         return itertools.chain(itertools.chain.from_iterable(self.sealed), self.keys)
+
+    def snapshot(self) -> Iterator[Key]:
+        """The listed keys as they are now, for a walk across awaits: the sealed tuples never
+        change, so only a pointer per KEY_CHUNK keys and the unsealed tail are copied."""
+        return itertools.chain(itertools.chain.from_iterable(list(self.sealed)), tuple(self.keys))
 
     def relist(self, keys: list[Key]) -> None:
         self.sealed = [tuple(keys[i : i + KEY_CHUNK]) for i in range(0, len(keys), KEY_CHUNK)]

@@ -1,10 +1,15 @@
-"""The in-memory store: bounded, least-recently-used, cleared by generation.
+"""The in-memory store: bounded, evicting with SIEVE, cleared by generation.
 
 Layout:
-- ``_lru`` maps each key to its variants (one per Vary combination), least recently used first:
-  the response itself when there is one (the usual case, no list to keep per key), a list of
-  them, newest first, when there are several. Every key belongs to one bucket, the
-  (domain, generation) it was stored under.
+- ``_index`` maps each key to its variants (one per Vary combination): the response itself
+  when there is one (the usual case, no list to keep per key), a list of them, newest first,
+  when there are several. Every key belongs to one bucket, the (domain, generation) it was
+  stored under.
+- ``_policy`` (SIEVE, decision 0029) holds the same keys with their variants' summed size and
+  chooses what to evict: a FIFO queue, a visited bit per key. A hit sets the bit in place,
+  ``visited[slots[key]] = 1``, not a call (decision 0029's hit cost); a burst of keys read once
+  passes through without flushing the keys read again, as LRU's order would. Its ``used``
+  equals ``_bytes`` throughout.
 - Inside the store a key is one string, "domain generation target" (``Key``): 48 bytes less an
   entry than the (domain, generation, target) tuple and its own target string. It cannot
   collide: a domain holds no space and a generation is digits, so the first two spaces split
@@ -12,24 +17,23 @@ Layout:
 - A clear moves the domain to a new generation and queues the old bucket for reclaim. Nothing
   is touched per entry, so the clear costs the same with 10 or 1,000,000 entries. The old
   keys can never be built again (keys carry the generation), so they are never served.
-- ``reclaim(budget)`` deletes at most ``budget`` keys of cleared buckets; the edge runs it in
-  small slices between requests. Until then the old entries still count against max_bytes and
-  are evicted like any other, so the memory bound holds throughout.
+- ``reclaim`` deletes the keys of cleared buckets in small slices between requests
+  (reclaim.py); until then they count against max_bytes and may be evicted like any other.
 - Nothing the garbage collector walks grows with the number of entries. A full collection
   visits every tracked object, and with an entry each it stalled every request for about 0.8
   microseconds per entry (84 ms at 100k entries). So a stored entry is untracked when
   ``holds_no_cycle`` shows it refers only to strings, bytes, numbers, None and tuples of them
   (it can never be part of a cycle; one that fails the check stays tracked), a bucket's keys
   are sealed into tuples of KEY_CHUNK strings (which the collector untracks by itself once it
-  has seen them), and the index itself was made before the service froze its start-up heap
-  (``gc.freeze``), so no collection walks it. Decision 0011 has the options and numbers.
+  has seen them), and the index and the policy's containers were made before the service
+  froze its start-up heap (``gc.freeze``), so no collection walks them; the policy keeps its
+  keys in flat arrays, with no object per key. Decision 0011 has the options and numbers.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
@@ -44,10 +48,12 @@ from proxy.store.entries import (
     Stored,
     joined_key,
     parse_key,
+    settled,
     soft_expired,
     untrack,
     variants_of,
 )
+from proxy.store.eviction import Sieve
 from proxy.store.purging import KEY_CHUNK as KEY_CHUNK
 from proxy.store.purging import (
     DomainPurges,
@@ -58,9 +64,10 @@ from proxy.store.purging import (
     fold,
     listed_key,
 )
+from proxy.store.reclaim import RECLAIM_CHECK as RECLAIM_CHECK
+from proxy.store.reclaim import Doomed
 
 MAX_VARIANTS_PER_KEY = 16
-RECLAIM_CHECK = 32  # keys between clock reads in a time-bounded reclaim
 COMPACT_SLACK = 64  # listed keys beyond twice the live ones before a bucket's list is compacted
 
 
@@ -78,32 +85,33 @@ class MemoryStore:
         self.purge_budget = PurgeBudget(max_bytes=purge_max_bytes)
         self._on_clear = on_clear  # called when there is work for ``reclaim`` or ``settle``
         self._clock = clock  # wall clock, as the edge's: a soft purge's time
-        self._lru: OrderedDict[Key, Stored] = OrderedDict()
+        self._index: dict[Key, Stored] = {}
+        self._policy = Sieve[Key](max_bytes)
+        self._slots, self._visited = self._policy.hit_bits()
         self._generations: dict[str, int] = {}
         # domain -> "domain generation " of its generation, for domains with no lazy purge
         # outstanding, whose entries ``peek`` serves unchecked
         self._prefixes: dict[str, str] = {}
         self._purges: dict[str, DomainPurges] = {}  # domains purged other than by a clear
         self._buckets: dict[tuple[str, int], Bucket] = {}
-        self._doomed: deque[tuple[str, int]] = deque()
+        self._doomed = Doomed()
         self._bytes = 0
         self._entries = 0
         self._evictions = 0
-        self._pending = 0
 
     # -- the Store protocol ------------------------------------------------------------------
 
     def peek(self, domain: str, target: str) -> StoredResponse | None:
         """The response stored for the domain's current generation when it is the key's only
-        variant (``Store.peek``). Like ``lookup`` it refreshes the key's recency."""
+        variant (``Store.peek``). Like ``lookup`` it marks the key visited."""
         prefix = self._prefixes.get(domain)
         if prefix is None:
             return self._peek_purged(domain, target)
         key = prefix + target
-        stored = self._lru.get(key)
+        stored = self._index.get(key)
         if stored is None:
             return None
-        self._lru.move_to_end(key)
+        self._visited[self._slots[key]] = 1
         # type(), not isinstance(stored, list): measured cheaper by 270 instructions a hit.
         return stored if type(stored) is StoredResponse else None
 
@@ -115,7 +123,7 @@ class MemoryStore:
             self._prefixes[domain] = f"{domain} {self._generations.get(domain, 0)} "
             return self.peek(domain, target)
         key = state.prefix + target
-        stored = self._lru.get(key)
+        stored = self._index.get(key)
         if stored is None:
             return None
         # Checked already (the usual case once each entry has been read once): served.
@@ -123,7 +131,7 @@ class MemoryStore:
             stored = self._settled(state, key, target, stored)
             if stored is None:
                 return None
-        self._lru.move_to_end(key)
+        self._visited[self._slots[key]] = 1
         return stored if type(stored) is StoredResponse else None
 
     def inspect(self, domain: str, target: str) -> Held:
@@ -132,7 +140,7 @@ class MemoryStore:
         purge covers hard are left out and counted as ``pending``."""
         generation = self._generations.get(domain, 0)
         state = self._purges.get(domain)
-        stored = self._lru.get(f"{domain} {generation} {target}")
+        stored = self._index.get(f"{domain} {generation} {target}")
         variants: list[StoredResponse] = []
         pending = 0
         for variant in variants_of(stored) if stored is not None else ():
@@ -163,12 +171,12 @@ class MemoryStore:
         # other than by a clear): ``put`` tells from it what was purged since.
         key = (domain, generation if state is None else state.number, target)
         joined = f"{domain} {generation} {target}"
-        stored = self._lru.get(joined)
+        stored = self._index.get(joined)
         if stored is not None and state is not None and state.top:
             stored = self._settled(state, joined, target, stored)
         if stored is None:
             return Lookup(key, ())
-        self._lru.move_to_end(joined)
+        self._visited[self._slots[joined]] = 1
         return Lookup(key, variants_of(stored))
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
@@ -189,7 +197,7 @@ class MemoryStore:
             bucket = self._buckets[(domain, generation)] = Bucket()
         joined = f"{domain} {generation} {target}"
         response.set_mark(0 if state is None else state.number)
-        old = self._lru.pop(joined, None)
+        old = self._index.get(joined)
         stored: Stored = response
         if old is not None:
             variants = [response]
@@ -203,16 +211,19 @@ class MemoryStore:
                     variants.append(variant)
             if len(variants) > 1:
                 stored = variants
-        self._lru[joined] = stored
+        self._index[joined] = stored
         untrack(response)
         if old is None:
             bucket.add(joined)
             bucket.live += 1
             if bucket.listed > 2 * bucket.live + COMPACT_SLACK:
-                lru = self._lru
-                bucket.relist([k for k in dict.fromkeys(bucket.all_keys()) if k in lru])
+                index = self._index
+                bucket.relist([k for k in dict.fromkeys(bucket.all_keys()) if k in index])
         self._account(bucket, 1, response.size)
-        self._evict()
+        # A key held already takes its new size and counts as a hit (SIEVE: its bit is set).
+        total = response.size if stored is response else sum(v.size for v in variants_of(stored))
+        for victim in self._policy.admit(joined, total):
+            self._evictions += self._drop(victim)
         return True
 
     async def invalidate(self, domain: str, target: str) -> int:
@@ -235,8 +246,7 @@ class MemoryStore:
         if bucket is not None:
             dropped, size = bucket.entries, bucket.bytes
             if bucket.live:
-                self._doomed.append((domain, generation))
-                self._pending += bucket.live
+                self._doomed.add((domain, generation), bucket.live)
             else:
                 del self._buckets[(domain, generation)]
             if self._on_clear is not None:
@@ -329,7 +339,7 @@ class MemoryStore:
             bytes=self._bytes,
             max_bytes=self.max_bytes,
             evictions=self._evictions,
-            pending_reclaim=self._pending,
+            pending_reclaim=self._doomed.pending,
             purge_state_bytes=self.purge_budget.held,
             purge_state_max_bytes=self.purge_budget.max_bytes,
             purges_forgotten=self.purge_budget.forgotten,
@@ -341,38 +351,12 @@ class MemoryStore:
 
     @property
     def pending_reclaim(self) -> int:
-        return self._pending
+        return self._doomed.pending
 
     def reclaim(self, budget: int, *, seconds: float | None = None) -> int:
         """Delete at most ``budget`` keys of cleared generations, and stop once ``seconds`` have
-        passed (checked every RECLAIM_CHECK keys); return how many were deleted. The time bound
-        keeps a slice short when freeing is slow (large bodies, a busy machine), so requests
-        waiting behind it are not held up: the edge serves between slices."""
-        deadline = None if seconds is None else time.perf_counter() + seconds
-        done = visited = 0
-        while visited < budget and self._doomed:
-            name = self._doomed[0]
-            bucket = self._buckets[name]
-            while visited < budget and bucket.live:
-                if (
-                    deadline is not None
-                    and visited % RECLAIM_CHECK == RECLAIM_CHECK - 1
-                    and time.perf_counter() > deadline
-                ):
-                    return done
-                visited += 1
-                key = bucket.pop()
-                stored = self._lru.pop(key, None)
-                if stored is not None:  # else dropped before, or listed twice
-                    bucket.live -= 1
-                    self._pending -= 1
-                    variants = variants_of(stored)
-                    self._account(bucket, -len(variants), -sum(v.size for v in variants))
-                    done += 1
-            if not bucket.live:
-                self._doomed.popleft()
-                del self._buckets[name]
-        return done
+        passed; return how many were deleted (reclaim.py)."""
+        return self._doomed.reclaim(budget, seconds, self._buckets, self._drop)
 
     # -- lazy purges (decision 0024) ------------------------------------------------------------
 
@@ -383,7 +367,7 @@ class MemoryStore:
 
     def settle(self, budget: int, *, seconds: float | None = None) -> int:
         """Check at most ``budget`` listed keys against their domain's outstanding lazy
-        purges (``_settled``, without touching recency), and stop once ``seconds`` have
+        purges (``_settled``, marking nothing visited), and stop once ``seconds`` have
         passed; return how many were visited. A walk through a domain's whole bucket retires
         the lazy purges it started after (purging.py)."""
         deadline = None if seconds is None else time.perf_counter() + seconds
@@ -408,7 +392,7 @@ class MemoryStore:
                     return visited
                 walk.index += 1
                 visited += 1
-                stored = self._lru.get(key)
+                stored = self._index.get(key)
                 if stored is not None:
                     self._settled(state, key, key.split(" ", 2)[2], stored)
             state.retire(walk.upto)
@@ -419,37 +403,17 @@ class MemoryStore:
 
     def _settled(self, state: DomainPurges, key: Key, target: str, stored: Stored) -> Stored | None:
         """What is stored under the key once the outstanding lazy purges have been applied
-        to each variant stored before them: dropped when one covers it hard, its freshness
-        ended at the purge's time when one covers it soft; each checked variant is marked,
-        so it is checked once. None when nothing is left."""
-        kept: list[StoredResponse] = []
-        dropped: list[StoredResponse] = []
-        grown = 0  # bytes an expired copy counts beyond the entry it replaces (none, usually)
-        for variant in variants_of(stored):
-            if variant.mark >= state.top:
-                kept.append(variant)
-                continue
-            covered = covering(
-                state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
-            )
-            if covered is HARD:
-                dropped.append(variant)
-                continue
-            if covered is not None:
-                expired = soft_expired(variant, covered.stale_at)
-                grown += expired.size - variant.size
-                variant = expired
-            variant.set_mark(state.number)
-            kept.append(variant)
-        if not kept:
+        (entries.settled); None when nothing is left."""
+        after = settled(state, target, stored)
+        if after is None:
+            return stored
+        new, dropped, change = after
+        if new is None:
             self._drop(key)
             return None
-        if not dropped and all(a is b for a, b in zip(kept, variants_of(stored), strict=True)):
-            return stored
-        self._account(self._bucket_of(key), -len(dropped), grown - sum(v.size for v in dropped))
-        new: Stored = kept[0] if len(kept) == 1 else kept
-        self._lru[key] = new  # an existing key: its place in the LRU order is kept
-        return new
+        self._account(self._bucket_of(key), -dropped, change)
+        self._index[key] = new  # an existing key: its place in the queue is kept
+        return new if self._resized(key, new) else None
 
     def _fold(self) -> None:
         """The purge state is over its budget: fold it (purging.fold, decision 0037), and
@@ -488,7 +452,7 @@ class MemoryStore:
         entries = size = 0
         for target in itertools.chain.from_iterable(map(scheme_targets, purge.items)):
             key = prefix + target
-            stored = self._lru.get(key)
+            stored = self._index.get(key)
             if stored is not None and state.top:
                 stored = self._settled(state, key, target, stored)  # already purged lazily?
             if stored is None:
@@ -504,41 +468,38 @@ class MemoryStore:
                 variant.set_mark(state.number)
             grown = sum(v.size for v in expired) - sum(v.size for v in variants)
             self._account(self._bucket_of(key), 0, grown)
-            self._lru[key] = expired[0] if len(expired) == 1 else expired
+            self._index[key] = new = expired[0] if len(expired) == 1 else expired
+            self._resized(key, new)
         return entries, size
 
     async def _dry_run(self, domain: str, purge: Purge) -> tuple[int, int, tuple[str, ...]]:
         """What the purge would cover now (purging.dry_count): URLs are looked up (O(items));
-        other kinds walk the domain's keys (O(entries)). The walk reads a snapshot of the key
-        list (its sealed tuples never change; a pointer per 256 keys is copied), so entries
-        stored during it are not counted, and entries dropped during it are not either."""
+        other kinds walk the domain's keys (O(entries)), a snapshot of its key list
+        (``Bucket.snapshot``): entries stored or dropped during the walk are not counted."""
         state = self._purges.get(domain)
         prefix = f"{domain} {self._generations.get(domain, 0)} "
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
         if purge.kind == "url":
             targets = itertools.chain.from_iterable(map(scheme_targets, purge.items))
             keys: Iterable[Key] = [prefix + target for target in targets]
-        elif bucket is None:
-            keys = ()
         else:
-            keys = itertools.chain(
-                itertools.chain.from_iterable(list(bucket.sealed)), tuple(bucket.keys)
-            )
+            keys = () if bucket is None else bucket.snapshot()
         return await dry_count(keys, self._held, prefix=prefix, state=state, purge=purge)
 
     def _held(self, key: Key) -> Sequence[StoredResponse]:
-        stored = self._lru.get(key)
+        stored = self._index.get(key)
         return () if stored is None else variants_of(stored)
 
     def items(self) -> list[tuple[CacheKey, Stored]]:
-        """What is stored, least recently used first, without touching recency (for tests and
-        diagnostics: a copy of the whole index)."""
-        return [(parse_key(key), stored) for key, stored in self._lru.items()]
+        """What is stored, in the eviction queue's order (oldest first: not the order of
+        eviction, which the visited bits decide), without marking anything visited (for tests
+        and diagnostics: a copy of the whole index)."""
+        return [(parse_key(key), self._index[key]) for key in self._policy]
 
     def held(self, key: CacheKey) -> Stored | None:
-        """What is stored under the key, whatever its generation, without touching recency
+        """What is stored under the key, whatever its generation, without marking it visited
         (for tests and diagnostics)."""
-        return self._lru.get(joined_key(key))
+        return self._index.get(joined_key(key))
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -553,19 +514,24 @@ class MemoryStore:
         return self._buckets[(domain, generation)]
 
     def _drop(self, key: Key) -> int:
-        stored = self._lru.pop(key, None)
+        """Drop the key, from the policy too: how many variants it held (0: not stored)."""
+        stored = self._index.pop(key, None)
         if stored is None:
             return 0
+        self._policy.remove(key)
         variants = variants_of(stored)
         domain, generation, _ = parse_key(key)
         bucket = self._buckets[(domain, generation)]
         bucket.live -= 1  # still listed: see Bucket
         if generation != self._generations.get(domain, 0):
-            self._pending -= 1
+            self._doomed.pending -= 1
         self._account(bucket, -len(variants), -sum(v.size for v in variants))
         return len(variants)
 
-    def _evict(self) -> None:
-        while self._bytes > self.max_bytes and self._lru:
-            key = next(iter(self._lru))
-            self._evictions += self._drop(key)
+    def _resized(self, key: Key, stored: Stored) -> bool:
+        """Tell the policy the key's variants changed size (a variant dropped, a soft purge's
+        copy), drop what it evicts for that; whether the key itself is still stored."""
+        size = sum(v.size for v in variants_of(stored))
+        for victim in self._policy.resize(key, size):
+            self._evictions += self._drop(victim)
+        return key in self._index

@@ -109,10 +109,10 @@ async def test_inspect_changes_nothing_and_reports_the_purges() -> None:
         key = (await store.lookup(DOMAIN, target)).key
         assert await store.put(key, entry((("Cache-Control", "max-age=60"),)))
     before = await store.stats()
-    held = store.inspect(DOMAIN, "/a")  # /a is least recently used
+    held = store.inspect(DOMAIN, "/a")  # /a is not marked visited (SIEVE)
     assert len(held.variants) == 1
     assert await store.stats() == before
-    assert next(iter(store._lru)).endswith(" /a")  # recency untouched
+    assert not store._visited[store._slots[f"{DOMAIN} 0 /a"]]  # still not visited
     assert (await store.purge(DOMAIN, purge_request("url", ["/a"]))).entries == 1
     gone = store.inspect(DOMAIN, "/a")
     assert gone.variants == ()

@@ -11,7 +11,8 @@ The interface (``EvictionPolicy``), for a store that keeps ``dict[key, response]
   itself, and nothing else is evicted for it. Admitting a key that is held already sets its
   new size and counts as a hit.
 - ``hit(key)`` on every hit: O(1), a bit (SIEVE) or a counter (S3-FIFO) set in place, or
-  the key moved to the young end (LRU). A key not held is ignored.
+  the key moved to the young end (LRU). A key not held is ignored. (The memory store sets
+  SIEVE's bit itself, through ``Sieve.hit_bits``: no call on its hit path.)
 - ``remove(key)`` when the store drops a key by itself (a purge, a reclaimed clear): O(1).
   A key not held (evicted or removed already) is ignored: it returns False.
 - ``resize(key, size)`` when a held key's size changes without a request (a soft purge's

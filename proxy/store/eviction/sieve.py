@@ -60,6 +60,14 @@ class Sieve(Tallied[K]):
         if slot is not None:
             self._visited[slot] = 1
 
+    def hit_bits(self) -> tuple[dict[K, int], bytearray]:
+        """The key -> slot map and the visited bits, for a store that records a hit itself
+        with ``visited[slots[key]] = 1`` on a key it knows is held: about 120 instructions
+        over LRU's ``move_to_end`` where a call to ``hit`` costs 640 (decision 0029). Both
+        are changed in place for the policy's whole life, never replaced; they are the
+        policy's own, for reading and for setting bits, nothing else."""
+        return self._slots, self._visited
+
     def __len__(self) -> int:
         return len(self._slots)
 
