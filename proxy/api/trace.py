@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
+from aiohttp.helpers import ChainMapProxy
 
 from proxy.api import gate
 from proxy.api.problems import problem
@@ -85,7 +86,7 @@ async def trace_route(request: web.Request) -> web.Response:
 
 
 async def traced(
-    app: web.Application,
+    app: web.Application | ChainMapProxy,
     config: DomainConfig,
     asked: TraceRequest,
     inspect: Inspect | None,
@@ -128,7 +129,7 @@ async def traced(
     return answer
 
 
-def _servers(app: web.Application, config: DomainConfig) -> list[Server]:
+def _servers(app: web.Application | ChainMapProxy, config: DomainConfig) -> list[Server]:
     """The domain's origin servers as the edge sees them (its health), or as configured."""
     states = app[READINESS].edge_states
     rows = [r for r in (states() if states is not None else []) if r.get("domain") == config.name]

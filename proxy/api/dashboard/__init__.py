@@ -7,8 +7,8 @@ are package data.
 
 Layout: ``context`` (what handlers share), ``pages`` (rendering, errors, headers), ``auth``
 (sign-in, sessions, CSRF), ``tokens``, ``views`` (overview, domains, history, nodes), ``chart``,
-``purge_form`` (the Domains page's purge, dry run first) and ``receipt_view`` (receipts for
-people, on the purge page and in History).
+``purge_form`` (the Domains page's purge, dry run first), ``receipt_view`` (receipts for
+people, on the purge page and in History) and ``trace_form`` (the Domains page's trace).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from aiohttp import web
 from argon2 import PasswordHasher
 
 from proxy.api.clear_cache import PurgeContext
-from proxy.api.dashboard import auth, purge_form, tokens, views
+from proxy.api.dashboard import auth, purge_form, tokens, trace_form, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
 from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
 from proxy.core.auth.ratelimit import DoublingDelay, FailureThrottle
@@ -91,6 +91,7 @@ def create_dashboard(
     app.router.add_get("/", _to_overview)
     views.add_routes(app)
     purge_form.add_routes(app)
+    trace_form.add_routes(app)
     tokens.add_routes(app)
     for name, content_type in _STATIC.items():
         app.router.add_get(f"/static/{name}", _static(name, content_type))
