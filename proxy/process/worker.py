@@ -32,8 +32,9 @@ from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
+from proxy.process.listeners import edge_listening
 from proxy.process.reload import Outcome, domains_hook, reloading
-from proxy.process.service import edge_listening, memory_store, tiered_store
+from proxy.process.service import memory_store, tiered_store
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
 from proxy.store.shared.applied import load_applied, save_applied
