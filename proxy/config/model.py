@@ -5,9 +5,10 @@ ConfigError naming the key (``domains[1].origin: ...``); nothing is started befo
 file is known to be good.
 
 Each table is a frozen dataclass whose fields are its keys. A field's ``Annotated`` metadata is
-the function that checks and converts its value (``config_values.py``, imported as ``check``),
-and the field's default is the key's default, so adding a key is one line and ``_build`` does
-the rest: unknown keys, required keys, defaults.
+the function that checks and converts its value (``values.py``, imported as ``check``), and
+the field's default is the key's default, so adding a key is one line and ``tables.build`` does
+the rest: unknown keys, required keys, defaults. The [[domains]] tables are in ``domains.py``;
+this module re-exports them, so ``proxy.config.model`` stays the one place to import from.
 Rules between keys (two listeners, two limits) sit in the function that builds their table.
 Decision 0012 says why this is hand-written rather than msgspec or pydantic.
 
@@ -18,165 +19,57 @@ server and the ``token`` commands agree on the same database whatever the workin
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
 import re
 import socket
 import ssl
 import tomllib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from proxy.config import values as check
-from proxy.config.rules import rules as checked_rules
+from proxy.config.domains import DomainConfig, HealthCheckConfig, build_domains
+from proxy.config.tables import build, only_keys, table
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
-from proxy.core.cache.rules import RuleSet
-from proxy.core.http.balance import BALANCES
-from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
-from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.http.forwarded import X_FORWARDED_FOR, Network
 from proxy.core.http.upgrade import DEFAULT_ALLOWED as DEFAULT_UPGRADES
-from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES as DEFAULT_PURGE_STATE_BYTES
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+__all__ = [
+    "ApiConfig",
+    "CacheConfig",
+    "ClientSettings",
+    "Config",
+    "DashboardConfig",
+    "DomainConfig",
+    "EdgeConfig",
+    "FleetConfig",
+    "HealthCheckConfig",
+    "StateConfig",
+    "checked_tls",
+    "client_settings",
+    "load_config",
+    "load_config_file",
+    "parse_config",
+]
+
 _DEFAULT_MAX_OBJECT = 8 * 1024**2  # unless cache.max_bytes is smaller
 _DEFAULT_DISK_MAX = 1024**3  # cache.disk_max_bytes when cache.disk_path is set without it
 _TABLES = ("edge", "api", "cache", "state", "dashboard", "fleet", "domains")
 
-# A key's check: (its full name, its TOML value or None when absent) -> the converted value.
-# TOML has no null, so None can only mean the key was left out.
-Check = Callable[[str, object], Any]
 _T = TypeVar("_T", bound="DataclassInstance")
 _Table = TypeVar("_Table", "EdgeConfig", "DomainConfig")
 
 
 # -- the tables ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DomainConfig:
-    name: Annotated[str, check.domain_name]
-    # scheme://host[:port], no path: the one origin server, or the first of ``origins``
-    # (which _domains fills from it); one of the two keys is required (decision 0034).
-    origin: Annotated[str, _one_origin] = ""
-    heuristic_freshness: Annotated[bool, check.flag] = False
-    connect_timeout: Annotated[float, check.seconds] = 5.0
-    read_timeout: Annotated[float, check.seconds] = 30.0
-    # Seconds past expiry a stored response may still be served while the origin cannot be
-    # reached (RFC 9111 §4.2.4) or answers 500, 502, 503 or 504 (RFC 5861 §4), unless the
-    # response forbids it. Off (0) unless configured: the response's own stale-if-error wins.
-    stale_if_error: Annotated[float, check.seconds_or_zero] = 0.0
-    # Connections to each origin server this edge process holds at once for the domain, and
-    # how long a request waits for one before it is answered 503 (decisions 0015, 0034).
-    origin_connections: Annotated[int, check.count] = 256
-    origin_queue_timeout: Annotated[float, check.seconds] = 5.0
-    # Upgrade tunnels (WebSocket) this edge process holds at once to the domain's origin, each
-    # on a connection of its own, beside origin_connections: past it a new one is answered 503
-    # (decision 0032).
-    max_tunnels: Annotated[int, check.count] = 256
-    # Content codings the origin is asked for, in order of preference; each request's
-    # Accept-Encoding is reduced to the first one it accepts, else identity (decision 0023).
-    encodings: Annotated[tuple[str, ...], check.encodings] = DEFAULT_ENCODINGS
-    # Compression at the edge (decision 0035): an uncompressed, cacheable 200 of one of
-    # compress_types, at least compress_min_bytes long, is stored once per coding listed (and
-    # as sent), and requests are read against this list instead of encodings. Off ([]).
-    compress: Annotated[tuple[str, ...], check.compress] = ()
-    compress_types: Annotated[tuple[str, ...], check.compress_types] = DEFAULT_COMPRESS_TYPES
-    compress_min_bytes: Annotated[int, check.size] = DEFAULT_MIN_BYTES
-    # TLS (decision 0018): this domain's certificate (PEM, its chain after it) and key for the
-    # edge's tls_listen, chosen by SNI; and the CA bundle its https:// origin is verified
-    # against instead of the system store. Paths are relative to the config file.
-    tls_cert: Annotated[Path | None, check.path] = None
-    tls_key: Annotated[Path | None, check.path] = None
-    origin_ca: Annotated[Path | None, check.path] = None
-    # Response fields read as the origin's tags for tag purges (decision 0024), and removed
-    # before responses reach clients: "Surrogate-Key" (space-separated), "Cache-Tag"
-    # (comma-separated), both, or none ([]).
-    tag_headers: Annotated[tuple[str, ...], check.tag_headers] = DEFAULT_TAG_HEADERS
-    # Several origin servers (decision 0034): balanced by ``balance``; ``backup_origins`` get
-    # requests only while every one of ``origins`` is down.
-    origins: Annotated[tuple[str, ...], _origin_list] = ()
-    backup_origins: Annotated[tuple[str, ...], _backup_list] = ()
-    balance: Annotated[str, _balance] = "round_robin"
-    health_check: Annotated[HealthCheckConfig | None, _health_check] = None
-    # Cache rules ([[domains.rules]], decision 0033): compiled once here; None: no rules, and
-    # the edge takes exactly the path it takes without them.
-    rules: Annotated[RuleSet | None, checked_rules] = None
-
-
-@dataclass(frozen=True, slots=True)
-class HealthCheckConfig:
-    """[domains.health_check]: each edge process probes each origin server (decision 0034)."""
-
-    path: Annotated[str, _probe_path] = "/"
-    interval: Annotated[float, _duration] = 5.0
-    timeout: Annotated[float, _duration] = 2.0
-    fails: Annotated[int, check.count] = 2  # consecutive failures that mark a server down
-    passes: Annotated[int, check.count] = 2  # consecutive probe successes that bring it back
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _duration(key: str, value: object) -> float:
-    """Seconds, as a number or a string such as "500ms", "2s", "1m"."""
-    if isinstance(value, str):
-        match = _DURATION.fullmatch(value.strip())
-        if match is None or float(match[1]) <= 0:
-            raise ConfigError(key, f'{value!r} is not a duration such as "2s" or "500ms"')
-        return float(match[1]) * _UNITS[match[2]]
-    return check.seconds(key, value)
-
-
-def _one_origin(key: str, value: object) -> str:
-    return check.origin(key, value)
-
-
-def _origin_list(key: str, value: object) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(key, 'must be a non-empty list such as ["http://127.0.0.1:9001"]')
-    urls = tuple(check.origin(f"{key}[{i}]", v) for i, v in enumerate(value))
-    if len(set(urls)) != len(urls):
-        raise ConfigError(key, "names an origin server twice")
-    return urls
-
-
-def _backup_list(key: str, value: object) -> tuple[str, ...]:
-    return () if value == [] else _origin_list(key, value)
-
-
-def _balance(key: str, value: object) -> str:
-    if value not in BALANCES:
-        raise ConfigError(key, f"must be one of: {', '.join(BALANCES)}")
-    return str(value)
-
-
-def _probe_path(key: str, value: object) -> str:
-    if (
-        not isinstance(value, str)
-        or not value.startswith("/")
-        or any(c.isspace() or ord(c) < 0x21 or ord(c) == 0x7F for c in value)
-    ):
-        raise ConfigError(key, "must be a path starting with / with no spaces or controls")
-    return value
-
-
-def _health_check(key: str, value: object) -> HealthCheckConfig:
-    if not isinstance(value, dict):
-        raise ConfigError(key, "must be a table")
-    health = _build(HealthCheckConfig, key, value)
-    if health.timeout >= health.interval:
-        raise ConfigError(f"{key}.timeout", "must be shorter than the interval")
-    return health
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +280,7 @@ def load_config_file(path: str | os.PathLike[str]) -> tuple[Config, str]:
 
 def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
     """Build a Config from already-parsed TOML data."""
-    _only_keys("", data, _TABLES)
+    only_keys("", data, _TABLES)
     if data.get("edge") is None and data.get("api") is None:
         raise ConfigError("edge", "a node needs an [edge] table, an [api] table, or both")
     edge = _optional(EdgeConfig, data, "edge")
@@ -396,13 +289,13 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
     api = _optional(ApiConfig, data, "api")
     if edge is not None and api is not None and api.listen == edge.listen and api.listen.port:
         raise ConfigError("api.listen", "must differ from edge.listen")
-    cache = _cache(_table(data, "cache"), base_dir) if edge is not None else None
+    cache = _cache(table(data, "cache"), base_dir) if edge is not None else None
     state = None
     if api is not None or "state" in data:
-        state = _build(StateConfig, "state", _table(data, "state"))
+        state = build(StateConfig, "state", table(data, "state"))
         # An absolute state.path stays as it is: joining an absolute path replaces the base.
         state = dataclasses.replace(state, path=base_dir / state.path)
-    domains = _domains(data.get("domains"))
+    domains = build_domains(data.get("domains"))
     edge, domains = checked_tls(edge, domains, base_dir)
     return Config(
         edge=edge,
@@ -411,24 +304,24 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         state=state,
         domains=domains,
         by_name={domain.name: domain for domain in domains},
-        dashboard=_dashboard(_table(data, "dashboard", required=False)),
+        dashboard=_dashboard(table(data, "dashboard", required=False)),
         fleet=_fleet(data, edge, api),
     )
 
 
 def _optional(cls: type[_T], data: Mapping[str, Any], key: str) -> _T | None:
-    return None if data.get(key) is None else _build(cls, key, _table(data, key))
+    return None if data.get(key) is None else build(cls, key, table(data, key))
 
 
 def _fleet(
     data: Mapping[str, Any], edge: EdgeConfig | None, api: ApiConfig | None
 ) -> FleetConfig | None:
     """[fleet] as given, or the embedded default for several workers on one node."""
-    raw = _table(data, "fleet", required=False)
+    raw = table(data, "fleet", required=False)
     alone = edge is not None and edge.workers == 1 and api is not None
     if alone and "fleet" not in data:
         return None  # one process: edge and API together, nothing to coordinate
-    fleet = _build(FleetConfig, "fleet", raw)
+    fleet = build(FleetConfig, "fleet", raw)
     if fleet.url is None and (edge is None or api is None):
         role = "[api]" if edge is None else "[edge]"
         raise ConfigError(
@@ -457,7 +350,7 @@ def _host_name() -> str:
 
 def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
     max_bytes = check.size("cache.max_bytes", raw.get("max_bytes"))
-    cache = _build(
+    cache = build(
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
     if cache.disk_path is None:
@@ -475,46 +368,12 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
 
 
 def _dashboard(raw: Mapping[str, Any]) -> DashboardConfig:
-    dashboard = _build(DashboardConfig, "dashboard", raw)
+    dashboard = build(DashboardConfig, "dashboard", raw)
     if dashboard.session_idle_timeout > dashboard.session_lifetime:
         raise ConfigError(
             "dashboard.session_idle_timeout", "must not be longer than dashboard.session_lifetime"
         )
     return dashboard
-
-
-def _domains(raw: object) -> tuple[DomainConfig, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError("domains", "needs at least one [[domains]] table")
-    domains: dict[str, DomainConfig] = {}
-    for index, table in enumerate(raw):
-        where = f"domains[{index}]"
-        if not isinstance(table, dict):
-            raise ConfigError(where, "must be a table")
-        domain = _with_origins(_build(DomainConfig, where, table), where)
-        if domain.name in domains:
-            raise ConfigError(f"{where}.name", f"{domain.name!r} is configured twice")
-        domains[domain.name] = domain
-    return tuple(domains.values())
-
-
-def _with_origins(domain: DomainConfig, where: str) -> DomainConfig:
-    """``origin`` and ``origins`` made one: ``origins`` lists every primary server and
-    ``origin`` is its first (what tunnels and the single-origin code read)."""
-    if domain.origin and domain.origins:
-        raise ConfigError(f"{where}.origins", "give either origin or origins, not both")
-    if not domain.origin and not domain.origins:
-        raise ConfigError(
-            f"{where}.origin",
-            "is required and must be a URL such as http://127.0.0.1:9000 (or give origins)",
-        )
-    origins = domain.origins or (domain.origin,)
-    if set(origins) & set(domain.backup_origins):
-        raise ConfigError(f"{where}.backup_origins", "names a server also in origins")
-    schemes = {url.partition(":")[0] for url in origins + domain.backup_origins}
-    if len(schemes) > 1 and domain.origin_ca is not None:
-        raise ConfigError(f"{where}.origin_ca", "needs every origin server to be https://")
-    return dataclasses.replace(domain, origin=origins[0], origins=origins)
 
 
 def checked_tls(
@@ -566,48 +425,6 @@ def _with_pair(table: _Table, where: str, base_dir: Path) -> _Table:
     return dataclasses.replace(
         table, tls_cert=base_dir / table.tls_cert, tls_key=base_dir / table.tls_key
     )
-
-
-def _table(data: Mapping[str, Any], key: str, *, required: bool = True) -> Mapping[str, Any]:
-    value = data.get(key)
-    if value is None and required:
-        raise ConfigError(key, f"the [{key}] table is required")
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(key, "must be a table")
-    return value
-
-
-def _build(cls: type[_T], where: str, raw: Mapping[str, Any]) -> _T:
-    """One table's dataclass from its TOML table, each key checked by its field's check."""
-    fields = _checked_fields(cls)
-    _only_keys(where, raw, fields)
-    values = {}
-    for name, (checked, required) in fields.items():
-        if name in raw or required:
-            values[name] = checked(f"{where}.{name}", raw.get(name))
-    return cls(**values)
-
-
-@functools.cache  # get_type_hints evaluates every annotation: once per table type
-def _checked_fields(cls: type[DataclassInstance]) -> dict[str, tuple[Check, bool]]:
-    """Each field of a table's dataclass: its check (the Annotated metadata), and if required."""
-    hints = get_type_hints(cls, include_extras=True)
-    return {
-        f.name: (
-            hints[f.name].__metadata__[0],
-            f.default is f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-    }
-
-
-def _only_keys(where: str, table: Mapping[str, Any], allowed: Collection[str]) -> None:
-    for key in table:
-        if key not in allowed:
-            name = f"{where}.{key}" if where else key
-            raise ConfigError(name, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
 
 
 # -- the purge client ---------------------------------------------------------------------------

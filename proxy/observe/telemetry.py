@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
@@ -84,6 +83,7 @@ from proxy.core.observe.traffic import (
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.response_metrics import response_metrics
+from proxy.observe.store_metrics import StoreSnapshot, store_metrics, tier_metrics
 from proxy.store.base import DomainStats, StoreStats
 from proxy.store.shared import SharedStats
 
@@ -162,14 +162,6 @@ class TierFigures(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class _StoreSnapshot:
-    stats: StoreStats
-    domains: tuple[tuple[str, DomainStats], ...]
-    shared: SharedStats | None = None
-    disk_hits: int | None = None
-
-
 class Telemetry:
     def __init__(
         self,
@@ -191,7 +183,7 @@ class Telemetry:
         # ``request`` for a caller that has just read the clock (the hit path): Traffic's own
         # method, not a method calling it, which would be one more Python call per hit.
         self.request_at: Callable[[str, str, float], None] = self._traffic.record
-        self._snapshot: _StoreSnapshot | None = None
+        self._snapshot: StoreSnapshot | None = None
         # Responses by status class, bytes and time: recorded by the edge's access-log hook.
         self.responses = Responses()
         # The listeners of this process, each adding itself when it starts.
@@ -350,7 +342,7 @@ class Telemetry:
             tier = self.tier
             shared = None if tier is None else tier.shared_stats()
             hits = None if tier is None else tier.disk_hits
-            snapshot = _StoreSnapshot(stats, tuple(per_domain), shared, hits)
+            snapshot = StoreSnapshot(stats, tuple(per_domain), shared, hits)
         # No await between taking the snapshot and generating: concurrent scrapes each
         # render the snapshot they took.
         self._snapshot = snapshot
@@ -385,10 +377,10 @@ class Telemetry:
             yield from _fleet_metrics(self._remote)
 
         if self._snapshot is not None:
-            yield from _store_metrics(self._snapshot)
+            yield from store_metrics(self._snapshot, PREFIX)
             if self._snapshot.shared is not None:
                 hits = sum(by.get(HIT, 0) for by in counts.values())
-                yield from _tier_metrics(self._snapshot, hits)
+                yield from tier_metrics(self._snapshot, hits, PREFIX)
 
 
 def _counter(
@@ -405,100 +397,6 @@ def _histogram(
     labels: Sequence[str] = (),
 ) -> Histogram:
     return Histogram(PREFIX + name, text, labels, buckets=buckets, registry=registry)
-
-
-def _store_metrics(snapshot: _StoreSnapshot) -> Iterable[Metric]:
-    """The store's figures, as the last scrape's snapshot holds them."""
-    stats = snapshot.stats
-    yield GaugeMetricFamily(
-        PREFIX + "store_entries",
-        "Entries in the store, reclaimable ones included.",
-        stats.entries,
-    )
-    yield GaugeMetricFamily(PREFIX + "store_bytes", "Bytes held by the store.", stats.bytes)
-    yield GaugeMetricFamily(
-        PREFIX + "store_max_bytes",
-        "The store's memory bound (cache.max_bytes).",
-        stats.max_bytes,
-    )
-    yield GaugeMetricFamily(
-        PREFIX + "store_pending_reclaim_entries",
-        "Entries of cleared generations not yet reclaimed.",
-        stats.pending_reclaim,
-    )
-    yield CounterMetricFamily(
-        PREFIX + "store_evictions",
-        "Entries evicted to stay within cache.max_bytes.",
-        stats.evictions,
-    )
-    yield from _purge_state_metrics(stats)
-    entries = GaugeMetricFamily(
-        PREFIX + "domain_entries",
-        "Servable entries of the domain (its current generation).",
-        labels=["domain"],
-    )
-    size = GaugeMetricFamily(
-        PREFIX + "domain_bytes",
-        "Bytes of the domain's servable entries (its current generation).",
-        labels=["domain"],
-    )
-    for domain, domain_stats in snapshot.domains:
-        entries.add_metric([domain], domain_stats.entries)
-        size.add_metric([domain], domain_stats.bytes)
-    yield entries
-    yield size
-
-
-def _tier_metrics(snapshot: _StoreSnapshot, hits: int) -> Iterable[Metric]:
-    """The two tiers: hits by tier, and the shared tier's size, evictions and faults."""
-    shared = snapshot.shared
-    assert shared is not None
-    if snapshot.disk_hits is not None:
-        by_tier = CounterMetricFamily(
-            PREFIX + "tier_hits",
-            "Hits by the tier that answered: disk (the node's shared tier), memory (the rest).",
-            labels=["tier"],
-        )
-        by_tier.add_metric(["memory"], max(0, hits - snapshot.disk_hits))
-        by_tier.add_metric(["disk"], snapshot.disk_hits)
-        yield by_tier
-    status = shared.status
-    gauges = (
-        ("shared_tier_entries", "Objects in the node's shared tier.", shared.entries),
-        ("shared_tier_bytes", "Bytes in the node's shared tier.", shared.bytes),
-        ("shared_tier_max_bytes", "The shared tier's bound (disk_max_bytes).", shared.max_bytes),
-        ("shared_tier_degraded", "1 while its last write failed.", int(bool(status.degraded))),
-        ("shared_tier_stopped", "1 when it serves nothing until a restart.", int(status.stuck)),
-        (
-            "shared_tier_purge_state_bytes",
-            "Bytes of the shared tier's purge records (budget: purge_state_max_bytes).",
-            shared.purge_state_bytes,
-        ),
-        (
-            "shared_tier_purge_state_max_bytes",
-            "The shared tier's purge-state budget (cache.purge_state_max_bytes).",
-            shared.purge_state_max_bytes,
-        ),
-    )
-    for name, text, value in gauges:
-        yield GaugeMetricFamily(PREFIX + name, text, value)
-    counters = (
-        ("shared_tier_evictions", "Objects evicted from the shared tier.", shared.evictions),
-        ("shared_tier_write_errors", "Fills dropped by a fault.", status.dropped_fills),
-        ("shared_tier_faults", "Failed calls: I/O errors, full disk, no directory.", status.faults),
-        (
-            "shared_tier_corrupt",
-            "Entries that failed their checksum (never served).",
-            status.corrupt,
-        ),
-        (
-            "shared_tier_purge_folds",
-            "Domains cleared to keep the shared tier's purge state within its budget.",
-            shared.purge_folds,
-        ),
-    )
-    for name, text, value in counters:
-        yield CounterMetricFamily(PREFIX + name, text, value)
 
 
 def _summed(
@@ -553,26 +451,3 @@ async def metrics(request: web.Request) -> web.Response:
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     response.headers["Cache-Control"] = "no-store"
     return response
-
-
-def _purge_state_metrics(stats: StoreStats) -> Iterable[Metric]:
-    """The purge state's gauges and fold counters (decision 0037)."""
-    yield GaugeMetricFamily(
-        PREFIX + "purge_state_bytes",
-        "Bytes of purge state held: remembered purges, outstanding bans and tags (an estimate).",
-        stats.purge_state_bytes,
-    )
-    yield GaugeMetricFamily(
-        PREFIX + "purge_state_max_bytes",
-        "The purge state's budget (cache.purge_state_max_bytes).",
-        stats.purge_state_max_bytes,
-    )
-    folded = CounterMetricFamily(
-        PREFIX + "purge_state_folded",
-        "Purge state folded to stay within its budget: forgotten, retired, cleared.",
-        labels=["fold"],
-    )
-    folded.add_metric(["forgotten"], stats.purges_forgotten)
-    folded.add_metric(["retired"], stats.purges_retired)
-    folded.add_metric(["cleared"], stats.purge_folds_cleared)
-    yield folded

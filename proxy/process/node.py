@@ -41,8 +41,8 @@ from proxy.fleet.scripts import FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
+from proxy.process.listeners import Draining, StartError, control_listening
 from proxy.process.reload import After, domains_hook, reloading
-from proxy.process.service import Draining, StartError, control_listening
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.store.base import ClearResult, Purger

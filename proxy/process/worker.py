@@ -32,8 +32,9 @@ from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
+from proxy.process.listeners import edge_listening
 from proxy.process.reload import Outcome, domains_hook, reloading
-from proxy.process.service import edge_listening, memory_store, tiered_store
+from proxy.process.service import memory_store, tiered_store
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
 from proxy.store.shared.applied import load_applied, save_applied
@@ -95,39 +96,14 @@ async def _run(
     stdout_fd: int = 1,
     cache_instance: str | None = None,
 ) -> int:
-    edge, cache = config.edge_role()
     stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
     _stop_when_orphaned(loop, stop)
     async with AsyncExitStack() as stack:
-        memory = await stack.enter_async_context(
-            memory_store(
-                cache.max_bytes // edge.workers,
-                purge_max_bytes=cache.purge_state_max_bytes // edge.workers,
-            )
-        )
-        local: MemoryStore | TieredStore = memory
-        if cache.disk_path is not None and cache_instance is not None:
-            # Opened here, after the exec: an LMDB environment never crosses a fork (0030).
-            tier = await asyncio.to_thread(
-                SharedTier.open_member,
-                cache.disk_path,
-                max_bytes=cache.disk_max_bytes,
-                instance=cache_instance,
-                purge_max_bytes=cache.purge_state_max_bytes,
-            )
-            local = await stack.enter_async_context(tiered_store(memory, tier))
+        local = await _local_store(config, stack, cache_instance)
         telemetry = Telemetry(store=local, domains=[domain.name for domain in config.domains])
         member = _member(config, local, telemetry, fleet_url=fleet_url, index=index, port=port)
-        if isinstance(local, TieredStore):
-            # The shared tier's own record of what it applied: the first sync brings it only
-            # what it missed (proxy/store/shared/applied.py), so a restart keeps it warm.
-            member.applied = await _tier_applied(config, local, member) or member.applied
-        await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
-        stack.push_async_callback(member.close)
-        if isinstance(local, TieredStore):
-            saver = asyncio.create_task(_save_applied(member, local), name="save-applied")
-            stack.push_async_callback(_stop_saver, saver, member, local)
+        await _join(config, local, member, stack)
         store = FleetStore(local, member)
         # The access log ("-" is the node's standard output) and the response figures.
         access = EdgeAccess(config, responses=telemetry.responses, stdout=stdout_fd)
@@ -167,6 +143,47 @@ async def _run(
         await stop.wait()
         log.info("stopping: draining in-flight requests")
     return 0
+
+
+async def _local_store(
+    config: Config, stack: AsyncExitStack, cache_instance: str | None
+) -> MemoryStore | TieredStore:
+    """This worker's own store: its share of the memory tier, in front of the node's shared
+    tier when there is one; closed by ``stack``."""
+    edge, cache = config.edge_role()
+    memory = await stack.enter_async_context(
+        memory_store(
+            cache.max_bytes // edge.workers,
+            purge_max_bytes=cache.purge_state_max_bytes // edge.workers,
+        )
+    )
+    if cache.disk_path is None or cache_instance is None:
+        return memory
+    # Opened here, after the exec: an LMDB environment never crosses a fork (0030).
+    tier = await asyncio.to_thread(
+        SharedTier.open_member,
+        cache.disk_path,
+        max_bytes=cache.disk_max_bytes,
+        instance=cache_instance,
+        purge_max_bytes=cache.purge_state_max_bytes,
+    )
+    return await stack.enter_async_context(tiered_store(memory, tier))
+
+
+async def _join(
+    config: Config, local: MemoryStore | TieredStore, member: FleetMember, stack: AsyncExitStack
+) -> None:
+    """The member's first sync, from what the shared tier applied when there is one; left
+    (and its applied state saved) by ``stack``."""
+    if isinstance(local, TieredStore):
+        # The shared tier's own record of what it applied: the first sync brings it only
+        # what it missed (proxy/store/shared/applied.py), so a restart keeps it warm.
+        member.applied = await _tier_applied(config, local, member) or member.applied
+    await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
+    stack.push_async_callback(member.close)
+    if isinstance(local, TieredStore):
+        saver = asyncio.create_task(_save_applied(member, local), name="save-applied")
+        stack.push_async_callback(_stop_saver, saver, member, local)
 
 
 async def _tier_applied(config: Config, store: TieredStore, member: FleetMember) -> Applied | None:
