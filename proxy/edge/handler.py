@@ -197,7 +197,7 @@ class Edge:
         # its precomputed lines plus Age (respond.Hit).
         # Anything else takes the full path. Measured in benchmarks/README.md.
         if (
-            (head.version == HTTP2 or (head.version == HttpVersion11 and not head.should_close))
+            ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
             and plain_get(head.method, headers, has_body=request.body_exists)
             and (config.rules is None or _fast_under_rules(config.rules, head.path, headers))
         ):
