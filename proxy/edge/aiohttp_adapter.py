@@ -295,6 +295,24 @@ class Prewritten(web.StreamResponse):
     async def write_eof(self, data: bytes = b"") -> None:
         return None  # the message ended with its parts
 
+    @property
+    def parts(self) -> tuple[bytes, ...]:
+        return self._parts
+
+    def sent(self, size: int) -> None:
+        """Sent by other means than ``prepare`` (an HTTP/2 stream, proxy/edge/h2/stream.py):
+        ``size`` bytes of body, counted as ``prepare`` counts what it writes."""
+        self._body_length = self.body_length = size
+        self._payload_writer = _SENT
+        counts = self._counts
+        if counts is not None:
+            record_response(counts, self.status, size, perf_counter() - self.started)
+
+
+# What a Prewritten sent over HTTP/2 reads as its writer: ``prepared`` is true even for an
+# empty body (StreamResponse.prepared reads ``_payload_writer``).
+_SENT: Any = object()
+
 
 def _status_of(line: bytes) -> int:
     """The status of a status line ("HTTP/1.1 200 OK\r\n"), remembered (bounded)."""

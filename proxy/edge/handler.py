@@ -54,7 +54,7 @@ from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import trusted_proxies
-from proxy.edge.aiohttp_adapter import request_head
+from proxy.edge.aiohttp_adapter import HTTP2, request_head
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
@@ -190,13 +190,14 @@ class Edge:
                     421, "421 Misdirected Request: this edge does not serve that host"
                 )
         # The fresh-hit fast path: a plain GET (core.requests) on an HTTP/1.1 keep-alive
-        # connection, for a stored response without Vary or no-cache (those have no hit
-        # lines), while it is fresh (StoredResponse.fresh_age): the answer the full rules
-        # below would give, written from its precomputed lines plus Age (respond.Hit).
+        # connection or an HTTP/2 stream (which sends the Hit as HEADERS and DATA from the
+        # same parts: proxy/edge/h2/stream.py, decision 0036), for a stored response without
+        # Vary or no-cache (those have no hit lines), while it is fresh
+        # (StoredResponse.fresh_age): the answer the full rules below would give, written from
+        # its precomputed lines plus Age (respond.Hit).
         # Anything else takes the full path. Measured in benchmarks/README.md.
         if (
-            head.version == HttpVersion11
-            and not head.should_close
+            ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
             and plain_get(head.method, headers, has_body=request.body_exists)
             and (config.rules is None or _fast_under_rules(config.rules, head.path, headers))
         ):

@@ -51,7 +51,13 @@ from h2.exceptions import DenialOfServiceError, ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from proxy.edge.aiohttp_adapter import BodyFlow, body_reader, error_page, h2_request
+from proxy.edge.aiohttp_adapter import (
+    BodyFlow,
+    Prewritten,
+    body_reader,
+    error_page,
+    h2_request,
+)
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.head import Head, read_head
 from proxy.edge.h2.limits import (
@@ -342,8 +348,11 @@ class H2Connection(asyncio.Protocol):
                 response = await self._front.handler(request)
             except web.HTTPException as exc:
                 response = exc
-            await response.prepare(request)
-            await response.write_eof()
+            if isinstance(response, Prewritten):  # a fast hit (Edge.handle, respond.Hit)
+                response.sent(await writer.write_hit(response.parts))
+            else:
+                await response.prepare(request)
+                await response.write_eof()
         except (StreamGone, ConnectionResetError):
             pass  # the client reset the stream or left: as a vanished HTTP/1.1 client
         except Exception:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from functools import lru_cache
 from typing import Protocol
 
 from aiohttp.abc import AbstractStreamWriter
@@ -81,6 +82,19 @@ class StreamWriter(AbstractStreamWriter):
         self._connection.send_headers(self.stream_id, fields)
         await self._connection.drained(self)
 
+    async def write_hit(self, parts: tuple[bytes, ...]) -> int:
+        """A fresh hit's precomputed parts (``respond.Hit``: the HTTP/1.1 status and field
+        lines, the Age line, the body) sent as HEADERS and DATA, with no aiohttp response
+        built; the body's size is returned."""
+        if self.gone:
+            raise StreamGone("the stream was reset")
+        fields = [*hit_fields(parts[:-2]), (b"age", parts[-2][5:-4])]
+        self.headers_sent = True
+        self._connection.send_headers(self.stream_id, fields)
+        body = parts[-1]
+        await self._send(body, end=True)
+        return len(body)
+
     def informational(self, status: int) -> None:
         """An interim answer (100 Continue): HEADERS without END_STREAM, before the final
         one (RFC 9113 §8.1)."""
@@ -146,3 +160,20 @@ class StreamWriter(AbstractStreamWriter):
         """The window may have opened, or the stream is gone."""
         if self._window is not None and not self._window.done():
             self._window.set_result(None)
+
+
+@lru_cache(maxsize=1024)
+def hit_fields(lines: tuple[bytes, ...]) -> tuple[tuple[bytes, bytes], ...]:
+    """A fresh hit's HTTP/1.1 lines (``respond.hit_lines``: a status line, then field lines,
+    a part may hold several) as HTTP/2 fields: ``:status``, lower-case names, no connection
+    fields (RFC 9113 §8.2.2). Entries share their lines, so the few distinct heads are read
+    once. The lines were written by ``write_lines``, which refuses CR, LF and NUL in fields."""
+    fields = [(b":status", lines[0][9:12])]
+    for line in b"".join(lines[1:]).split(b"\r\n"):
+        if not line:
+            continue
+        name, _, value = line.partition(b": ")
+        lower = name.lower()
+        if lower.decode("latin-1") not in CONNECTION_FIELDS:
+            fields.append((lower, value))
+    return tuple(fields)
