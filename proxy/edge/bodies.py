@@ -41,7 +41,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.config.model import Config
-from proxy.edge.aiohttp_adapter import GuardedRequestHandler
+from proxy.edge.aiohttp_server import GuardedRequestHandler
 from proxy.errors import OriginBusy, RequestBodyError, RequestBodyIncomplete, RequestBodyTimeout
 
 

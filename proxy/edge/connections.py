@@ -2,7 +2,7 @@
 
 Each listener (the edge, the API) has a ``ConnectionGuard``: its limit on open connections,
 its header timeout, its figures for /metrics, and the few log lines its troubles earn. The
-aiohttp side (``GuardedServer`` in proxy/edge/aiohttp_adapter.py) asks it to admit each new
+aiohttp side (``GuardedServer`` in proxy/edge/aiohttp_server.py) asks it to admit each new
 connection and reports timeouts and malformed requests to it.
 
 Open files. Every client connection, origin connection and listening socket is a file

@@ -27,11 +27,11 @@ from proxy.core.cache.policy import (
     DontStore,
     Storable,
     assess_response,
-    may_serve_stale,
     refreshed,
     vary_values,
 )
 from proxy.core.cache.rules import Applied
+from proxy.core.cache.stale_on_error import may_serve_stale
 from proxy.core.http.compression import (
     IDENTITY,
     codings_of,

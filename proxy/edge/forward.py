@@ -21,7 +21,7 @@ from contextlib import AbstractAsyncContextManager
 from aiohttp import hdrs, web
 
 from proxy.config.model import Config, DomainConfig
-from proxy.core.cache.policy import invalidation_targets
+from proxy.core.cache.invalidation import invalidation_targets
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.http.requests import SAFE_METHODS
 from proxy.core.observe.traffic import ERROR, outcome_of_fwd

@@ -43,7 +43,7 @@ from proxy.core.cache.policy import (
     select_variant,
     serve_while_revalidating,
 )
-from proxy.core.cache.rules import Applied, RuleSet, browser_fields, normalised_target
+from proxy.core.cache.rules import Applied, browser_fields, normalised_target
 from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.domains import host_from_header
 from proxy.core.http.fields import Headers
@@ -54,7 +54,9 @@ from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.edge import bodies, ranges, respond
 from proxy.edge.access_log import trusted_proxies
-from proxy.edge.aiohttp_adapter import HTTP2, request_head
+from proxy.edge.aiohttp_adapter import request_head
+from proxy.edge.aiohttp_h2 import HTTP2
+from proxy.edge.cache_rules import bypass_reason, fast_under_rules
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
@@ -199,7 +201,7 @@ class Edge:
         if (
             ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
             and plain_get(head.method, headers, has_body=request.body_exists)
-            and (config.rules is None or _fast_under_rules(config.rules, head.path, headers))
+            and (config.rules is None or fast_under_rules(config.rules, head.path, headers))
         ):
             started = perf_counter()
             raw = head.path
@@ -224,23 +226,34 @@ class Edge:
         if target is None:
             return respond.text(400, "400 Bad Request: the request-target does not name this host")
         if hdrs.UPGRADE in headers:
-            protocols = tunnel_protocols(
-                method=request.method,
-                version=request.version,
-                has_body=request.body_exists,
-                connection=headers.getall(hdrs.CONNECTION, ()),
-                upgrade=headers.getall(hdrs.UPGRADE),
-                allowed=self._upgrades,
-            )
-            if protocols is not None:
-                return await self._tunnel(request, config, target, protocols)
-            # Answered as any request, then the connection is closed: aiohttp dropped what
-            # followed this head in its read (core/http/upgrade.py), so a request pipelined
-            # behind it is refused visibly, never lost without an answer.
-            response = await self._answer(request, config, target)
-            response.force_close()
-            return response
+            return await self._upgrade(request, config, target, headers)
         return await self._answer(request, config, target)
+
+    async def _upgrade(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        headers: CIMultiDictProxy[str],
+    ) -> web.StreamResponse:
+        """A request with Upgrade: tunnelled if it may switch protocols (core/http/upgrade.py),
+        else answered as any request."""
+        protocols = tunnel_protocols(
+            method=request.method,
+            version=request.version,
+            has_body=request.body_exists,
+            connection=headers.getall(hdrs.CONNECTION, ()),
+            upgrade=headers.getall(hdrs.UPGRADE),
+            allowed=self._upgrades,
+        )
+        if protocols is not None:
+            return await self._tunnel(request, config, target, protocols)
+        # Answered as any request, then the connection is closed: aiohttp dropped what
+        # followed this head in its read (core/http/upgrade.py), so a request pipelined
+        # behind it is refused visibly, never lost without an answer.
+        response = await self._answer(request, config, target)
+        response.force_close()
+        return response
 
     async def _answer(
         self, request: web.BaseRequest, config: DomainConfig, target: str
@@ -252,7 +265,7 @@ class Edge:
                 target = normalised_target(target, rules.query)
         if may_use_cache(request.method, request.headers, has_body=request.body_exists):
             if rules is not None:
-                bypass = _bypass_reason(rules, request.headers)
+                bypass = bypass_reason(rules, request.headers)
                 if bypass is not None:
                     return await self._forward(request, config, target, "bypass", bypass)
             return await self._cacheable(request, config, target, self._https(request), rules)
@@ -314,6 +327,17 @@ class Edge:
         flight, leading = self.flights.join(key)
         if leading:
             return await self._fill(Fill(request, config, key, target, stale, fwd, flight, rules))
+        job = Fill(request, config, key, target, stale, fwd, None, rules)
+        return await self._follow(job, flight, https, partial, coding)
+
+    async def _follow(
+        self, job: Fill, flight: Flight, https: bool, partial: bool, coding: str | None
+    ) -> web.StreamResponse:
+        """A request collapsed behind another for the same key: served the leader's answer
+        if it may be shared, else sent to the origin itself, uncollapsed (``job``)."""
+        request, config, target, fwd = job.request, job.config, job.target, job.fwd
+        rules = job.rules
+        detail = None if rules is None else rules.detail
         result = await flight.wait(
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
@@ -335,7 +359,7 @@ class Edge:
         # The leader's answer was not shareable: ask the origin ourselves, uncollapsed.
         if partial:
             return await self._forward(request, config, target, fwd, "range")
-        return await self._fill(Fill(request, config, key, target, stale, fwd, None, rules))
+        return await self._fill(job)
 
     async def _fill(self, job: Fill) -> web.StreamResponse:
         """Fetch from the origin, store what may be stored, and finish the flight.
@@ -471,29 +495,3 @@ class Edge:
         if hdrs.RANGE in request.headers:
             return ranges.answer(request, response, entry.body)
         return response
-
-
-def _fast_under_rules(rules: RuleSet, raw: str, headers: CIMultiDictProxy[str]) -> bool:
-    """Whether a plain GET on a domain with rules may still take the fast path: no rule
-    matches its path, or those that do change nothing a stored answer would show."""
-    applied = rules.match(raw.partition("?")[0])
-    if applied is None:
-        return True
-    if not applied.fast or (applied.query is not None and "?" in raw):
-        return False
-    if applied.bypass is not None and hdrs.COOKIE in headers:
-        return False
-    return hdrs.AUTHORIZATION not in headers or not applied.overrides_storage
-
-
-def _bypass_reason(rules: Applied, headers: CIMultiDictProxy[str]) -> str | None:
-    """Why the rules send a cacheable request to the origin uncached, or None: cache =
-    false, a bypass cookie, or Authorization where the rules override what is stored (the
-    origin's own §3.5 consent is checked only on a response, and a hit has none)."""
-    if not rules.cache:
-        return f"cache-false; {rules.detail}"
-    if rules.bypass is not None and rules.bypassed(headers.getall(hdrs.COOKIE, [])):
-        return f"bypass-cookie; {rules.detail}"
-    if rules.overrides_storage and hdrs.AUTHORIZATION in headers:
-        return f"authorization; {rules.detail}"
-    return None

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from proxy.edge.aiohttp_adapter import GuardedRequestHandler, GuardedServer, peer_of
+from proxy.edge.aiohttp_server import GuardedRequestHandler, GuardedServer, peer_of
 
 
 class HandshakeTimedSite(web.TCPSite):

@@ -26,7 +26,7 @@ from proxy.api.readiness import READINESS
 from proxy.config.model import ApiConfig, Config, EdgeConfig
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
-from proxy.edge.aiohttp_adapter import GuardedAppRunner, GuardedServer
+from proxy.edge.aiohttp_server import GuardedAppRunner, GuardedServer
 from proxy.edge.bodies import BodyBudget
 from proxy.edge.connections import (
     ConnectionGuard,

@@ -10,6 +10,7 @@ from multidict import CIMultiDict
 
 from proxy.core.cache.conditional import conditional_headers, merge_not_modified, not_modified
 from proxy.core.cache.entry import HEADER_OVERHEAD, StoredResponse
+from proxy.core.cache.invalidation import invalidation_targets
 from proxy.core.cache.policy import (
     Forward,
     Revalidate,
@@ -17,7 +18,6 @@ from proxy.core.cache.policy import (
     Storable,
     assess_response,
     decide_lookup,
-    invalidation_targets,
     only_if_cached,
     refreshed,
     select_variant,

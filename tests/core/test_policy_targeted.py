@@ -10,7 +10,8 @@ from multidict import CIMultiDict
 
 from proxy.core.cache.conditional import merge_not_modified
 from proxy.core.cache.entry import StoredResponse
-from proxy.core.cache.policy import DontStore, Storable, assess_response, may_serve_stale
+from proxy.core.cache.policy import DontStore, Storable, assess_response
+from proxy.core.cache.stale_on_error import may_serve_stale
 from proxy.core.cache.targeted import (
     cdn_cache_control,
     surrogate_capability,

@@ -29,18 +29,18 @@ from aiohttp.test_utils import RawTestServer
 from multidict import CIMultiDict
 
 from proxy.edge.aiohttp_adapter import (
-    H2C_REFUSED,
-    BodyFlow,
-    GuardedAppRunner,
-    GuardedRequestHandler,
-    GuardedServer,
     OriginConnector,
     Prewritten,
     answer_and_close,
-    body_reader,
-    h2_request,
     request_head,
     take_over,
+)
+from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
+from proxy.edge.aiohttp_server import (
+    H2C_REFUSED,
+    GuardedAppRunner,
+    GuardedRequestHandler,
+    GuardedServer,
 )
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.handshakes import HandshakeTimedSite

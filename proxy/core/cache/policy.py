@@ -16,10 +16,10 @@ Theory of operation. A request flows through three decisions:
 3. ``merge_not_modified`` (conditional.py) and ``refreshed`` (§4.3.4, §3.2): a 304 to a
    revalidation updates the stored headers, and the stored body is kept under them.
 
-Plus ``invalidation_targets`` (§4.4) for unsafe methods and ``may_serve_stale`` /
-``serve_while_revalidating`` (§4.2.4, RFC 5861) for stale entries. Conditional requests, the
-cache's to its origin and the clients' to the cache (RFC 9110 §13.2.2), are in
-conditional.py.
+Plus ``serve_while_revalidating`` (RFC 5861 §3) for stale entries; serving one when the
+origin fails (§4.2.4) is stale_on_error.py's, what an unsafe method invalidates (§4.4)
+invalidation.py's. Conditional requests, the cache's to its origin and the clients' to the
+cache (RFC 9110 §13.2.2), are in conditional.py.
 
 Nothing here reads the clock: every time is passed in as ``now``, ``request_time`` or
 ``response_time`` (wall-clock seconds).
@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Protocol
-from urllib.parse import urljoin, urlsplit
 
 from proxy.core.cache.entry import StoredResponse, last_field
 from proxy.core.cache.rules import Applied, overridden
@@ -42,7 +41,6 @@ from proxy.core.cache.storability import (
     stored_fields,
 )
 from proxy.core.cache.targeted import targeted_directives
-from proxy.core.domains import host_from_header
 from proxy.core.http.fields import Headers, Lines
 from proxy.core.http.headers import not_passed_on_fill
 from proxy.core.http.httpdate import (
@@ -254,35 +252,18 @@ def assess_response(
     if rules is not None:
         directives, obeyed, vary = overridden(rules, origin_directives, obeyed, vary)
         rule_ttl = rules.lifetime_for(status)
-    refused = refusal(
-        method=method,
-        status=status,
-        directives=directives,
-        fields={name for name, _ in obeyed},
-        vary=vary,
-        request_no_store=request.get("cache-control") is not None
-        and "no-store" in request_directives(request),
-        # §3.5 by the origin's own directives, whatever a rule sets aside.
-        authorization=request.get("authorization") is not None
-        and not allows_authorized(origin_directives),
-        not_forwarded=not_passed_on_fill(request.getall("connection", [])),
-        rule_lifetime=rule_ttl is not None,
+    refused = _refused(
+        method, status, request, (directives, origin_directives), obeyed, vary, rule_ttl
     )
     if refused is not None:
         return DontStore(refused)
     if rule_ttl is not None:
-        lifetime: float | DontStore = rule_ttl
-        has_validator = any(name in ("etag", "last-modified") for name, _ in obeyed)
-        if unqualified(directives, "no-cache") and not has_validator:  # §5.2.2.4
-            lifetime = DontStore("no-cache-without-validator")
+        lifetime = _rule_lifetime(rule_ttl, directives, obeyed)
     else:
         lifetime = _kept_lifetime(status, directives, obeyed, request, response_time, heuristic)
     if isinstance(lifetime, DontStore):
         return lifetime
-    sie, swr = stale_if_error(directives), stale_while_revalidate(directives)
-    if rules is not None and sie != 0.0:  # 0: the origin forbids stale use (§5.2.2.2)
-        sie = sie if rules.stale_if_error is None else rules.stale_if_error
-        swr = swr if rules.stale_while_revalidate is None else rules.stale_while_revalidate
+    sie, swr = _stale_windows(directives, rules)
     return Storable(
         status=status,
         reason=reason,
@@ -299,6 +280,55 @@ def assess_response(
         vary=vary,
         vary_values=vary_values(vary, request, accept_encoding),
     )
+
+
+def _refused(
+    method: str,
+    status: int,
+    request: RequestHeaders,
+    directives: tuple[Directives, Directives],
+    obeyed: list[tuple[str, str]],
+    vary: tuple[str, ...],
+    rule_ttl: float | None,
+) -> str | None:
+    """``storability.refusal`` for this exchange. ``directives``: those the cache obeys
+    (after the rules), then the origin's own."""
+    obeyed_directives, origin_directives = directives
+    return refusal(
+        method=method,
+        status=status,
+        directives=obeyed_directives,
+        fields={name for name, _ in obeyed},
+        vary=vary,
+        request_no_store=request.get("cache-control") is not None
+        and "no-store" in request_directives(request),
+        # §3.5 by the origin's own directives, whatever a rule sets aside.
+        authorization=request.get("authorization") is not None
+        and not allows_authorized(origin_directives),
+        not_forwarded=not_passed_on_fill(request.getall("connection", [])),
+        rule_lifetime=rule_ttl is not None,
+    )
+
+
+def _rule_lifetime(
+    rule_ttl: float, directives: Directives, obeyed: list[tuple[str, str]]
+) -> float | DontStore:
+    """A rule's lifetime, unless the response must be revalidated on every use and has
+    nothing to revalidate with (§5.2.2.4)."""
+    has_validator = any(name in ("etag", "last-modified") for name, _ in obeyed)
+    if unqualified(directives, "no-cache") and not has_validator:
+        return DontStore("no-cache-without-validator")
+    return rule_ttl
+
+
+def _stale_windows(directives: Directives, rules: Applied | None) -> tuple[float | None, float]:
+    """stale-if-error and stale-while-revalidate: the origin's, or the rules' where they set
+    one, unless the origin forbids stale use (0: §5.2.2.2)."""
+    sie, swr = stale_if_error(directives), stale_while_revalidate(directives)
+    if rules is not None and sie != 0.0:
+        sie = sie if rules.stale_if_error is None else rules.stale_if_error
+        swr = swr if rules.stale_while_revalidate is None else rules.stale_while_revalidate
+    return sie, swr
 
 
 def _obeyed(
@@ -434,39 +464,6 @@ def corrected_initial_age(
     return max(apparent_age, age_value + response_delay)
 
 
-# -- invalidation (§4.4) ----------------------------------------------------------------------
-
-
-def invalidation_targets(
-    *, domain: str, target: str, status: int, response_headers: Headers
-) -> list[str]:
-    """Targets to invalidate after an unsafe method: its own URI, and Location and
-    Content-Location when they point at the same host. Only for non-error responses."""
-    if not 200 <= status < 400:
-        return []
-    targets = [target]
-    for name, value in response_headers:
-        if name.lower() in ("location", "content-location"):
-            other = _same_host_target(domain, target, value)
-            if other is not None and other not in targets:
-                targets.append(other)
-    return targets
-
-
-def _same_host_target(domain: str, base_target: str, reference: str) -> str | None:
-    """The request-target a Location-style reference names on this domain, or None."""
-    parts = urlsplit(reference)
-    if parts.scheme or parts.netloc:
-        if parts.scheme not in ("http", "https") or host_from_header(parts.netloc) != domain:
-            return None
-        path = parts.path or "/"
-    else:
-        resolved = urlsplit(urljoin(base_target, reference))
-        path = resolved.path or "/"
-        parts = resolved
-    return path + (f"?{parts.query}" if parts.query else "")
-
-
 def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:
     """The stored body under the refreshed metadata (after a 304), under the same key."""
     return replace(fresh.with_body(stored.body, ""), key_size=stored.key_size)
@@ -476,38 +473,3 @@ def with_lines(entry: StoredResponse, lines: Lines) -> StoredResponse:
     """The entry with the lines of a fresh hit (``respond.hit_lines``). It then keeps its
     fields only as those lines (``entry.py``), and its counted size says so."""
     return replace(entry, hit_lines=lines)
-
-
-# -- serving stale when the origin fails (RFC 9111 §4.2.4, RFC 5861 §4) ----------------------
-
-STALE_IF_ERROR_STATUSES = frozenset({500, 502, 503, 504})
-
-
-def may_serve_stale(
-    stored: StoredResponse,
-    request: RequestHeaders,
-    now: float,
-    *,
-    status: int | None,
-    default_window: float,
-) -> bool:
-    """May ``stored`` answer instead of the origin's failure? ``status`` is the origin's
-    status (only 500, 502, 503 and 504 are failures, as RFC 5861 §4 says), or None when it
-    could not be reached at all ("disconnected", RFC 9111 §4.2.4). The window is the
-    response's stale-if-error, else the domain's ``default_window``, for both kinds of
-    failure alike; a request's own stale-if-error may widen it. must-revalidate and its kin
-    forbid it in every case."""
-    if status is not None and status not in STALE_IF_ERROR_STATUSES:
-        return False
-    allowed = stored.stale_if_error
-    if allowed == 0.0:
-        return False
-    if allowed is None:
-        allowed = default_window
-    if request.get("cache-control") is not None:
-        asked = delta_seconds(request_directives(request), "stale-if-error")  # RFC 5861 §4
-        if asked is not None and asked > 0:
-            allowed = max(allowed, float(asked))
-    if allowed <= 0:
-        return False
-    return now - stored.expires_at <= allowed

@@ -34,8 +34,6 @@ from typing import Protocol, cast
 
 from aiohttp import StreamReader, web
 from aiohttp.tcp_helpers import tcp_nodelay
-from h2.config import H2Configuration
-from h2.connection import H2Connection as H2State
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -48,16 +46,11 @@ from h2.events import (
     WindowUpdated,
 )
 from h2.exceptions import DenialOfServiceError, ProtocolError, StreamClosedError
-from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from proxy.edge.aiohttp_adapter import (
-    BodyFlow,
-    Prewritten,
-    body_reader,
-    error_page,
-    h2_request,
-)
+from proxy.edge.aiohttp_adapter import Prewritten
+from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
+from proxy.edge.aiohttp_server import error_page
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.head import Head, read_head
 from proxy.edge.h2.limits import (
@@ -68,6 +61,7 @@ from proxy.edge.h2.limits import (
     H2Limits,
     ResetBudget,
     TokenBucket,
+    server_state,
 )
 from proxy.edge.h2.stream import StreamGone, StreamWriter
 
@@ -111,27 +105,7 @@ class H2Connection(asyncio.Protocol):
         self.limits = limits = front.limits
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        # What clients send is checked (RFC 9113 §8.2: names, pseudo-fields, connection
-        # fields); what the edge sends is built by stream.py to the same rules, so h2's
-        # checks of it (a fifth of a hit's time) are left out.
-        self._h2 = H2State(
-            config=H2Configuration(
-                client_side=False,
-                header_encoding=None,
-                validate_outbound_headers=False,
-                normalize_outbound_headers=False,
-            )
-        )
-        self._h2.local_settings = Settings(
-            client=False,
-            initial_values={
-                SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes,
-                SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
-            },
-        )
-        self._h2.decoder.max_header_list_size = limits.max_header_list_bytes
+        self._h2 = server_state(limits)
         self._streams: dict[int, Stream] = {}
         self._last_stream = 0
         self._requests = 0
@@ -157,7 +131,7 @@ class H2Connection(asyncio.Protocol):
         # As aiohttp sets it on its own connections: frames go out when written, not held
         # back for the client's ACK of the last ones (40 ms a turn with delayed ACKs).
         tcp_nodelay(tcp, True)
-        # What a request reads of its connection (aiohttp_adapter.h2_request).
+        # What a request reads of its connection (aiohttp_h2.h2_request).
         self.ssl_context = transport.get_extra_info("sslcontext")
         self.peername = transport.get_extra_info("peername")
         self.sockname = transport.get_extra_info("sockname")

@@ -1,0 +1,93 @@
+"""Where an HTTP/2 stream's request relies on aiohttp below its documented API (decision
+0013; the rest is in aiohttp_adapter.py and aiohttp_server.py). tests/edge/
+test_aiohttp_adapter.py asserts each assumption.
+
+- ``h2_request`` and ``BodyFlow`` (HTTP/2, decision 0036): an HTTP/2 stream's request is a
+  ``web.BaseRequest`` built from a ``RawRequestMessage`` of version 2.0, the stream's body
+  ``StreamReader`` and a writer of aiohttp's public ``AbstractStreamWriter`` kind
+  (proxy/edge/h2/stream.py), so the edge's handler serves it as it serves HTTP/1.1. Assumed:
+  ``BaseRequest`` reads of its ``protocol`` only ``transport`` (the connection's, for TLS
+  and SNI), ``ssl_context``, ``peername`` and ``sockname`` and, for ``post()`` which the
+  edge never calls, two parser limits; a
+  ``StreamReader`` asks its protocol only ``pause_reading``, ``resume_reading``,
+  ``connected`` and ``_reading_paused`` (``BodyFlow`` is aiohttp's ``BaseProtocol`` with
+  those turned into the stream's flow-control window); ``web.Response`` writes a version
+  2.0 message through ``write_headers``, ``write`` and ``write_eof`` without a chunk framing
+  of its own (``enable_chunking`` is the writer's to ignore). The hand-over of a connection
+  to HTTP/2 is aiohttp_server.py's.
+  ``answer_and_close`` and ``send_continue`` (100 Continue) do on HTTP/2 what their HTTP/1.1
+  bytes do, through the stream (an RST_STREAM, an interim HEADERS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, cast
+
+from aiohttp import StreamReader, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http import HttpVersion, RawRequestMessage
+from aiohttp.streams import EMPTY_PAYLOAD
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+HTTP2 = HttpVersion(2, 0)
+
+
+def h2_request(
+    *,
+    method: str,
+    path: str,
+    headers: CIMultiDict[str],
+    raw_headers: tuple[tuple[bytes, bytes], ...],
+    body: StreamReader | None,
+    connection: asyncio.BaseProtocol,
+    writer: AbstractStreamWriter,
+    task: asyncio.Task[None],
+) -> web.BaseRequest:
+    """The request an HTTP/2 stream carries, as the edge's handler reads any request: version
+    2.0, never ``should_close`` (the stream ends, not the connection), ``body`` None for a
+    stream that ended with its headers. ``path`` is an origin-form target (``:path``), or
+    ``*`` for OPTIONS, checked by the caller; ``connection`` has the connection's
+    ``transport``."""
+    if path.startswith("/"):
+        part, _, fragment = path.partition("#")
+        part, _, query = part.partition("?")
+        url = URL.build(path=part, query_string=query, fragment=fragment, encoded=True)
+    else:
+        url = URL(path, encoded=True)
+    message = RawRequestMessage(
+        method, path, HTTP2, CIMultiDictProxy(headers), raw_headers, False, None, False, False, url
+    )
+    payload = EMPTY_PAYLOAD if body is None else body
+    loop = task.get_loop()
+    return web.BaseRequest(message, payload, cast(Any, connection), writer, task, loop)
+
+
+class BodyFlow(BaseProtocol):
+    """What an HTTP/2 request body's ``StreamReader`` pauses and resumes: the stream's
+    window. ``resumed`` is called when the reader has room again (``pause_reading`` only
+    notes that it is full: the stream's window, not the socket, stops the client)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resumed: Callable[[], None]) -> None:
+        super().__init__(loop)
+        self._resumed = resumed
+        self.open = True
+
+    @property
+    def connected(self) -> bool:
+        return self.open
+
+    def pause_reading(self) -> None:
+        self._reading_paused = True
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        self._reading_paused = False
+        self._resumed()
+
+
+def body_reader(flow: BodyFlow, limit: int) -> StreamReader:
+    """A request body's reader: full (``flow`` paused) past twice ``limit`` bytes."""
+    return StreamReader(flow, limit, loop=flow._loop)
