@@ -145,6 +145,14 @@ def test_disk_path_is_relative_to_the_file_and_lifts_the_object_limit(tmp_path: 
     data["cache"] = {"max_bytes": "1MiB", "disk_path": "/abs/c", "disk_max_bytes": "2GiB"}
     cache = parse_config(data, base_dir=tmp_path).edge_role()[1]
     assert (cache.disk_path, cache.disk_max_bytes) == (Path("/abs/c"), 2 * 1024**3)
+    assert cache.lock_timeout == 5.0  # like nginx's proxy_cache_lock_timeout
+    data["cache"] = {"max_bytes": "1MiB", "disk_path": "c", "lock_timeout": 0.5}
+    assert parse_config(data, base_dir=tmp_path).edge_role()[1].lock_timeout == 0.5
+    for wrong in (0, -1, "5s", True):
+        data["cache"] = {"max_bytes": "1MiB", "disk_path": "c", "lock_timeout": wrong}
+        with pytest.raises(ConfigError) as raised:
+            parse_config(data, base_dir=tmp_path)
+        assert str(raised.value).startswith("cache.lock_timeout: must be a number of seconds")
     data["cache"] = {"max_bytes": "1MiB", "disk_path": "c", "disk_max_bytes": "1MiB"}
     data["cache"]["max_object_bytes"] = "2MiB"
     with pytest.raises(ConfigError) as raised:
@@ -223,6 +231,7 @@ BAD = [
     ("cache.purge_state_max_bytes", 0, "cache.purge_state_max_bytes: must be greater than zero"),
     ("cache.disk_path", "", "cache.disk_path: must be a non-empty string"),
     ("cache.disk_max_bytes", "1GiB", "cache.disk_max_bytes: needs cache.disk_path"),
+    ("cache.lock_timeout", 5, "cache.lock_timeout: needs cache.disk_path"),
     ("state.path", None, "state.path: is required"),
     ("state.path", "", "state.path: must be a non-empty string"),
     ("state.path", 1, "state.path: must be a non-empty string"),

@@ -177,6 +177,9 @@ class CacheConfig:
     # to the config file; None keeps only the memory tier. Both need a restart to change.
     disk_path: Annotated[Path | None, check.path] = None
     disk_max_bytes: Annotated[int, check.size] = _DEFAULT_DISK_MAX
+    # How long a worker waits for another worker's fill of the same key before it fetches by
+    # itself (issue 23 §2, like nginx's proxy_cache_lock_timeout). Needs the shared tier.
+    lock_timeout: Annotated[float, check.seconds] = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +357,9 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
     if cache.disk_path is None:
-        if "disk_max_bytes" in raw:
-            raise ConfigError("cache.disk_max_bytes", "needs cache.disk_path (the shared tier)")
+        for key in ("disk_max_bytes", "lock_timeout"):
+            if key in raw:
+                raise ConfigError(f"cache.{key}", "needs cache.disk_path (the shared tier)")
         if cache.max_object_bytes > cache.max_bytes:
             raise ConfigError("cache.max_object_bytes", "must not be larger than cache.max_bytes")
         return cache

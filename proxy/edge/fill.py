@@ -73,12 +73,15 @@ class Fill:
     rules: Applied | None = None  # the domain's cache rules for it (core/cache/rules.py)
     # stale-while-revalidate: the client has had its answer; nothing is relayed.
     background: bool = False
+    # Cache-Status detail of the fill itself: "lock-timeout" when it waited for another
+    # worker's fill of the key past [cache] lock_timeout (edge/node_fills.py).
+    note: str | None = None
 
     def detail(self, reason: str | None = None) -> str | None:
-        """Cache-Status ``detail``: the reason, then the rules that applied."""
-        if self.rules is None:
-            return reason
-        return self.rules.detail if reason is None else f"{reason}; {self.rules.detail}"
+        """Cache-Status ``detail``: the reason, the fill's note, then the rules that applied."""
+        rules = None if self.rules is None else self.rules.detail
+        parts = [part for part in (reason, self.note, rules) if part is not None]
+        return "; ".join(parts) if parts else None
 
 
 @dataclass(frozen=True, slots=True)

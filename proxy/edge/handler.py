@@ -25,6 +25,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from time import perf_counter
 
 import aiohttp
@@ -60,6 +61,7 @@ from proxy.edge.cache_rules import bypass_reason, fast_under_rules
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
+from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED, OriginResponse
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
@@ -67,6 +69,7 @@ from proxy.edge.upstreams import Upstreams
 from proxy.errors import OriginError
 from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
+from proxy.store.tiered import TieredStore
 
 HOST_SPELLINGS = 256
 
@@ -96,6 +99,12 @@ class Edge:
         self._session = session
         self._clock = clock
         self.flights = Flights()
+        # One fill per key for the node, across workers (issue 23 §2): the shared tier's
+        # markers, and the markers this process holds, by key. A fleet's store wraps its own.
+        local = getattr(store, "local", store)
+        self._tiered = local if isinstance(local, TieredStore) else None
+        self._lock_timeout = cache.lock_timeout
+        self._marked: dict[CacheKey, str] = {}
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._peek = store.peek
         self._responses = self._telemetry.responses
@@ -326,7 +335,10 @@ class Edge:
             return await self._forward(request, config, target, fwd, "range")
         flight, leading = self.flights.join(key)
         if leading:
-            return await self._fill(Fill(request, config, key, target, stale, fwd, flight, rules))
+            job = Fill(request, config, key, target, stale, fwd, flight, rules)
+            if stale is None and not partial and self._tiered is not None:
+                return await self._fill_for_node(job, coding, obey)
+            return await self._fill(job)
         job = Fill(request, config, key, target, stale, fwd, None, rules)
         return await self._follow(job, flight, https, partial, coding)
 
@@ -378,6 +390,40 @@ class Edge:
             self._telemetry.request(job.config.name, ERROR if failed else outcome_of_fwd(job.fwd))
         return filled.response
 
+    async def _fill_for_node(self, job: Fill, coding: str, obey: bool) -> web.StreamResponse:
+        """Lead the key's fill for the node, or wait for the worker that leads it and serve
+        its entry (edge/node_fills.py). The marker goes when the flight lands."""
+        tiered = self._tiered
+        assert tiered is not None
+        domain, _, target = job.key
+        claimed = tiered.markers.claim(domain, target, self._lock_timeout)
+        if claimed is None:
+            waited = await wait_for_worker(
+                store=self._store,
+                markers=tiered.markers,
+                domain=domain,
+                target=target,
+                headers=job.request.headers,
+                coding=coding,
+                obey=obey,
+                clock=self._clock,
+                wait_max=self._lock_timeout,
+            )
+            if waited.response is not None:
+                tiered.collapsed += 1
+                self._end_flight(job.key, job.flight, waited.response)
+                self._telemetry.request(job.config.name, outcome_of_fwd(job.fwd))
+                detail = "disk" if job.rules is None else f"disk; {job.rules.detail}"
+                status = cache_status(self._name, fwd=job.fwd, collapsed=True, detail=detail)
+                return self._from_stored(
+                    job.request, waited.response, self._clock(), status, rules=job.rules
+                )
+            if waited.timed_out:
+                job = replace(job, note=LOCK_TIMEOUT_DETAIL)
+            return await self._fill(job)  # by itself, unmarked
+        self._marked[job.key] = claimed
+        return await self._fill(job)
+
     def _revalidate_later(
         self,
         request: web.BaseRequest,
@@ -412,6 +458,9 @@ class Edge:
     def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:
             self.flights.land(key, flight, result)
+        marked = self._marked.pop(key, None)
+        if marked is not None and self._tiered is not None:  # after the fill's commit, if any
+            self._tiered.markers.release(key[0], key[2], marked)
 
     # -- the tunnelled path ----------------------------------------------------------------------
 

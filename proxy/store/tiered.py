@@ -38,6 +38,7 @@ from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import Fill, SharedEntry, SharedStats, SharedTier
+from proxy.store.shared.markers import Markers
 
 log = logging.getLogger("proxy.store")
 
@@ -61,6 +62,9 @@ class TieredStore:
         self._fills: set[asyncio.Future[bool]] = set()
         self.hits = {"memory": 0, "disk": 0}  # lookups answered by each tier (not peeks)
         self.not_durable = 0  # purges the shared tier could not make durable
+        # Fill-in-progress markers, for one origin request per key across workers (§2).
+        self.markers = Markers(tier.directory)
+        self.collapsed = 0  # misses answered by another worker's fill
 
     # -- reading and storing ---------------------------------------------------------------------
 

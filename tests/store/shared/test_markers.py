@@ -1,0 +1,77 @@
+"""The shared tier's fill-in-progress markers (proxy/store/shared/markers.py), across real
+processes: a claim is exclusive while its holder lives and its deadline has not passed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+from proxy.store.shared.markers import GONE, LIVE, STALE, Markers
+
+CLAIM = """
+import sys
+from pathlib import Path
+from proxy.store.shared.markers import Markers
+print(repr(Markers(Path(sys.argv[1])).claim("example.com", "/a", float(sys.argv[2]))), flush=True)
+sys.stdin.read()  # holds its marker until told to end
+"""
+
+
+async def other_process(directory: Path, lifetime: float) -> tuple[asyncio.subprocess.Process, str]:
+    """A process that claims /a and stays alive; what its claim returned."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CLAIM,
+        str(directory),
+        str(lifetime),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert process.stdout is not None
+    return process, (await process.stdout.readline()).decode().strip()
+
+
+async def test_another_live_process_holds_the_key_until_it_releases_or_dies(
+    tmp_path: Path,
+) -> None:
+    markers = Markers(tmp_path)
+    assert markers.state("example.com", "/a") == GONE
+    process, claimed = await other_process(tmp_path, 60)
+    assert claimed.startswith(f"'{process.pid} ")
+    assert markers.state("example.com", "/a") == LIVE
+    assert markers.claim("example.com", "/a", 60) is None  # held: this process waits
+    assert markers.claim("example.com", "/b", 60)  # another key is free
+    process.kill()
+    await process.wait()
+    assert markers.state("example.com", "/a") == STALE  # its process is gone
+    text = markers.claim("example.com", "/a", 60)
+    assert text and text.startswith(f"{os.getpid()} ")  # replaced
+    markers.release("example.com", "/a", "someone else's")
+    assert markers.state("example.com", "/a") == STALE  # still there: not ours to remove
+    markers.release("example.com", "/a", text)
+    assert markers.state("example.com", "/a") == GONE
+
+
+async def test_a_marker_past_its_deadline_is_ignored(tmp_path: Path) -> None:
+    process, claimed = await other_process(tmp_path, 5)
+    markers = Markers(tmp_path, clock=lambda: time.time() + 10)  # 10 s later: past its deadline
+    try:
+        assert claimed != "None"
+        assert markers.state("example.com", "/a") == STALE
+        assert markers.claim("example.com", "/a", 5)
+    finally:
+        process.kill()
+        await process.wait()
+
+
+def test_a_directory_that_cannot_hold_markers_lets_every_claim_lead(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    markers = Markers(gone)  # its directory does not exist: no markers, no waiting
+    assert markers.claim("example.com", "/a", 5) == ""
+    assert markers.state("example.com", "/a") == GONE
+    markers.release("example.com", "/a", "")

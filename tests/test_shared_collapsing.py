@@ -1,0 +1,116 @@
+"""Collapsing across workers (issue 23 §2): concurrent misses for one URL on the workers of a
+node make one origin request, and a worker that waits past ``[cache] lock_timeout`` fetches by
+itself and says so in Cache-Status.
+
+Real processes: a node with ``workers = 2`` and a shared tier, requests on connections of their
+own (the kernel picks the worker), and the origin counting what it was asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from tests.conftest import Origin
+from tests.nodes import Node, write_config
+from tests.test_shared_tier import get_fresh
+
+pytestmark = pytest.mark.slow  # nodes of real processes
+
+CLIENTS = 16  # concurrent misses: the chance that all reach one worker is 2**-15
+SLOW = 0.5  # seconds the origin takes to answer
+LOCK_TIMEOUT = 1.0
+
+
+def config(tmp_path: Path, origin: Origin, *, lock_timeout: float | None = None) -> Path:
+    cache = f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"'
+    if lock_timeout is not None:
+        cache += f"\nlock_timeout = {lock_timeout}"
+    # The origin's timeouts outlast the lock timeout: a hanging leader is still waiting on
+    # its origin when the other worker's wait ends.
+    extra = "connect_timeout = 1\nread_timeout = 4"
+    return write_config(tmp_path, origin.url, workers=2, cache=cache, extra=extra)
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[Node]]:
+    nodes: list[Node] = []
+    yield nodes
+    for node in nodes:
+        await node.kill()
+
+
+async def test_concurrent_misses_on_two_workers_make_one_origin_request(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(SLOW)  # the origin's pace, not a synchronisation
+        return web.Response(text="the one body", headers={"Cache-Control": "max-age=600"})
+
+    origin.route("/slow", slow)
+    node = await Node.start(config(tmp_path, origin))
+    started.append(node)
+    answers = await asyncio.gather(*(get_fresh(node, "/slow") for _ in range(CLIENTS)))
+    assert origin.count("/slow") == 1, answers
+    assert {(status, body) for status, _, body in answers} == {(200, "the one body")}
+    statuses = [cache_status for _, cache_status, _ in answers]
+    assert statuses.count("cdn-proxy; fwd=uri-miss; stored") == 1, statuses
+    # The other worker's requests waited for the fill and were answered from the shared tier.
+    across = 'cdn-proxy; fwd=uri-miss; collapsed; detail="disk"'
+    assert across in statuses, statuses
+    assert set(statuses) <= {
+        "cdn-proxy; fwd=uri-miss; stored",
+        "cdn-proxy; fwd=uri-miss; collapsed",
+        across,
+    }
+
+
+async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_the_lock_timeout(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    asked = asyncio.Event()
+    release = asyncio.Event()
+
+    async def hangs_first(request: web.Request) -> web.StreamResponse:
+        if not asked.is_set():
+            asked.set()
+            await release.wait()  # the leader's origin request never answers in time
+        return web.Response(text="answered", headers={"Cache-Control": "max-age=600"})
+
+    origin.route("/hang", hangs_first)
+    node = await Node.start(config(tmp_path, origin, lock_timeout=LOCK_TIMEOUT))
+    started.append(node)
+    leader = asyncio.ensure_future(get_fresh(node, "/hang"))
+    await asyncio.wait_for(asked.wait(), 10)  # the leader's request is at the origin
+
+    async def timed() -> tuple[float, tuple[int, str, str]]:
+        began = time.monotonic()
+        answer = await get_fresh(node, "/hang")
+        return time.monotonic() - began, answer
+
+    try:
+        answers = await asyncio.gather(*(timed() for _ in range(CLIENTS)))
+    finally:
+        release.set()
+    assert (await leader)[0] == 504  # its origin outlasted read_timeout
+    # The other worker's requests fetched by themselves after the lock timeout, and said so.
+    fetched = [
+        (took, cs) for took, (status, cs, body) in answers if (status, body) == (200, "answered")
+    ]
+    assert fetched, answers
+    assert all(took >= LOCK_TIMEOUT for took, _ in fetched), answers
+    # One fetched (and says why); that worker's other requests were collapsed onto it.
+    assert {cs for _, cs in fetched} <= {
+        'cdn-proxy; fwd=uri-miss; stored; detail="lock-timeout"',
+        "cdn-proxy; fwd=uri-miss; collapsed",
+    }, answers
+    assert 'cdn-proxy; fwd=uri-miss; stored; detail="lock-timeout"' in {cs for _, cs in fetched}
+    # The leader's own worker kept today's rule: its requests shared the leader's one error.
+    others = {(status, cs) for _, (status, cs, body) in answers if body != "answered"}
+    assert others <= {(504, "cdn-proxy; fwd=uri-miss")}, answers
+    assert origin.count("/hang") == 2  # the leader's request, and the other worker's one
