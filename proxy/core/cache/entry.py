@@ -227,6 +227,48 @@ class StoredResponse:
         )
         set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
 
+    @classmethod
+    def from_parts(
+        cls,
+        status: int,
+        reason: str,
+        body: bytes,
+        birth: float,
+        freshness_lifetime: float,
+        key_size: int,
+        hit_lines: Lines,
+        rare: tuple[Any, ...] | None,
+    ) -> StoredResponse:
+        """An entry rebuilt from the pieces another entry kept (``parts``), without the checks
+        of ``__init__``: the shared tier's decode of a record it wrote and checked (its CRC),
+        so a hit from disk keeps its ``hit_lines`` at the cost of a few slot writes."""
+        entry = cls.__new__(cls)
+        set_ = object.__setattr__
+        set_(entry, "status", status)
+        set_(entry, "reason", reason)
+        set_(entry, "body", body)
+        set_(entry, "birth", birth)
+        set_(entry, "freshness_lifetime", _shared_seconds(freshness_lifetime))
+        set_(entry, "key_size", key_size)
+        set_(entry, "mark", 0)
+        set_(entry, "hit_lines", hit_lines)
+        set_(entry, "_rare", rare)
+        return entry
+
+    def parts(self) -> tuple[Any, ...]:
+        """What ``from_parts`` rebuilds it from, but for the body: status, reason, birth,
+        freshness lifetime, key size, hit lines, and the rarely set fields (with the fields
+        as pairs when it has no lines), or None when all are at their defaults."""
+        return (
+            self.status,
+            self.reason,
+            self.birth,
+            self.freshness_lifetime,
+            self.key_size,
+            self.hit_lines,
+            self._rare,
+        )
+
     def set_mark(self, number: int) -> None:
         """The store's note that the entry is checked against the domain's purges up to
         ``number`` (memory.py). The one write to an entry, and not one a hit can see: whatever
