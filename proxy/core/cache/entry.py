@@ -257,8 +257,12 @@ class StoredResponse:
 
     def parts(self) -> tuple[Any, ...]:
         """What ``from_parts`` rebuilds it from, but for the body: status, reason, birth,
-        freshness lifetime, key size, hit lines, and the rarely set fields (with the fields
-        as pairs when it has no lines), or None when all are at their defaults."""
+        freshness lifetime, key size, hit lines, and the rarely set fields followed by the
+        fields as pairs (always: an entry rebuilt from them serves a slow-path answer without
+        parsing its lines; ``lean`` drops them again before it is kept in memory)."""
+        rare = self._rare
+        rest = _RARE_DEFAULTS[:_OWN_HEADERS] if rare is None else rare[:_OWN_HEADERS]
+        pairs = self.headers  # the kept pairs, or read back from the lines
         return (
             self.status,
             self.reason,
@@ -266,8 +270,29 @@ class StoredResponse:
             self.freshness_lifetime,
             self.key_size,
             self.hit_lines,
-            self._rare,
+            (*rest, pairs),
         )
+
+    def lean(self) -> StoredResponse:
+        """The entry as the memory tier keeps it: an entry with hit lines keeps its fields
+        only there (its ``size`` counts them so), so the pairs ``from_parts`` may have added
+        beside them go."""
+        rare = self._rare
+        if not self.hit_lines or rare is None or rare[_OWN_HEADERS] is None:
+            return self
+        rest = rare[:_OWN_HEADERS]
+        kept = None if rest == _RARE_DEFAULTS[:_OWN_HEADERS] else (*rest, None)
+        lean = StoredResponse.from_parts(
+            self.status,
+            self.reason,
+            self.body,
+            self.birth,
+            self.freshness_lifetime,
+            self.key_size,
+            self.hit_lines,
+            kept,
+        )
+        return lean
 
     def set_mark(self, number: int) -> None:
         """The store's note that the entry is checked against the domain's purges up to

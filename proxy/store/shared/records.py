@@ -7,8 +7,8 @@ An **entry record** (the ``entries`` database, one per stored variant)::
             body file's chunk table (0 inline)
     meta    a marshalled tuple of ``StoredResponse.parts``: status, reason, birth, freshness
             lifetime, key size, the hit lines (``entry.hit_lines``: the fields as the fast
-            path writes them), the rarely set fields (with the fields as pairs when there
-            are no lines) or None
+            path writes them), the rarely set fields and the fields as pairs (both: a hit
+            from disk answered by the slow path reads the pairs, its memory copy the lines)
     body    inline bodies only (FLAG_FILE unset)
 
 The metadata is marshalled, not JSON: a hit decodes it, and ``marshal.loads`` of it costs a
@@ -76,8 +76,7 @@ class EntryHeader(NamedTuple):  # a tuple: built on every hit, so built cheaply
 
 def _meta(response: StoredResponse) -> bytes:
     status, reason, birth, lifetime, key_size, lines, rare = response.parts()
-    if rare is not None and rare[-1] is not None:  # fields as pairs: names as plain str
-        rare = (*rare[:-1], tuple((str(name), value) for name, value in rare[-1]))
+    rare = (*rare[:-1], tuple((str(name), value) for name, value in rare[-1]))  # plain str
     return marshal.dumps((status, reason, birth, lifetime, key_size, lines, rare))
 
 
