@@ -149,7 +149,37 @@ async def test_stored_objects_are_hits_after_a_restart(
     assert "cdn_proxy_shared_tier_entries 10.0" in metrics
     if workers == 1:  # a node's workers do not report their hits by tier yet
         assert 'cdn_proxy_tier_hits_total{tier="disk"} 10.0' in metrics
-        assert 'cdn_proxy_tier_hits_total{tier="memory"} 0.0' in metrics
+        assert 'cdn_proxy_tier_hits_total{tier="memory"} 0.0' in metrics, [
+            m for m in metrics if "tier" in m
+        ]
+
+
+async def test_a_disk_hit_is_then_served_from_memory_by_the_fast_path(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    serve(origin, "/hot")
+    config = tiered_config(tmp_path, origin, workers=1)
+    node = await start(started, config)
+    assert (await get_fresh(node, "/hot"))[0] == 200
+    await stop(node)
+    node = await start(started, config)  # its memory tier empty, the shared tier warm
+    async with aiohttp.ClientSession() as client:  # one keep-alive connection: the fast path
+        answers = []
+        for _ in range(3):
+            async with client.get(node.edge + "/hot", headers=HOST) as response:
+                answers.append(
+                    (response.status, response.headers["Cache-Status"], await response.text())
+                )
+                assert 0 <= int(response.headers["Age"]) < 600
+        async with client.get(node.api + "/metrics") as response:
+            metrics = (await response.text()).splitlines()
+    hit = (200, "cdn-proxy; hit", "body of /hot")
+    assert answers == [(200, DISK_HIT, "body of /hot"), hit, hit]
+    assert origin.count("/hot") == 1
+    # Only the first was read from the shared tier; the later ones from the memory copy,
+    # which keeps the hit lines the fast path writes (tests/store/shared/test_tiered.py).
+    assert 'cdn_proxy_tier_hits_total{tier="disk"} 1.0' in metrics
+    assert 'cdn_proxy_tier_hits_total{tier="memory"} 2.0' in metrics
 
 
 PURGES: dict[str, tuple[str, dict[str, Any]]] = {

@@ -6,7 +6,9 @@ Theory of operation (issue 23, decision 0030):
   cost with the memory tier alone.
 - ``lookup`` asks the memory tier, then the shared tier (a read transaction on a shared map,
   in this thread: no other process involved). A shared hit is copied into the memory tier
-  when it fits the memory tier's share for one object (``memory_object_max``), and the
+  when it fits the memory tier's share for one object (``memory_object_max``), with the
+  precomputed lines of a fresh hit the record keeps (``hit_lines``), so every later hit of
+  it in this process takes the edge's fast path; and the
   lookup says ``tier="disk"`` so that Cache-Status can name the tier that answered.
 - ``put`` stores in the memory tier (when the object fits its share), then runs the shared
   fill in the tier's writer thread (the event loop never waits for the disk; the request
@@ -90,7 +92,7 @@ class TieredStore:
             return found
         for response in reversed(variants):  # oldest first: the newest ends first in memory
             if response.size <= self.memory_object_max:
-                await self.memory.put(found.key, response)
+                await self.memory.put(found.key, response.lean())
         self.hits["disk"] += 1
         return Lookup(found.key, variants, tier="disk")
 

@@ -227,6 +227,73 @@ class StoredResponse:
         )
         set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
 
+    @classmethod
+    def from_parts(
+        cls,
+        status: int,
+        reason: str,
+        body: bytes,
+        birth: float,
+        freshness_lifetime: float,
+        key_size: int,
+        hit_lines: Lines,
+        rare: tuple[Any, ...] | None,
+    ) -> StoredResponse:
+        """An entry rebuilt from the pieces another entry kept (``parts``), without the checks
+        of ``__init__``: the shared tier's decode of a record it wrote and checked (its CRC),
+        so a hit from disk keeps its ``hit_lines`` at the cost of a few slot writes."""
+        entry = cls.__new__(cls)
+        set_ = object.__setattr__
+        set_(entry, "status", status)
+        set_(entry, "reason", reason)
+        set_(entry, "body", body)
+        set_(entry, "birth", birth)
+        set_(entry, "freshness_lifetime", _shared_seconds(freshness_lifetime))
+        set_(entry, "key_size", key_size)
+        set_(entry, "mark", 0)
+        set_(entry, "hit_lines", hit_lines)
+        set_(entry, "_rare", rare)
+        return entry
+
+    def parts(self) -> tuple[Any, ...]:
+        """What ``from_parts`` rebuilds it from, but for the body: status, reason, birth,
+        freshness lifetime, key size, hit lines, and the rarely set fields followed by the
+        fields as pairs (always: an entry rebuilt from them serves a slow-path answer without
+        parsing its lines; ``lean`` drops them again before it is kept in memory)."""
+        rare = self._rare
+        rest = _RARE_DEFAULTS[:_OWN_HEADERS] if rare is None else rare[:_OWN_HEADERS]
+        pairs = self.headers  # the kept pairs, or read back from the lines
+        return (
+            self.status,
+            self.reason,
+            self.birth,
+            self.freshness_lifetime,
+            self.key_size,
+            self.hit_lines,
+            (*rest, pairs),
+        )
+
+    def lean(self) -> StoredResponse:
+        """The entry as the memory tier keeps it: an entry with hit lines keeps its fields
+        only there (its ``size`` counts them so), so the pairs ``from_parts`` may have added
+        beside them go."""
+        rare = self._rare
+        if not self.hit_lines or rare is None or rare[_OWN_HEADERS] is None:
+            return self
+        rest = rare[:_OWN_HEADERS]
+        kept = None if rest == _RARE_DEFAULTS[:_OWN_HEADERS] else (*rest, None)
+        lean = StoredResponse.from_parts(
+            self.status,
+            self.reason,
+            self.body,
+            self.birth,
+            self.freshness_lifetime,
+            self.key_size,
+            self.hit_lines,
+            kept,
+        )
+        return lean
+
     def set_mark(self, number: int) -> None:
         """The store's note that the entry is checked against the domain's purges up to
         ``number`` (memory.py). The one write to an entry, and not one a hit can see: whatever

@@ -2,11 +2,13 @@
 
 An **entry record** (the ``entries`` database, one per stored variant)::
 
-    header  "<4sBIQQQII": magic (b"CDM" and the marshal format's version), flags, meta
+    header  "<4sBIQQQII": magic (b"CDN" and the marshal format's version), flags, meta
             length, body length, mark, sequence, CRC32 of meta + inline body, CRC32 of the
             body file's chunk table (0 inline)
-    meta    a marshalled tuple: status, reason, fields (pairs), birth, freshness lifetime,
-            no-cache, Vary names, Vary values, stale-if-error, stale-while-revalidate, tags
+    meta    a marshalled tuple of ``StoredResponse.parts``: status, reason, birth, freshness
+            lifetime, key size, the hit lines (``entry.hit_lines``: the fields as the fast
+            path writes them), the rarely set fields and the fields as pairs (both: a hit
+            from disk answered by the slow path reads the pairs, its memory copy the lines)
     body    inline bodies only (FLAG_FILE unset)
 
 The metadata is marshalled, not JSON: a hit decodes it, and ``marshal.loads`` of it costs a
@@ -34,7 +36,7 @@ from typing import NamedTuple
 
 from proxy.core.cache.entry import StoredResponse
 
-MAGIC = b"CDM" + bytes([marshal.version])
+MAGIC = b"CDN" + bytes([marshal.version])  # "CDM": the fields as pairs, no hit lines
 HEADER = struct.Struct("<4sBIQQQII")
 FLAG_FILE = 1  # the body is in a file of bodies/, named by the sequence number
 NUMBER = struct.Struct("<Q")
@@ -73,21 +75,9 @@ class EntryHeader(NamedTuple):  # a tuple: built on every hit, so built cheaply
 
 
 def _meta(response: StoredResponse) -> bytes:
-    return marshal.dumps(
-        (
-            response.status,
-            response.reason,
-            tuple((str(name), value) for name, value in response.headers),
-            response.birth,
-            response.freshness_lifetime,
-            response.revalidate_always,
-            response.vary,
-            response.vary_values,
-            response.stale_if_error,
-            response.stale_while_revalidate,
-            response.tags,
-        )
-    )
+    status, reason, birth, lifetime, key_size, lines, rare = response.parts()
+    rare = (*rare[:-1], tuple((str(name), value) for name, value in rare[-1]))  # plain str
+    return marshal.dumps((status, reason, birth, lifetime, key_size, lines, rare))
 
 
 def pack_entry(
@@ -132,24 +122,14 @@ def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredRespons
     if zlib.crc32(view[HEADER.size :]) != crc:
         raise Corrupt("checksum")
     try:
-        status, reason, headers, birth, lifetime, always, vary, values, sie, swr, tags = (
-            marshal.loads(view[HEADER.size : end])  # noqa: S302 (CRC-checked, written here)
+        status, reason, birth, lifetime, key_size, lines, rare = marshal.loads(  # noqa: S302
+            view[HEADER.size : end]  # CRC-checked, and written here
         )
     except (ValueError, TypeError, EOFError) as error:  # another Python's format
         raise Corrupt(f"meta: {error}") from None
-    response = StoredResponse(
-        status=status,
-        reason=reason,
-        headers=headers,
-        body=bytes(view[end:]),
-        birth=birth,
-        freshness_lifetime=lifetime,
-        revalidate_always=always,
-        vary=vary,
-        vary_values=values,
-        stale_if_error=sie,
-        stale_while_revalidate=swr,
-        tags=tags,
+    body = bytes(view[end:])
+    response = StoredResponse.from_parts(
+        status, reason, body, birth, lifetime, key_size, lines, rare
     )
     return EntryHeader(flags, length, mark, sequence, table_crc), response
 

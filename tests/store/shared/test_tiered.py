@@ -12,6 +12,7 @@ import pytest
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import Purge
+from proxy.edge import respond
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
 from proxy.store.tiered import TieredStore
@@ -56,6 +57,68 @@ async def test_a_fill_lands_in_both_tiers_and_another_process_memory_reads_it_fr
     assert hit is not None and hit.body == b"A" * 100
     found = await other.lookup(DOMAIN, "/a")
     assert found.tier is None and other.hits == {"memory": 1, "disk": 1}
+
+
+async def test_a_disk_hit_keeps_its_hit_lines_so_its_memory_copy_takes_the_fast_path(
+    tier: SharedTier,
+) -> None:
+    # As the edge stores it: with the lines a fresh hit sends (respond.prepared).
+    headers = (("Content-Type", "text/plain"), ("Date", "Thu, 26 Nov 2026 07:00:00 GMT"))
+    entry = respond.prepared(
+        StoredResponse(
+            status=200,
+            reason="OK",
+            headers=headers,
+            body=b"L" * 1024,
+            birth=1_000_000.0,
+            freshness_lifetime=3600.0,
+            key_size=4,
+            tags=("t1",),
+        ),
+        via="1.1 cdn-proxy",
+        status="cdn-proxy; hit",
+    )
+    assert entry.hit_lines
+    first = two_tiers(tier)
+    found = await first.lookup(DOMAIN, "/l")
+    assert await first.put(found.key, entry)
+    other = two_tiers(tier)  # another worker's empty memory tier over the same shared tier
+    found = await other.lookup(DOMAIN, "/l")
+    assert found.tier == "disk"
+    hot = other.peek(DOMAIN, "/l")  # what the edge's fast path serves from now on
+    assert hot is not None
+    assert hot.hit_lines == entry.hit_lines  # the same bytes, Cache-Status of a memory hit
+    assert (hot.body, hot.birth, hot.freshness_lifetime) == (entry.body, 1_000_000.0, 3600.0)
+    assert (hot.headers, hot.tags, hot.key_size, hot.size) == (headers, ("t1",), 4, entry.size)
+    assert hot.fresh_age(1_000_010.0) == 10.0  # Age counts from the fill's birth
+
+
+async def test_an_entry_without_hit_lines_comes_back_with_its_fields_and_rare_settings(
+    tier: SharedTier,
+) -> None:
+    entry = StoredResponse(
+        status=200,
+        reason="OK",
+        headers=(("Content-Type", "text/plain"), ("Vary", "Accept")),
+        body=b"V",
+        birth=1_000_000.0,
+        freshness_lifetime=60.0,
+        vary=("accept",),
+        vary_values=("text/html",),
+        revalidate_always=True,
+        stale_if_error=5.0,
+    )
+    first = two_tiers(tier)
+    found = await first.lookup(DOMAIN, "/v")
+    assert await first.put(found.key, entry)
+    (back,) = (await two_tiers(tier).lookup(DOMAIN, "/v")).variants
+    assert back.hit_lines == ()
+    assert (back.headers, back.vary, back.vary_values) == (
+        entry.headers,
+        ("accept",),
+        ("text/html",),
+    )
+    assert (back.revalidate_always, back.stale_if_error, back.body) == (True, 5.0, b"V")
 
 
 async def test_the_memory_tier_keeps_only_objects_up_to_an_eighth_of_its_size(
