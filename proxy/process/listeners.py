@@ -46,6 +46,7 @@ from proxy.observe.telemetry import StoreFigures, Telemetry
 from proxy.state.async_state import AsyncState
 from proxy.store.base import Purger, Store
 from proxy.store.memory import MemoryStore
+from proxy.store.tiered import TieredStore
 
 if TYPE_CHECKING:  # the fleet, with its Valkey client, only where a node has one
     from proxy.fleet.figures import FleetFigures
@@ -270,7 +271,7 @@ async def control_listening(
             clock=clock,
             fleet=fleet,
             # A trace reads the store when it is this process's (not with workers or a fleet).
-            inspect=store.inspect if isinstance(store, MemoryStore) else None,
+            inspect=store.inspect if isinstance(store, MemoryStore | TieredStore) else None,
         )
         app[READINESS].edge_states = origin_states
         if reload_hooks is not None:

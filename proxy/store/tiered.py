@@ -36,6 +36,7 @@ from collections.abc import Awaitable
 from dataclasses import replace
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
+from proxy.core.cache.trace import Held
 from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
@@ -73,6 +74,18 @@ class TieredStore:
     def peek(self, domain: str, target: str) -> StoredResponse | None:
         """``Store.peek``: the memory tier's (replaced in ``__init__`` by its bound method)."""
         return self.memory.peek(domain, target)
+
+    def inspect(self, domain: str, target: str) -> Held:
+        """The trace's read (``MemoryStore.inspect``): the memory tier's when it holds the URL,
+        else the variants the shared tier holds, judged against its purges as a lookup judges
+        them. Nothing is copied into memory, no body is read and no hit is counted."""
+        held = self.memory.inspect(domain, target)
+        if held.variants or held.pending:
+            return held
+        shared = self.tier.lookup(domain, target)
+        if not shared.variants:
+            return held
+        return replace(held, variants=tuple(entry.response for entry in shared.variants))
 
     async def lookup(self, domain: str, target: str) -> Lookup:
         found = await self.memory.lookup(domain, target)

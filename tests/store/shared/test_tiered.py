@@ -195,3 +195,19 @@ async def test_a_purge_that_cannot_be_made_durable_stops_the_tier(
     assert tiered.tier.status().stuck
     assert tiered.peek(DOMAIN, "/a") is not None  # the memory tier still serves what is true
     assert not (await two_tiers(tier).lookup(DOMAIN, "/a")).variants  # the tier: nothing
+
+
+async def test_the_trace_reads_the_shared_tier_without_filling_memory_or_counting(
+    tier: SharedTier,
+) -> None:
+    """A process whose memory tier is empty (after a restart) traces what the shared tier
+    holds, as its next lookup would find it, and the trace changes nothing: no copy into
+    memory, no hit counted."""
+    await store(two_tiers(tier), "/t", b"T" * 100, tags=("t1",))
+    fresh = two_tiers(tier)
+    held = fresh.inspect(DOMAIN, "/t")
+    assert [v.body for v in held.variants] == [b"T" * 100]
+    assert fresh.peek(DOMAIN, "/t") is None and fresh.hits == {"memory": 0, "disk": 0}
+    assert fresh.inspect(DOMAIN, "/none").variants == ()
+    await fresh.purge(DOMAIN, Purge(kind="tag", items=("t1",)))
+    assert fresh.inspect(DOMAIN, "/t").variants == ()
