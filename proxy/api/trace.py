@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -95,34 +96,26 @@ async def traced(
     """The trace of ``asked`` with this process's store and origin states."""
     path = asked.target.partition("?")[0]
     applied = None if config.rules is None else config.rules.match(path)
-    probe = trace(
+    # The request as the edge would see it, traced twice: first alone (for its key), then
+    # with what the store holds under that key, the origins and the fetch.
+    explain = partial(
+        trace,
         domain=config.name,
         rules=config.rules,
         method=asked.method,
         target=asked.target,
         headers=asked.headers,
         https=asked.https,
-        held=None,
-        now=clock(),
     )
+    probe = explain(held=None, now=clock())
     key_target = str(probe["key_target"])
     held = None if inspect is None else inspect(config.name, key_target)
     servers = _servers(app, config)
     fetched = None
     if asked.fetch:
         fetched = await _fetch(config, asked, str(probe["key"]), servers, applied, clock)
-    answer = trace(
-        domain=config.name,
-        rules=config.rules,
-        method=asked.method,
-        target=asked.target,
-        headers=asked.headers,
-        https=asked.https,
-        held=held,
-        now=clock(),
-        servers=servers,
-        balance=config.balance,
-        fetched=fetched,
+    answer = explain(
+        held=held, now=clock(), servers=servers, balance=config.balance, fetched=fetched
     )
     if held is None and answer["outcome"] != "bypass":
         answer.update(outcome="unknown", why="the store is not in this process", entry=None)

@@ -85,12 +85,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     purge.add_argument("--soft", action="store_true", help="mark stale instead of dropping")
     purge.add_argument("--dry-run", action="store_true", help="only say what would be purged")
     purge.add_argument("--json", action="store_true", help="print the receipt as JSON")
-    base = purge.add_mutually_exclusive_group()
+    add_api_options(purge)
+
+
+def add_api_options(command: argparse.ArgumentParser) -> None:
+    """Where a client command finds the API: --api or --config (one of them), and --token."""
+    base = command.add_mutually_exclusive_group()
     base.add_argument("--api", action=Once, help="the API base URL (default: $CDN_PROXY_URL)")
     base.add_argument(
         "--config", type=Path, help="the node's TOML config: the API is its [api] listen address"
     )
-    purge.add_argument(
+    command.add_argument(
         "--token",
         action=Once,
         help="the API token (default: $CDN_PROXY_TOKEN, preferred: flags show in `ps`)",
@@ -176,7 +181,7 @@ def api_url_of(config_path: Path) -> str:
     return f"http://[{host}]:{listen.port}" if ":" in host else f"http://{host}:{listen.port}"
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
+class NoRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(
         self,
         req: urllib.request.Request,
@@ -203,7 +208,7 @@ def _post(base: str, path: str, token: str, body: dict[str, object], timeout: fl
             "User-Agent": f"cdn-proxy/{__version__}",
         },
     )
-    opener = urllib.request.build_opener(_NoRedirects)
+    opener = urllib.request.build_opener(NoRedirects)
     limit = MAX_BODY_SHOWN if path == CLEAR_CACHE_PATH else MAX_RECEIPT
     try:
         with opener.open(request, timeout=timeout) as response:
@@ -211,7 +216,7 @@ def _post(base: str, path: str, token: str, body: dict[str, object], timeout: fl
             return answer
     except urllib.error.HTTPError as exc:
         with exc:
-            detail = _problem_detail(exc.read(MAX_BODY_SHOWN))
+            detail = problem_detail(exc.read(MAX_BODY_SHOWN))
         status = f"{exc.code} {exc.reason}"
         # A plain-text body often starts with the status line itself (the edge's does).
         detail = detail.removeprefix(status).lstrip(": ") or "(no body)"
@@ -224,7 +229,7 @@ def _post(base: str, path: str, token: str, body: dict[str, object], timeout: fl
         raise Failed(f"cannot reach {url}: {exc}") from None
 
 
-def _problem_detail(body: bytes) -> str:
+def problem_detail(body: bytes) -> str:
     """The ``detail`` of a problem+json body, or the body itself if it is not one."""
     text = body.decode("utf-8", "replace").strip()
     try:

@@ -16,10 +16,9 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 
 from proxy import __version__
-from proxy.cli.purge import Failed, Once, _NoRedirects, _problem_detail, api_url_of
+from proxy.cli.purge import Failed, NoRedirects, add_api_options, api_url_of, problem_detail
 from proxy.config.model import client_settings
 from proxy.core.routes import TRACE_PATH
 
@@ -40,10 +39,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     trace.add_argument("--fetch", action="store_true", help="ask the origin once, store nothing")
     trace.add_argument("--json", action="store_true", help="print the answer as JSON")
-    base = trace.add_mutually_exclusive_group()
-    base.add_argument("--api", action=Once, help="the API base URL (default: $CDN_PROXY_URL)")
-    base.add_argument("--config", type=Path, help="the node's TOML config: its [api] listen")
-    trace.add_argument("--token", action=Once, help="the API token (default: $CDN_PROXY_TOKEN)")
+    add_api_options(trace)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,13 +112,13 @@ def _post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
             "User-Agent": f"cdn-proxy/{__version__}",
         },
     )
-    opener = urllib.request.build_opener(_NoRedirects)
+    opener = urllib.request.build_opener(NoRedirects)
     try:
         with opener.open(request, timeout=TIMEOUT) as response:
             data = json.loads(response.read(MAX_ANSWER))
     except urllib.error.HTTPError as exc:
         with exc:
-            detail = _problem_detail(exc.read(2000))
+            detail = problem_detail(exc.read(2000))
         raise Failed(f"trace failed: {exc.code} {exc.reason}: {detail}") from None
     except urllib.error.URLError as exc:
         raise Failed(f"cannot reach {url}: {exc.reason}") from None
