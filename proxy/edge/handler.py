@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from time import perf_counter
 
@@ -44,16 +43,14 @@ from proxy.core.cache.policy import (
     select_variant,
     serve_while_revalidating,
 )
-from proxy.core.cache.rules import Applied, browser_fields, normalised_target
-from proxy.core.cache.targeted import surrogate_capability
+from proxy.core.cache.rules import Applied, normalised_target
 from proxy.core.domains import host_from_header
-from proxy.core.http.fields import Headers
 from proxy.core.http.forwarded import request_client
-from proxy.core.http.headers import cache_status, to_origin
+from proxy.core.http.headers import cache_status
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.edge import bodies, ranges, respond
+from proxy.edge import ranges, respond
 from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.aiohttp_h2 import HTTP2
@@ -61,8 +58,9 @@ from proxy.edge.cache_rules import bypass_reason, fast_under_rules
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
+from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, wait_for_worker
-from proxy.edge.origin import REQUEST_STARTED, OriginResponse
+from proxy.edge.origin import REQUEST_STARTED
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
@@ -87,7 +85,6 @@ class Edge:
         self._domains: Mapping[str, DomainConfig] = config.by_name
         edge, cache = config.edge_role()
         self._name = cache.name
-        self._capability = surrogate_capability(cache.name)
         self._via = edge.via
         self._trusted = trusted_proxies(config)  # whose X-Forwarded-For is believed
         # Whether a request can be https (a TLS listener, or a proxy believed to say so):
@@ -121,25 +118,35 @@ class Edge:
         # Each domain's origin servers: choice, retries, health probes (decision 0034).
         self.upstreams = Upstreams(config, session=session, telemetry=self._telemetry, tls=self.tls)
         self.upstreams.start()
-        self._filler = Filler(
+        self._filler, self._forwarder = self._paths(config)
+
+    def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
+        """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
+        through ``_messages``."""
+        self._messages = messages = Messages(
+            name=self._name, via=self._via, trusted=self._trusted, upstreams=self.upstreams
+        )
+        self._from_stored = messages.from_stored
+        filler = Filler(
             name=self._name,
             via=self._via,
-            store=store,
-            clock=clock,
-            max_object=cache.max_object_bytes,
-            ask_origin=self._ask_origin,
-            origin_headers=self._origin_headers,
+            store=self._store,
+            clock=self._clock,
+            max_object=config.edge_role()[1].max_object_bytes,
+            ask_origin=messages.ask,
+            origin_headers=messages.headers,
             from_stored=self._from_stored,
             ready=self._ready,
             end_flight=self._end_flight,
         )
-        self._forwarder = Forwarder(
+        forwarder = Forwarder(
             config=config,
             name=self._name,
-            store=store,
+            store=self._store,
             telemetry=self._telemetry,
-            ask_origin=self._ask_origin,
+            ask_origin=messages.ask,
         )
+        return filler, forwarder
 
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config (proxy/process/reload.py): the domains, and the limits that
@@ -150,7 +157,7 @@ class Edge:
         # First, as it may refuse (ConfigError: a certificate unreadable since the file was
         # checked) before anything has changed.
         self.tls.reconfigure(config)
-        self._trusted = trusted_proxies(config)
+        self._trusted = self._messages.trusted = trusted_proxies(config)
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
         self._upgrades = edge.upgrade_protocols
         self._domains = config.by_name
@@ -471,7 +478,7 @@ class Edge:
             # As for a forwarded request (RFC 9111 §4.4), before the origin is asked, whatever
             # it answers: the tunnel's answer is never seen by the cache.
             await self._store.invalidate(config.name, target)
-        fields = self._origin_headers(request, config, cacheable=False)
+        fields = self._messages.headers(request, config, cacheable=False)
         return await self.tunnels.open(request, config, target, fields, protocols)
 
     # -- the forwarded path (edge/forward.py) -------------------------------------------------
@@ -484,63 +491,5 @@ class Edge:
         fwd: str,
         detail: str | None = None,
     ) -> web.StreamResponse:
-        headers = self._origin_headers(request, config, cacheable=False)
+        headers = self._messages.headers(request, config, cacheable=False)
         return await self._forwarder.forward(request, config, target, headers, fwd, detail)
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _ask_origin(
-        self,
-        config: DomainConfig,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        data: bytes | bodies.Streamed | None = None,
-    ) -> AbstractAsyncContextManager[OriginResponse]:
-        """One request to one of the domain's origin servers (edge/upstreams.py), with
-        everything every such request shares: the session, the server's connection slots,
-        the telemetry and the domain's TLS trust."""
-        return self.upstreams.request(config, method, target, headers, data)
-
-    def _origin_headers(
-        self,
-        request: web.BaseRequest,
-        config: DomainConfig,
-        *,
-        cacheable: bool,
-        coding: str | None = None,
-    ) -> list[tuple[str, str]]:
-        client = request_client(self._trusted, request)
-        trusted = self._trusted
-        headers = to_origin(
-            request.headers.items(),
-            domain=config.name,
-            client_address=client.address,
-            scheme=client.scheme,
-            via=self._via,
-            cacheable=cacheable,
-            accept_encoding=coding,
-            trusted_peer=bool(trusted) and trusted.trusts(request.remote or ""),
-        )
-        headers.append(("Surrogate-Capability", self._capability))
-        return headers
-
-    def _from_stored(
-        self,
-        request: web.BaseRequest,
-        entry: StoredResponse,
-        now: float,
-        status: str,
-        *,
-        headers: Headers | None = None,
-        rules: Applied | None = None,
-    ) -> web.Response:
-        if rules is not None and rules.browser_ttl is not None:
-            # The answer's Cache-Control, not the stored one (core/cache/rules.py).
-            headers = browser_fields(entry.headers if headers is None else headers, rules)
-        response = respond.from_stored(
-            request, entry, now=now, via=self._via, status=status, headers=headers
-        )
-        if hdrs.RANGE in request.headers:
-            return ranges.answer(request, response, entry.body)
-        return response

@@ -86,11 +86,7 @@ async def _serve(config: Config, config_path: Path) -> int:
             if held_tier is not None:
                 instance, telemetry.tier = held_tier.instance, NodeTier(held_tier)
         if config.api is not None:
-            fleet_purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
-            stack.push_async_callback(fleet_purger.aclose)
-            purger: Purger = fleet_purger
-            if held_tier is not None and fleet.url is None:
-                purger = SharedFirstPurger(fleet_purger, held_tier)
+            purger = _control_purger(stack, config, settings, held_tier)
             _, api_url = await stack.enter_async_context(
                 control_listening(
                     config,
@@ -125,6 +121,20 @@ async def _serve(config: Config, config_path: Path) -> int:
     await api_drained
     log.info("stopped")
     return 0
+
+
+def _control_purger(
+    stack: AsyncExitStack, config: Config, settings: FleetSettings, tier: SharedTier | None
+) -> Purger:
+    """The control plane's purger: through the fleet (closed as ``stack`` unwinds), and first
+    into the node's shared tier when the fleet is the node's own embedded Valkey."""
+    fleet = config.fleet
+    assert fleet is not None
+    fleet_purger = FleetPurger(settings=settings, name=f"{fleet.node}/control")
+    stack.push_async_callback(fleet_purger.aclose)
+    if tier is not None and fleet.url is None:
+        return SharedFirstPurger(fleet_purger, tier)
+    return fleet_purger
 
 
 def _fleet_figures(fleet: FleetConfig, settings: FleetSettings) -> FleetFigures:
@@ -229,29 +239,10 @@ async def edge_workers(
         reserved_tls_port(edge.tls_listen) as tls_port,
         contextlib.closing(_Fd(stdout)),
     ):
-        tls = [] if tls_port is None else ["--tls-port", str(tls_port)]
-        tier = [] if cache_instance is None else ["--cache-instance", cache_instance]
-
-        def argv(index: int) -> list[str]:
-            return [
-                sys.executable,
-                "-m",
-                "proxy",
-                "worker",
-                "--config",
-                str(config_path),
-                "--index",
-                str(index),
-                "--port",
-                str(port),
-                "--fleet-url",
-                url,
-                *tls,
-                *tier,
-                "--stdout-fd",
-                str(stdout),
-            ]
-
+        extra = [] if tls_port is None else ["--tls-port", str(tls_port)]
+        if cache_instance is not None:
+            extra += ["--cache-instance", cache_instance]
+        argv = _worker_argv(config_path, port, url, extra, stdout)
         workers = Workers(
             argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
         )
@@ -270,6 +261,33 @@ async def edge_workers(
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
             await workers.stop(grace=edge.shutdown_timeout - reserve / 2)
+
+
+def _worker_argv(
+    config_path: Path, port: int, url: str, extra: list[str], stdout: int
+) -> Callable[[int], list[str]]:
+    """The command line of edge worker ``index``, on the reserved ``port``."""
+
+    def argv(index: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "proxy",
+            "worker",
+            "--config",
+            str(config_path),
+            "--index",
+            str(index),
+            "--port",
+            str(port),
+            "--fleet-url",
+            url,
+            *extra,
+            "--stdout-fd",
+            str(stdout),
+        ]
+
+    return argv
 
 
 WORKER_RELOAD_TIMEOUT = 10.0  # seconds each worker has to say it reloaded

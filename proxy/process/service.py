@@ -102,19 +102,7 @@ async def running(
     timeline, audit times, rate limits and dashboard sessions (tests move it by hand)."""
     draining = Draining(config.edge_role()[0].shutdown_timeout)
     async with AsyncExitStack() as stack:
-        cache = config.edge_role()[1]
-        memory = await stack.enter_async_context(
-            memory_store(cache.max_bytes, purge_max_bytes=cache.purge_state_max_bytes)
-        )
-        store: MemoryStore | TieredStore = memory
-        if cache.disk_path is not None:  # the shared tier, locked to this process (0030)
-            tier = await asyncio.to_thread(
-                SharedTier.open_node,
-                cache.disk_path,
-                max_bytes=cache.disk_max_bytes,
-                purge_max_bytes=cache.purge_state_max_bytes,
-            )
-            store = await stack.enter_async_context(tiered_store(memory, tier))
+        store = await stack.enter_async_context(service_store(config))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
         if isinstance(store, TieredStore):
             telemetry.tier = store  # /metrics and /readyz read the shared tier
@@ -155,6 +143,27 @@ async def running(
             reload_hooks=reload_hooks,
             access=access,
         )
+
+
+@asynccontextmanager
+async def service_store(config: Config) -> AsyncIterator[MemoryStore | TieredStore]:
+    """The one process's store: a memory store, in front of the shared tier when
+    ``cache.disk_path`` is set (locked to this process, decision 0030)."""
+    cache = config.edge_role()[1]
+    async with AsyncExitStack() as stack:
+        memory = await stack.enter_async_context(
+            memory_store(cache.max_bytes, purge_max_bytes=cache.purge_state_max_bytes)
+        )
+        if cache.disk_path is None:
+            yield memory
+            return
+        tier = await asyncio.to_thread(
+            SharedTier.open_node,
+            cache.disk_path,
+            max_bytes=cache.disk_max_bytes,
+            purge_max_bytes=cache.purge_state_max_bytes,
+        )
+        yield await stack.enter_async_context(tiered_store(memory, tier))
 
 
 @asynccontextmanager

@@ -39,8 +39,9 @@ from collections.abc import Callable, Iterable, Sequence
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.keys import scheme_targets
 from proxy.core.cache.trace import Held
-from proxy.core.purge.purges import HARD, Purge, PurgeResult, covering
+from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
+from proxy.store import inspecting, settling
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.entries import (
     Bucket,
@@ -59,10 +60,8 @@ from proxy.store.purging import (
     DomainPurges,
     PurgeBudget,
     Walk,
-    covers,
     dry_count,
     fold,
-    listed_key,
 )
 from proxy.store.reclaim import RECLAIM_CHECK as RECLAIM_CHECK
 from proxy.store.reclaim import Doomed
@@ -139,29 +138,8 @@ class MemoryStore:
         mark, no counter (the trace, core/cache/trace.py). Variants an outstanding lazy
         purge covers hard are left out and counted as ``pending``."""
         generation = self._generations.get(domain, 0)
-        state = self._purges.get(domain)
         stored = self._index.get(f"{domain} {generation} {target}")
-        variants: list[StoredResponse] = []
-        pending = 0
-        for variant in variants_of(stored) if stored is not None else ():
-            if state is not None and variant.mark < state.top:
-                covered = covering(
-                    state.bans, state.tags, mark=variant.mark, target=target, tags=variant.tags
-                )
-                if covered is HARD:
-                    pending += 1
-                    continue
-                if covered is not None:
-                    variant = soft_expired(variant, covered.stale_at)
-            variants.append(variant)
-        recent = () if state is None else tuple(p for _, p in state.recent)
-        return Held(
-            variants=tuple(variants),
-            generation=generation,
-            purge_number=generation if state is None else state.number,
-            purges=tuple((p.kind, p.items, p.soft) for p in recent if covers(p, target, ())),
-            pending=pending,
-        )
+        return inspecting.held(stored, target, generation, self._purges.get(domain))
 
     async def lookup(self, domain: str, target: str) -> Lookup:
         """One step: the domain's generation is read with the entry, never before an await."""
@@ -368,38 +346,16 @@ class MemoryStore:
     def settle(self, budget: int, *, seconds: float | None = None) -> int:
         """Check at most ``budget`` listed keys against their domain's outstanding lazy
         purges (``_settled``, marking nothing visited), and stop once ``seconds`` have
-        passed; return how many were visited. A walk through a domain's whole bucket retires
-        the lazy purges it started after (purging.py)."""
-        deadline = None if seconds is None else time.perf_counter() + seconds
-        visited = 0
-        for domain, state in self._purges.items():
-            walk = state.walk
-            if walk is None:
-                continue
-            generation = self._generations.get(domain, 0)
-            bucket = self._buckets.get((domain, generation))
-            if bucket is not None and bucket.relists != walk.relists:
-                walk.index, walk.relists = 0, bucket.relists  # compacted: start again
-            while bucket is not None:
-                key = listed_key(bucket.sealed, bucket.keys, walk.index)
-                if key is None:
-                    break
-                if visited >= budget or (
-                    deadline is not None
-                    and visited % RECLAIM_CHECK == RECLAIM_CHECK - 1
-                    and time.perf_counter() > deadline
-                ):
-                    return visited
-                walk.index += 1
-                visited += 1
-                stored = self._index.get(key)
-                if stored is not None:
-                    self._settled(state, key, key.split(" ", 2)[2], stored)
-            state.retire(walk.upto)
-            state.walk = Walk(upto=state.number) if state.top else None
-            if bucket is not None and state.walk is not None:
-                state.walk.relists = bucket.relists
-        return visited
+        passed; return how many were visited (settling.py)."""
+        generations, buckets = self._generations, self._buckets
+        return settling.settle(
+            self._purges,
+            lambda domain: buckets.get((domain, generations.get(domain, 0))),
+            self._index,
+            self._settled,
+            budget,
+            seconds,
+        )
 
     def _settled(self, state: DomainPurges, key: Key, target: str, stored: Stored) -> Stored | None:
         """What is stored under the key once the outstanding lazy purges have been applied
