@@ -51,8 +51,8 @@ from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError
 from proxy.store.base import Store
 
-# Edge._origin_headers, Edge._from_stored, Edge._ready and Edge._end_flight: what the fill shares
-# with the edge's other paths.
+# Messages.headers and Messages.from_stored (edge/messages.py), Edge._ready and
+# Edge._end_flight: what the fill shares with the edge's other paths.
 OriginHeaders = Callable[..., list[tuple[str, str]]]
 FromStored = Callable[..., web.Response]
 Ready = Callable[[StoredResponse, Applied | None], StoredResponse]

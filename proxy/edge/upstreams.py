@@ -1,7 +1,7 @@
 """Each domain's origin servers, for this edge process: choosing, retrying, probing.
 
-``Upstreams.request`` is the one way the edge asks an origin (edge/handler.py's
-``_ask_origin``). It asks core's ``OriginPool`` (core/http/balance.py) for a server, sends the
+``Upstreams.request`` is the one way the edge asks an origin (edge/messages.py's
+``Messages.ask``). It asks core's ``OriginPool`` (core/http/balance.py) for a server, sends the
 request there through ``origin_request`` (within that server's own ``origin_connections``),
 tells the pool what happened, and on a failure retries once on another server when core's
 ``may_retry`` allows it: always when nothing was sent (the connect failed), else only for an
