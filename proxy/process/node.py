@@ -43,6 +43,7 @@ from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
 from proxy.process.listeners import Draining, StartError, control_listening
 from proxy.process.reload import After, domains_hook, reloading
+from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.store.base import ClearResult, Purger
@@ -155,16 +156,10 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
     CacheDirectoryLocked, and exits 2), closed cleanly after them. Its ``instance`` is what
     the workers open it with (``--cache-instance``); None without a shared tier. This process
     serves nothing from it: its workers do."""
-    cache = config.edge_role()[1]
-    if cache.disk_path is None:
+    tier = await open_node_tier(config)
+    if tier is None:
         yield None
         return
-    tier = await asyncio.to_thread(
-        SharedTier.open_node,
-        cache.disk_path,
-        max_bytes=cache.disk_max_bytes,
-        purge_max_bytes=cache.purge_state_max_bytes,
-    )
     try:
         yield tier
     finally:

@@ -154,16 +154,25 @@ async def service_store(config: Config) -> AsyncIterator[MemoryStore | TieredSto
         memory = await stack.enter_async_context(
             memory_store(cache.max_bytes, purge_max_bytes=cache.purge_state_max_bytes)
         )
-        if cache.disk_path is None:
+        tier = await open_node_tier(config)
+        if tier is None:
             yield memory
             return
-        tier = await asyncio.to_thread(
-            SharedTier.open_node,
-            cache.disk_path,
-            max_bytes=cache.disk_max_bytes,
-            purge_max_bytes=cache.purge_state_max_bytes,
-        )
         yield await stack.enter_async_context(tiered_store(memory, tier))
+
+
+async def open_node_tier(config: Config) -> SharedTier | None:
+    """The shared tier (``cache.disk_path``) opened as its node: the directory locked to this
+    process (a second node on it gets CacheDirectoryLocked). None without a shared tier."""
+    cache = config.edge_role()[1]
+    if cache.disk_path is None:
+        return None
+    return await asyncio.to_thread(
+        SharedTier.open_node,
+        cache.disk_path,
+        max_bytes=cache.disk_max_bytes,
+        purge_max_bytes=cache.purge_state_max_bytes,
+    )
 
 
 @asynccontextmanager
