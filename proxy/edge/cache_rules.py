@@ -24,13 +24,7 @@ def fast_under_rules(rules: RuleSet, raw: str, headers: CIMultiDictProxy[str]) -
 
 
 def bypass_reason(rules: Applied, headers: CIMultiDictProxy[str]) -> str | None:
-    """Why the rules send a cacheable request to the origin uncached, or None: cache =
-    false, a bypass cookie, or Authorization where the rules override what is stored (the
-    origin's own §3.5 consent is checked only on a response, and a hit has none)."""
-    if not rules.cache:
-        return f"cache-false; {rules.detail}"
-    if rules.bypass is not None and rules.bypassed(headers.getall(hdrs.COOKIE, [])):
-        return f"bypass-cookie; {rules.detail}"
-    if rules.overrides_storage and hdrs.AUTHORIZATION in headers:
-        return f"authorization; {rules.detail}"
-    return None
+    """Why the rules send a cacheable request to the origin uncached (``Applied.bypass_kind``),
+    as Cache-Status says it, or None."""
+    kind = rules.bypass_kind(headers)
+    return None if kind is None else f"{kind}; {rules.detail}"

@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 from urllib.parse import unquote
 
 from proxy.core.http.fields import Headers
@@ -119,6 +120,14 @@ class QueryRule:
     sort: bool
 
 
+class RequestFields(Protocol):
+    """A request's fields, read case-insensitively (aiohttp's headers, the trace's)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+    def getall(self, key: str, default: list[str], /) -> list[str]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Applied:
     """The merge of the rules that matched one path: what the edge does differently."""
@@ -160,6 +169,19 @@ class Applied:
             return by_status
         if self.edge_ttl is not None and status in EDGE_TTL_STATUSES:
             return self.edge_ttl
+        return None
+
+    def bypass_kind(self, headers: RequestFields) -> str | None:
+        """Why these rules send a cacheable request to the origin uncached, or None: the one
+        rule the edge and the trace both ask. "cache-false", "bypass-cookie", or
+        "authorization" where the rules override what is stored (the origin's own §3.5
+        consent is checked only on a response, and a hit has none)."""
+        if not self.cache:
+            return "cache-false"
+        if self.bypass is not None and self.bypassed(headers.getall("cookie", [])):
+            return "bypass-cookie"
+        if self.overrides_storage and headers.get("authorization") is not None:
+            return "authorization"
         return None
 
     def bypassed(self, cookies: list[str]) -> bool:

@@ -93,18 +93,21 @@ def rule_rows(rules: RuleSet | None, path: str) -> list[dict[str, object]]:
 
 def bypass_reason(applied: Applied | None, request: TraceHeaders, method: str) -> str | None:
     """Why the edge sends this request to the origin uncached, or None (as the edge's
-    ``may_use_cache`` and ``_bypass_reason``). A trace has no body: none is assumed."""
+    ``may_use_cache`` and ``Applied.bypass_kind``). A trace has no body: none is assumed."""
     if method not in CACHEABLE_METHODS:
         return f"method: {method} is never answered from the cache"
     if applied is None:
         return None
-    if not applied.cache:
-        return f"cache = false ({applied.detail})"
-    if applied.bypass is not None and applied.bypassed(request.getall("cookie", [])):
-        return f"a bypass cookie ({applied.detail})"
-    if applied.overrides_storage and request.get("authorization") is not None:
-        return f"Authorization, and the rules override what is stored ({applied.detail})"
-    return None
+    kind = applied.bypass_kind(request)
+    return None if kind is None else f"{_BYPASS_WORDS[kind]} ({applied.detail})"
+
+
+# Applied.bypass_kind's answers, for people.
+_BYPASS_WORDS = {
+    "cache-false": "cache = false",
+    "bypass-cookie": "a bypass cookie",
+    "authorization": "Authorization, and the rules override what is stored",
+}
 
 
 def lifetime_source(entry: StoredResponse, applied: Applied | None) -> str:
