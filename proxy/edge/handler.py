@@ -114,10 +114,12 @@ class Edge:
         self._background: set[asyncio.Task[web.StreamResponse]] = set()
         # Certificates for the TLS listener and how each https:// origin is verified.
         self.tls = EdgeTls(config)
-        self.tunnels = Tunnels(config=config, telemetry=self._telemetry, tls=self.tls)
         # Each domain's origin servers: choice, retries, health probes (decision 0034).
         self.upstreams = Upstreams(config, session=session, telemetry=self._telemetry, tls=self.tls)
         self.upstreams.start()
+        self.tunnels = Tunnels(
+            config=config, telemetry=self._telemetry, upstreams=self.upstreams, tls=self.tls
+        )
         self._filler, self._forwarder = self._paths(config)
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:

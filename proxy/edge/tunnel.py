@@ -1,9 +1,11 @@
 """Upgrade tunnels (decision 0022): WebSocket, and any other protocol a request asks to switch
 to (which ones: proxy/core/http/upgrade.py), passed through to the origin both ways, never cached.
 
-The request head goes to the domain's origin on a connection of its own (never a pooled one:
-it will carry another protocol), TLS for an https:// origin, driven by h11, the HTTP/1.1
-state machine that knows where a 101 ends and the new protocol begins. Then:
+The request head goes to one of the domain's origin servers (chosen, and tried once more on
+another when the connect fails, by ``Upstreams.connect``: decision 0034) on a connection of
+its own (never a pooled one: it will carry another protocol), TLS for an https:// origin,
+driven by h11, the HTTP/1.1 state machine that knows where a 101 ends and the new protocol
+begins. Then:
 
 - a 101 that names a protocol the client offered is relayed, the client's connection is taken
   from aiohttp (``take_over``, in the aiohttp adapter), and bytes are pumped both ways;
@@ -45,6 +47,7 @@ from proxy.core.observe.traffic import BYPASS, ERROR
 from proxy.edge import respond
 from proxy.edge.aiohttp_adapter import take_over
 from proxy.edge.tls import EdgeTls
+from proxy.edge.upstreams import Upstreams
 from proxy.errors import (
     OriginBusy,
     OriginError,
@@ -78,8 +81,16 @@ class TunnelsBusy(OriginBusy):
 class Tunnels:
     """The edge's way to its origins for upgrade requests."""
 
-    def __init__(self, *, config: Config, telemetry: Telemetry, tls: EdgeTls | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        telemetry: Telemetry,
+        upstreams: Upstreams,
+        tls: EdgeTls | None = None,
+    ) -> None:
         self._telemetry = telemetry
+        self._upstreams = upstreams  # which of the domain's servers (decision 0034)
         self._tls: ssl.SSLContext | None = None
         self._edge_tls = tls  # a domain's origin_ca, when it names one
         self._max: dict[str, int] = {}  # domain -> max_tunnels
@@ -116,7 +127,10 @@ class Tunnels:
             return respond.origin_failed(busy, cache_status=self._status)
         with self._counted(domain.name):
             try:
-                origin = await OriginLink.open(domain, self._origin_tls(domain))
+                tls = self._origin_tls(domain)
+                origin = await self._upstreams.connect(
+                    domain, target, lambda server: OriginLink.open(domain, server, tls)
+                )
             except OriginError as exc:
                 return self._failed(domain, exc, started)
             with closing(origin):
@@ -250,8 +264,11 @@ class OriginLink:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_MAX)
 
     @classmethod
-    async def open(cls, domain: DomainConfig, tls: ssl.SSLContext | None) -> OriginLink:
-        parts = urlsplit(domain.origin)
+    async def open(
+        cls, domain: DomainConfig, server: str, tls: ssl.SSLContext | None
+    ) -> OriginLink:
+        """A connection to ``server``, one of the domain's origin servers (scheme://host:port)."""
+        parts = urlsplit(server)
         host = parts.hostname or ""
         port = parts.port or (443 if tls is not None else 80)
         try:

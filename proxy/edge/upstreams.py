@@ -29,8 +29,9 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TypeVar
 
 import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -44,6 +45,7 @@ from proxy.errors import OriginBusy, OriginError, OriginsDown, OriginTimeout, Or
 from proxy.observe.telemetry import Telemetry
 
 log = logging.getLogger("cdn_proxy.origins")
+Link = TypeVar("Link")
 JITTER = 0.1  # a probe interval varies by this fraction either way
 
 
@@ -182,6 +184,37 @@ class Upstreams:
             raise
         finally:
             server.active -= 1
+
+    async def connect(
+        self, domain: DomainConfig, target: str, opener: Callable[[str], Awaitable[Link]]
+    ) -> Link:
+        """A connection of its own to one of the domain's servers, for an upgrade request
+        (edge/tunnel.py): ``opener(server_url)`` opens it. The server is chosen as ``request``
+        chooses, and one other server is tried when connecting fails (nothing was sent yet).
+        Raises OriginError (OriginsDown when none is up)."""
+        pool = self.pools[domain.name]
+        tried: list[str] = []
+        last: OriginError | None = None
+        while True:
+            server = pool.choose(target, self.clock(), tried)
+            if server is None and last is not None:
+                raise last  # no other server to try
+            if server is None:
+                now = self.clock()
+                raise OriginsDown(f"{domain.name}: no origin server is up", pool.retry_in(now))
+            server.requests += 1
+            try:
+                link = await opener(server.url)
+            except OriginError as exc:
+                self._failed(domain, pool, server, exc)
+                if tried:
+                    raise
+                tried.append(server.url)
+                last = exc
+                log.warning("%s (%s); trying another origin server", exc, server.url)
+                continue
+            pool.succeeded(server, self.clock(), probe=False)
+            return link
 
     def _send(
         self,
