@@ -340,17 +340,21 @@ async def test_purge_reports_an_unreachable_server(capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize(
+    ("command", "asked"), [("purge", DOMAIN), ("trace", f"http://{DOMAIN}/page")]
+)
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([DOMAIN, "--token", "t"], "no API URL"),
-        ([DOMAIN, "--api", "http://127.0.0.1:1"], "no API token"),
-        ([DOMAIN, "--api", "file:///etc/passwd", "--token", "t"], "must start with http"),
+        (["--token", "t"], "no API URL"),
+        (["--api", "http://127.0.0.1:1"], "no API token"),
+        (["--api", "file:///etc/passwd", "--token", "t"], "must start with http"),
     ],
 )
-def test_purge_needs_a_url_and_a_token(
-    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+def test_purge_and_trace_need_a_url_and_a_token(
+    capsys: pytest.CaptureFixture[str], command: str, asked: str, argv: list[str], message: str
 ) -> None:
-    code, out, err = run(capsys, "purge", *argv)
+    """Both API clients find the API one way (purge.api_settings), and say what is missing."""
+    code, out, err = run(capsys, command, asked, *argv)
     assert (code, out) == (2, "")
     assert message in err
 
