@@ -98,15 +98,7 @@ async def traced(
     applied = None if config.rules is None else config.rules.match(path)
     # The request as the edge would see it, traced twice: first alone (for its key), then
     # with what the store holds under that key, the origins and the fetch.
-    explain = partial(
-        trace,
-        domain=config.name,
-        rules=config.rules,
-        method=asked.method,
-        target=asked.target,
-        headers=asked.headers,
-        https=asked.https,
-    )
+    explain = partial(trace, domain=config.name, rules=config.rules, asked=asked)
     probe = explain(held=None, now=clock())
     key_target = str(probe["key_target"])
     held = None if inspect is None else inspect(config.name, key_target)

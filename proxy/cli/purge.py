@@ -70,13 +70,14 @@ class Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    purge = commands.add_parser(
-        "purge",
-        help="purge URLs, prefixes, tags or a whole domain through the API",
-        description="With no --url, --prefix or --tag: the whole domain. Repeat an option "
-        "to purge several items of its kind (one kind per purge).",
-    )
+HELP = "purge URLs, prefixes, tags or a whole domain through the API"
+DESCRIPTION = (
+    "With no --url, --prefix or --tag: the whole domain. Repeat an option to purge several "
+    "items of its kind (one kind per purge)."
+)
+
+
+def add_arguments(purge: argparse.ArgumentParser) -> None:
     purge.add_argument("domain", help="the CDN domain to purge")
     kinds = purge.add_mutually_exclusive_group()
     kinds.add_argument("--url", action="append", metavar="PATH", help="a path (and query)")
@@ -102,6 +103,20 @@ def add_api_options(command: argparse.ArgumentParser) -> None:
     )
 
 
+def api_settings(args: argparse.Namespace) -> tuple[str, str]:
+    """The API's base URL and token from the options ``add_api_options`` added and the
+    environment; raises Failed (2) for one missing or a URL that is not http(s)."""
+    api = args.api if args.config is None else api_url_of(args.config)
+    settings = client_settings(api, args.token)
+    if not settings.url:
+        raise Failed("no API URL: pass --api or set CDN_PROXY_URL", code=2)
+    if not settings.token:
+        raise Failed("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
+    if not settings.url.startswith(("http://", "https://")):
+        raise Failed(f"the API URL must start with http:// or https://: {settings.url}", code=2)
+    return settings.url, settings.token
+
+
 def run(args: argparse.Namespace) -> int:
     """The ``purge`` command: raises Failed with what went wrong."""
     for path in args.url or ():
@@ -113,27 +128,20 @@ def run(args: argparse.Namespace) -> int:
             "(cdn-proxy purge example.com --url /page)",
             code=2,
         )
-    api = args.api if args.config is None else api_url_of(args.config)
-    settings = client_settings(api, args.token)
-    if not settings.url:
-        raise Failed("no API URL: pass --api or set CDN_PROXY_URL", code=2)
-    if not settings.token:
-        raise Failed("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
-    if not settings.url.startswith(("http://", "https://")):
-        raise Failed(f"the API URL must start with http:// or https://: {settings.url}", code=2)
+    url, token = api_settings(args)
     body: dict[str, object] = {"domain": args.domain}
     for option, field in KIND_OPTIONS:
         if getattr(args, option):
             body[field] = getattr(args, option)
     if len(body) == 1 and not (args.soft or args.dry_run or args.json):
         # The whole domain, as before: clear-cache, and its answer as it is.
-        answer = _post(settings.url, CLEAR_CACHE_PATH, settings.token, body, CLEAR_TIMEOUT)
+        answer = _post(url, CLEAR_CACHE_PATH, token, body, CLEAR_TIMEOUT)
         print(answer.decode("utf-8", "replace"))
         return 0
     if len(body) == 1:
         body["all"] = True
     body.update(soft=args.soft, dry_run=args.dry_run)
-    answer = _post(settings.url, PURGE_PATH, settings.token, body, PURGE_TIMEOUT)
+    answer = _post(url, PURGE_PATH, token, body, PURGE_TIMEOUT)
     try:
         receipt = json.loads(answer)
         assert isinstance(receipt, dict)

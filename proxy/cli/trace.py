@@ -18,21 +18,21 @@ import urllib.request
 from collections.abc import Mapping
 
 from proxy import __version__
-from proxy.cli.purge import Failed, NoRedirects, add_api_options, api_url_of, problem_detail
-from proxy.config.model import client_settings
+from proxy.cli.purge import Failed, NoRedirects, add_api_options, api_settings, problem_detail
 from proxy.core.routes import TRACE_PATH
 
 TIMEOUT = 30.0  # seconds: a fetch waits for the origin
 MAX_ANSWER = 1024**2
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    trace = commands.add_parser(
-        "trace",
-        help="explain how the edge would answer a URL (rules, key, store, origin)",
-        description="Nothing changes: no fill, no traffic counted; the origin is asked only "
-        "with --fetch (once, and its answer is not stored).",
-    )
+HELP = "explain how the edge would answer a URL (rules, key, store, origin)"
+DESCRIPTION = (
+    "Nothing changes: no fill, no traffic counted; the origin is asked only with --fetch "
+    "(once, and its answer is not stored)."
+)
+
+
+def add_arguments(trace: argparse.ArgumentParser) -> None:
     trace.add_argument("url", help="the URL as a client asks it: http(s)://domain/path?query")
     trace.add_argument(
         "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", dest="headers"
@@ -50,14 +50,9 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not name.strip():
             raise Failed(f"-H {line!r}: give 'Name: value'", code=2)
         headers[name.strip()] = value.strip()
-    api = args.api if args.config is None else api_url_of(args.config)
-    settings = client_settings(api, args.token)
-    if not settings.url or not settings.url.startswith(("http://", "https://")):
-        raise Failed("no http(s) API URL: pass --api or set CDN_PROXY_URL", code=2)
-    if not settings.token:
-        raise Failed("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
+    url, token = api_settings(args)
     body = {"url": args.url, "headers": headers, "fetch": args.fetch}
-    answer = _post(settings.url.rstrip("/") + TRACE_PATH, settings.token, body)
+    answer = _post(url.rstrip("/") + TRACE_PATH, token, body)
     print(json.dumps(answer, indent=2) if args.json else describe(answer))
     return 0
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from proxy.core.domains import InvalidDomain, normalise_domain
@@ -21,6 +23,7 @@ from proxy.core.http.upgrade import check_allowlist
 from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
 from proxy.errors import ConfigError
 
+_V = TypeVar("_V")
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
 _UNITS = {
     None: 1,
@@ -167,32 +170,23 @@ def fleet_url(key: str, value: object) -> str:
     return value
 
 
-def encodings(key: str, value: object) -> tuple[str, ...]:
-    try:
-        return check_encodings(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
+def _reasoned(check: Callable[[object], _V]) -> Callable[[str, object], _V]:
+    """A key's check from a core check that raises ValueError with the reason (core cannot
+    know the key's name): the same reason, as a ConfigError naming the key."""
+
+    def checked(key: str, value: object) -> _V:
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+
+    return checked
 
 
-def compress(key: str, value: object) -> tuple[str, ...]:
-    try:
-        return check_compress(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
-
-
-def compress_types(key: str, value: object) -> tuple[str, ...]:
-    try:
-        return check_compress_types(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
-
-
-def upgrade_protocols(key: str, value: object) -> tuple[str, ...]:
-    try:
-        return check_allowlist(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
+encodings = _reasoned(check_encodings)
+compress = _reasoned(check_compress)
+compress_types = _reasoned(check_compress_types)
+upgrade_protocols = _reasoned(check_allowlist)
 
 
 def tag_headers(key: str, value: object) -> tuple[str, ...]:

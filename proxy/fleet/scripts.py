@@ -22,7 +22,7 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import valkey.asyncio
 import valkey.exceptions
@@ -95,6 +95,24 @@ def _view(reply: Sequence[Any]) -> FleetView:
     )
 
 
+class _Numbered(TypedDict):
+    """ARGV's first items in a clear and in a purge, which take the next number and log and
+    publish it alike (purge.lua: "a purge is a clear in everything but what it does to a
+    member's store")."""
+
+    domain: str
+    fresh_epoch: str
+    by: str
+    log_cap: int
+    channel: str
+
+
+def _numbered(domain: str, by: str) -> _Numbered:
+    return _Numbered(
+        domain=domain, fresh_epoch=_fresh_epoch(), by=by, log_cap=LOG_CAP, channel=CLEARS
+    )
+
+
 def connect(url: str, *, timeout: float) -> valkey.asyncio.Valkey:
     """A client for ``redis://``, ``rediss://`` or ``unix://`` URLs. The socket timeouts bound
     each read and connect; the scripts' own timeout bounds the whole call."""
@@ -118,14 +136,7 @@ class FleetScripts:
 
     async def clear(self, domain: str, *, by: str, figures: bool = False) -> ClearRecord:
         """``figures``: the members' acks of this clear carry their figures (a purge of all)."""
-        args = lua.CLEAR.args(
-            domain=domain,
-            fresh_epoch=_fresh_epoch(),
-            by=by,
-            log_cap=LOG_CAP,
-            channel=CLEARS,
-            figures="1" if figures else "0",
-        )
+        args = lua.CLEAR.args(**_numbered(domain, by), figures="1" if figures else "0")
         reply = await self._call(lua.CLEAR, args, replicated=True, figures=figures)
         view = _view(reply[1:])
         return ClearRecord(number=_int(reply[0]), epoch=view.epoch, view=view)
@@ -135,11 +146,7 @@ class FleetScripts:
         record and published as a clear is, without moving the domain's generation."""
         kind, soft, items = pack_record(purge)
         args = lua.PURGE.args(
-            domain=domain,
-            fresh_epoch=_fresh_epoch(),
-            by=by,
-            log_cap=LOG_CAP,
-            channel=CLEARS,
+            **_numbered(domain, by),
             kind=kind,
             soft=soft,
             items=items,

@@ -22,6 +22,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from proxy.config.model import Config, FleetConfig
+from proxy.config.settings import settings_of
 from proxy.core.lease import Applied
 from proxy.edge.access_log import EdgeAccess
 from proxy.errors import FleetUnavailable, WireError
@@ -45,15 +46,9 @@ log = logging.getLogger("proxy.worker")
 
 
 def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
-    return FleetSettings(
-        url=url,
-        lease=fleet.lease,
-        renew=fleet.renew,
-        clear_timeout=fleet.clear_timeout,
-        poll_interval=fleet.poll_interval,
-        timeout=fleet.timeout,
-        replicas=fleet.replicas,
-    )
+    """``[fleet]``'s keys, with the URL the node resolved; ``margin`` and ``hints`` are for
+    tests and benchmarks, not the config."""
+    return settings_of(FleetSettings, fleet, url=url, keep=("margin", "hints"))
 
 
 def run(

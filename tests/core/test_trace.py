@@ -4,9 +4,11 @@ MemoryStore holds, read changing nothing (``MemoryStore.inspect``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.keys import cache_target
 from proxy.core.cache.rules import Rule, RuleSet
 from proxy.core.cache.trace import Held, Server, lifetime_source, trace
 from proxy.core.purge.purges import purge_request
@@ -38,14 +40,21 @@ RULES = rule_set(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A request as the API's TraceRequest carries it (core.cache.trace.Asked)."""
+
+    method: str
+    target: str
+    headers: tuple[tuple[str, str], ...] = ()
+    https: bool = False
+
+
 def traced(target: str, held: Held | None, headers: tuple[tuple[str, str], ...] = ()) -> Any:
     return trace(
         domain=DOMAIN,
         rules=RULES,
-        method="GET",
-        target=target,
-        headers=headers,
-        https=False,
+        asked=Asked("GET", target, headers),
         held=held,
         now=NOW,
         servers=(
@@ -80,16 +89,7 @@ def test_bypasses_cookie_and_cache_false_and_method() -> None:
     assert cookie["outcome"] == "bypass" and "bypass cookie" in cookie["why"]
     assert traced("/p", held, (("Cookie", "a=1"),))["outcome"] == "hit"
     assert traced("/account/x", held)["outcome"] == "bypass"
-    post = trace(
-        domain=DOMAIN,
-        rules=None,
-        method="POST",
-        target="/p",
-        headers=(),
-        https=False,
-        held=held,
-        now=NOW,
-    )
+    post = trace(domain=DOMAIN, rules=None, asked=Asked("POST", "/p"), held=held, now=NOW)
     assert post["outcome"] == "bypass" and "method" in str(post["why"])
 
 
@@ -121,3 +121,11 @@ async def test_inspect_changes_nothing_and_reports_the_purges() -> None:
     assert traced("/a", gone)["store"]["purges"] == [
         {"kind": "url", "items": ["/a"], "soft": False}
     ]
+
+
+def test_the_scheme_of_the_request_asked_is_in_its_key_target() -> None:
+    """A request over TLS has its own key (keys.cache_target): the trace says which."""
+    plain = trace(domain=DOMAIN, rules=None, asked=Asked("GET", "/k"), held=None, now=NOW)
+    tls = trace(domain=DOMAIN, rules=None, asked=Asked("GET", "/k", https=True), held=None, now=NOW)
+    assert plain["key_target"] == cache_target("/k", False) == "/k"
+    assert tls["key_target"] == cache_target("/k", True) != "/k"

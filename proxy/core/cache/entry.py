@@ -204,18 +204,9 @@ class StoredResponse:
         hit_lines: Lines = (),
         tags: tuple[str, ...] = (),
     ) -> None:
-        set_ = object.__setattr__
-        set_(self, "status", status)
-        set_(self, "reason", reason)
-        set_(self, "body", body)
-        set_(self, "birth", birth)
-        set_(self, "freshness_lifetime", _shared_seconds(freshness_lifetime))
-        set_(self, "key_size", key_size)
-        set_(self, "mark", 0)
         # The lines are kept only while they say exactly what the entry says: ``replace`` with
         # new fields or status drops them, so the fast path can never send stale ones.
         held = bool(hit_lines) and hit_lines[:-1] == write_lines(status, reason, headers)
-        set_(self, "hit_lines", hit_lines if held else ())
         rare = (
             revalidate_always,
             stale_if_error,
@@ -225,7 +216,16 @@ class StoredResponse:
             tags,
             None if held else headers,
         )
-        set_(self, "_rare", None if rare == _RARE_DEFAULTS else rare)
+        self._set_slots(
+            status,
+            reason,
+            body,
+            birth,
+            freshness_lifetime,
+            key_size,
+            hit_lines if held else (),
+            None if rare == _RARE_DEFAULTS else rare,
+        )
 
     @classmethod
     def from_parts(
@@ -243,17 +243,32 @@ class StoredResponse:
         of ``__init__``: the shared tier's decode of a record it wrote and checked (its CRC),
         so a hit from disk keeps its ``hit_lines`` at the cost of a few slot writes."""
         entry = cls.__new__(cls)
-        set_ = object.__setattr__
-        set_(entry, "status", status)
-        set_(entry, "reason", reason)
-        set_(entry, "body", body)
-        set_(entry, "birth", birth)
-        set_(entry, "freshness_lifetime", _shared_seconds(freshness_lifetime))
-        set_(entry, "key_size", key_size)
-        set_(entry, "mark", 0)
-        set_(entry, "hit_lines", hit_lines)
-        set_(entry, "_rare", rare)
+        entry._set_slots(status, reason, body, birth, freshness_lifetime, key_size, hit_lines, rare)
         return entry
+
+    def _set_slots(
+        self,
+        status: int,
+        reason: str,
+        body: bytes,
+        birth: float,
+        freshness_lifetime: float,
+        key_size: int,
+        hit_lines: Lines,
+        rare: tuple[Any, ...] | None,
+    ) -> None:
+        """Every slot, once (the entry is frozen): ``__init__`` after its checks, and
+        ``from_parts`` with what another entry kept; ``mark`` starts at 0 (not yet stored)."""
+        set_ = object.__setattr__
+        set_(self, "status", status)
+        set_(self, "reason", reason)
+        set_(self, "body", body)
+        set_(self, "birth", birth)
+        set_(self, "freshness_lifetime", _shared_seconds(freshness_lifetime))
+        set_(self, "key_size", key_size)
+        set_(self, "mark", 0)
+        set_(self, "hit_lines", hit_lines)
+        set_(self, "_rare", rare)
 
     def parts(self) -> tuple[Any, ...]:
         """What ``from_parts`` rebuilds it from, but for the body: status, reason, birth,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.cache.keys import cache_target
@@ -50,6 +51,23 @@ class TraceHeaders:
         lowered = key.lower()
         found = [value for name, value in self._pairs if name == lowered]
         return found if found else default
+
+
+class Asked(Protocol):
+    """The request traced, as the client sends it: ``target`` in origin-form, ``https``
+    whether it came over TLS (the API's TraceRequest has this shape)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, str]]: ...
+
+    @property
+    def https(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,19 +181,17 @@ def trace(
     *,
     domain: str,
     rules: RuleSet | None,
-    method: str,
-    target: str,
-    headers: Sequence[tuple[str, str]],
-    https: bool,
+    asked: Asked,
     held: Held | None,
     now: float,
     servers: Sequence[Server] = (),
     balance: str = "round_robin",
     fetched: Storable | DontStore | None = None,
 ) -> dict[str, object]:
-    """The trace of one request (see the module's docstring); ``target`` as the client
-    sends it (origin-form). ``held``: what the store holds under the normalised key."""
-    request = TraceHeaders(headers)
+    """The trace of the request ``asked`` (see the module's docstring). ``held``: what the
+    store holds under the normalised key."""
+    method, target = asked.method, asked.target
+    request = TraceHeaders(asked.headers)
     path = target.partition("?")[0]
     applied = None if rules is None else rules.match(path)
     key = target if applied is None else normalised_target(target, applied.query)
@@ -186,7 +202,7 @@ def trace(
         "rules": rule_rows(rules, path),
         "applied": [] if applied is None else list(applied.names),
         "key": key,
-        "key_target": cache_target(key, https),
+        "key_target": cache_target(key, asked.https),
     }
     bypass = bypass_reason(applied, request, method)
     if bypass is not None:

@@ -24,6 +24,7 @@ The compressing itself is I/O shell work (edge/compress.py), in a thread.
 
 from __future__ import annotations
 
+from proxy.core.http.encodings import check_codings
 from proxy.core.http.fields import Headers
 from proxy.core.http.httpdate import field_names
 
@@ -145,16 +146,7 @@ def weak(etag: str) -> str:
 def check_compress(value: object) -> tuple[str, ...]:
     """A domain's ``compress`` list, checked: codings the edge can produce, each once; empty
     (the default) compresses nothing. Raises ValueError with the reason."""
-    if not isinstance(value, list):
-        raise ValueError(f"must be a list of codings from {', '.join(COMPRESSIBLE)}")
-    codings: list[str] = []
-    for item in value:
-        if not isinstance(item, str) or item not in COMPRESSIBLE:
-            raise ValueError(f"{item!r} is not one of {', '.join(COMPRESSIBLE)}")
-        if item in codings:
-            raise ValueError(f"{item!r} is listed twice")
-        codings.append(item)
-    return tuple(codings)
+    return check_codings(value, COMPRESSIBLE)
 
 
 def check_compress_types(value: object) -> tuple[str, ...]:

@@ -99,18 +99,27 @@ def _is_qvalue(raw: str) -> bool:
     return whole == "0" or (whole == "1" and not fraction.strip("0"))
 
 
+def check_codings(value: object, known: Sequence[str]) -> tuple[str, ...]:
+    """A configured list of content codings: each one of ``known``, each once, in the
+    order given. Raises ValueError with the reason."""
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list of codings from {', '.join(known)}")
+    codings: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or item not in known:
+            raise ValueError(f"{item!r} is not one of {', '.join(known)}")
+        if item in codings:
+            raise ValueError(f"{item!r} is listed twice")
+        codings.append(item)
+    return tuple(codings)
+
+
 def check_encodings(value: object) -> tuple[str, ...]:
     """A domain's ``encodings`` list, checked: known codings, each once, identity only last.
     Raises ValueError with the reason."""
     if not isinstance(value, list) or not value:
         raise ValueError(f"must be a non-empty list of codings from {', '.join(CODINGS)}")
-    codings: list[str] = []
-    for item in value:
-        if not isinstance(item, str) or item not in CODINGS:
-            raise ValueError(f"{item!r} is not one of {', '.join(CODINGS)}")
-        if item in codings:
-            raise ValueError(f"{item!r} is listed twice")
-        codings.append(item)
+    codings = check_codings(value, CODINGS)
     if IDENTITY in codings[:-1]:
         raise ValueError("identity must come last: no coding after it would ever be chosen")
-    return tuple(codings)
+    return codings

@@ -22,6 +22,7 @@ from h2.connection import H2Connection as H2State
 from h2.settings import SettingCodes, Settings
 
 from proxy.config.model import EdgeConfig
+from proxy.config.settings import settings_of
 
 STREAM_WINDOW = 65_535  # RFC 9113's initial window: what a stream's body may send unread
 CONNECTION_WINDOW = 1024 * 1024  # all streams' bodies together, reopened as they are read
@@ -43,13 +44,11 @@ class H2Limits:
 
     @classmethod
     def of(cls, edge: EdgeConfig) -> H2Limits:
-        return cls(
-            max_concurrent_streams=edge.http2_max_concurrent_streams,
-            max_header_list_bytes=edge.http2_max_header_list_bytes,
-            max_requests=edge.http2_max_requests,
-            reset_budget=edge.http2_reset_budget,
-            control_frames_per_second=edge.http2_control_frames_per_second,
-            control_frame_burst=edge.http2_control_frame_burst,
+        """The ``edge.http2_*`` keys, and the edge's timeouts under their HTTP/2 names."""
+        return settings_of(
+            cls,
+            edge,
+            prefix="http2_",
             send_timeout=edge.send_timeout,
             idle_timeout=edge.keepalive_timeout,
             preface_timeout=edge.header_timeout,
