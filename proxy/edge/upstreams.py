@@ -152,12 +152,7 @@ class Upstreams:
         tried: list[str] = []
         last: OriginError | None = None
         while True:
-            server = pool.choose(target, self.clock(), tried)
-            if server is None and last is not None:
-                raise last  # no other server to retry on
-            if server is None:
-                now = self.clock()
-                raise OriginsDown(f"{domain.name}: no origin server is up", pool.retry_in(now))
+            server = self._next(domain, pool, target, tried, last)
             stack = AsyncExitStack()
             server.requests += 1
             server.active += 1
@@ -196,12 +191,7 @@ class Upstreams:
         tried: list[str] = []
         last: OriginError | None = None
         while True:
-            server = pool.choose(target, self.clock(), tried)
-            if server is None and last is not None:
-                raise last  # no other server to try
-            if server is None:
-                now = self.clock()
-                raise OriginsDown(f"{domain.name}: no origin server is up", pool.retry_in(now))
+            server = self._next(domain, pool, target, tried, last)
             server.requests += 1
             try:
                 link = await opener(server.url)
@@ -215,6 +205,23 @@ class Upstreams:
                 continue
             pool.succeeded(server, self.clock(), probe=False)
             return link
+
+    def _next(
+        self,
+        domain: DomainConfig,
+        pool: OriginPool,
+        target: str,
+        tried: list[str],
+        last: OriginError | None,
+    ) -> ServerState:
+        """The server to ask next, other than those ``tried``; raises ``last`` when there is no
+        other to retry on, or OriginsDown when none is up at all."""
+        server = pool.choose(target, self.clock(), tried)
+        if server is not None:
+            return server
+        if last is not None:
+            raise last
+        raise OriginsDown(f"{domain.name}: no origin server is up", pool.retry_in(self.clock()))
 
     def _send(
         self,
