@@ -86,7 +86,13 @@ async def readyz_and_metrics(node: Node) -> tuple[dict[str, Any], dict[str, floa
 
 
 def tier_log_lines(log: Path) -> list[str]:
-    return [line for line in log.read_text().splitlines() if "shared tier " in line]
+    """The tier's log lines; nothing else of the node's is a warning or worse (no traceback,
+    no line per request)."""
+    lines = log.read_text().splitlines()
+    loud = [line for line in lines if " WARNING " in line or " ERROR " in line]
+    assert all(" proxy.store.shared" in line and "shared tier " in line for line in loud), loud
+    assert not [line for line in lines if line.startswith("Traceback")], lines
+    return [line for line in lines if "shared tier " in line]
 
 
 @pytest.fixture
@@ -156,6 +162,33 @@ async def test_a_full_disk_costs_no_5xx_and_is_reported_once_per_interval(
     lines = tier_log_lines(log)
     assert 1 <= len(lines) <= 1 + elapsed // LOG_INTERVAL, lines  # not one per fault
     assert "No space left on device" in lines[0]
+    await stop(node)
+
+
+async def test_a_full_disk_costs_no_5xx_with_two_workers(
+    tmp_path: Path, origin: Origin, nodes: list[Node], small_disk: Path
+) -> None:
+    """Each worker fills the one tier: every answer right, each worker's log line once per
+    interval. (What the node's /readyz and /metrics say of its workers' faults is the
+    workers' report to the node, not tested here.)"""
+    sizes = {f"/big/{n}": 400_000 for n in range(10)} | {"/small": 2_000}
+    serve(origin, sizes)
+    config = write_config(
+        tmp_path,
+        origin.url,
+        workers=2,
+        cache=f'disk_path = "{small_disk / "cache"}"\ndisk_max_bytes = "64MiB"',
+    )
+    log = tmp_path / "node.log"
+    node = await start(nodes, config, log)
+    began = time.monotonic()
+    for _ in range(3):
+        for target, size in sizes.items():
+            await get_right(node, target, size)
+    elapsed = time.monotonic() - began
+    lines = tier_log_lines(log)
+    assert all("No space left on device" in line for line in lines), lines
+    assert 1 <= len(lines) <= 2 * (1 + elapsed // LOG_INTERVAL), lines
     await stop(node)
 
 
