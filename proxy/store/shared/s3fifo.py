@@ -133,10 +133,11 @@ class _Queues:
         place = self.txn.get(key, db=policy.db_place)
         if place is not None:
             return self._refill(key, _PLACE.unpack(place), sequence, cost)
-        remembered = self._forget(digest(key))
+        key_digest = digest(key)
+        remembered = self._forget(key_digest)
         if cost > policy.capacity or (not remembered and cost >= policy.small_capacity):
             if not remembered:  # large: kept at its next fill, if the ghost still has it
-                self._remember(digest(key), cost)
+                self._remember(key_digest, cost)
             return Admission(False, [])
         victims: list[tuple[bytes, int]] = []
         while self.small_used + self.main_used + cost > policy.capacity:
@@ -233,20 +234,15 @@ class _Queues:
         return bytes(value[_ITEM.size :]), sequence, cost
 
     def _evict_one(self, victims: list[tuple[bytes, int]]) -> bool:
-        """Evict one key (False when both queues are empty)."""
-        small_empty = not self.txn.cursor(self.policy.db_small).first()
-        if small_empty and not self.txn.cursor(self.policy.db_main).first():
-            return False
+        """Evict one key: False when there was none to evict (both queues empty)."""
         self.warm = True
-        if self.main_used > self.policy.main_capacity or small_empty:
-            self._evict_main(victims)
-        else:
-            self._evict_small(victims)
-        return True
+        if self.main_used > self.policy.main_capacity or self.small_used == 0:
+            return self._evict_main(victims) or self._evict_small(victims)
+        return self._evict_small(victims) or self._evict_main(victims)
 
-    def _evict_small(self, victims: list[tuple[bytes, int]]) -> None:
+    def _evict_small(self, victims: list[tuple[bytes, int]]) -> bool:
         """Move the small queue's oldest keys hit enough to the main queue (their counters
-        back at 0), until one is evicted (into the ghost) or the small queue is empty."""
+        back at 0), until one is evicted (into the ghost): False when none was."""
         while (oldest := self._pop(SMALL)) is not None:
             key, sequence, cost = oldest
             if self.counters.get(sequence) >= MOVE_TO_MAIN:
@@ -257,11 +253,12 @@ class _Queues:
             self._release(sequence)
             victims.append((key, sequence))
             self._remember(digest(key), cost)
-            return
+            return True
+        return False
 
-    def _evict_main(self, victims: list[tuple[bytes, int]]) -> None:
+    def _evict_main(self, victims: list[tuple[bytes, int]]) -> bool:
         """Give the main queue's oldest keys that were hit another round, each with one hit
-        less, until one that was not is evicted."""
+        less, until one that was not is evicted: False when the queue was empty."""
         moves = 0
         while (oldest := self._pop(MAIN)) is not None:
             key, sequence, cost = oldest
@@ -274,7 +271,8 @@ class _Queues:
             self.txn.delete(key, db=self.policy.db_place)
             self._release(sequence)
             victims.append((key, sequence))
-            return
+            return True
+        return False
 
     # -- the ghost -------------------------------------------------------------------------------
 
