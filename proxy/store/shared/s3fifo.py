@@ -79,6 +79,7 @@ class S3FifoEvictor:
         self.db_place = env.open_db(b"s3.place")
         self.db_state = env.open_db(b"s3.state")
         self.db_slots = env.open_db(b"s3.slots")
+        self.health = health
         self.counters = HitCounters(directory, capacity, health)
 
     def next_sequence(self, txn: lmdb.Transaction, last: int) -> int:
@@ -96,15 +97,33 @@ class S3FifoEvictor:
             self.counters.hit(sequence)
 
     def admit(self, txn: lmdb.Transaction, key: bytes, sequence: int, cost: int) -> Admission:
-        queues = _Queues(self, txn)
-        admission = queues.admit(key, sequence, cost)
-        queues.save()
+        try:
+            queues = _Queues(self, txn)
+            admission = queues.admit(key, sequence, cost)
+            queues.save()
+        except (struct.error, ValueError) as error:
+            self._reset(txn, error)
+            return Admission(True, [])
         return admission
 
     def removed(self, txn: lmdb.Transaction, key: bytes) -> None:
-        queues = _Queues(self, txn)
-        if queues.unlink(key):
-            queues.save()
+        try:
+            queues = _Queues(self, txn)
+            if queues.unlink(key):
+                queues.save()
+        except (struct.error, ValueError) as error:
+            self._reset(txn, error)
+
+    def _reset(self, txn: lmdb.Transaction, error: BaseException) -> None:
+        """A value of the queues that does not parse (the queues carry no checksum, unlike
+        the entries): empty them, in this commit. Entries stored until then are no longer
+        in any queue, so the commit's last step evicts them oldest first; new ones are
+        queued again. Never an exception into the fill, never a wrong answer."""
+        self.health.corrupted(f"eviction state, emptied: {error}")
+        for db in (self.db_small, self.db_main, self.db_ghost, self.db_ghost_keys):
+            txn.drop(db, delete=False)
+        for db in (self.db_place, self.db_slots, self.db_state):
+            txn.drop(db, delete=False)
 
     def close(self) -> None:
         if self.counters is not None:
@@ -120,7 +139,7 @@ class _Queues:
         assert policy.counters is not None
         self.counters = policy.counters
         raw = txn.get(b"state", db=policy.db_state)
-        state = _STATE.unpack(raw) if raw is not None else (0, 0, 0, 0, 0)
+        state = _STATE.unpack(raw) if raw is not None else (0, 0, 0, 0, 0)  # struct.error
         self.small_used, self.main_used, self.ghost_used, self.position, warm = state
         self.warm = bool(warm)
 

@@ -238,3 +238,32 @@ def test_without_a_counters_file_eviction_still_works(tmp_path: Path) -> None:
         assert tier.stats().bytes <= 100_000
     finally:
         tier.close()
+
+
+@pytest.mark.parametrize("database", [b"s3.state", b"s3.small", b"s3.place"])
+def test_a_damaged_eviction_state_is_emptied_and_the_bound_still_holds(
+    tmp_path: Path, database: bytes
+) -> None:
+    """The queues carry no checksum (the entries do): a value that does not parse empties
+    them in the commit that finds it, counted as corrupt, and the entries stored until
+    then are evicted oldest first."""
+    tier = SharedTier.open_node(tmp_path, max_bytes=100_000)
+    try:
+        for n in range(150):  # full, and evicting
+            store(tier, f"/{n}", 1_000, tier.lookup(DOMAIN, f"/{n}").token)
+        env: lmdb.Environment = tier._env
+        with env.begin(write=True, db=env.open_db(database)) as txn:
+            for key in list(txn.cursor().iternext(values=False)):
+                txn.put(key, b"short")
+        store(tier, "/after", 1_000, tier.lookup(DOMAIN, "/after").token)
+        store(tier, "/149", 1_000, tier.lookup(DOMAIN, "/149").token)  # a refill: its place
+        assert tier.status().corrupt == 1
+        assert (tier.status().degraded or "").startswith("corrupt entry: eviction state")
+        for n in range(300):
+            target = f"/later/{n}"
+            assert store(tier, target, 1_000, tier.lookup(DOMAIN, target).token)[0]
+            assert tier.stats().bytes <= 100_000
+        assert not tier.lookup(DOMAIN, "/149").variants  # evicted, oldest first
+        assert tier.status().corrupt == 1
+    finally:
+        tier.close()
