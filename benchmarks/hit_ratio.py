@@ -30,7 +30,7 @@ with libCacheSim's S3-FIFO: the tier also counts each entry's record and key aga
 capacity, and keeps an object too large for the small queue from its second fill (libCacheSim
 never keeps it), so it is not the pure policy's figure to the fourth decimal (that equality
 is tests/store/shared/test_s3fifo.py's, at the tier's own costs). It writes every missed
-byte: about a minute per trace and size.
+byte: about two minutes per trace and size (12 minutes in all, on a loaded machine).
 
 Pure Python replays about a million requests per second per policy, so the default run
 (3 traces of 400,000 requests, 2 sizes, 3 policies, both sides) takes about a minute;
