@@ -43,6 +43,7 @@ def test_ours_agree_with_libcachesim_within_two_percent(alpha: float) -> None:
     assert by_policy[(0.1, "lru")].objects < by_policy[(0.01, "lru")].objects
 
 
+@pytest.mark.slow  # about 4 s: 20,000 requests through a real directory
 def test_the_shared_tier_misses_within_two_percent_of_libcachesim(tmp_path: Path) -> None:
     """``--shared``: the shared tier itself (S3-FIFO over LMDB and files), replayed on a
     real directory, beside our S3-FIFO and against libCacheSim's."""
