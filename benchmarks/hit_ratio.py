@@ -3,6 +3,7 @@ libCacheSim (issue 23 §5, decision 0029).
 
 Run: .venv/bin/python -m benchmarks.hit_ratio [--requests 400000] [--objects 40000] [--seed 23]
      [--alphas 0.7,0.9,1.1] [--sizes 0.01,0.1] [--policies lru,sieve,s3fifo]
+     [--shared [--shared-dir /dev/shm]]
 
 Each trace (seeded, so every run sees the same requests):
 - ``--objects`` objects requested with Zipf(alpha) popularity (the ranks shuffled over the ids);
@@ -20,6 +21,16 @@ request is a hit when the key is held, else a miss that admits it. The table giv
 miss ratios and the difference, relative to the reference. libCacheSim's ARC (and W-TinyLFU
 on request), which have no implementation here, follow in a table of their own for
 comparison (``--reference-only``).
+
+``--shared`` adds the shared tier itself (proxy.store.shared: S3-FIFO over LMDB and body
+files, decision 0030) at the same capacities: each request a ``SharedTier.lookup``, each miss
+a ``Fill`` of the object's size (zero bytes), in a temporary directory under
+``--shared-dir`` (a tmpfs such as /dev/shm keeps the disk out of it). Its row compares it
+with libCacheSim's S3-FIFO: the tier also counts each entry's record and key against its
+capacity, and keeps an object too large for the small queue from its second fill (libCacheSim
+never keeps it), so it is not the pure policy's figure to the fourth decimal (that equality
+is tests/store/shared/test_s3fifo.py's, at the tier's own costs). It writes every missed
+byte: about two minutes per trace and size (12 minutes in all, on a loaded machine).
 
 Pure Python replays about a million requests per second per policy, so the default run
 (3 traces of 400,000 requests, 2 sizes, 3 policies, both sides) takes about a minute;
@@ -44,7 +55,10 @@ import libcachesim
 import numpy as np
 
 from benchmarks.instructions import callgrind_argv, totals
+from proxy.core.cache.entry import StoredResponse
 from proxy.store.eviction import POLICIES, EvictionPolicy
+from proxy.store.shared import Fill, SharedTier
+from proxy.store.shared.bodies import CHUNK
 
 ONE_HIT = 0.2  # share of the requests that go to one-hit wonders
 SCAN = 0.05  # share of the requests in the scan
@@ -70,6 +84,17 @@ REFERENCE_ONLY: dict[str, Callable[[int], libcachesim.CacheBase]] = {
     "arc": lambda capacity: libcachesim.ARC(capacity, hashpower=HASHPOWER),
     "w-tinylfu": lambda capacity: libcachesim.WTinyLFU(capacity, hashpower=HASHPOWER),
 }
+
+
+SHARED_ROW = "shared tier (s3fifo)"
+SHARED_RESPONSE = StoredResponse(  # what every object of the shared tier's replay stores
+    status=200,
+    reason="OK",
+    headers=(("Content-Type", "application/octet-stream"), ("ETag", '"v1"')),
+    body=b"",
+    birth=1_000_000.0,
+    freshness_lifetime=3600.0,
+)
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,31 @@ def replay(policy: EvictionPolicy[Hashable], trace: Trace) -> Ratios:
     return Ratios(misses / len(trace.ids), missed_bytes / trace.requested_bytes)
 
 
+def replay_shared(trace: Trace, capacity: int, parent: str | None) -> Ratios:
+    """Miss ratios of the shared tier over the trace, at ``capacity`` bytes: a lookup per
+    request, a fill of the object's size on a miss."""
+    misses = missed_bytes = 0
+    chunk = bytes(CHUNK)
+    with tempfile.TemporaryDirectory(dir=parent, prefix="hit-ratio-") as directory:
+        tier = SharedTier.open_node(directory, max_bytes=capacity)
+        try:
+            for key, size in zip(trace.ids, trace.sizes, strict=True):
+                target = f"/{key}"
+                found = tier.lookup("example.com", target)
+                if found.variants:
+                    continue
+                misses += 1
+                missed_bytes += size
+                fill = Fill(tier, "example.com", target, SHARED_RESPONSE, found.token)
+                left = size
+                while left > 0 and fill.append(chunk[: min(left, CHUNK)]):
+                    left -= CHUNK
+                fill.commit()
+        finally:
+            tier.close()
+    return Ratios(misses / len(trace.ids), missed_bytes / trace.requested_bytes)
+
+
 def replay_reference(cache: libcachesim.CacheBase, trace: Trace) -> Ratios:
     """Miss ratios of a libCacheSim cache over the same trace (its get: a hit, or a miss
     that inserts)."""
@@ -169,7 +219,13 @@ def _relative(ours: float, reference: float) -> float:
     return abs(ours - reference) / reference if reference else abs(ours)
 
 
-def compare(trace: Trace, fractions: Sequence[float], policies: Sequence[str]) -> list[Row]:
+def compare(
+    trace: Trace,
+    fractions: Sequence[float],
+    policies: Sequence[str],
+    shared_dir: str | None = None,
+    shared: bool = False,
+) -> list[Row]:
     rows = []
     for fraction in fractions:
         capacity = int(trace.working_set * fraction)
@@ -177,6 +233,10 @@ def compare(trace: Trace, fractions: Sequence[float], policies: Sequence[str]) -
             ours = replay(POLICIES[name](capacity), trace)
             reference = replay_reference(REFERENCES[name](capacity), trace)
             rows.append(Row(trace.name, fraction, capacity, name, ours, reference))
+        if shared:
+            tier = replay_shared(trace, capacity, shared_dir)
+            reference = replay_reference(REFERENCES["s3fifo"](capacity), trace)
+            rows.append(Row(trace.name, fraction, capacity, SHARED_ROW, tier, reference))
     return rows
 
 
@@ -333,6 +393,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="libCacheSim's algorithms to run for comparison alone ('' for none)",
     )
     parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="also replay each trace through the shared tier (S3-FIFO on LMDB and files)",
+    )
+    parser.add_argument(
+        "--shared-dir",
+        default=None,
+        help="where the shared tier's temporary directories go (default: the system's temp)",
+    )
+    parser.add_argument(
         "--hit-cost",
         action="store_true",
         help="what a hit costs instead: ns (timeit) and instructions (callgrind)",
@@ -366,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"working set {trace.working_set / 2**20:,.0f} MiB",
             flush=True,
         )
-        rows += compare(trace, args.sizes, policies)
+        rows += compare(trace, args.sizes, policies, args.shared_dir, args.shared)
         extra += compare_reference_only(trace, args.sizes, others)
     print()
     print(table(rows))

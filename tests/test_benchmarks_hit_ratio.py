@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.hit_ratio import HIT_KEYS, ONE_HIT, SCAN, compare, hit_cases, table, zipf_trace
+from benchmarks.hit_ratio import (
+    HIT_KEYS,
+    ONE_HIT,
+    SCAN,
+    SHARED_ROW,
+    compare,
+    hit_cases,
+    table,
+    zipf_trace,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +41,20 @@ def test_ours_agree_with_libcachesim_within_two_percent(alpha: float) -> None:
         assert by_policy[(fraction, "s3fifo")].bytes < lru.bytes
     # a bigger cache misses less
     assert by_policy[(0.1, "lru")].objects < by_policy[(0.01, "lru")].objects
+
+
+@pytest.mark.slow  # about 4 s: 20,000 requests through a real directory
+def test_the_shared_tier_misses_within_two_percent_of_libcachesim(tmp_path: Path) -> None:
+    """``--shared``: the shared tier itself (S3-FIFO over LMDB and files), replayed on a
+    real directory, beside our S3-FIFO and against libCacheSim's."""
+    trace = zipf_trace(alpha=0.9, requests=20_000, objects=2_000, seed=5)
+    rows = compare(trace, [0.1], ["s3fifo"], str(tmp_path), shared=True)
+    assert [r.policy for r in rows] == ["s3fifo", SHARED_ROW]
+    policy, tier = rows
+    assert tier.reference == policy.reference  # libCacheSim's S3-FIFO, the same capacity
+    assert 0 < tier.ours.objects < 1 and 0 < tier.ours.bytes < 1
+    assert tier.object_gap <= 0.02 and tier.byte_gap <= 0.02, tier
+    assert list(tmp_path.iterdir()) == []  # its directory is gone
 
 
 def test_the_trace_has_its_one_hit_wonders_and_its_scan() -> None:

@@ -17,7 +17,8 @@ This follows libCacheSim's S3FIFO (the reference the benchmark checks it against
 defaults: small queue 10% of the capacity, ghost 90%, moved to main at 2 hits. As there, a
 key as large as the small queue or larger is not admitted unless the ghost remembers it;
 until the first eviction, new keys that find the small queue full go to the main one; and
-eviction runs before the new key is linked. Replayed step by step against it on random
+eviction runs before the new key is linked (``remember_large`` changes the first rule: the
+shared tier's, proxy/store/shared/s3fifo.py). Replayed step by step against it on random
 traces, every request is a hit or a miss in both (tests/store/test_eviction.py).
 
 Nothing is kept in an object per key: the queues are OrderedDicts of key -> size and the
@@ -53,6 +54,7 @@ class S3FIFO(Bounded, Generic[K]):
         "_main_capacity",
         "_main_used",
         "_move_to_main",
+        "_remember_large",
         "_small",
         "_small_capacity",
         "_small_used",
@@ -66,12 +68,16 @@ class S3FIFO(Bounded, Generic[K]):
         small_ratio: float = SMALL_RATIO,
         ghost_ratio: float = GHOST_RATIO,
         move_to_main: int = MOVE_TO_MAIN,
+        remember_large: bool = False,
     ) -> None:
         super().__init__(capacity)
         self._small_capacity = int(small_ratio * capacity)
         self._main_capacity = capacity - self._small_capacity
         self._ghost_capacity = int(ghost_ratio * capacity)
         self._move_to_main = move_to_main
+        # The shared tier's rule (proxy/store/shared/s3fifo.py): a key too large for the small
+        # queue is remembered in the ghost when refused, so its next admission goes to main.
+        self._remember_large = remember_large
         self._freq: dict[K, int] = {}  # every key held -> its hits counted
         # Both queues in FIFO order, oldest first: key -> size.
         self._small: OrderedDict[K, int] = OrderedDict()
@@ -109,6 +115,8 @@ class S3FIFO(Bounded, Generic[K]):
         if remembered is not None:
             self._ghost_used -= remembered
         if size > self._capacity or (remembered is None and size >= self._small_capacity):
+            if remembered is None and self._remember_large:
+                self._remember(key, size)
             return [key]
         evicted: list[K] = []
         while self.used + size > self._capacity and self._freq:

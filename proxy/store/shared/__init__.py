@@ -5,11 +5,11 @@
 ``Fill``/``AsyncFill`` store, ``clear_domain`` and ``purge`` make purges durable.
 """
 
+from proxy.store.shared.evict import Admission, Evictor, OldestFirst
 from proxy.store.shared.fill import AsyncFill, Fill
 from proxy.store.shared.health import TierStatus
+from proxy.store.shared.s3fifo import S3FifoEvictor
 from proxy.store.shared.tier import (
-    Evictor,
-    OldestFirst,
     SharedEntry,
     SharedLookup,
     SharedStats,
@@ -17,10 +17,12 @@ from proxy.store.shared.tier import (
 )
 
 __all__ = [
+    "Admission",
     "AsyncFill",
     "Evictor",
     "Fill",
     "OldestFirst",
+    "S3FifoEvictor",
     "SharedEntry",
     "SharedLookup",
     "SharedStats",

@@ -7,8 +7,10 @@ writer thread, for the event loop.
 
 ``commit`` is one LMDB write transaction: it checks the fill against the domain's purges
 since its lookup (a clear, or a purge covering it, refuses it: it would never be served),
-renames the body file to its final name, puts the record, removes entries found dead or
-corrupt since the last write, and evicts (``Evictor``) until the tier is within its size.
+renames the body file to its final name, removes entries found dead or corrupt since the last
+write, asks the tier's evictor (evict.py; S3-FIFO, s3fifo.py) which entries to evict for it
+and whether to keep it, puts the record, and evicts oldest first while still over the size
+(entries the evictor does not know).
 A fault on the way drops the fill (False) and is reported, never raised.
 """
 
@@ -56,6 +58,7 @@ class Fill:
         self._file: BodyWriter | None = None
         self._final: Path | None = None  # the body file once renamed, until committed
         self.length = 0
+        self.cost = 0  # the bytes the tier counts for it, once committed (record, key, body)
         self.dropped = tier.health.stuck
 
     def append(self, data: bytes) -> bool:
@@ -103,7 +106,7 @@ class Fill:
             if not tier.check_directory():
                 return self._drop(None)
             with tier._env.begin(write=True) as txn:
-                self._store(txn, gone)
+                kept = self._store(txn, gone)
         except (lmdb.Error, OSError) as error:
             if self._final is not None:  # renamed, but no committed record names it
                 self._final.unlink(missing_ok=True)
@@ -111,12 +114,12 @@ class Fill:
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
         tier.health.recovered()
-        return True
+        return kept
 
-    def _store(self, txn: lmdb.Transaction, gone: list[str]) -> None:
+    def _store(self, txn: lmdb.Transaction, gone: list[str]) -> bool:
         tier = self._tier
         meta = tier.db_meta
-        sequence = _u64(txn, meta, b"sequence") + 1
+        sequence = tier.evictor.next_sequence(txn, _u64(txn, meta, b"sequence"))
         txn.put(b"sequence", _U64.pack(sequence), db=meta)
         table_crc: int | None = None
         cost = len(self.key) + self.length
@@ -133,16 +136,25 @@ class Fill:
             table_crc=table_crc,
         )
         cost += len(record) - (0 if table_crc is not None else self.length)
+        self.cost = cost
         totals = _Totals(txn, tier)
-        totals.remove(self.key, -1, gone)
+        totals.remove(self.key, -1, gone, forget=False)  # replaced: the evictor keeps its place
         for key, expected in tier.doomed[:]:
             totals.remove(key, expected, gone)
         tier.doomed.clear()
-        txn.put(self.key, record, db=tier.db_entries)
-        txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
-        totals.add(cost)
-        totals.evict(gone)
+        admission = tier.evictor.admit(txn, self.key, sequence, cost)
+        for key, victim in admission.victims:
+            if totals.remove(key, victim, gone, forget=False):
+                totals.evicted += 1
+        if admission.admitted:
+            txn.put(self.key, record, db=tier.db_entries)
+            txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
+            totals.add(cost)
+        elif self._final is not None:
+            gone.append(self._final.name)
+        totals.evict_oldest(gone)
         totals.save()
+        return admission.admitted
 
     def _drop(self, error: BaseException | None) -> bool:
         self.abort()
@@ -167,8 +179,9 @@ class _Totals:
         self.entries += 1
         self.bytes += cost
 
-    def remove(self, key: bytes, sequence: int, gone: list[str]) -> bool:
-        """Delete the entry at ``key`` (only if its sequence is ``sequence``, unless -1)."""
+    def remove(self, key: bytes, sequence: int, gone: list[str], *, forget: bool = True) -> bool:
+        """Delete the entry at ``key`` (only if its sequence is ``sequence``, unless -1), and
+        tell the evictor unless ``forget`` is False (it chose it, or keeps its place)."""
         txn, tier = self._txn, self._tier
         record = txn.get(key, db=tier.db_entries)
         if record is None:
@@ -177,6 +190,8 @@ class _Totals:
             header = read_header(record)
         except Exception:  # corrupt: its length and file are unknown
             txn.delete(key, db=tier.db_entries)
+            if forget:
+                tier.evictor.removed(txn, key)
             self.entries = max(0, self.entries - 1)
             self.bytes = max(0, self.bytes - len(key) - len(record))
             return True
@@ -184,6 +199,8 @@ class _Totals:
             return False
         txn.delete(key, db=tier.db_entries)
         txn.delete(_U64.pack(header.sequence), db=tier.db_order)
+        if forget:
+            tier.evictor.removed(txn, key)
         cost = len(key) + len(record)
         if header.in_file:
             cost += header.body_length + 4 * -(-header.body_length // 65536)
@@ -192,14 +209,14 @@ class _Totals:
         self.bytes = max(0, self.bytes - cost)
         return True
 
-    def evict(self, gone: list[str]) -> None:
-        tier = self._tier
-        if self.bytes <= tier.max_bytes:
-            return
-        order = tier.db_order
-        victims = list(_take_until(tier, self, order))
-        for order_key, entry_key in victims:
-            self._txn.delete(order_key, db=order)
+    def evict_oldest(self, gone: list[str]) -> None:
+        """While still over the size (entries the evictor does not know, stored before it
+        was plugged in, or an evictor that leaves it all here), the oldest entries go."""
+        txn, tier = self._txn, self._tier
+        cursor = txn.cursor(tier.db_order)
+        while self.bytes > tier.max_bytes and cursor.first():
+            order_key, entry_key = bytes(cursor.key()), bytes(cursor.value())
+            cursor.delete()
             if self.remove(entry_key, _U64.unpack(order_key)[0], gone):
                 self.evicted += 1
 
@@ -208,34 +225,6 @@ class _Totals:
         for name, value in ((b"entries", self.entries), (b"bytes", self.bytes)):
             self._txn.put(name, _U64.pack(value), db=meta)
         self._txn.put(b"evicted", _U64.pack(self.evicted), db=meta)
-
-
-def _take_until(
-    tier: SharedTier, totals: _Totals, order: lmdb._Database
-) -> list[tuple[bytes, bytes]]:
-    """Victims in the evictor's order until enough bytes are freed (an estimate from each
-    record's header, read before deleting)."""
-    txn = totals._txn
-    over = totals.bytes - tier.max_bytes
-    chosen: list[tuple[bytes, bytes]] = []
-    for order_key in tier._evictor.victims(txn, order):
-        if over <= 0:
-            break
-        entry_key = txn.get(order_key, db=order)
-        if entry_key is None:
-            continue
-        entry_key = bytes(entry_key)
-        record = txn.get(entry_key, db=tier.db_entries)
-        chosen.append((order_key, entry_key))
-        if record is not None:
-            try:
-                header = read_header(record)
-                over -= len(entry_key) + len(record)
-                if header.in_file:
-                    over -= header.body_length
-            except Exception:
-                over -= len(record)
-    return chosen
 
 
 class AsyncFill:

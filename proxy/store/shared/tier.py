@@ -3,7 +3,8 @@
 Layout of the directory (``[cache] disk_path``):
 
     lock       flock'ed by the node (lock.py)      boot      clean/open record (lock.py)
-    entries/   LMDB, unsynced: entry records, eviction order, totals (records.py)
+    entries/   LMDB, unsynced: entry records, eviction order, totals (records.py), and the
+               S3-FIFO queues (s3fifo.py)     hits   its hit counters, mapped (hits.py)
     bodies/    bodies over INLINE_MAX bytes, one file each (bodies.py)
     state/     LMDB, synced: per-domain purge state (purge_state.py)
 
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, TypeVar
 
 import lmdb
 
@@ -38,6 +39,7 @@ from proxy.core.purge.purges import HARD, Purge, stale_lifetime
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.errors import BodyCorrupt, DiskTierError
 from proxy.store.shared import bodies
+from proxy.store.shared.evict import Evictor
 from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import (
     NodeLock,
@@ -52,6 +54,7 @@ from proxy.store.shared.records import (
     entry_prefix,
     unpack_entry,
 )
+from proxy.store.shared.s3fifo import S3FifoEvictor
 
 DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
@@ -89,23 +92,6 @@ class SharedStats:
     purge_folds: int = 0  # domains cleared to keep the purge state within its budget
 
 
-class Evictor(Protocol):
-    """Which entries go when the tier is over its size: the keys of its eviction order
-    (``order`` database: big-endian sequence -> entry key), in the order to drop them. A
-    policy of issue 23 §5 plugs in here."""
-
-    def victims(self, txn: lmdb.Transaction, order: lmdb._Database) -> Iterator[bytes]: ...
-
-
-class OldestFirst:
-    """The entries stored first go first (FIFO by sequence)."""
-
-    def victims(self, txn: lmdb.Transaction, order: lmdb._Database) -> Iterator[bytes]:
-        cursor = txn.cursor(order)
-        for key in cursor.iternext(keys=True, values=False):
-            yield bytes(key)
-
-
 class SharedTier:
     def __init__(
         self,
@@ -122,16 +108,17 @@ class SharedTier:
         self.health = Health(str(directory))
         self.bodies = directory / "bodies"
         self._lock = lock
-        self._evictor = evictor or OldestFirst()
+        self.evictor: Evictor = S3FifoEvictor() if evictor is None else evictor
         self._clock = clock
         self._inode = os.stat(directory).st_ino
         map_size = 2 * max_bytes + (64 << 20)  # inline bodies only; slack for LMDB's free pages
         self._env = lmdb.open(
-            str(directory / "entries"), map_size=map_size, max_dbs=3, sync=False, metasync=False
+            str(directory / "entries"), map_size=map_size, max_dbs=12, sync=False, metasync=False
         )
         self.db_entries = self._env.open_db(b"entries")
         self.db_order = self._env.open_db(b"order")
         self.db_meta = self._env.open_db(b"meta")
+        self.evictor.open(self._env, directory, max_bytes, self.health)  # its own databases
         self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
         self.purges = PurgeStateStore(
             self._state_env, directory / "state" / "epoch", purge_max_bytes
@@ -223,6 +210,7 @@ class SharedTier:
                 write_boot(self.directory, "clean")
         except (lmdb.Error, OSError) as error:
             self.health.fault("close", error)
+        self.evictor.close()
         self._env.close()
         self.purges.close()
         self._state_env.close()
@@ -264,6 +252,7 @@ class SharedTier:
                 expired = replace(response, freshness_lifetime=lifetime)
                 object.__setattr__(expired, "mark", response.mark)  # replace leaves it 0
                 entry = entry._replace(response=expired)
+            self.evictor.hit(entry.sequence)  # no write: a counter in a shared map (s3fifo.py)
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
 

@@ -12,6 +12,9 @@ the line (no sleeps), and then kill it or let it end:
 - ``node DIR DOMAIN TARGET SIZE SEED [PURGE...]``: as the node, store the body (born now, fresh
   for an hour), then apply each
   PURGE (``clear`` or ``kind:soft|hard:item``), print "done" and wait for stdin to close.
+- ``serve DIR INSTANCE DOMAIN MAX_BYTES``: as a worker of a tier of MAX_BYTES, for each line
+  "TARGET SIZE" on stdin look TARGET up: print "hit", or fill SIZE bytes and print "miss
+  <the bytes the tier counted for it>" (kept or not); until stdin closes.
 - ``second-node DIR``: try to open DIR as a node: "opened" or "locked <message>".
 - ``read-only DIR``: as the node, store /a, print "filled", wait for a line on stdin (the test
   gives the directory to nobody), become nobody, store /before and print how it went; wait for
@@ -73,6 +76,21 @@ def fill(
     return writer.commit()
 
 
+def serve(directory: str, instance: str, domain: str, max_bytes: int) -> None:
+    tier = SharedTier.open_member(directory, max_bytes=max_bytes, instance=instance)
+    for line in sys.stdin:
+        target, size = line.split()
+        lookup = tier.lookup(domain, target)
+        if lookup.variants:
+            print("hit", flush=True)
+            continue
+        writer = Fill(tier, domain, target, response(), lookup.token)
+        writer.append(bytes(int(size)))
+        writer.commit()  # False for a large object's first fill: still a miss
+        print(f"miss {writer.cost}", flush=True)
+    tier.close()
+
+
 def main(command: str, *args: str) -> None:
     if command == "second-node":
         try:
@@ -114,6 +132,9 @@ def main(command: str, *args: str) -> None:
             tier.purge(domain, purge_request(kind, items, soft=hardness == "soft"))
         print("done", flush=True)
         sys.stdin.read()
+        return
+    if command == "serve":
+        serve(args[0], args[1], args[2], int(args[3]))
         return
     directory, instance, domain, target, *rest = args
     tier = SharedTier.open_member(directory, max_bytes=MAX_BYTES, instance=instance)

@@ -19,6 +19,7 @@ import pytest
 from proxy.errors import BodyCorrupt, DiskTierError
 from proxy.store.shared import SharedTier
 from proxy.store.shared.bodies import CHUNK
+from proxy.store.shared.health import LOG_INTERVAL, SHOWN, Health
 from tests.store.shared.actor import body, fill
 from tests.store.shared.conftest import Actor, body_files
 
@@ -241,7 +242,7 @@ def test_a_full_disk_drops_fills_and_keeps_serving(small_disk: Path) -> None:
         assert tier.lookup(DOMAIN, "/big").variants == ()
         assert body_files(small_disk / "cache" / "bodies") == []  # no partial file
         assert fill(tier, DOMAIN, "/b", b"b")  # room again: healthy again
-        assert tier.status().degraded is None
+        assert tier.health.degraded is None  # (its status shows the fault for SHOWN seconds)
     finally:
         tier.close()
 
@@ -268,3 +269,45 @@ def test_a_purge_on_a_full_disk_never_lets_a_purged_entry_out(small_disk: Path) 
         assert tier.lookup(DOMAIN, "/a").variants == ()  # after a restart too
     finally:
         tier.close()
+
+
+# -- what the tier says -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "write"])
+def test_a_fault_keeps_the_tier_degraded_for_a_while_after_fills_work(fault: str) -> None:
+    now = [100.0]
+    health = Health("/cache", clock=lambda: now[0])
+    if fault == "corrupt":
+        health.corrupted("b'example.com /a': checksum")
+        shown = "corrupt entry: b'example.com /a': checksum"
+    else:
+        health.fault("fill", PermissionError(13, "Permission denied"))
+        shown = "fill: [Errno 13] Permission denied"
+    health.recovered()  # the next fill worked
+    assert health.degraded is None
+    assert health.status().degraded == shown
+    now[0] += SHOWN - 1
+    assert health.status().degraded is not None
+    now[0] += 1
+    assert health.status().degraded is None
+    assert health.status().corrupt + health.status().faults == 1  # counted for good
+
+
+def test_faults_are_logged_once_per_interval_with_the_count_between(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    health = Health("/cache", clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="proxy.store.shared"):
+        for _ in range(5):
+            health.fault("fill", OSError(28, "No space left on device"))
+        now[0] += LOG_INTERVAL
+        health.fault("fill", OSError(28, "No space left on device"))
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == [
+        "shared tier /cache: fill: [Errno 28] No space left on device",
+        "shared tier /cache: fill: [Errno 28] No space left on device (4 more since the last "
+        "report)",
+    ]
+    assert health.status().faults == 6

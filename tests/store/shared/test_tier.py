@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -13,7 +12,9 @@ import pytest
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import purge_request
-from proxy.store.shared import AsyncFill, Fill, SharedTier
+from proxy.store.shared import Admission, AsyncFill, Fill, OldestFirst, SharedTier
+from proxy.store.shared.health import Health
+from proxy.store.shared.records import read_header
 from tests.store.shared.actor import body, fill, response
 from tests.store.shared.conftest import body_files
 
@@ -83,7 +84,7 @@ def test_vary_variants_are_kept_apart(tier: SharedTier) -> None:
 
 
 def test_oldest_entries_go_first_when_over_size(tmp_path: Path) -> None:
-    tier = SharedTier.open_node(tmp_path, max_bytes=1_000_000)
+    tier = SharedTier.open_node(tmp_path, max_bytes=1_000_000, evictor=OldestFirst())
     try:
         for n in range(10):
             assert stored(tier, f"/{n}", body(n, 200_000))
@@ -98,25 +99,30 @@ def test_oldest_entries_go_first_when_over_size(tmp_path: Path) -> None:
         tier.close()
 
 
-class NewestFirst:
+class NewestFirst(OldestFirst):
     """A policy plugged in through the hook: the last stored goes first."""
 
-    def victims(self, txn: lmdb.Transaction, order: lmdb._Database) -> Iterator[bytes]:
-        cursor = txn.cursor(order)
-        if cursor.last():
-            yield bytes(cursor.key())
-            while cursor.prev():
-                yield bytes(cursor.key())
+    def admit(self, txn: lmdb.Transaction, key: bytes, sequence: int, cost: int) -> Admission:
+        used = sum(
+            len(k) + len(v) + read_header(v).body_length for k, v in txn.cursor(db=self.entries)
+        )
+        if used + cost <= self.capacity:
+            return Admission(True, [])
+        return Admission(False, [])
+
+    def open(self, env: lmdb.Environment, directory: Path, capacity: int, health: Health) -> None:
+        self.entries = env.open_db(b"entries")
+        self.capacity = capacity
 
 
 def test_an_eviction_policy_plugs_in(tmp_path: Path) -> None:
     tier = SharedTier.open_node(tmp_path, max_bytes=1_000_000, evictor=NewestFirst())
     try:
         for n in range(6):
-            assert stored(tier, f"/{n}", body(n, 200_000))
+            assert stored(tier, f"/{n}", body(n, 200_000)) == (n < 4)
         present = [n for n in range(6) if tier.lookup(DOMAIN, f"/{n}").variants]
-        assert present == [0, 1, 2, 3]  # each fill past the bound evicted itself
-        assert tier.stats().evictions == 2
+        assert present == [0, 1, 2, 3]  # each fill past the bound was refused
+        assert len(body_files(tier.bodies)) == 4
     finally:
         tier.close()
 
