@@ -27,6 +27,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from proxy.config.diff import ConfigChange
@@ -40,6 +41,7 @@ from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
+from proxy.observe.worker_figures import NodeTierTotals, merged_servers, node_tier_totals
 from proxy.process import startup
 from proxy.process.listeners import Draining, StartError, control_listening
 from proxy.process.reload import After, domains_hook, reloading
@@ -85,7 +87,10 @@ async def _serve(config: Config, config_path: Path) -> int:
         if config.edge is not None:
             held_tier = await stack.enter_async_context(node_tier(config))
             if held_tier is not None:
-                instance, telemetry.tier = held_tier.instance, NodeTier(held_tier)
+                instance = held_tier.instance
+                telemetry.tier = NodeTier(held_tier, figures, fleet.node)
+        # The edge processes' origin servers, merged: /metrics, /readyz, the dashboard, trace.
+        telemetry.origin_servers = lambda: merged_servers(figures.reports())
         if config.api is not None:
             purger = _control_purger(stack, config, settings, held_tier)
             _, api_url = await stack.enter_async_context(
@@ -97,6 +102,7 @@ async def _serve(config: Config, config_path: Path) -> int:
                     fleet=figures,
                     draining=draining,
                     reload_hooks=reload_hooks,
+                    origin_states=telemetry.origin_servers,
                 )
             )
             print(f"api {api_url}", flush=True)
@@ -193,22 +199,38 @@ class SharedFirstPurger:
 
 
 class NodeTier:
-    """The node's shared tier as /metrics and /readyz read it in the control process
-    (``observe.telemetry.TierFigures``): the node-wide totals of its LMDB, and whether the
-    directory is still there and writable (the workers' own faults are theirs)."""
+    """The node's shared tier as /metrics, /readyz and the dashboard read it in the control
+    process (``observe.telemetry.TierFigures``): the node-wide totals of its LMDB, whether
+    the directory is still there and writable, and what this node's edge processes report of
+    it (hits by tier, collapsed misses, their faults and degraded state: summed by
+    proxy/observe/worker_figures.py)."""
 
-    def __init__(self, tier: SharedTier) -> None:
+    def __init__(self, tier: SharedTier, figures: FleetFigures, node: str) -> None:
         self._tier = tier
+        self._figures = figures
+        self._node = node
+
+    def _totals(self) -> NodeTierTotals:
+        return node_tier_totals(self._figures.reports(), self._node)
 
     def shared_stats(self) -> SharedStats:
         tier = self._tier
         if tier.check_directory() and not os.access(tier.bodies, os.W_OK):
             tier.health.fault("cache directory", PermissionError("not writable"))
-        return tier.stats()
+        stats = tier.stats()
+        return replace(stats, status=self._totals().status(stats.status))
 
     @property
     def disk_hits(self) -> int | None:
-        return None
+        return self._totals().disk_hits
+
+    @property
+    def memory_hits(self) -> int:
+        return self._totals().memory_hits
+
+    @property
+    def collapsed(self) -> int:
+        return self._totals().collapsed
 
 
 @asynccontextmanager

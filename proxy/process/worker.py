@@ -137,6 +137,7 @@ async def _run(
                 report=_tell_node,
             )
         )
+        telemetry.origin_servers = handler.upstreams.rows  # in its report (origin figures)
         startup.freeze_heap()
         log.info("edge worker listening on %s as %s", url, member.name)
         print(pack_worker_line(Ready()), flush=True)
