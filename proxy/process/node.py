@@ -28,6 +28,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from proxy.config.diff import ConfigChange
@@ -44,6 +45,7 @@ from proxy.observe.telemetry import Telemetry
 from proxy.observe.worker_figures import NodeTierTotals, merged_servers, node_tier_totals
 from proxy.process import startup
 from proxy.process.listeners import Draining, StartError, control_listening
+from proxy.process.node_trace import asker, shared_held
 from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
@@ -91,6 +93,7 @@ async def _serve(config: Config, config_path: Path) -> int:
                 telemetry.tier = NodeTier(held_tier, figures, fleet.node)
         # The edge processes' origin servers, merged: /metrics, /readyz, the dashboard, trace.
         telemetry.origin_servers = lambda: merged_servers(figures.reports())
+        workers: list[Workers] = []
         if config.api is not None:
             purger = _control_purger(stack, config, settings, held_tier)
             _, api_url = await stack.enter_async_context(
@@ -103,10 +106,12 @@ async def _serve(config: Config, config_path: Path) -> int:
                     draining=draining,
                     reload_hooks=reload_hooks,
                     origin_states=telemetry.origin_servers,
+                    # A trace reads the shared tier, else asks the workers (node_trace.py).
+                    inspect=None if held_tier is None else partial(shared_held, held_tier),
+                    ask_workers=asker(workers) if held_tier is None else None,
                 )
             )
             print(f"api {api_url}", flush=True)
-        workers: list[Workers] = []
         if config.edge is not None:
             edge_url, tls_url = await stack.enter_async_context(
                 edge_workers(config, config_path, fleet, url, telemetry, workers, instance)
