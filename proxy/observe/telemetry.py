@@ -170,7 +170,7 @@ class TierFigures(Protocol):
 
 @runtime_checkable
 class NodeHits(Protocol):
-    """A node's control process's tier (process/node.py ``NodeTier``): the node's hits
+    """A node's control process's tier (process/node_figures.py ``NodeTier``): the node's hits
     answered by the memory tiers, from its edge processes' reports (the hits /metrics counts
     may be a whole fleet's)."""
 

@@ -27,7 +27,6 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -42,16 +41,16 @@ from proxy.fleet.purger import FleetPurger
 from proxy.fleet.scripts import FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
-from proxy.observe.worker_figures import NodeTierTotals, merged_servers, node_tier_totals
 from proxy.process import startup
 from proxy.process.listeners import Draining, StartError, control_listening
+from proxy.process.node_figures import node_telemetry
 from proxy.process.node_trace import asker, shared_held
 from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.store.base import ClearResult, Purger
-from proxy.store.shared import SharedStats, SharedTier
+from proxy.store.shared import SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
 log = logging.getLogger("proxy.node")
@@ -81,35 +80,25 @@ async def _serve(config: Config, config_path: Path) -> int:
         settings = fleet_settings(fleet, url)
         figures = _fleet_figures(fleet, settings)
         stack.push_async_callback(figures.close)
-        telemetry = Telemetry(
-            store=figures, domains=[d.name for d in config.domains], remote=figures
-        )
-        reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
-        instance = held_tier = None
+        held_tier = None
         if config.edge is not None:
             held_tier = await stack.enter_async_context(node_tier(config))
-            if held_tier is not None:
-                instance = held_tier.instance
-                telemetry.tier = NodeTier(held_tier, figures, fleet.node)
-        # The edge processes' origin servers, merged: /metrics, /readyz, the dashboard, trace.
-        telemetry.origin_servers = lambda: merged_servers(figures.reports())
+        instance = None if held_tier is None else held_tier.instance
+        telemetry = node_telemetry(config, figures, held_tier)
+        reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
         workers: list[Workers] = []
         if config.api is not None:
             purger = _control_purger(stack, config, settings, held_tier)
-            _, api_url = await stack.enter_async_context(
-                control_listening(
-                    config,
-                    purger=purger,
-                    telemetry=telemetry,
-                    store=figures,
-                    fleet=figures,
-                    draining=draining,
-                    reload_hooks=reload_hooks,
-                    origin_states=telemetry.origin_servers,
-                    # A trace reads the shared tier, else asks the workers (node_trace.py).
-                    inspect=None if held_tier is None else partial(shared_held, held_tier),
-                    ask_workers=asker(workers) if held_tier is None else None,
-                )
+            api_url = await _control_plane(
+                stack,
+                config,
+                purger,
+                telemetry,
+                figures,
+                draining,
+                reload_hooks,
+                held_tier,
+                workers,
             )
             print(f"api {api_url}", flush=True)
         if config.edge is not None:
@@ -133,6 +122,37 @@ async def _serve(config: Config, config_path: Path) -> int:
     await api_drained
     log.info("stopped")
     return 0
+
+
+async def _control_plane(
+    stack: AsyncExitStack,
+    config: Config,
+    purger: Purger,
+    telemetry: Telemetry,
+    figures: FleetFigures,
+    draining: Draining,
+    reload_hooks: list[Callable[[Config], None]],
+    tier: SharedTier | None,
+    workers: list[Workers],
+) -> str:
+    """The node's API listener (closed by ``stack``), reading its workers' figures from
+    ``figures``: its URL."""
+    _, api_url = await stack.enter_async_context(
+        control_listening(
+            config,
+            purger=purger,
+            telemetry=telemetry,
+            store=figures,
+            fleet=figures,
+            draining=draining,
+            reload_hooks=reload_hooks,
+            origin_states=telemetry.origin_servers,
+            # A trace reads the shared tier, else asks the workers (node_trace.py).
+            inspect=None if tier is None else partial(shared_held, tier),
+            ask_workers=asker(workers) if tier is None else None,
+        )
+    )
+    return api_url
 
 
 def _control_purger(
@@ -201,41 +221,6 @@ class SharedFirstPurger:
         if not purge.dry_run:
             await self._tier.purge_async(domain, purge)
         return await self._purger.purge(domain, purge)
-
-
-class NodeTier:
-    """The node's shared tier as /metrics, /readyz and the dashboard read it in the control
-    process (``observe.telemetry.TierFigures``): the node-wide totals of its LMDB, whether
-    the directory is still there and writable, and what this node's edge processes report of
-    it (hits by tier, collapsed misses, their faults and degraded state: summed by
-    proxy/observe/worker_figures.py)."""
-
-    def __init__(self, tier: SharedTier, figures: FleetFigures, node: str) -> None:
-        self._tier = tier
-        self._figures = figures
-        self._node = node
-
-    def _totals(self) -> NodeTierTotals:
-        return node_tier_totals(self._figures.reports(), self._node)
-
-    def shared_stats(self) -> SharedStats:
-        tier = self._tier
-        if tier.check_directory() and not os.access(tier.bodies, os.W_OK):
-            tier.health.fault("cache directory", PermissionError("not writable"))
-        stats = tier.stats()
-        return replace(stats, status=self._totals().status(stats.status))
-
-    @property
-    def disk_hits(self) -> int | None:
-        return self._totals().disk_hits
-
-    @property
-    def memory_hits(self) -> int:
-        return self._totals().memory_hits
-
-    @property
-    def collapsed(self) -> int:
-        return self._totals().collapsed
 
 
 @asynccontextmanager
