@@ -196,6 +196,12 @@ def test_overview_and_nodes_show_both_tiers_summed_over_the_workers(
     per_worker = [int(rows.nth(n).get_by_test_id("disk-hits").inner_text()) for n in range(2)]
     assert sum(per_worker) == disk, per_worker
 
+    # The Domains page: the origin server's requests, summed over the workers (one per fill).
+    page.get_by_role("link", name="Domains", exact=True).click()
+    server = page.locator("table.origin-servers tbody tr")
+    expect(server.get_by_test_id("requests")).to_have_text(str(len(TARGETS)))
+    expect(server.get_by_test_id("state")).to_have_text("up")
+
     # The directory gone: both pages say the shared tier is stopped, and why.
     shutil.rmtree(cache)
     page.goto("/dashboard")
