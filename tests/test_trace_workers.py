@@ -100,6 +100,7 @@ async def test_memory_only_workers_are_asked_and_the_next_request_agrees(
     )
     assert status == 0, err
     assert "outcome: mixed (worker 0: " in out, out
+    assert "  edge workers: 0: " in out and ", 1: " in out, out
 
 
 async def token_for(tmp_path: Path, origin: Origin) -> str:
