@@ -40,8 +40,9 @@ class TierReport(msgspec.Struct, frozen=True, kw_only=True):
     stopped: bool = False
 
 
-class ServerReport(msgspec.Struct, frozen=True, kw_only=True):
-    """One origin server as an edge process sees it (decision 0034, ``Upstreams.rows``)."""
+class ServerReport(msgspec.Struct, frozen=True, array_like=True):
+    """One origin server as an edge process sees it (decision 0034, ``Upstreams.rows``). An
+    array, not an object: a report lists every server of every domain, twice a second."""
 
     domain: str
     origin: str
