@@ -11,6 +11,9 @@ worker), the API and the ``cdn-proxy trace`` command.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.process.node_trace import INSPECT_WAIT
 from tests.conftest import Origin
 from tests.nodes import Node, cli, write_config
 from tests.test_shared_tier import get_fresh, post, serve, tiered_config, token
@@ -135,3 +139,29 @@ async def test_a_shared_tier_node_traces_from_the_tier_and_the_next_request_agre
     assert answer["outcome"] == "miss", answer
     assert (await get_fresh(node, "/page"))[1] == MISS
     assert origin.count("/page") == 2
+
+
+async def test_a_stuck_worker_is_named_unknown_and_the_trace_still_answers(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    serve(origin, "/page")
+    secret = await token_for(tmp_path, origin)
+    node = await Node.start(tmp_path / "proxy.toml")
+    started.append(node)
+    stuck, *_ = sorted(node.worker_pids())
+    os.kill(stuck, signal.SIGSTOP)  # it reads no question and answers none
+    try:
+        began = time.monotonic()
+        answer = await trace(node, secret, "/page")
+        took = time.monotonic() - began
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    assert took < INSPECT_WAIT + 3, took  # bounded by the wait for an answer
+    assert answer["outcome"] == "mixed", answer
+    rows = {row["outcome"]: row for row in answer["workers"]}
+    assert set(rows) == {"unknown", "miss"}, answer
+    assert rows["unknown"]["why"].endswith("did not answer"), answer
+    # Once it runs again it answers the next question, and the earlier one is not mistaken
+    # for it.
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "miss" and len(answer["workers"]) == 2, answer
