@@ -40,7 +40,9 @@ def tier_report(store: object) -> TierReport | None:
         return None
     status = store.tier.health.status()
     return TierReport(
-        disk_hits=store.hits["disk"],
+        # A miss that waited for another worker's fill found it with a lookup (counted in
+        # hits["disk"]) but was answered as a miss (collapsed): not a hit of the tier.
+        disk_hits=max(0, store.hits["disk"] - store.collapsed),
         collapsed=store.collapsed,
         faults=status.faults,
         corrupt=status.corrupt,

@@ -30,7 +30,7 @@ class TierReport(msgspec.Struct, frozen=True, kw_only=True):
     """An edge process's view of its node's shared tier (decision 0030): what it served from
     it and its own faults (each process counts the faults of its own calls)."""
 
-    disk_hits: int = 0  # hits answered by the shared tier (TieredStore.hits["disk"])
+    disk_hits: int = 0  # hits answered by the shared tier (its lookups, less the collapsed)
     collapsed: int = 0  # misses answered by another worker's fill (TieredStore.collapsed)
     faults: int = 0
     corrupt: int = 0
