@@ -37,6 +37,12 @@ Metrics (all prefixed ``cdn_proxy_``):
   folding it has done: ``forgotten`` (remembered purges), ``retired`` (outstanding
   prefixes and tags that covered nothing), ``cleared`` (domains whose outstanding purges
   were folded into a clear). With workers or a fleet, every edge process's summed.
+- With ``cache.disk_path``: ``tier_hits_total{tier}`` and ``shared_tier_*``, among them
+  ``shared_tier_collapsed_total`` (proxy/observe/store_metrics.py); with workers, summed from
+  their reports (proxy/observe/worker_figures.py).
+- ``origin_server_up``, ``origin_server_requests_total``, ``origin_server_errors_total``
+  (each ``{domain, origin}``): the edge's (proxy/edge/upstreams.py); with workers, theirs
+  merged (up while every live one sees the server up).
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
 - ``connections_open{listener}``, ``connections_max{listener}``,
   ``connections_refused_total{listener, reason}`` (limit, per_client),
