@@ -1,7 +1,8 @@
 """The Overview and Nodes pages show both tiers of a node with ``workers = 2`` (issue 23 §7-8)
 in a real browser (Debian's Chromium, Playwright): the memory tier's and the shared tier's
 objects and hits, summed over the two workers, each worker's own row, and the shared tier
-degraded once its directory is gone.
+degraded once its directory is gone. On a memory-only node, the Trace form lists each
+worker's outcome (decision 0038).
 
 Real processes: the node (``cdn-proxy serve``) with its workers and embedded Valkey, an admin
 made with ``cdn-proxy admin create``, a real origin on its own event loop in a thread.
@@ -110,6 +111,28 @@ def node(config: Path) -> Iterator[dict[str, str]]:
             process.stdout.close()
 
 
+def with_admin(config: Path) -> None:
+    made = subprocess.run(
+        [*CLI, "admin", "create", ADMIN, "--password-stdin", "--config", str(config)],
+        input=PASSWORD + "\n",
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+
+
+def signed_in(browser: Browser, api: str) -> Page:
+    page = browser.new_context(base_url=api).new_page()
+    page.goto("/dashboard/sign-in")
+    page.get_by_label("Username").fill(ADMIN)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    return page
+
+
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, str], Path]]:
     tmp_path = tmp_path_factory.mktemp("tiers")
@@ -120,15 +143,7 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str,
             workers=2,
             cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"',
         )
-        made = subprocess.run(
-            [*CLI, "admin", "create", ADMIN, "--password-stdin", "--config", str(config)],
-            input=PASSWORD + "\n",
-            capture_output=True,
-            text=True,
-            env=ENV,
-            check=False,
-        )
-        assert made.returncode == 0, made.stderr
+        with_admin(config)
         with node(config) as addresses:
             yield addresses, tmp_path / "cache"
 
@@ -172,13 +187,7 @@ def test_overview_and_nodes_show_both_tiers_summed_over_the_workers(
     disk = statuses.count('cdn-proxy; hit; detail="disk"')
     hits = sum(1 for s in statuses if s.startswith("cdn-proxy; hit"))
     assert disk >= 1 and hits == len(statuses) - len(TARGETS), statuses
-    context = browser.new_context(base_url=addresses["api"])
-    page = context.new_page()
-    page.goto("/dashboard/sign-in")
-    page.get_by_label("Username").fill(ADMIN)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page = signed_in(browser, addresses["api"])
 
     shows(page, "/dashboard", "hits", "tr[data-tier=shared]", str(disk))
     shows(page, "/dashboard", "hits", "tr[data-tier=memory]", str(hits - disk))
@@ -210,4 +219,25 @@ def test_overview_and_nodes_show_both_tiers_summed_over_the_workers(
     expect(page.locator("tr[data-tier=shared]").get_by_test_id("state")).to_have_text("stopped")
     page.goto("/dashboard/nodes")
     expect(page.get_by_test_id("tier-degraded")).to_contain_text("stopped")
-    context.close()
+    page.context.close()
+
+
+def test_the_trace_form_of_a_memory_only_node_lists_each_workers_outcome(
+    browser: Browser, tmp_path: Path
+) -> None:
+    with origin_in_thread() as origin:
+        config = write_config(tmp_path, origin.url, workers=2)
+        with_admin(config)
+        with node(config) as addresses:
+            assert fresh_get(addresses["edge"], "/traced") == "cdn-proxy; fwd=uri-miss; stored"
+            page = signed_in(browser, addresses["api"])
+            page.get_by_role("link", name="Domains", exact=True).click()
+            page.get_by_label("URL", exact=True).fill("http://example.com/traced")
+            page.get_by_role("button", name="Trace").click()
+            # One worker filled it: the next request's worker decides.
+            expect(page.get_by_test_id("outcome")).to_have_text("mixed")
+            workers = page.get_by_test_id("workers").locator("tbody tr")
+            expect(workers).to_have_count(2)
+            outcomes = sorted(workers.nth(n).locator("td").nth(1).inner_text() for n in range(2))
+            assert outcomes == ["hit", "miss"], outcomes
+            page.context.close()
