@@ -13,6 +13,8 @@ response fields a lifetime's source is read from (``TRACE_FIELDS``) travel.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from proxy.core.cache.entry import StoredResponse
@@ -98,42 +100,37 @@ def pack_held(held: Held) -> HeldRecord:
     )
 
 
+# The variant's fields, as they are in a StoredResponse: values, and tuples (lists here).
+_VALUES = (
+    "status",
+    "reason",
+    "birth",
+    "freshness_lifetime",
+    "revalidate_always",
+    "stale_if_error",
+    "stale_while_revalidate",
+)
+_TUPLES = ("vary", "vary_values", "tags")
+
+
 def _variant(response: StoredResponse) -> Variant:
-    return Variant(
-        status=response.status,
-        reason=response.reason,
-        headers=[(n, v) for n, v in response.headers if n.lower() in TRACE_FIELDS],
-        birth=response.birth,
-        freshness_lifetime=response.freshness_lifetime,
-        revalidate_always=response.revalidate_always,
-        vary=list(response.vary),
-        vary_values=list(response.vary_values),
-        stale_if_error=response.stale_if_error,
-        stale_while_revalidate=response.stale_while_revalidate,
-        tags=list(response.tags),
-    )
+    fields: dict[str, Any] = {name: getattr(response, name) for name in _VALUES}
+    fields.update((name, list(getattr(response, name))) for name in _TUPLES)
+    headers = [(n, v) for n, v in response.headers if n.lower() in TRACE_FIELDS]
+    return Variant(headers=headers, **fields)
+
+
+def _stored(variant: Variant) -> StoredResponse:
+    """A body-less StoredResponse with the variant's fields."""
+    fields: dict[str, Any] = {name: getattr(variant, name) for name in _VALUES}
+    fields.update((name, tuple(getattr(variant, name))) for name in _TUPLES)
+    return StoredResponse(headers=tuple(variant.headers), body=b"", **fields)
 
 
 def unpack_held(record: HeldRecord) -> Held:
     """The ``Held`` a trace judges, each variant a body-less ``StoredResponse``."""
     return Held(
-        variants=tuple(
-            StoredResponse(
-                status=v.status,
-                reason=v.reason,
-                headers=tuple(v.headers),
-                body=b"",
-                birth=v.birth,
-                freshness_lifetime=v.freshness_lifetime,
-                revalidate_always=v.revalidate_always,
-                vary=tuple(v.vary),
-                vary_values=tuple(v.vary_values),
-                stale_if_error=v.stale_if_error,
-                stale_while_revalidate=v.stale_while_revalidate,
-                tags=tuple(v.tags),
-            )
-            for v in record.variants
-        ),
+        variants=tuple(_stored(variant) for variant in record.variants),
         generation=record.generation,
         purge_number=record.purge_number,
         purges=tuple((kind, tuple(items), soft) for kind, items, soft in record.purges),
