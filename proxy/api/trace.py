@@ -10,8 +10,10 @@ read with ``inspect`` (no recency, no purge mark, no counter), no fill happens, 
 record is written, and the origin is asked only with ``"fetch": true``: then one GET whose
 answer is assessed (``policy.assess_response``) and dropped, never stored.
 
-Where the store lives in another process (workers, a fleet), ``inspect`` is None and the
-answer's ``outcome`` is ``unknown`` unless the rules alone decide (a bypass).
+Where the store lives in other processes, a node's control process asks its edge workers
+(proxy/api/trace_workers.py), or reads its shared tier when it has one (``inspect``); a
+control process with neither (a fleet's API-only node) answers ``unknown`` unless the rules
+alone decide (a bypass).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from aiohttp.helpers import ChainMapProxy
 from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.api.readiness import READINESS
+from proxy.api.trace_workers import ASK_WORKERS, traced_by_workers
 from proxy.config.model import DomainConfig
 from proxy.core.auth.tokens import Scope
 from proxy.core.cache.policy import DontStore, Storable, assess_response
@@ -110,6 +113,19 @@ async def traced(
         held=held, now=clock(), servers=servers, balance=config.balance, fetched=fetched
     )
     if held is None and answer["outcome"] != "bypass":
+        ask = app.get(ASK_WORKERS)
+        workers = None
+        if ask is not None:
+            workers = await traced_by_workers(
+                ask,
+                config.name,
+                key_target,
+                lambda held: explain(
+                    held=held, now=clock(), servers=servers, balance=config.balance, fetched=fetched
+                ),
+            )
+        if workers is not None:
+            return workers
         answer.update(outcome="unknown", why="the store is not in this process", entry=None)
     return answer
 

@@ -61,6 +61,10 @@ def describe(answer: Mapping[str, object]) -> str:
     """The trace for people, one decision a line."""
     lines = [f"{answer.get('method', 'GET')} {answer.get('target')} on {answer.get('domain')}"]
     lines.append(f"  outcome: {answer.get('outcome')} ({answer.get('why')})")
+    workers = _rows(answer.get("workers"))  # a node with workers: each one's outcome
+    if workers:
+        each = ", ".join(f"{row.get('worker')}: {row.get('outcome')}" for row in workers)
+        lines.append(f"  edge workers: {each}")
     lines.append(f"  cache key: {answer.get('key')}")
     for row in _rows(answer.get("rules")):
         mark = "applies" if row.get("matched") else "skipped"

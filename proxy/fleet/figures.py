@@ -24,6 +24,7 @@ from proxy.errors import FleetUnavailable, WireError
 from proxy.fleet.scripts import FleetScripts, MembersView
 from proxy.observe.connection_metrics import CONNECTION_FIGURES
 from proxy.observe.telemetry import Telemetry
+from proxy.observe.worker_figures import server_reports, tier_report
 from proxy.store.base import DomainStats, Store, StoreStats
 from proxy.wire.reports import NO_INFO, EdgeReport, MemberInfo, unpack_member_info
 
@@ -62,6 +63,8 @@ async def edge_report(
             for domain in domains
             if (figures := await store.domain_stats(domain)).entries
         },
+        tier=tier_report(store),
+        origins=server_reports(telemetry.origin_servers),
     )
 
 
@@ -147,6 +150,16 @@ class FleetFigures:
                 )
             )
         return sorted(rows, key=lambda p: (p.node, p.worker, p.member))
+
+    def reports(self) -> list[tuple[MemberInfo, bool]]:
+        """Every listed edge process's report, with whether its lease is live now
+        (proxy/observe/worker_figures.py sums them for the node's tiers and origins)."""
+        now_ms = self._view.now_ms
+        return [
+            (self._reports[row.member], row.expires_ms > now_ms)
+            for row in self._view.members
+            if row.member in self._reports
+        ]
 
     def outcomes(self) -> Mapping[str, Mapping[str, int]]:
         return self._totals.outcomes

@@ -23,6 +23,10 @@ class StoreSnapshot:
     domains: tuple[tuple[str, DomainStats], ...]
     shared: SharedStats | None = None
     disk_hits: int | None = None
+    # A node's control process: its edge processes' memory-tier hits (else the hits counted
+    # less the disk hits), and misses collapsed behind another worker's fill.
+    memory_hits: int | None = None
+    collapsed: int | None = None
 
 
 def store_metrics(snapshot: StoreSnapshot, prefix: str) -> Iterable[Metric]:
@@ -77,9 +81,19 @@ def tier_metrics(snapshot: StoreSnapshot, hits: int, prefix: str) -> Iterable[Me
             "Hits by the tier that answered: disk (the node's shared tier), memory (the rest).",
             labels=["tier"],
         )
-        by_tier.add_metric(["memory"], max(0, hits - snapshot.disk_hits))
+        memory = snapshot.memory_hits
+        by_tier.add_metric(
+            ["memory"], max(0, hits - snapshot.disk_hits) if memory is None else memory
+        )
         by_tier.add_metric(["disk"], snapshot.disk_hits)
         yield by_tier
+    if snapshot.collapsed is not None:
+        yield CounterMetricFamily(
+            prefix + "shared_tier_collapsed",
+            "Misses that waited for another worker's fill of the same key and were answered by "
+            "it (collapsed across workers), summed over the node's edge processes.",
+            snapshot.collapsed,
+        )
     status = shared.status
     gauges = (
         ("shared_tier_entries", "Objects in the node's shared tier.", shared.entries),

@@ -37,6 +37,12 @@ Metrics (all prefixed ``cdn_proxy_``):
   folding it has done: ``forgotten`` (remembered purges), ``retired`` (outstanding
   prefixes and tags that covered nothing), ``cleared`` (domains whose outstanding purges
   were folded into a clear). With workers or a fleet, every edge process's summed.
+- With ``cache.disk_path``: ``tier_hits_total{tier}`` and ``shared_tier_*``, among them
+  ``shared_tier_collapsed_total`` (proxy/observe/store_metrics.py); with workers, summed from
+  their reports (proxy/observe/worker_figures.py).
+- ``origin_server_up``, ``origin_server_requests_total``, ``origin_server_errors_total``
+  (each ``{domain, origin}``): the edge's (proxy/edge/upstreams.py); with workers, theirs
+  merged (up while every live one sees the server up).
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
 - ``connections_open{listener}``, ``connections_max{listener}``,
   ``connections_refused_total{listener, reason}`` (limit, per_client),
@@ -60,7 +66,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -84,6 +90,7 @@ from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, Origin
 from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.response_metrics import response_metrics
 from proxy.observe.store_metrics import StoreSnapshot, store_metrics, tier_metrics
+from proxy.observe.worker_figures import OriginRows, origin_server_metrics
 from proxy.store.base import DomainStats, StoreStats
 from proxy.store.shared import SharedStats
 
@@ -157,9 +164,24 @@ class TierFigures(Protocol):
 
     @property
     def disk_hits(self) -> int | None:
-        """Hits this process served from the shared tier; None where it serves none (a
-        node's control process: its workers' hits are not split by tier yet)."""
+        """Hits served from the shared tier: this process's, or in a node's control process
+        its edge processes' summed (proxy/observe/worker_figures.py)."""
         ...
+
+    @property
+    def collapsed(self) -> int:
+        """Misses answered by another worker's fill, waited for on its marker."""
+        ...
+
+
+@runtime_checkable
+class NodeHits(Protocol):
+    """A node's control process's tier (process/node_figures.py ``NodeTier``): the node's hits
+    answered by the memory tiers, from its edge processes' reports (the hits /metrics counts
+    may be a whole fleet's)."""
+
+    @property
+    def memory_hits(self) -> int: ...
 
 
 class Telemetry:
@@ -189,6 +211,9 @@ class Telemetry:
         # The listeners of this process, each adding itself when it starts.
         self.connections: list[ListenerFigures] = []
         self.tier: TierFigures | None = None  # the shared tier, when cache.disk_path is set
+        # Each origin server's state: this process's edge's (an edge worker, for its report),
+        # or its edge processes' merged (a node's control process, for /metrics).
+        self.origin_servers: OriginRows | None = None
         self._register_origin_metrics()
         self._register_control_metrics()
         self.registry.register(_ScrapeCollector(self))
@@ -342,7 +367,11 @@ class Telemetry:
             tier = self.tier
             shared = None if tier is None else tier.shared_stats()
             hits = None if tier is None else tier.disk_hits
-            snapshot = StoreSnapshot(stats, tuple(per_domain), shared, hits)
+            memory = tier.memory_hits if isinstance(tier, NodeHits) else None
+            collapsed = None if tier is None else tier.collapsed
+            snapshot = StoreSnapshot(
+                stats, tuple(per_domain), shared, hits, memory_hits=memory, collapsed=collapsed
+            )
         # No await between taking the snapshot and generating: concurrent scrapes each
         # render the snapshot they took.
         self._snapshot = snapshot
@@ -375,6 +404,8 @@ class Telemetry:
         yield from response_metrics(responses, PREFIX)
         if self._remote is not None:
             yield from _fleet_metrics(self._remote)
+            if self.origin_servers is not None:  # the edge processes' origin servers, merged
+                yield from origin_server_metrics(self.origin_servers(), PREFIX)
 
         if self._snapshot is not None:
             yield from store_metrics(self._snapshot, PREFIX)

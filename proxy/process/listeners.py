@@ -23,6 +23,8 @@ from aiohttp import web
 from proxy.api.app import ApiAccessLogger, create_api_app
 from proxy.api.clear_cache import PURGE_CONTEXT
 from proxy.api.readiness import READINESS
+from proxy.api.trace import Inspect
+from proxy.api.trace_workers import ASK_WORKERS, AskWorkers
 from proxy.config.model import ApiConfig, Config, EdgeConfig
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
@@ -249,6 +251,8 @@ async def control_listening(
     draining: Draining | None = None,
     reload_hooks: list[Callable[[Config], None]] | None = None,
     origin_states: Callable[[], list[dict[str, object]]] | None = None,
+    inspect: Inspect | None = None,
+    ask_workers: AskWorkers | None = None,
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
     /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``.
@@ -270,9 +274,12 @@ async def control_listening(
             store=store,
             clock=clock,
             fleet=fleet,
-            # A trace reads the store when it is this process's (not with workers or a fleet).
-            inspect=store.inspect if isinstance(store, MemoryStore | TieredStore) else None,
+            # A trace reads the store when it is this process's, or ``inspect`` (a node's
+            # shared tier); else it asks the workers (``ask_workers``) when there are some.
+            inspect=store.inspect if isinstance(store, MemoryStore | TieredStore) else inspect,
         )
+        if ask_workers is not None:
+            app[ASK_WORKERS] = ask_workers
         app[READINESS].edge_states = origin_states
         if reload_hooks is not None:
             reload_hooks.append(app[PURGE_CONTEXT].reconfigure)

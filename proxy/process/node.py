@@ -27,6 +27,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from proxy.config.diff import ConfigChange
@@ -42,12 +43,14 @@ from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
 from proxy.process.listeners import Draining, StartError, control_listening
+from proxy.process.node_figures import node_telemetry
+from proxy.process.node_trace import asker, shared_held
 from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.store.base import ClearResult, Purger
-from proxy.store.shared import SharedStats, SharedTier
+from proxy.store.shared import SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
 log = logging.getLogger("proxy.node")
@@ -77,30 +80,27 @@ async def _serve(config: Config, config_path: Path) -> int:
         settings = fleet_settings(fleet, url)
         figures = _fleet_figures(fleet, settings)
         stack.push_async_callback(figures.close)
-        telemetry = Telemetry(
-            store=figures, domains=[d.name for d in config.domains], remote=figures
-        )
-        reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
-        instance = held_tier = None
+        held_tier = None
         if config.edge is not None:
             held_tier = await stack.enter_async_context(node_tier(config))
-            if held_tier is not None:
-                instance, telemetry.tier = held_tier.instance, NodeTier(held_tier)
+        instance = None if held_tier is None else held_tier.instance
+        telemetry = node_telemetry(config, figures, held_tier)
+        reload_hooks: list[Callable[[Config], None]] = [domains_hook(telemetry.set_domains)]
+        workers: list[Workers] = []
         if config.api is not None:
             purger = _control_purger(stack, config, settings, held_tier)
-            _, api_url = await stack.enter_async_context(
-                control_listening(
-                    config,
-                    purger=purger,
-                    telemetry=telemetry,
-                    store=figures,
-                    fleet=figures,
-                    draining=draining,
-                    reload_hooks=reload_hooks,
-                )
+            api_url = await _control_plane(
+                stack,
+                config,
+                purger,
+                telemetry,
+                figures,
+                draining,
+                reload_hooks,
+                held_tier,
+                workers,
             )
             print(f"api {api_url}", flush=True)
-        workers: list[Workers] = []
         if config.edge is not None:
             edge_url, tls_url = await stack.enter_async_context(
                 edge_workers(config, config_path, fleet, url, telemetry, workers, instance)
@@ -122,6 +122,37 @@ async def _serve(config: Config, config_path: Path) -> int:
     await api_drained
     log.info("stopped")
     return 0
+
+
+async def _control_plane(
+    stack: AsyncExitStack,
+    config: Config,
+    purger: Purger,
+    telemetry: Telemetry,
+    figures: FleetFigures,
+    draining: Draining,
+    reload_hooks: list[Callable[[Config], None]],
+    tier: SharedTier | None,
+    workers: list[Workers],
+) -> str:
+    """The node's API listener (closed by ``stack``), reading its workers' figures from
+    ``figures``: its URL."""
+    _, api_url = await stack.enter_async_context(
+        control_listening(
+            config,
+            purger=purger,
+            telemetry=telemetry,
+            store=figures,
+            fleet=figures,
+            draining=draining,
+            reload_hooks=reload_hooks,
+            origin_states=telemetry.origin_servers,
+            # A trace reads the shared tier, else asks the workers (node_trace.py).
+            inspect=None if tier is None else partial(shared_held, tier),
+            ask_workers=asker(workers) if tier is None else None,
+        )
+    )
+    return api_url
 
 
 def _control_purger(
@@ -190,25 +221,6 @@ class SharedFirstPurger:
         if not purge.dry_run:
             await self._tier.purge_async(domain, purge)
         return await self._purger.purge(domain, purge)
-
-
-class NodeTier:
-    """The node's shared tier as /metrics and /readyz read it in the control process
-    (``observe.telemetry.TierFigures``): the node-wide totals of its LMDB, and whether the
-    directory is still there and writable (the workers' own faults are theirs)."""
-
-    def __init__(self, tier: SharedTier) -> None:
-        self._tier = tier
-
-    def shared_stats(self) -> SharedStats:
-        tier = self._tier
-        if tier.check_directory() and not os.access(tier.bodies, os.W_OK):
-            tier.health.fault("cache directory", PermissionError("not writable"))
-        return tier.stats()
-
-    @property
-    def disk_hits(self) -> int | None:
-        return None
 
 
 @asynccontextmanager

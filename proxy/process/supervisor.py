@@ -20,14 +20,23 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
+from proxy.core.cache.trace import Held
 from proxy.errors import ProxyError, WireError
-from proxy.wire.worker import Ready, unpack_worker_line
+from proxy.wire.worker import (
+    Inspect,
+    Inspected,
+    Ready,
+    pack_inspect,
+    unpack_held,
+    unpack_worker_line,
+)
 
 log = logging.getLogger("proxy.supervisor")
 
 READY_TIMEOUT = 60.0  # seconds a new worker may take to listen
 QUICK_DEATH = 1.0  # a worker that dies sooner than this after starting is restarted later
 MAX_RESTART_DELAY = 5.0
+LINE_LIMIT = 1 << 20  # bytes of one line a worker prints (an inspected answer is the longest)
 
 
 class WorkerStartError(ProxyError):
@@ -59,6 +68,9 @@ class Workers:
         self._keepers: list[asyncio.Task[None]] = []
         self._stopping = False
         self.restarts = 0
+        # Questions asked of the workers (``inspect``), by their id, until answered.
+        self._asked: dict[int, asyncio.Future[Held]] = {}
+        self._next_id = 0
 
     @property
     def pids(self) -> dict[int, int]:
@@ -111,13 +123,15 @@ class Workers:
                     process.send_signal(sig)
 
     async def _spawn(self, index: int) -> None:
-        # Its standard input is a pipe nobody writes to: when this process ends, however it
-        # ends, the pipe closes and the worker stops (proxy/process/worker.py).
+        # Its standard input is a pipe only this process writes to (a trace's questions,
+        # ``inspect``): when this process ends, however it ends, the pipe closes and the
+        # worker stops (proxy/process/worker_channel.py).
         process = await asyncio.create_subprocess_exec(
             *self._argv(index),
             stdout=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.PIPE,
             pass_fds=self._pass_fds,
+            limit=LINE_LIMIT,
         )
         self._processes[index] = process
         assert process.stdout is not None
@@ -141,9 +155,58 @@ class Workers:
         assert process.stdout is not None
         try:
             while line := await process.stdout.readline():
-                said.put_nowait(line.decode("utf-8", "replace").strip())
+                text = line.decode("utf-8", "replace").strip()
+                if not self._answered(text):
+                    said.put_nowait(text)
+        except ValueError:  # a line over LINE_LIMIT: the worker is not one this node reads
+            log.error("edge worker pid %d printed a line too long to read", process.pid)
         finally:
             self._said.pop(process.pid, None)
+
+    def _answered(self, text: str) -> bool:
+        """Whether ``text`` answers a question asked by ``inspect`` (then it is handed over)."""
+        if not text.startswith("inspected "):
+            return False
+        try:
+            said = unpack_worker_line(text)
+        except WireError as exc:
+            log.warning("an edge worker's answer was not read: %s", exc)
+            return True
+        if isinstance(said, Inspected):
+            waiting = self._asked.get(said.id)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(unpack_held(said.held))
+        return True
+
+    async def inspect(self, domain: str, target: str, *, wait: float) -> dict[int, Held | None]:
+        """What each ready worker's store holds for ``target`` (a trace's read: it changes
+        nothing there): worker index -> its answer, or None if it gave none within ``wait``
+        seconds (it is starting, or stuck)."""
+        asked: dict[int, asyncio.Future[Held]] = {}
+        loop = asyncio.get_running_loop()
+        idents = []
+        for index, process in sorted(self._processes.items()):
+            if process.returncode is not None or process.pid not in self._said:
+                continue  # starting or gone: not ready to answer
+            assert process.stdin is not None
+            self._next_id += 1
+            idents.append(self._next_id)
+            asked[index] = self._asked[self._next_id] = loop.create_future()
+            line = pack_inspect(Inspect(self._next_id, domain, target)) + "\n"
+            try:
+                process.stdin.write(line.encode())
+            except (ConnectionError, RuntimeError):  # its input closed: it is going
+                asked[index].cancel()
+        try:
+            if asked:
+                await asyncio.wait(asked.values(), timeout=wait)
+        finally:
+            for ident in idents:
+                self._asked.pop(ident, None)
+        return {
+            index: future.result() if future.done() and not future.cancelled() else None
+            for index, future in asked.items()
+        }
 
     async def reload(self, *, wait: float) -> dict[int, str | None]:
         """SIGHUP every ready worker (each re-reads the config file: proxy/process/worker.py) and

@@ -6,7 +6,8 @@ fleet as a member (proxy/fleet/member.py: lease, generations, acknowledgements),
 on the shared edge port with SO_REUSEPORT. Its cache answers only while its lease holds
 (proxy/fleet/store.py). It prints ``ready`` on standard output once it listens, and on SIGTERM
 drains its connections (``edge.shutdown_timeout``) and exits 0; so it does when its node
-is gone (its standard input, a pipe from the node, reaches its end).
+is gone (its standard input, a pipe from the node, reaches its end). The node asks it on that
+pipe what its store holds for a URL, for a trace (proxy/process/worker_channel.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
-import sys
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -36,6 +35,7 @@ from proxy.process import startup
 from proxy.process.listeners import edge_listening
 from proxy.process.reload import Outcome, domains_hook, reloading
 from proxy.process.service import memory_store, tiered_store
+from proxy.process.worker_channel import NodeChannel
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
 from proxy.store.shared.applied import load_applied, save_applied
@@ -93,9 +93,10 @@ async def _run(
 ) -> int:
     stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
-    _stop_when_orphaned(loop, stop)
+    channel = NodeChannel(loop, stop)  # stops this worker when its node is gone
     async with AsyncExitStack() as stack:
         local = await _local_store(config, stack, cache_instance)
+        channel.inspect = local.inspect  # the node's trace asks what this worker holds
         telemetry = Telemetry(store=local, domains=[domain.name for domain in config.domains])
         member = _member(config, local, telemetry, fleet_url=fleet_url, index=index, port=port)
         await _join(config, local, member, stack)
@@ -132,6 +133,7 @@ async def _run(
                 report=_tell_node,
             )
         )
+        telemetry.origin_servers = handler.upstreams.rows  # in its report (origin figures)
         startup.freeze_heap()
         log.info("edge worker listening on %s as %s", url, member.name)
         print(pack_worker_line(Ready()), flush=True)
@@ -261,18 +263,3 @@ def _tell_node(outcome: Outcome) -> None:
     """One line on standard output, which the node's supervisor reads."""
     said = Reloaded(ok=outcome.ok, digest=outcome.digest or None, message=outcome.message)
     print(pack_worker_line(said), flush=True)
-
-
-def _stop_when_orphaned(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    """The supervisor holds the other end of this process's standard input and never writes
-    to it: end of file means the node is gone (killed, even with SIGKILL), and a worker
-    without its node drains and exits like on SIGTERM instead of serving unsupervised."""
-    fd = sys.stdin.fileno()
-
-    def readable() -> None:
-        if not os.read(fd, 4096):
-            loop.remove_reader(fd)
-            log.warning("the node is gone: stopping")
-            stop.set()
-
-    loop.add_reader(fd, readable)

@@ -5,7 +5,8 @@
 Version 1 is the JSON object the builds before decision 0027 wrote (the same keys; the
 report's now come first); a later version adds ``"v"``. Every key has a default, so an info
 written by an older build that lacked some (``purges`` came with decision 0026, ``connections`` and
-``responses`` later, ``purge_state`` with 0037) is read with those at their default; keys this
+``responses`` later, ``purge_state`` with 0037, ``tier`` and ``origins`` with the tiers'
+figures) is read with those at their default; keys this
 build does not know are ignored. A value of the wrong type refuses the whole info: its member
 is left out of the sums, as one whose info was not JSON was.
 
@@ -25,6 +26,36 @@ READS = (1,)
 INFO = "member-info"
 
 
+class TierReport(msgspec.Struct, frozen=True, kw_only=True):
+    """An edge process's view of its node's shared tier (decision 0030): what it served from
+    it and its own faults (each process counts the faults of its own calls)."""
+
+    disk_hits: int = 0  # hits answered by the shared tier (its lookups, less the collapsed)
+    collapsed: int = 0  # misses answered by another worker's fill (TieredStore.collapsed)
+    faults: int = 0
+    corrupt: int = 0
+    dropped_fills: int = 0  # write errors: fills not stored because of a fault
+    not_durable: int = 0  # purges the tier could not make durable
+    degraded: str | None = None  # its last fault, None while healthy
+    stopped: bool = False
+
+
+class ServerReport(msgspec.Struct, frozen=True, array_like=True):
+    """One origin server as an edge process sees it (decision 0034, ``Upstreams.rows``). An
+    array, not an object: a report lists every server of every domain, twice a second."""
+
+    domain: str
+    origin: str
+    backup: bool = False
+    up: bool = True
+    since_seconds: float = 0.0
+    last_failure: str | None = None
+    last_failure_seconds_ago: float | None = None
+    requests: int = 0
+    errors: int = 0
+    active: int = 0
+
+
 class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     """An edge process's figures since it started (proxy/fleet/figures.py ``edge_report``)."""
 
@@ -42,6 +73,10 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     domains: dict[str, tuple[int, int]] = {}
     # the store's purge state (decision 0037): bytes, budget, forgotten, retired, cleared
     purge_state: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    # its shared tier's figures; None without one
+    tier: TierReport | None = None
+    # its origin servers, every domain's
+    origins: list[ServerReport] = []
 
 
 class MemberInfo(EdgeReport, frozen=True, kw_only=True):

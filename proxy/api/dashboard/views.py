@@ -22,6 +22,7 @@ from proxy.api.dashboard.chart import build_chart
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
 from proxy.api.dashboard.pages import PageError, render
 from proxy.api.dashboard.receipt_view import HISTORY_KINDS, KIND_LABELS, history_row
+from proxy.api.dashboard.tiers import process_tiers, tiers_view
 from proxy.api.readiness import READINESS, ServerView
 from proxy.core.domains import normalise_domain
 from proxy.state.sqlite import MAX_AUDIT_TEXT
@@ -43,10 +44,11 @@ async def overview(request: web.Request, session: Session) -> web.StreamResponse
         # Clears and purges from the audit log: they survive a restart (activity.py).
         times = await changed_at(ctx.state, minutes[0].start)
         chart = build_chart(with_changes(minutes, times))
+    tiers = await tiers_view(ctx.telemetry, ctx.store, [d.name for d in ctx.config.domains])
     return render(
         request,
         "overview.html",
-        {"title": "Overview", "active": "overview", "chart": chart},
+        {"title": "Overview", "active": "overview", "chart": chart, "tiers": tiers},
         session=session,
     )
 
@@ -209,10 +211,18 @@ async def nodes_page(request: web.Request, session: Session) -> web.StreamRespon
     none (one process serves the edge itself)."""
     ctx = request.app[DASHBOARD]
     processes = ctx.fleet.processes() if ctx.fleet is not None else None
+    tiers = await tiers_view(ctx.telemetry, ctx.store, [d.name for d in ctx.config.domains])
+    each = process_tiers(ctx.fleet) if ctx.fleet is not None else {}
     return render(
         request,
         "nodes.html",
-        {"title": "Nodes", "active": "nodes", "processes": processes},
+        {
+            "title": "Nodes",
+            "active": "nodes",
+            "processes": processes,
+            "tiers": tiers,
+            "process_tiers": each,
+        },
         session=session,
     )
 

@@ -1,0 +1,167 @@
+"""The trace with ``[edge] workers = 2`` (issue 25 §3, decision 0038 "trace"): the control
+process holds no memory tier, so it asks each worker what it holds (memory-only node), or
+reads the node's shared tier; either way the trace agrees with what the next real request
+does, and changes nothing.
+
+Real processes: a node (``cdn-proxy serve``) with two workers and its embedded Valkey, a real
+origin counting what it is asked, requests on connections of their own (the kernel picks the
+worker), the API and the ``cdn-proxy trace`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from proxy.process.node_trace import INSPECT_WAIT
+from tests.conftest import Origin
+from tests.nodes import Node, cli, write_config
+from tests.test_shared_tier import get_fresh, post, serve, tiered_config, token
+
+pytestmark = pytest.mark.slow  # nodes of real processes
+
+MISS = "cdn-proxy; fwd=uri-miss; stored"
+CONNECTIONS = 200  # fresh connections to reach both workers (the kernel spreads them)
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[Node]]:
+    nodes: list[Node] = []
+    yield nodes
+    for node in nodes:
+        await node.kill()
+
+
+async def trace(node: Node, secret: str, target: str) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            node.api + "/api/v1/cdn/trace",
+            json={"url": f"http://example.com{target}"},
+            headers={"Authorization": f"Bearer {secret}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+        answer: dict[str, Any] = json.loads(await response.text())
+        return answer
+
+
+def outcome_of(cache_status: str) -> str:
+    """The trace's word for what a response's Cache-Status says happened."""
+    return "hit" if cache_status.startswith("cdn-proxy; hit") else "miss"
+
+
+async def test_memory_only_workers_are_asked_and_the_next_request_agrees(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    serve(origin, "/page")
+    secret = await token_for(tmp_path, origin)
+    node = await Node.start(tmp_path / "proxy.toml")
+    started.append(node)
+    # Nothing stored: every worker says miss, and so does the next request.
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "miss", answer
+    assert [row["worker"] for row in answer["workers"]] == [0, 1], answer
+    assert {row["outcome"] for row in answer["workers"]} == {"miss"}
+    assert origin.count("/page") == 0  # a trace asks no origin
+    assert (await get_fresh(node, "/page"))[1] == MISS
+    # One worker holds it: the trace says which, and a next request gets one of the two.
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "mixed", answer
+    assert sorted(row["outcome"] for row in answer["workers"]) == ["hit", "miss"], answer
+    assert answer["entry"]["fresh"] is True and answer["entry"]["lifetime_source"] == "origin"
+    # Until both workers hold it; then the trace says hit, and every next request is a hit.
+    reads = 0
+    while origin.count("/page") < 2 and reads < CONNECTIONS:
+        await get_fresh(node, "/page")
+        reads += 1
+    assert origin.count("/page") == 2
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "hit", answer
+    assert {row["outcome"] for row in answer["workers"]} == {"hit"}
+    for _ in range(6):
+        assert outcome_of((await get_fresh(node, "/page"))[1]) == "hit"
+    assert origin.count("/page") == 2  # the traces stored and fetched nothing
+    # A purge answered 200: both workers say miss, and so does the next request.
+    assert (
+        await post(node, secret, "/api/v1/cdn/purge", {"domain": "example.com", "urls": ["/page"]})
+        == 200
+    )
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "miss", answer
+    assert (await get_fresh(node, "/page"))[1] == MISS
+    # The command line reads the same answer.
+    status, out, err = await cli(
+        "trace", "http://example.com/page", "--api", node.api, "--token", secret
+    )
+    assert status == 0, err
+    assert "outcome: mixed (worker 0: " in out, out
+    assert "  edge workers: 0: " in out and ", 1: " in out, out
+
+
+async def token_for(tmp_path: Path, origin: Origin) -> str:
+    """A memory-only node's config (two workers) and a token for it."""
+    write_config(tmp_path, origin.url, workers=2)
+    return await token(tmp_path)
+
+
+async def test_a_shared_tier_node_traces_from_the_tier_and_the_next_request_agrees(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    serve(origin, "/page")
+    tiered_config(tmp_path, origin, workers=2)
+    secret = await token(tmp_path)
+    node = await Node.start(tmp_path / "proxy.toml")
+    started.append(node)
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "miss" and "workers" not in answer, answer
+    assert (await get_fresh(node, "/page"))[1] == MISS
+    # Filled by one worker, in the shared tier: a hit for every worker.
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "hit", answer
+    assert answer["store"]["variants"] == 1, answer
+    for _ in range(6):
+        assert outcome_of((await get_fresh(node, "/page"))[1]) == "hit"
+    assert origin.count("/page") == 1
+    assert (
+        await post(node, secret, "/api/v1/cdn/purge", {"domain": "example.com", "urls": ["/page"]})
+        == 200
+    )
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "miss", answer
+    assert (await get_fresh(node, "/page"))[1] == MISS
+    assert origin.count("/page") == 2
+
+
+async def test_a_stuck_worker_is_named_unknown_and_the_trace_still_answers(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    serve(origin, "/page")
+    secret = await token_for(tmp_path, origin)
+    node = await Node.start(tmp_path / "proxy.toml")
+    started.append(node)
+    stuck, *_ = sorted(node.worker_pids())
+    os.kill(stuck, signal.SIGSTOP)  # it reads no question and answers none
+    try:
+        began = time.monotonic()
+        answer = await trace(node, secret, "/page")
+        took = time.monotonic() - began
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    assert took < INSPECT_WAIT + 3, took  # bounded by the wait for an answer
+    assert answer["outcome"] == "mixed", answer
+    rows = {row["outcome"]: row for row in answer["workers"]}
+    assert set(rows) == {"unknown", "miss"}, answer
+    assert rows["unknown"]["why"].endswith("did not answer"), answer
+    # Once it runs again it answers the next question, and the earlier one is not mistaken
+    # for it.
+    answer = await trace(node, secret, "/page")
+    assert answer["outcome"] == "miss" and len(answer["workers"]) == 2, answer
