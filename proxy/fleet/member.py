@@ -220,7 +220,7 @@ class FleetMember:
         # No await from here to the end: the batch is applied in one step, so no lookup sees
         # half of it. The store's clear_now and purge_now never suspend (the Store protocol
         # declares them plain methods; proxy/store/base.py).
-        distrusted = self._distrust(plan, clear)
+        distrusted = self._distrust(plan, clear) if plan.clear_all or plan.unknown else {}
         for domain in clear:
             number = plan.applied.generations.get(domain, 0)
             cleared = distrusted[domain] if domain in distrusted else self.store.clear_now(domain)

@@ -3,8 +3,9 @@ persistence), a control plane, an edge node of two workers with ``cache.disk_pat
 reaching Valkey through a relay (benchmarks/fleet_cluster.py), and an origin that counts what
 it is asked and answers If-None-Match with 304.
 
-- A node killed (-9) while purges are answered 200 catches up before it serves from its tier
-  again: after its restart, what the purges covered is fetched anew, the rest is still a hit.
+- A node killed (-9), or cut off from Valkey, while purges are answered 200 catches up before
+  it serves from its tier again: after its restart or the heal, what the purges covered is
+  fetched anew, the rest is still a hit.
 - After Valkey lost its data (a new epoch), the tier's entries are revalidated, not dropped:
   the origin sees conditional requests and answers 304, the client gets the stored body
   byte-exact; content changed at the origin is served new; an entry without a validator is a
@@ -108,6 +109,31 @@ async def test_a_node_killed_while_purges_were_made_catches_up_before_serving_it
     assert (status, body) == (200, "1")
     assert "hit" in cache, (cache, cluster.origin.seen)
     assert asked(cluster, D0, SAME, since) == []
+
+
+async def test_a_node_cut_off_from_valkey_catches_up_before_serving_its_tier_again(
+    cluster: Cluster,
+) -> None:
+    """Its traffic to Valkey black-holed while a URL purge is answered 200 (once its lease
+    ran out), the node forwards what it would have served from cache; after the heal, the
+    purged page never comes from its tier or memory, and the other page is a hit again."""
+    await fill(cluster, D0, SAME, CHANGED)
+    edge = cluster.edges[0]
+    edge.relay.blackhole()
+    version = cluster.origin.bump(D0, [CHANGED])
+    await api(cluster, "purge", {"domain": D0, "urls": [f"/{D0}/{CHANGED}"]})
+    status, body, cache = await read(edge, D0, SAME)
+    assert (status, body) == (200, "1")
+    assert "fenced" in cache, cache  # its lease ran out: nothing from either tier
+    edge.relay.heal()
+
+    async def hit_again() -> bool:
+        assert (await read(edge, D0, CHANGED))[:2] == (200, str(version))
+        return "hit" in (await read(edge, D0, SAME))[2]
+
+    await until(hit_again, every=0.02)
+    for _ in range(10):
+        assert (await read(edge, D0, CHANGED))[:2] == (200, str(version))
 
 
 async def test_after_valkey_lost_its_data_the_tier_is_revalidated_not_refilled(
