@@ -196,9 +196,10 @@ def judge(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> 
     it is gone, DISTRUSTED when it must be revalidated first (a hard purge still wins)."""
     if mark < state.cleared:
         return HARD
-    if mark < state.distrusted:
-        return HARD if _purged(state, mark, target, tags) is HARD else DISTRUSTED
-    return _purged(state, mark, target, tags)
+    if mark >= state.top:  # the usual case, with no call: nothing outstanding is newer
+        return None if mark >= state.distrusted else DISTRUSTED
+    found = _purged(state, mark, target, tags)
+    return DISTRUSTED if mark < state.distrusted and found is not HARD else found
 
 
 def distrusted_copy(response: StoredResponse) -> StoredResponse | None:
@@ -213,9 +214,8 @@ def distrusted_copy(response: StoredResponse) -> StoredResponse | None:
 
 
 def _purged(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
-    """The domain's bans, tag and URL purges numbered above ``mark`` that cover the entry."""
-    if mark >= state.top:
-        return None
+    """The domain's bans, tag and URL purges numbered above ``mark`` (under ``state.top``)
+    that cover the entry."""
     found = covering(state.bans, state.tags, mark=mark, target=target, tags=tags)
     if found is HARD:
         return found

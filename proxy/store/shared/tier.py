@@ -258,16 +258,18 @@ class SharedTier:
         variants = []
         for entry in found:
             covered = judge(state, entry.response.mark, target, entry.response.tags)
-            if covered is DISTRUSTED:  # revalidated before it is served, or gone (0040)
+            if covered is None:
+                pass
+            elif covered is HARD:
+                self._doom(entry.key, entry.sequence)
+                continue
+            elif covered is DISTRUSTED:  # revalidated before it is served, or gone (0040)
                 copy = distrusted_copy(entry.response)
                 if copy is None:
                     self._doom(entry.key, entry.sequence)
                     continue
                 entry = entry._replace(response=copy)
-            elif covered is HARD:
-                self._doom(entry.key, entry.sequence)
-                continue
-            elif covered is not None:
+            else:
                 response = entry.response
                 lifetime = stale_lifetime(
                     response.birth, response.freshness_lifetime, covered.stale_at
