@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -67,7 +68,12 @@ class Origin:
     makes the pages it covers newer than anything they answered before."""
 
     def __init__(
-        self, domains: Sequence[str], *, validated: Sequence[str] = (), stale: Sequence[str] = ()
+        self,
+        domains: Sequence[str],
+        *,
+        validated: Sequence[str] = (),
+        stale: Sequence[str] = (),
+        large: Sequence[str] = (),
     ) -> None:
         self.versions = dict.fromkeys(domains, 1)
         self.pages: dict[str, int] = {}  # "DOMAIN/PAGE" -> its own version
@@ -76,6 +82,7 @@ class Origin:
         self.validated = frozenset(validated)
         self.stale = frozenset(stale)  # pages that allow stale-while-revalidate, -if-error
         self.failing: set[str] = set()  # "DOMAIN/PAGE" answered 500 (set by a test)
+        self.large = frozenset(large)  # pages whose body is ``large_body``, not the version
         self.seen: list[tuple[str, str | None, int]] = []  # "DOMAIN/PAGE", If-None-Match, status
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -121,7 +128,17 @@ class Origin:
         self.seen.append((f"{domain}/{page}", asked, status))
         if status != 200:
             return web.Response(status=status, headers=headers)
+        if page in self.large:
+            return web.Response(body=large_body(domain, page, version), headers=headers)
         return web.Response(text=str(version), headers=headers)
+
+
+LARGE = 300_000  # bytes: over the shared tier's inline limit, so its body is a file
+
+
+def large_body(domain: str, page: str, version: int) -> bytes:
+    """The body of a large page at ``version``: bytes that differ with each version."""
+    return random.Random(f"{domain}/{page}/{version}").randbytes(LARGE)
 
 
 class NodeProcess:
@@ -199,11 +216,12 @@ class Cluster:
         disk: bool = False,
         validated: Sequence[str] = (),
         stale: Sequence[str] = (),
+        large: Sequence[str] = (),
     ) -> None:
         self.directory = directory
         self.domains = tuple(domains)
         self.timing = timing or Timing()
-        self.origin = Origin(self.domains, validated=validated, stale=stale)
+        self.origin = Origin(self.domains, validated=validated, stale=stale, large=large)
         self.disk = disk  # a shared tier (cache.disk_path) on every edge node
         self.valkey_port = free_port()
         self.valkey = ValkeyServer(port=self.valkey_port, save="", appendonly="no")

@@ -21,19 +21,21 @@ import aiohttp
 import pytest
 import valkey.asyncio
 
-from benchmarks.fleet_cluster import Cluster, Edge
+from benchmarks.fleet_cluster import Cluster, Edge, large_body
 from tests.polling import until
 
 pytestmark = pytest.mark.slow  # real processes, killed and restarted
 
 D0, D1 = "d0.test", "d1.test"
-SAME, CHANGED, PLAIN, STALE = "same", "changed", "plain", "stale"
-VALIDATED = (SAME, CHANGED, STALE)  # answered with an ETag; PLAIN without one
+SAME, CHANGED, PLAIN, STALE, LARGE = "same", "changed", "plain", "stale", "large"
+VALIDATED = (SAME, CHANGED, STALE, LARGE)  # answered with an ETag; PLAIN without one
 
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    started = Cluster(tmp_path, workers=(2,), disk=True, validated=VALIDATED, stale=(STALE,))
+    started = Cluster(
+        tmp_path, workers=(2,), disk=True, validated=VALIDATED, stale=(STALE,), large=(LARGE,)
+    )
     try:
         await started.start()
         yield started
@@ -43,12 +45,17 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 
 async def read(edge: Edge, domain: str, page: str) -> tuple[int, str, str]:
     """One GET on a connection of its own (either worker): status, body, Cache-Status."""
+    status, body, cache = await read_bytes(edge, domain, page)
+    return status, body.decode("latin-1"), cache
+
+
+async def read_bytes(edge: Edge, domain: str, page: str) -> tuple[int, bytes, str]:
     connector = aiohttp.TCPConnector(force_close=True)
     async with (
         aiohttp.ClientSession(connector=connector) as client,
         client.get(f"{edge.url}/{domain}/{page}", headers={"Host": domain}) as response,
     ):
-        body = await response.text()
+        body = await response.read()
         return response.status, body, response.headers.get("Cache-Status", "")
 
 
@@ -139,9 +146,9 @@ async def test_a_node_cut_off_from_valkey_catches_up_before_serving_its_tier_aga
 async def test_after_valkey_lost_its_data_the_tier_is_revalidated_not_refilled(
     cluster: Cluster,
 ) -> None:
-    await fill(cluster, D0, SAME, CHANGED, PLAIN, STALE)
+    await fill(cluster, D0, SAME, CHANGED, PLAIN, STALE, LARGE)
     edge = cluster.edges[0]
-    before = {page: await read(edge, D0, page) for page in (SAME, CHANGED, PLAIN, STALE)}
+    before = {page: await read(edge, D0, page) for page in (SAME, CHANGED, PLAIN, STALE, LARGE)}
     assert all(status == 200 and "hit" in cache for status, _, cache in before.values())
     await cluster.restart_valkey()  # the acks are gone with the rest of its data
     # Both workers have adopted the new epoch (each acked in it after applying it).
@@ -161,6 +168,13 @@ async def test_after_valkey_lost_its_data_the_tier_is_revalidated_not_refilled(
         assert (status, body) == (200, before[SAME][1])
         assert "hit" in cache, cache
     assert asked(cluster, D0, SAME, since) == [('"1"', 304)]
+
+    # A body in a file of the tier: the 304 keeps it, byte for byte.
+    status, large, cache = await read_bytes(edge, D0, LARGE)
+    assert (status, cache) == (200, "cdn-proxy; fwd=stale; stored")
+    assert large == large_body(D0, LARGE, 1)
+    assert asked(cluster, D0, LARGE, since) == [('"1"', 304)]
+    assert (await read_bytes(edge, D0, LARGE))[1] == large  # and a hit of it after
 
     # Changed at the origin: the conditional request gets the new version, served.
     assert (await read(edge, D0, CHANGED))[:2] == (200, str(version))
