@@ -1,6 +1,6 @@
 """The checker of issue 12: is ``200 Cache cleared`` true on every edge process, while they fail?
 
-Run: python -m benchmarks.fleet_checker [--clears 2000] [--seed N] [--dir PATH]
+Run: python -m benchmarks.fleet_checker [--clears 2000] [--seed N] [--dir PATH] [--disk]
 
 It starts a fleet of real processes (benchmarks/fleet_cluster.py: Valkey, one control plane,
 three edge nodes, one of them with two workers), then at the same time:
@@ -24,6 +24,12 @@ no read of a page that starts after the 200 of a purge covering it returns a ver
 than that purge (for a soft purge: the page was not served without revalidation). A read
 that fails, or gets a 5xx, while a node is down is counted apart and is no violation; a
 clear answered 503 (or not at all) is not a 200 and constrains nothing.
+
+With ``--disk`` every edge node has a shared tier (``cache.disk_path``, decision 0040) that
+outlives its processes: a node killed and restarted finds what it stored, and must apply the
+purges it missed before serving it; after Valkey's restart the tier's entries are distrusted
+and revalidated. The origin then gives ``page0`` an ETag (revalidated with a 304 when
+unchanged) and ``page1`` none (dropped, a miss).
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ class Checker:
         self.readers_per_node = readers_per_node
         self._stop = asyncio.Event()
         self._confirmed = asyncio.Event()  # set at each clear answered 200
+        # Reads answered from a shared tier (Cache-Status detail="disk"): node, start.
+        self.disk_hits: list[tuple[str, float]] = []
         self._edge_turn = 0
 
     async def run(
@@ -227,6 +235,8 @@ class Checker:
             error = type(exc).__name__
         version = int(body) if status == 200 and body.isdigit() else None
         hit = "; hit" in cache
+        if hit and 'detail="disk"' in cache:
+            self.disk_hits.append((edge.node.name, start))
         end = time.monotonic()
         read = Read(edge.node.name, domain, start, end, status, version, hit, error, page)
         self.history.reads.append(read)
@@ -301,14 +311,39 @@ async def check(
     rounds: int = 1,
     min_clears: int = 0,
     seed: int = 0,
+    disk: bool = False,
 ) -> History:
-    """Start a cluster under ``directory``, run the checker on it, stop everything."""
-    cluster = Cluster(directory)
+    """Start a cluster under ``directory`` (``disk``: a shared tier on every edge node), run
+    the checker on it, stop everything."""
+    cluster = disk_cluster(directory) if disk else Cluster(directory)
     try:
         await cluster.start()
-        return await Checker(cluster, seed=seed).run(faults, rounds=rounds, min_clears=min_clears)
+        checker = Checker(cluster, seed=seed)
+        history = await checker.run(faults, rounds=rounds, min_clears=min_clears)
+        if disk:
+            print(disk_report(checker))
+        return history
     finally:
         await cluster.close()
+
+
+def disk_cluster(directory: Path) -> Cluster:
+    """The checker's cluster with a shared tier on every edge node; PAGES[0] carries an
+    ETag, PAGES[1] none."""
+    return Cluster(directory, disk=True, validated=PAGES[:1])
+
+
+def disk_report(checker: Checker) -> str:
+    """What the shared tiers did: reads they answered, and the origin's revalidations (a 304
+    comes only from a distrusted entry whose page did not change: every purge moves the
+    versions of the pages it covers)."""
+    seen = checker.cluster.origin.seen
+    conditional = sum(1 for _, asked, _ in seen if asked is not None)
+    not_modified = sum(1 for _, _, status in seen if status == 304)
+    return (
+        f"reads answered from a shared tier {len(checker.disk_hits)}; origin requests"
+        f" {len(seen)}, conditional {conditional}, answered 304 {not_modified}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -317,12 +352,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="times each fault is injected")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, help="where the nodes' configs and logs go")
+    parser.add_argument("--disk", action="store_true", help="a shared tier on every edge node")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fleet-checker-") as scratch:
         directory = args.dir or Path(scratch)
         history = asyncio.run(
-            check(directory, rounds=args.rounds, min_clears=args.clears, seed=args.seed)
+            check(
+                directory,
+                rounds=args.rounds,
+                min_clears=args.clears,
+                seed=args.seed,
+                disk=args.disk,
+            )
         )
     print(history.report())
     print(f"time {time.monotonic() - started:.0f} s")

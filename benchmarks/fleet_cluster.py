@@ -8,7 +8,10 @@
   ``[api]``), each reaching Valkey through a TCP relay of its own (benchmarks/fleet_relay.py)
   that the checker can cut and heal;
 - an origin (aiohttp, in this process) whose body for ``/DOMAIN/...`` is that domain's
-  current version number.
+  current version number (with an ETag naming it for the pages asked, so that revalidations
+  get their 304s);
+- with ``disk``, a shared tier (``cache.disk_path``) on every edge node, in the node's own
+  directory, so that a node restarted after ``kill -9`` finds what it stored (decision 0040).
 
 Each node runs in a session of its own (``start_new_session``), so killing, stopping and
 continuing act on its whole process group: the node and every edge worker it started.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -63,9 +67,23 @@ class Origin:
     pages, before a purge that covers them): both come from one counter, so every bump
     makes the pages it covers newer than anything they answered before."""
 
-    def __init__(self, domains: Sequence[str]) -> None:
+    def __init__(
+        self,
+        domains: Sequence[str],
+        *,
+        validated: Sequence[str] = (),
+        stale: Sequence[str] = (),
+        large: Sequence[str] = (),
+    ) -> None:
         self.versions = dict.fromkeys(domains, 1)
         self.pages: dict[str, int] = {}  # "DOMAIN/PAGE" -> its own version
+        # Pages answered with an ETag naming their version, and 304 to an If-None-Match
+        # that names it (revalidations of a shared tier: decision 0040).
+        self.validated = frozenset(validated)
+        self.stale = frozenset(stale)  # pages that allow stale-while-revalidate, -if-error
+        self.failing: set[str] = set()  # "DOMAIN/PAGE" answered 500 (set by a test)
+        self.large = frozenset(large)  # pages whose body is ``large_body``, not the version
+        self.seen: list[tuple[str, str | None, int]] = []  # "DOMAIN/PAGE", If-None-Match, status
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._counter = 1
@@ -100,7 +118,27 @@ class Origin:
             raise web.HTTPNotFound()
         version = max(version, self.pages.get(f"{domain}/{page}", 0))
         headers = {"Cache-Control": "max-age=600", "Surrogate-Key": page or "-"}
+        if page in self.stale:
+            headers["Cache-Control"] += ", stale-while-revalidate=600, stale-if-error=600"
+        asked = request.headers.get("If-None-Match")
+        status = 500 if f"{domain}/{page}" in self.failing else 200
+        if page in self.validated:
+            headers["ETag"] = f'"{version}"'
+            status = 304 if status == 200 and asked == headers["ETag"] else status
+        self.seen.append((f"{domain}/{page}", asked, status))
+        if status != 200:
+            return web.Response(status=status, headers=headers)
+        if page in self.large:
+            return web.Response(body=large_body(domain, page, version), headers=headers)
         return web.Response(text=str(version), headers=headers)
+
+
+LARGE = 300_000  # bytes: over the shared tier's inline limit, so its body is a file
+
+
+def large_body(domain: str, page: str, version: int) -> bytes:
+    """The body of a large page at ``version``: bytes that differ with each version."""
+    return random.Random(f"{domain}/{page}/{version}").randbytes(LARGE)
 
 
 class NodeProcess:
@@ -175,11 +213,16 @@ class Cluster:
         domains: Sequence[str] = ("d0.test", "d1.test", "d2.test"),
         workers: Sequence[int] = (2, 1, 1),
         timing: Timing | None = None,
+        disk: bool = False,
+        validated: Sequence[str] = (),
+        stale: Sequence[str] = (),
+        large: Sequence[str] = (),
     ) -> None:
         self.directory = directory
         self.domains = tuple(domains)
         self.timing = timing or Timing()
-        self.origin = Origin(self.domains)
+        self.origin = Origin(self.domains, validated=validated, stale=stale, large=large)
+        self.disk = disk  # a shared tier (cache.disk_path) on every edge node
         self.valkey_port = free_port()
         self.valkey = ValkeyServer(port=self.valkey_port, save="", appendonly="no")
         self.api_url = f"http://127.0.0.1:{free_port()}"
@@ -205,6 +248,9 @@ class Cluster:
             edge = f'[edge]\nlisten = "127.0.0.1:{port}"\nshutdown_timeout = 1\n'
             edge += f'workers = {count}\n[cache]\nmax_bytes = "8MiB"\n'
             config = self.directory / name / "node.toml"
+            if self.disk:
+                edge += f'disk_path = "{config.parent / "cache"}"\ndisk_max_bytes = "64MiB"\n'
+
             config.parent.mkdir(parents=True, exist_ok=True)
             config.write_text(edge + self._common(relay.url, name))
             node = NodeProcess(name, config, ("edge",))

@@ -89,6 +89,10 @@ class SyncPlan:
     applied: Applied
     ack: bool
     purges: tuple[PurgeStep, ...] = ()
+    # Of ``clear``, the domains cleared only because records the member needs were dropped
+    # (their generation did not move): what was purged is unknown, not everything. A store
+    # that can revalidate its entries may distrust them instead (decision 0040).
+    unknown: tuple[str, ...] = ()
 
 
 def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
@@ -122,7 +126,10 @@ def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
     generations = {**applied.generations, **result.generations}
     new = Applied(epoch=applied.epoch, seq=result.seq, generations=generations)
     purges = steps_after_clears(steps, changed)
-    return SyncPlan(clear_all=False, clear=changed, applied=new, ack=True, purges=purges)
+    unknown = tuple(d for d in changed if applied.generations.get(d, 0) == result.generations[d])
+    return SyncPlan(
+        clear_all=False, clear=changed, applied=new, ack=True, purges=purges, unknown=unknown
+    )
 
 
 @dataclass(frozen=True, slots=True)

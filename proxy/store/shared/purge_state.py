@@ -24,6 +24,20 @@ remembered) names the domains over the fair level, and each is cleared (``Domain
 its entries' marks are then under ``cleared``, misses). Retiring only the bans older than the
 domain's oldest entry would need that mark, which the tier does not keep (left to its lurker,
 not written yet); a clear drops more, never less, so no ban that covers a stored entry is lost.
+
+Distrust (decision 0040). A fleet member that cannot know which purges its node missed (its
+fleet's Valkey lost its data: a new epoch; or the log was trimmed past what it applied) does
+not drop the tier: it *distrusts* it. An entry whose mark is under the distrust floor is judged
+``DISTRUSTED``: never served until the origin has revalidated it (a conditional request: a 304
+keeps the body, and the refreshed fill stores it under a mark above the floor, trusted again),
+and dropped when it has no validator. Not stale-while-revalidate, not stale-if-error: the edge
+gets a copy expired at once that forbids both (``distrusted_copy``). For one domain the floor
+is the domain's own (``DomainState.distrusted``, moved like a clear moves ``cleared``). For
+every domain at once, O(1): the meta record ``FLOOR`` holds a number above every number any
+domain has had (``TOP``, the highest, kept by every write); every domain's number reads as at
+least that floor from then on, so a lookup made after the distrust hands its fill a mark at or
+above it, and every mark given out before is under it. One synced write, whatever the number
+of domains or entries.
 """
 
 from __future__ import annotations
@@ -32,12 +46,13 @@ import json
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import lmdb
 
+from proxy.core.cache.entry import StoredResponse
 from proxy.core.cache.keys import target_of
 from proxy.core.purge.purges import HARD, Bans, Covered, LastPurges, Purge, covering
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES, Held, plan
@@ -48,6 +63,12 @@ EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transacti
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
 FOLDED = b"\x00folded"
+# Distrust of every domain (decision 0040): the floor, the highest number any domain's record
+# has held (so that a new floor is above them all), and what the last floor was made for (a
+# fleet member's epoch and number: members of one node making the same one skip it).
+FLOOR = b"\x00floor"
+TOP = b"\x00top"
+FLOOR_FOR = b"\x00floor-for"
 _COUNT = struct.Struct("<Q")
 
 
@@ -65,6 +86,29 @@ def _sizes(txn: lmdb.Transaction) -> dict[str, int]:
     }
 
 
+def _top(txn: lmdb.Transaction) -> int:
+    """The highest number any domain's record has held (counted once in a directory from
+    before the count: each record's number is its first 8 bytes)."""
+    if txn.get(TOP) is not None:
+        return _count(txn, TOP)
+    return max(
+        (
+            read_number(value)
+            for key, value in txn.cursor().iternext()
+            if not bytes(key).startswith(b"\x00")
+        ),
+        default=0,
+    )
+
+
+def _read_state(txn: lmdb.Transaction, key: bytes) -> DomainState:
+    """A domain's committed state, under the floor of the last distrust of every domain."""
+    record = txn.get(key)
+    state = DomainState() if record is None else DomainState.from_bytes(record)
+    floor = txn.get(FLOOR)
+    return state if floor is None else state.floored(int(_COUNT.unpack(floor)[0]))
+
+
 @dataclass(slots=True)
 class DomainState:
     number: int = 0
@@ -73,6 +117,7 @@ class DomainState:
     tags: dict[str, LastPurges] = field(default_factory=dict)
     urls: dict[str, LastPurges] = field(default_factory=dict)  # request-target -> purges
     top: int = 0  # the newest outstanding ban or purge: marks at or above it need no check
+    distrusted: int = 0  # marks under it are served only once revalidated (decision 0040)
 
     def clear(self) -> int:
         self.number += 1
@@ -82,6 +127,22 @@ class DomainState:
         self.urls = {}
         self.top = 0
         return self.number
+
+    def distrust(self) -> int:
+        """Every entry stored so far is to be revalidated before it is served: its number."""
+        self.number += 1
+        self.distrusted = self.number
+        return self.number
+
+    def floored(self, floor: int) -> DomainState:
+        """The state under a distrust of every domain at ``floor``: its number at least the
+        floor (a lookup from now on marks its fill at or above it), its own floor at least
+        the floor (every mark given out before is under it)."""
+        if self.number < floor:
+            self.number = floor
+        if self.distrusted < floor:
+            self.distrusted = floor
+        return self
 
     def add(self, purge: Purge, at: float) -> int:
         """Record a purge other than a hard ``all`` (a clear): its number."""
@@ -104,12 +165,15 @@ class DomainState:
 
         body = [self.cleared, self.top, lasts(self.bans.by_prefix), lasts(self.tags)]
         body.append(lasts(self.urls))
+        if self.distrusted:
+            body.append(self.distrusted)
         return pack_number(self.number, json.dumps(body, separators=(",", ":")).encode())
 
     @classmethod
     def from_bytes(cls, record: bytes | memoryview) -> DomainState:
-        cleared, top, bans, tags, urls = json.loads(bytes(record[8:]))
+        cleared, top, bans, tags, urls, *rest = json.loads(bytes(record[8:]))
         state = cls(number=read_number(record), cleared=cleared, top=top)
+        state.distrusted = int(rest[0]) if rest else 0
         for prefix, hard, soft, soft_at in bans:
             if hard:
                 state.bans.add(hard, (prefix,), False, 0.0)
@@ -121,13 +185,37 @@ class DomainState:
         return state
 
 
+# An entry stored before a distrust (decision 0040): served only once revalidated. Compared by
+# identity; as a Covered it reads as stale since ever, for code that does not tell it apart.
+DISTRUSTED = Covered(hard=False, stale_at=float("-inf"))
+
+
 def judge(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
     """What the domain's purges say about an entry with ``mark``, stored under ``target``
-    (a key target: either scheme's) with ``tags``: None when nothing covers it."""
+    (a key target: either scheme's) with ``tags``: None when nothing covers it, HARD when
+    it is gone, DISTRUSTED when it must be revalidated first (a hard purge still wins)."""
     if mark < state.cleared:
         return HARD
-    if mark >= state.top:
+    if mark >= state.top:  # the usual case, with no call: nothing outstanding is newer
+        return None if mark >= state.distrusted else DISTRUSTED
+    found = _purged(state, mark, target, tags)
+    return DISTRUSTED if mark < state.distrusted and found is not HARD else found
+
+
+def distrusted_copy(response: StoredResponse) -> StoredResponse | None:
+    """What a lookup hands the edge for a DISTRUSTED entry: a copy stale at once, with no
+    stale-while-revalidate and no stale-if-error, so the edge sends a conditional request and
+    serves it only on a 304; None when it has no validator (dropped: a miss)."""
+    if response.etag is None and response.last_modified is None:
         return None
+    copy = replace(response, freshness_lifetime=0.0, stale_while_revalidate=0.0, stale_if_error=0.0)
+    object.__setattr__(copy, "mark", response.mark)  # replace leaves it 0
+    return copy
+
+
+def _purged(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
+    """The domain's bans, tag and URL purges numbered above ``mark`` (under ``state.top``)
+    that cover the entry."""
     found = covering(state.bans, state.tags, mark=mark, target=target, tags=tags)
     if found is HARD:
         return found
@@ -172,14 +260,14 @@ class PurgeStateStore:
         self._epoch.close()
 
     def current(self, domain: str) -> DomainState:
-        """The domain's state as last committed (a fresh default if never purged)."""
+        """The domain's state as last committed (a fresh default if never purged), under the
+        floor of the last distrust of every domain."""
         epoch: int = EPOCH.unpack_from(self._epoch)[0]
         cached = self._parsed.get(domain)
         if cached is not None and cached[0] == epoch:
             return cached[1]
         with self._env.begin(buffers=True) as txn:
-            record = txn.get(domain.encode())
-            state = DomainState() if record is None else DomainState.from_bytes(record)
+            state = _read_state(txn, domain.encode())
         self._parsed[domain] = (epoch, state)
         return state
 
@@ -190,7 +278,7 @@ class PurgeStateStore:
         key = domain.encode()
         with self._env.begin(write=True) as txn:
             record = txn.get(key)
-            state = DomainState() if record is None else DomainState.from_bytes(record)
+            state = _read_state(txn, key)
             number: int = change(state)
             written = state.to_bytes()
             txn.put(key, written)
@@ -198,29 +286,55 @@ class PurgeStateStore:
                 total = sum(_sizes(txn).values())
             else:
                 total = _count(txn, TOTAL) + len(written) - (0 if record is None else len(record))
+            highest = state.number
             if total > self.max_bytes:
-                total = self._fold(txn, total)
+                total, folded = self._fold(txn)
+                highest = max(highest, folded)
             txn.put(TOTAL, _COUNT.pack(total))
+            txn.put(TOP, _COUNT.pack(max(_top(txn), highest)))
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
         return number
 
-    def _fold(self, txn: lmdb.Transaction, total: int) -> int:
-        """Clear every domain over its fair share of the budget, in ``txn``: the new total.
-        Rare (past the budget, the state is folded to 7/8 of it), and it reads the records'
-        sizes only, and of a domain it clears only its number."""
+    def _fold(self, txn: lmdb.Transaction) -> tuple[int, int]:
+        """Clear every domain over its fair share of the budget, in ``txn``: the new total,
+        and the highest number it gave a domain. Rare (past the budget, the state is folded
+        to 7/8 of it), and it reads the records' sizes only, and of a domain it clears only
+        its number."""
         sizes = _sizes(txn)
         held = {domain: Held(remembered=0, outstanding=size) for domain, size in sizes.items()}
         folds = plan(held, self.max_bytes)
+        floor, highest = _count(txn, FLOOR), 0
         for fold in folds:
             key = fold.domain.encode()
-            state = DomainState(number=read_number(txn.get(key) or bytes(8)))  # no parse
-            state.clear()
+            state = DomainState(number=read_number(txn.get(key) or bytes(8))).floored(floor)
+            highest = max(highest, state.clear())  # above the floor: covers entries after it
             written = state.to_bytes()
             txn.put(key, written)
             sizes[fold.domain] = len(written)
         txn.put(FOLDED, _COUNT.pack(_count(txn, FOLDED) + len(folds)))
-        return sum(sizes.values())  # recounted: a fold also corrects the running total
+        return sum(sizes.values()), highest  # recounted: a fold corrects the running total
+
+    def distrust_all(self, made_for: bytes = b"") -> int:
+        """Distrust every domain's entries, in one synced write (decision 0040): the floor.
+        ``made_for`` names what it is for (a fleet member's epoch and number); a second call
+        for the same non-empty one changes nothing (the other workers of the node, which learn
+        of the same new epoch at the same number: the first one's floor is as good)."""
+        with self._env.begin(write=True) as txn:
+            floor = _count(txn, FLOOR)
+            if made_for and txn.get(FLOOR_FOR) == made_for:
+                return floor
+            floor = max(_top(txn), floor) + 1
+            txn.put(FLOOR, _COUNT.pack(floor))
+            txn.put(TOP, _COUNT.pack(floor))
+            txn.put(FLOOR_FOR, made_for)
+            committed = txn.id()
+        EPOCH.pack_into(self._epoch, 0, committed)
+        return floor
+
+    def distrust(self, domain: str) -> int:
+        """Distrust one domain's entries (synced): its new number."""
+        return self._update(domain, DomainState.distrust)
 
     def usage(self) -> tuple[int, int]:
         """The records' bytes, and how many domains folds have cleared (for /metrics)."""

@@ -47,7 +47,12 @@ from proxy.store.shared.lock import (
     unclean_since_boot,
     write_boot,
 )
-from proxy.store.shared.purge_state import PurgeStateStore, judge
+from proxy.store.shared.purge_state import (
+    DISTRUSTED,
+    PurgeStateStore,
+    distrusted_copy,
+    judge,
+)
 from proxy.store.shared.records import (
     Corrupt,
     body_name,
@@ -241,10 +246,18 @@ class SharedTier:
         variants = []
         for entry in found:
             covered = judge(state, entry.response.mark, target, entry.response.tags)
-            if covered is HARD:
+            if covered is None:
+                pass
+            elif covered is HARD:
                 self._doom(entry.key, entry.sequence)
                 continue
-            if covered is not None:
+            elif covered is DISTRUSTED:  # revalidated before it is served, or gone (0040)
+                copy = distrusted_copy(entry.response)
+                if copy is None:
+                    self._doom(entry.key, entry.sequence)
+                    continue
+                entry = entry._replace(response=copy)
+            else:
                 response = entry.response
                 lifetime = stale_lifetime(
                     response.birth, response.freshness_lifetime, covered.stale_at
@@ -370,6 +383,14 @@ class SharedTier:
             return self.clear_domain(domain)
         stamp = self._clock() if at is None else at
         return self._durably(lambda: self.purges.add(domain, purge, stamp))
+
+    def distrust(self, domain: str | None, made_for: bytes = b"") -> int | None:
+        """Have every entry of the domain (None: of every domain, in one write) revalidated
+        before it is served again, durably (decision 0040): the floor or the domain's number.
+        None as for ``clear_domain``."""
+        if domain is None:
+            return self._durably(lambda: self.purges.distrust_all(made_for))
+        return self._durably(lambda: self.purges.distrust(domain))
 
     async def clear_domain_async(self, domain: str) -> int | None:
         """``clear_domain`` in the writer thread: its fsync never blocks the event loop."""
