@@ -48,7 +48,7 @@ http {{
     fastcgi_temp_path {home}/tmp/fastcgi;
     uwsgi_temp_path {home}/tmp/uwsgi;
     scgi_temp_path {home}/tmp/scgi;
-    proxy_cache_path {home}/cache levels=1:2 keys_zone=disk:64m max_size={max_size}
+    proxy_cache_path {home}/cache {levels} keys_zone=disk:64m max_size={max_size}
         inactive=1d use_temp_path=off {manager};
     upstream origin {{ server 127.0.0.1:{origin}; keepalive 16; }}
     server {{
@@ -141,6 +141,7 @@ def start_nginx(
     max_size: int,
     sendfile: bool = False,
     manager: str = MANAGER_DEFAULT,
+    levels: str = "levels=1:2",
     name: str = "nginx",
 ) -> Started:
     for sub in ("tmp", "cache"):
@@ -159,6 +160,7 @@ def start_nginx(
             max_size=max_size,
             sendfile="on" if sendfile else "off",
             manager=manager,
+            levels=levels,
         )
     )
     binary = find_binary("nginx") or "nginx"
@@ -185,13 +187,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def disk_usage(directory: Path) -> int:
-    """Bytes the files under ``directory`` take on disk (blocks, as nginx counts max_size)."""
+def disk_usage(directory: Path, block: int = 4096) -> int:
+    """Bytes the files under ``directory`` count against nginx's ``max_size``: each file's
+    size rounded up to the file-system block, as nginx records it when it stores the file
+    (``ngx_file_fs_size`` then: the blocks that the file system adds later for its own
+    metadata, which ``st_blocks`` shows, are not in nginx's count)."""
     total = 0
     for dirpath, _, files in os.walk(directory):
         for name in files:
             try:
-                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+                size = os.stat(os.path.join(dirpath, name)).st_size
             except FileNotFoundError:  # removed by a cache manager meanwhile
                 continue
+            total += -(-size // block) * block
     return total

@@ -1,13 +1,16 @@
 """Origin requests for one trace, by worker count, with and without the shared tier (issue 23).
 
 Run:
-    .venv/bin/python -m benchmarks.worker_fills [--workers 1,2] [--urls 200] [--requests 2000]
+    .venv/bin/python -m benchmarks.worker_fills [--workers 1,2,4] [--urls 200] [--requests 2000]
+        [--clients 1]
 
 For each worker count, cdn-proxy is started twice (memory tiers only, then with
 ``[cache] disk_path``) in front of an origin that counts what it is asked. The same trace
 (``--requests`` GETs over ``--urls`` cacheable URLs, each URL once first, then a seeded
 random order) is sent one request per fresh connection, so the kernel spreads them over the
-workers. The goal is one origin request per URL, whatever the worker count.
+workers. With ``--clients N``, N clients share the trace, each taking the next request as
+it is done, so concurrent misses for one URL reach different workers (collapsing across
+workers). The goal is one origin request per URL, whatever the worker count.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import random
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -41,8 +45,13 @@ async def origin(counts: dict[str, int]) -> web.AppRunner:
     return runner
 
 
-async def replay(port: int, trace: list[str]) -> None:
-    for path in trace:
+async def replay(port: int, trace: list[str], clients: int) -> None:
+    paths = iter(trace)
+    await asyncio.gather(*(client(port, paths) for _ in range(clients)))
+
+
+async def client(port: int, paths: Iterator[str]) -> None:
+    for path in paths:
         connector = aiohttp.TCPConnector(force_close=True)
         async with (
             aiohttp.ClientSession(connector=connector) as client,
@@ -53,7 +62,7 @@ async def replay(port: int, trace: list[str]) -> None:
                 raise SystemExit(f"GET {path}: {response.status}")
 
 
-async def one(workers: int, disk: bool, trace: list[str], home: Path) -> int:
+async def one(workers: int, disk: bool, trace: list[str], home: Path, clients: int) -> int:
     counts: dict[str, int] = {}
     runner = await origin(counts)
     origin_port = runner.addresses[0][1]
@@ -67,7 +76,7 @@ async def one(workers: int, disk: bool, trace: list[str], home: Path) -> int:
     server.start()
     try:
         port = proxy_addresses(server, 60.0)[0]
-        await replay(port, trace)
+        await replay(port, trace, clients)
     finally:
         server.stop()
         await runner.cleanup()
@@ -76,20 +85,24 @@ async def one(workers: int, disk: bool, trace: list[str], home: Path) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--urls", type=int, default=200)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=1, help="concurrent clients")
     args = parser.parse_args()
     urls = [f"/o/{i}" for i in range(args.urls)]
     rest = random.Random(23).choices(urls, k=max(0, args.requests - len(urls)))
     trace = urls + rest
-    print(f"{len(trace)} requests over {len(urls)} URLs, one fresh connection each")
+    print(
+        f"{len(trace)} requests over {len(urls)} URLs, one fresh connection each, "
+        f"{args.clients} client(s) at once"
+    )
     with tempfile.TemporaryDirectory(prefix="cdn-proxy-fills-") as name:
         for workers in map(int, args.workers.split(",")):
             for disk in (False, True):
                 home = Path(name) / f"w{workers}-{'disk' if disk else 'memory'}"
                 home.mkdir()
-                fills = asyncio.run(one(workers, disk, trace, home))
+                fills = asyncio.run(one(workers, disk, trace, home, args.clients))
                 tiers = "memory + shared tier" if disk else "memory tiers only"
                 print(f"workers = {workers}, {tiers}: {fills} origin requests", flush=True)
     print(f"({' '.join(sys.argv)})")
