@@ -8,8 +8,9 @@ One object of ``--size`` bytes, from the same origin, is cached by each system, 
 ``--runs`` runs per system, the order of systems rotating from run to run. Every server runs
 on the server core, one process serving hits:
 
-- cdn-proxy (``workers = 1``) with ``[cache] disk_path``; its memory tier is 4 MiB, and keeps
-  objects up to an eighth of that, so every hit of the object is read from the shared tier
+- cdn-proxy (``workers = 1``) with ``[cache] disk_path``; its memory tier is 4 times the
+  object (4 MiB for 1 MiB), and keeps objects up to an eighth of its size, so every hit of
+  the object is read from the shared tier
   (checked: ``Cache-Status: ...; hit; detail="disk"`` before and after the runs);
 - with ``--memory-row``, for comparison, cdn-proxy whose memory tier keeps the object
   (``Cache-Status: ...; hit`` with no ``detail``);
@@ -44,7 +45,7 @@ from benchmarks.disk_peers import (
     start_ours,
 )
 
-MEMORY_BYTES = 4 << 20  # the memory tier: keeps objects up to 512 KiB, so not the object
+MEMORY_SHARE = 4  # the memory tier: 4x the object, so it keeps objects up to half of it
 DISK_BYTES = 1 << 30
 MEMORY_ROW_BYTES = 256 << 20  # --memory-row: a memory tier that keeps the object (up to 32 MiB)
 
@@ -77,7 +78,7 @@ async def check_hit(system: Started, path: str, size: int) -> str:
     return hit_tier(system, reply)
 
 
-def start_all(home: Path, origin_port: int, cpu: str, memory_row: bool) -> list[Started]:
+def start_all(home: Path, origin_port: int, cpu: str, size: int, memory_row: bool) -> list[Started]:
     started: list[Started] = []
     try:
         started.append(
@@ -85,7 +86,7 @@ def start_all(home: Path, origin_port: int, cpu: str, memory_row: bool) -> list[
                 home / "cdn-proxy",
                 origin_port,
                 cpu,
-                memory_bytes=MEMORY_BYTES,
+                memory_bytes=max(64 << 10, size * MEMORY_SHARE),
                 disk_bytes=DISK_BYTES,
                 max_object=16 << 20,
             )
@@ -120,7 +121,7 @@ async def measure(args: argparse.Namespace, home: Path) -> None:
     origin, origin_port = start_origin(home, args.load_cpu)
     systems: list[Started] = []
     try:
-        systems = start_all(home, origin_port, args.server_cpu, args.memory_row)
+        systems = start_all(home, origin_port, args.server_cpu, args.size, args.memory_row)
         path = f"/o/{args.size}/shared-hit"
         for system in systems:
             await load.get(system.port, path, HOST)  # the fill
