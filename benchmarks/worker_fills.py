@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shlex
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -105,7 +106,7 @@ def main() -> None:
                 fills = asyncio.run(one(workers, disk, trace, home, args.clients))
                 tiers = "memory + shared tier" if disk else "memory tiers only"
                 print(f"workers = {workers}, {tiers}: {fills} origin requests", flush=True)
-    print(f"({' '.join(sys.argv)})")
+    print("command:", shlex.join(["python", "-m", "benchmarks.worker_fills", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":
