@@ -22,15 +22,22 @@ run divided by the requests wrk made. The origin's request counter is read aroun
 a hit run that reached the origin fails the benchmark. Figures are medians over the runs;
 the ratio is taken run by run (cdn-proxy's req/s over nginx's in the same run), then the
 median.
+
+``--read-cost`` times instead, in this process, the shared tier's own reads of one object of
+``--size`` bytes: ``lookup``, its body as checked chunks (``read_body``) and as one ``bytes``
+(``read_all``, what the two-tier store hands the edge for a disk hit).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import statistics
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +51,8 @@ from benchmarks.disk_peers import (
     start_origin,
     start_ours,
 )
+from proxy.core.cache.entry import StoredResponse
+from proxy.store.shared import Fill, SharedTier
 
 MEMORY_SHARE = 4  # the memory tier: 4x the object, so it keeps objects up to half of it
 DISK_BYTES = 1 << 30
@@ -192,6 +201,39 @@ def report(
         print(f"sample answer, {name}: {sample}")
 
 
+def read_cost(size: int, home: Path, reads: int = 300) -> None:
+    """In-process, median µs: the tier's ``lookup`` of one entry of ``size`` bytes, reading
+    its body as checked chunks (``read_body``), and as one ``bytes`` (``read_all``: what the
+    two-tier store hands the edge for a disk hit)."""
+    tier = SharedTier.open_node(home / "read-cost", max_bytes=DISK_BYTES)
+    try:
+        blank = StoredResponse(
+            status=200, reason="OK", headers=(("Content-Type", "application/octet-stream"),),
+            body=b"", birth=time.time(), freshness_lifetime=3600.0,
+        )  # fmt: skip
+        fill = Fill(tier, HOST, "/read-cost", blank, tier.lookup(HOST, "/read-cost").token)
+        data = os.urandom(size)
+        for start in range(0, size, 1 << 16):
+            fill.append(data[start : start + (1 << 16)])
+        if not fill.commit():
+            raise RuntimeError("the fill was not stored")
+        (entry,) = tier.lookup(HOST, "/read-cost").variants
+        calls: dict[str, Callable[[], object]] = {
+            "lookup": lambda: tier.lookup(HOST, "/read-cost"),
+            "read_body (checked chunks)": lambda: list(tier.read_body(entry)),
+            "read_all (one bytes)": lambda: tier.read_all(entry),
+        }
+        for label, call in calls.items():
+            times = []
+            for _ in range(reads):
+                begin = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - begin)
+            print(f"{label}: {statistics.median(times) * 1e6:,.1f} µs (median of {reads})")
+    finally:
+        tier.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=1 << 20)
@@ -203,11 +245,19 @@ def main() -> None:
         action="store_true",
         help="also measure cdn-proxy serving the object from its memory tier",
     )
+    parser.add_argument(
+        "--read-cost",
+        action="store_true",
+        help="only time the shared tier's reads of one object in this process",
+    )
     parser.add_argument("--server-cpu", default="1")
     parser.add_argument("--load-cpu", default="0")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="shared-hits-") as tmp:
-        asyncio.run(measure(args, Path(tmp)))
+        if args.read_cost:
+            read_cost(args.size, Path(tmp))
+        else:
+            asyncio.run(measure(args, Path(tmp)))
 
 
 if __name__ == "__main__":
