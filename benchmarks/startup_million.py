@@ -17,7 +17,8 @@ Run: .venv/bin/python -m benchmarks.startup_million [--entries 1000000] [--runs 
    each run (load core): the answer must be 200, the stored body, and
    ``Cache-Status: ...; hit; detail="disk"``. Timed from before the exec to the end of that
    answer, and to the address line (listening); the process is then stopped with SIGTERM.
-   The same is done on an empty tier, for comparison.
+   The same is done on a tier of one entry, for comparison, and the time a Python takes
+   to import what ``serve`` runs, and exit, is printed beside them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -123,6 +125,21 @@ async def start_once(config: Path, path: str, size: int, cpu: str) -> Start:
     return Start(listening, first_hit, status)
 
 
+# What serve imports with one process (no fleet); os._exit skips the interpreter's teardown,
+# as serve's own exit does.
+IMPORTS = "import proxy.cli.main, proxy.process.service, os; os._exit(0)"
+
+
+def import_seconds(cpu: str) -> float:
+    """Seconds from exec to exit of a Python that only imports what ``serve`` runs (and exits
+    without its teardown): the part of a start that the cache's size cannot change."""
+    start = time.perf_counter()
+    subprocess.run(
+        ["taskset", "-c", cpu, PYTHON, "-c", IMPORTS], check=True, cwd=ROOT, env=CHILD_ENV
+    )
+    return time.perf_counter() - start
+
+
 def summary(label: str, starts: list[Start]) -> str:
     listen = statistics.median(s.listening for s in starts) * 1000
     hit = statistics.median(s.first_hit for s in starts) * 1000
@@ -159,6 +176,7 @@ async def measure(args: argparse.Namespace, home: Path) -> None:
             for i in picks
         ]
         rows = [summary("1 entry", empty), summary(f"{args.entries:,} entries", full)]
+        imports = [import_seconds(args.server_cpu) for _ in range(args.runs)]
         statuses = {s.status for s in empty + full}
     finally:
         origin.stop()
@@ -167,6 +185,11 @@ async def measure(args: argparse.Namespace, home: Path) -> None:
     print("|---|---:|---:|---:|")
     print("\n".join(rows))
     print(f"Cache-Status of the first hits: {', '.join(sorted(statuses))}")
+    each = ", ".join(f"{seconds * 1000:.0f}" for seconds in imports)
+    print(
+        f"imports alone (python -c {IMPORTS!r}): "
+        f"{statistics.median(imports) * 1000:,.0f} ms median ({each})"
+    )
     if any('detail="disk"' not in s or "; hit" not in s for s in statuses):
         raise SystemExit("a first answer was not a hit from the shared tier")
     print(
