@@ -90,6 +90,15 @@ def test_startup_serves_a_stored_object_as_a_disk_hit() -> None:
         assert row is not None, out
         assert 0 < number(row.group(1)) <= number(row.group(2)), out
     assert 'Cache-Status of the first hits: cdn-proxy; hit; detail="disk"' in out, out
+    assert re.search(r"^imports alone \(python -c .*\): [\d,]+ ms median", out, re.M), out
+
+
+def test_shared_profile_samples_disk_hits() -> None:
+    """py-spy samples the process while it answers disk hits; the handler is in the samples."""
+    out = run("benchmarks.shared_profile", "--duration", "1", "--size", "262144")
+    assert re.search(r"^[\d,]+-byte hits from the shared tier: [\d,]+ req/s", out, re.M), out
+    handler = re.search(r"^ +([\d.]+)%  the edge's handler \(Edge.handle\)$", out, re.M)
+    assert handler is not None and float(handler.group(1)) > 0, out
 
 
 def test_worker_fills_one_origin_request_per_url_with_the_shared_tier() -> None:
