@@ -106,3 +106,15 @@ def test_worker_fills_one_origin_request_per_url_with_the_shared_tier() -> None:
     assert "workers = 2, memory + shared tier: 10 origin requests" in out, out
     memory = re.search(r"^workers = 2, memory tiers only: (\d+) origin requests$", out, re.M)
     assert memory is not None and 10 <= int(memory.group(1)) <= 20, out
+
+
+def test_worker_fills_collapses_concurrent_misses_across_workers() -> None:
+    """Each URL asked for by 4 clients at once from a slow origin: with the shared tier the
+    origin sees one request per URL; memory tiers alone collapse per worker only."""
+    out = run(
+        "benchmarks.worker_fills",
+        *("--workers", "2", "--urls", "3", "--burst", "4", "--origin-ms", "100"),
+    )
+    assert "workers = 2, memory + shared tier: 3 origin requests" in out, out
+    memory = re.search(r"^workers = 2, memory tiers only: (\d+) origin requests$", out, re.M)
+    assert memory is not None and 3 <= int(memory.group(1)) <= 6, out
