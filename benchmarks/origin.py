@@ -17,6 +17,8 @@ Run: taskset -c 0 .venv/bin/python -m benchmarks.origin --port 19000 [--slow-ms 
 - ``GET /__origin/count`` answers how many object requests were served since the last
   ``POST /__origin/reset`` (the counter requests themselves are not counted). Caches never
   see these paths: the runner asks the origin directly.
+- ``GET /__origin/bytes`` answers the body bytes sent since the last reset (the origin
+  bytes of a hit-ratio replay, benchmarks/shared_replay.py).
 
 A low-level ``web.Server`` on uvloop with bodies built once per size, so the origin is never
 what limits a fill.
@@ -45,6 +47,7 @@ class Origin:
         self.slow = slow_ms / 1000
         self.count = 0
         self.not_modified = 0
+        self.bytes = 0  # body bytes sent
         self._bodies: dict[int, bytes] = {}
 
     def body(self, size: int) -> bytes:
@@ -61,8 +64,10 @@ class Origin:
             if path == "/__origin/counts":
                 full = self.count - self.not_modified
                 return web.Response(text=f"{full} {self.not_modified}\n")
+            if path == "/__origin/bytes":
+                return web.Response(text=f"{self.bytes}\n")
             if path == "/__origin/reset" and request.method == "POST":
-                self.count = self.not_modified = 0
+                self.count = self.not_modified = self.bytes = 0
                 return web.Response(text="0\n")
             return web.Response(status=404)
         kind, _, rest = path[1:].partition("/")
@@ -84,8 +89,10 @@ class Origin:
             if request.headers.get("If-None-Match") == VALIDATED["ETag"]:
                 self.not_modified += 1
                 return web.Response(status=304, headers=headers)
+            self.bytes += size
             return web.Response(body=self.body(size), headers=headers)
         headers = TAGGED if kind == "tagged" else HEADERS
+        self.bytes += size
         return web.Response(body=self.body(size), headers=headers)
 
 
