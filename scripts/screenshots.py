@@ -104,7 +104,7 @@ async def main(out: Path) -> None:
             {
                 "edge": {"listen": "127.0.0.1:0"},
                 "api": {"listen": "127.0.0.1:0"},
-                "cache": {"max_bytes": "64MiB"},
+                "cache": {"max_bytes": "64MiB", "disk_path": "cache"},
                 "state": {"path": "state.db"},
                 "domains": [{"name": d, "origin": f"http://{host}:{port}"} for d in DOMAINS],
             },
@@ -203,6 +203,7 @@ workers = 2
 listen = "127.0.0.1:{api_port}"
 [cache]
 max_bytes = "64MiB"
+disk_path = "cache"
 [state]
 path = "workers.db"
 [fleet]
@@ -229,6 +230,11 @@ origin = "{origin_url}"
         for _ in range(2):  # "edge URL" and "api URL", once both listen
             assert await node.stdout.readline(), "cdn-proxy serve exited"
         api_url = f"http://127.0.0.1:{api_port}"
+        async with aiohttp.ClientSession() as client:  # some hits, from both tiers
+            for n in range(40):
+                url = f"http://127.0.0.1:{edge_port}/page/{n % 8}"
+                async with client.get(url, headers={"Host": "example.com"}) as response:
+                    await response.read()
         async with async_playwright() as playwright:
             browser = await launch(playwright)
             context = await browser.new_context(base_url=api_url, viewport=VIEWPORT)
