@@ -109,3 +109,31 @@ def chunks(
             index += 1
     finally:
         os.close(fd)
+
+
+class Verified:
+    """Body files this process has seen whole and matching their chunk table: written by its
+    own fill (the CRCs were taken of the bytes written) or read through once, every chunk
+    checked. A hit of one of them may be sent by ``sendfile`` without reading it (decision
+    0039), as long as the file is still the one checked: the same inode, size and
+    modification time (``identity``), which an in-place write changes. Bounded: a body
+    forgotten is checked again on its next send."""
+
+    __slots__ = ("_seen", "limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._seen: dict[tuple[int, int, int], None] = {}
+        self.limit = limit
+
+    def add(self, stat: os.stat_result) -> None:
+        seen = self._seen
+        seen[identity(stat)] = None
+        if len(seen) > self.limit:
+            del seen[next(iter(seen))]
+
+    def __contains__(self, stat: os.stat_result) -> bool:
+        return identity(stat) in self._seen
+
+
+def identity(stat: os.stat_result) -> tuple[int, int, int]:
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)

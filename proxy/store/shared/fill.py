@@ -14,6 +14,7 @@ A fault on the way drops the fill (False) and is reported, never raised.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from pathlib import Path
 
@@ -57,6 +58,10 @@ class Fill:
         self._final: Path | None = None  # the body file once renamed, until committed
         self.length = 0
         self.dropped = tier.health.stuck
+        # Once committed: where the entry is (a hit of a large body reads or sends the file).
+        self.sequence = 0
+        self.table_crc = 0
+        self.path: Path | None = None
 
     def append(self, data: bytes) -> bool:
         """Add the next bytes of the body: False once the fill is dropped (too large for the
@@ -110,18 +115,20 @@ class Fill:
             return self._drop(error)
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
+        self.path = self._final
         tier.health.recovered()
         return True
 
     def _store(self, txn: lmdb.Transaction, gone: list[str]) -> None:
         tier = self._tier
         meta = tier.db_meta
-        sequence = _u64(txn, meta, b"sequence") + 1
+        sequence = self.sequence = _u64(txn, meta, b"sequence") + 1
         txn.put(b"sequence", _U64.pack(sequence), db=meta)
         table_crc: int | None = None
         cost = len(self.key) + self.length
         if self._file is not None:
             self._final, table_crc = self._file.finish(sequence)
+            self.table_crc = table_crc
             self._file = None
             cost += 4 * -(-self.length // 65536)
         record = pack_entry(
@@ -255,3 +262,15 @@ class AsyncFill:
 
     async def abort(self) -> None:
         await self._tier.run(self._fill.abort)
+
+    def abort_soon(self) -> None:
+        """``abort`` queued in the writer thread, not waited for (a fill given up by a caller
+        that must not suspend, or is being cancelled): its temporary file goes."""
+        # RuntimeError: the tier is closed (the next start empties bodies/tmp/).
+        with contextlib.suppress(RuntimeError):
+            self._tier._writer.submit(self._fill.abort)
+
+    @property
+    def fill(self) -> Fill:
+        """The fill itself: once committed, where its entry is (``sequence``, ``path``)."""
+        return self._fill
