@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import struct
 import sys
 import tempfile
@@ -109,6 +110,12 @@ def memory(pid: int) -> dict[str, int]:
     return figures
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def config_text(origin_url: str, cache_dir: Path, *, max_object: str, disk: str) -> str:
     return f"""
 [edge]
@@ -175,14 +182,22 @@ async def start_proxy(config: Path, cpus: str) -> tuple[asyncio.subprocess.Proce
     return process, addresses["edge"]
 
 
-async def round_of(edge: str, clients: int, body: LargeBody, expected: str) -> dict[str, float]:
+async def round_of(
+    edge: str, clients: int, body: LargeBody, expected: str, pid: int
+) -> dict[str, float]:
+    cpu = cpu_seconds(pid)
     started = time.perf_counter()
     results = await asyncio.gather(*(fetch(edge, "/big") for _ in range(clients)))
     seconds = time.perf_counter() - started
     bad = [r for r in results if (r[0], r[2], r[3]) != (200, expected, body.size)]
     if bad:
         raise SystemExit(f"{len(bad)} of {clients} answers were not the body: {bad[:2]}")
-    return {"seconds": seconds, "mb_s": clients * body.size / seconds / 1e6}
+    gib = clients * body.size / (1 << 30)
+    return {
+        "seconds": seconds,
+        "mb_s": clients * body.size / seconds / 1e6,
+        "cpu_per_gib": (cpu_seconds(pid) - cpu) / gib,
+    }
 
 
 def parse_size(text: str) -> int:
@@ -212,9 +227,9 @@ async def main(size: int, clients: int, cpus: str) -> None:
         process, edge = await start_proxy(config, cpus)
         try:
             idle = memory(process.pid)["VmRSS"]
-            cold = await round_of(edge, clients, body, expected)
+            cold = await round_of(edge, clients, body, expected, process.pid)
             after_cold = memory(process.pid)
-            warm = await round_of(edge, clients, body, expected)
+            warm = await round_of(edge, clients, body, expected, process.pid)
             after = memory(process.pid)
         finally:
             process.terminate()
@@ -223,10 +238,14 @@ async def main(size: int, clients: int, cpus: str) -> None:
     mib = 1 << 20
     print(f"object {size / mib:.0f} MiB, {clients} clients, proxy on CPUs {cpus}")
     print(f"origin requests: {counts.get('/big', 0)}")
-    print(
-        f"cold (1 fill, {clients - 1} collapsed): {cold['seconds']:.1f} s, {cold['mb_s']:.0f} MB/s"
-    )
-    print(f"warm ({clients} hits):             {warm['seconds']:.1f} s, {warm['mb_s']:.0f} MB/s")
+    for name, figures in (
+        (f"cold (1 fill, {clients - 1} collapsed)", cold),
+        (f"warm ({clients} hits)", warm),
+    ):
+        print(
+            f"{name}: {figures['seconds']:.1f} s, {figures['mb_s']:.0f} MB/s, "
+            f"proxy CPU {figures['cpu_per_gib']:.2f} s per GiB sent"
+        )
     print(
         f"proxy RSS: idle {idle / mib:.0f} MiB, peak {after['VmHWM'] / mib:.0f} MiB "
         f"(+{(after['VmHWM'] - idle) / mib:.0f} MiB; "

@@ -245,7 +245,11 @@ class Filler:
         sink = None if self._tiered is None else self._tiered.stream(job.key, entry)
         if sink is None:
             return None
-        status = cache_status(self._name, fwd=job.fwd, stored=True, detail=job.detail())
+        # Cache-Status is sent before the body: ``stored`` is said when the body's length is
+        # known to fit (a fill dropped after all, by a disk fault, is counted by the tier);
+        # a chunked body may still pass max_object_bytes, so it is not said of one.
+        known = origin.content_length is not None
+        status = cache_status(self._name, fwd=job.fwd, stored=known, detail=job.detail())
         request, rules = job.request, job.rules
         # The first client is streamed the origin's fields in full, as a fill answers (but
         # a Range is answered with the whole 200: RFC 9110 §14.2 allows it); a HEAD, a

@@ -127,6 +127,8 @@ class TieredStore:
         if entry.path is None:
             return entry.response
         if entry.length > self.memory_object_max:
+            if any(key == entry.key for key, _ in self.tier.doomed):
+                return None  # found corrupt by an earlier send: a miss until it is replaced
             return FileBacked(entry.response, BodyFile(entry, self.tier, self.verified))
         body = await asyncio.to_thread(self.tier.read_all, entry)
         if body is None:
