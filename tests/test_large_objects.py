@@ -42,10 +42,13 @@ COLLAPSED = "cdn-proxy; fwd=uri-miss; collapsed"
 RSS_BOUND = 120 * MIB
 
 
-def large_config(tmp_path: Path, origin: Origin, *, max_object: str = "512MiB") -> Path:
+def large_config(
+    tmp_path: Path, origin: Origin, *, max_object: str = "512MiB", workers: int = 1
+) -> Path:
     return write_config(
         tmp_path,
         origin.url,
+        workers=workers,
         cache=(
             f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "1GiB"\n'
             f'max_object_bytes = "{max_object}"'
@@ -225,6 +228,23 @@ async def test_the_first_client_is_streamed_the_body_while_the_origin_sends_it_a
         assert cache_status in (COLLAPSED, DISK_HIT)
     assert origin.count("/gated") == 1
     assert await fetch(node.edge, "/gated") == (200, DISK_HIT, body.sha256(), body.size)
+
+
+@pytest.mark.slow
+async def test_with_two_workers_a_large_object_is_filled_once_and_sent_by_both(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(32 * MIB, seed=11)
+    serve_body(origin, "/w", body)
+    node, _ = await start(nodes, large_config(tmp_path, origin, workers=2))
+    assert await fetch(node.edge, "/w") == (200, STORED, body.sha256(), body.size)
+    statuses = set()
+    for _ in range(8):  # fresh connections: the kernel spreads them over both workers
+        status, cache_status, digest, length = await fetch(node.edge, "/w")
+        assert (status, digest, length) == (200, body.sha256(), body.size)
+        statuses.add(cache_status)
+    assert statuses == {DISK_HIT}
+    assert origin.count("/w") == 1
 
 
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(

@@ -121,9 +121,10 @@ class Filler:
         self._store = store
         self._clock = clock
         self.max_object = max_object  # cache.max_object_bytes; a reload sets it
-        # A store with a shared tier streams large objects into it (decision 0039). A fleet's
-        # store (which wraps one) checks its lease at put: large objects are not streamed.
-        self._tiered = store if isinstance(store, TieredStore) else None
+        # A store with a shared tier streams large objects into it (decision 0039); a fleet
+        # member's store wraps it (FleetStore.local), and is asked for its lease at commit.
+        local = getattr(store, "local", store)
+        self._tiered = local if isinstance(local, TieredStore) else None
         self._ask_origin = ask_origin
         self._origin_headers = origin_headers
         self._from_stored = from_stored
@@ -242,7 +243,8 @@ class Filler:
             tagged(verdict.with_body(b"", job.key[2]), origin.tags or ()), job.rules
         )
         entry = with_lines(entry, ())  # its body is not in hand: never a fast hit
-        sink = None if self._tiered is None else self._tiered.stream(job.key, entry)
+        fenced = bool(getattr(self._store, "fenced", False))  # FleetStore: past its lease
+        sink = None if self._tiered is None or fenced else self._tiered.stream(job.key, entry)
         if sink is None:
             return None
         # Cache-Status is sent before the body: ``stored`` is said when the body's length is
@@ -275,6 +277,7 @@ class Filler:
             limit=self.max_object,
             progress=flight.progress if flight is not None else _nothing,
             give_up=lambda: self._end_flight(job.key, flight, None),
+            fenced=lambda: bool(getattr(self._store, "fenced", False)),
         )
         if teed.client is not None:
             return Filled(teed.client, teed.stored)

@@ -77,9 +77,10 @@ async def tee(
     limit: int,
     progress: Callable[[], None],
     give_up: Callable[[], None],
+    fenced: Callable[[], bool],
 ) -> Teed:
     """Stream the body to the client (``headers``: its answer's fields; None: no client) and
-    into ``fill``; commit the fill once the body ended."""
+    into ``fill``; commit the fill once the body ended, unless the store is ``fenced``."""
     client: web.StreamResponse | None = None
     if headers is not None:
         client = web.StreamResponse(status=origin.status, reason=origin.reason, headers=headers)
@@ -117,6 +118,8 @@ async def tee(
     if writing and client is not None:
         with contextlib.suppress(ConnectionError):
             await client.write_eof()
+    if fenced():  # a fleet member past its lease stores nothing (decision 0014)
+        sink.drop()
     committing = sink.fill
     stored = None if committing is None else await committing.commit()
     return Teed(client, stored)
