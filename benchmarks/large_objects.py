@@ -9,7 +9,9 @@ as it sends it (``LargeBody``: never held whole). Then:
 
 1. ``--clients`` clients at once on a cold cache: one fills (streamed to it and to the tier),
    the others are collapsed onto that fill and sent the stored file once it is committed;
-2. ``--clients`` clients at once again: hits, sent from the file (``sendfile``).
+2. ``--clients`` clients at once again: hits, sent from the file (``sendfile``);
+3. the proxy restarted, ``--clients`` hits at once: a process that has checked no file yet
+   reads and checks every chunk it sends (decision 0039).
 
 Every client hashes what it receives (SHA-256) and it is compared with the body's own hash.
 Reported: seconds and aggregate MB/s of each round, origin requests, and the proxy's resident
@@ -234,6 +236,16 @@ async def main(size: int, clients: int, cpus: str) -> None:
         finally:
             process.terminate()
             await process.wait()
+        # A new process has checked no file yet: every send of this round reads and checks
+        # its chunks (no sendfile) until one has read the file through.
+        process, edge = await start_proxy(config, cpus)
+        try:
+            restarted_idle = memory(process.pid)["VmRSS"]
+            checked = await round_of(edge, clients, body, expected, process.pid)
+            restarted = memory(process.pid)
+        finally:
+            process.terminate()
+            await process.wait()
     await runner.cleanup()
     mib = 1 << 20
     print(f"object {size / mib:.0f} MiB, {clients} clients, proxy on CPUs {cpus}")
@@ -241,6 +253,7 @@ async def main(size: int, clients: int, cpus: str) -> None:
     for name, figures in (
         (f"cold (1 fill, {clients - 1} collapsed)", cold),
         (f"warm ({clients} hits)", warm),
+        (f"after a restart ({clients} hits, checked)", checked),
     ):
         print(
             f"{name}: {figures['seconds']:.1f} s, {figures['mb_s']:.0f} MB/s, "
@@ -249,7 +262,8 @@ async def main(size: int, clients: int, cpus: str) -> None:
     print(
         f"proxy RSS: idle {idle / mib:.0f} MiB, peak {after['VmHWM'] / mib:.0f} MiB "
         f"(+{(after['VmHWM'] - idle) / mib:.0f} MiB; "
-        f"+{(after_cold['VmHWM'] - idle) / mib:.0f} MiB after the cold round)"
+        f"+{(after_cold['VmHWM'] - idle) / mib:.0f} MiB after the cold round); "
+        f"after the restart: peak +{(restarted['VmHWM'] - restarted_idle) / mib:.0f} MiB"
     )
 
 
