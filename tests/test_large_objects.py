@@ -43,12 +43,18 @@ RSS_BOUND = 120 * MIB
 
 
 def large_config(
-    tmp_path: Path, origin: Origin, *, max_object: str = "512MiB", workers: int = 1
+    tmp_path: Path,
+    origin: Origin,
+    *,
+    max_object: str = "512MiB",
+    workers: int = 1,
+    edge: str = "",
 ) -> Path:
     return write_config(
         tmp_path,
         origin.url,
         workers=workers,
+        edge=edge,
         cache=(
             f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "1GiB"\n'
             f'max_object_bytes = "{max_object}"'
@@ -245,6 +251,60 @@ async def test_with_two_workers_a_large_object_is_filled_once_and_sent_by_both(
         statuses.add(cache_status)
     assert statuses == {DISK_HIT}
     assert origin.count("/w") == 1
+
+
+async def curl_h2(url: str, out: Path, *extra: str) -> str:
+    """GET over HTTP/2 with prior knowledge (h2c) with curl: "version status" of its answer,
+    its body written to ``out``."""
+    process = await asyncio.create_subprocess_exec(
+        "curl",
+        "-s",
+        "--http2-prior-knowledge",
+        "-H",
+        "Host: example.com",
+        "-o",
+        str(out),
+        "-w",
+        "%{http_version} %{http_code}",
+        *extra,
+        url,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    written, _ = await process.communicate()
+    assert process.returncode == 0
+    return written.decode()
+
+
+def file_sha256(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while piece := file.read(MIB):
+            digest.update(piece)
+    return digest.hexdigest(), path.stat().st_size
+
+
+async def test_hits_over_http2_and_head_are_sent_from_the_file_checked(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(16 * MIB, seed=13)
+    serve_body(origin, "/h2", body)
+    node, _ = await start(nodes, large_config(tmp_path, origin, edge="h2c = true"))
+    assert await fetch(node.edge, "/h2") == (200, STORED, body.sha256(), body.size)
+    out = tmp_path / "h2.out"
+    # An HTTP/2 stream never takes sendfile: every chunk is read and checked, then framed.
+    assert await curl_h2(node.edge + "/h2", out) == "2 200"
+    assert file_sha256(out) == (body.sha256(), body.size)
+    assert await curl_h2(node.edge + "/h2", out, "-r", "1000000-1999999") == "2 206"
+    assert file_sha256(out) == (body.sha256(1_000_000, 2_000_000), 1_000_000)
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as client,
+        client.head(node.edge + "/h2", headers=HOST) as head,
+    ):
+        assert (head.status, head.headers["Content-Length"]) == (200, str(body.size))
+        assert head.headers["Cache-Status"] == DISK_HIT
+        assert await head.read() == b""
+    assert origin.count("/h2") == 1
 
 
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(

@@ -92,7 +92,8 @@ def _zero_copy(writer: AbstractStreamWriter) -> bool:
     if transport is None or transport.is_closing():
         return False
     extra = transport.get_extra_info
-    return extra("sslcontext") is None and extra("ssl_object") is None and extra("socket")
+    plain = extra("sslcontext") is None and extra("ssl_object") is None
+    return plain and extra("socket") is not None
 
 
 async def _sendfile(writer: StreamWriter, fd: int, start: int, end: int) -> None:
