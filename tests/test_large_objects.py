@@ -236,6 +236,42 @@ async def test_the_first_client_is_streamed_the_body_while_the_origin_sends_it_a
     assert await fetch(node.edge, "/gated") == (200, DISK_HIT, body.sha256(), body.size)
 
 
+async def test_the_fill_goes_on_when_its_first_client_leaves(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(24 * MIB, seed=17)
+    more = asyncio.Event()
+
+    async def gated(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "max-age=600"})
+        response.content_length = body.size
+        await response.prepare(request)
+        for chunk in body.chunks(0, 4 * MIB):
+            await response.write(chunk)
+        await more.wait()  # the rest once the first client has gone
+        for chunk in body.chunks(4 * MIB):
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    origin.route("/left", gated)
+    node, _ = await start(nodes, large_config(tmp_path, origin))
+    port = int(node.edge.rsplit(":", 1)[1])
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as client,
+        client.get(node.edge + "/left", headers=HOST) as first,
+    ):
+        assert (first.status, first.headers["Cache-Status"]) == (200, STORED)
+        assert await first.content.readexactly(MIB)
+    await until(lambda: established(port) == 0)  # the proxy saw it leave
+    more.set()
+    status, cache_status, digest, length = await fetch(node.edge, "/left")
+    assert (status, digest, length) == (200, body.sha256(), body.size)
+    assert cache_status in (COLLAPSED, DISK_HIT)
+    assert origin.count("/left") == 1
+
+
 @pytest.mark.slow
 async def test_with_two_workers_a_large_object_is_filled_once_and_sent_by_both(
     tmp_path: Path, origin: Origin, nodes: list[Node]
