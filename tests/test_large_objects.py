@@ -343,6 +343,45 @@ async def test_hits_over_http2_and_head_are_sent_from_the_file_checked(
     assert origin.count("/h2") == 1
 
 
+async def test_a_stale_large_object_refreshed_by_a_304_keeps_its_body_file(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(16 * MIB, seed=19)
+    sent = []
+
+    async def validated(request: web.Request) -> web.StreamResponse:
+        headers = {"Cache-Control": "max-age=0, must-revalidate", "ETag": '"v1"'}
+        if request.headers.get("If-None-Match") == '"v1"':
+            sent.append(304)
+            return web.Response(status=304, headers={**headers, "X-Refresh": str(len(sent))})
+        sent.append(200)
+        response = web.StreamResponse(headers=headers)
+        response.content_length = body.size
+        await response.prepare(request)
+        for chunk in body.chunks():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    origin.route("/v", validated)
+    node, _ = await start(nodes, large_config(tmp_path, origin))
+    assert await fetch(node.edge, "/v") == (200, STORED, body.sha256(), body.size)
+    bodies = tmp_path / "cache" / "bodies"
+    (first,) = bodies.glob("*.body")
+    inode = first.stat().st_ino
+    for refresh in (1, 2):
+        status, cache_status, digest, length = await fetch(node.edge, "/v")
+        assert (status, digest, length) == (200, body.sha256(), body.size)
+        assert cache_status == "cdn-proxy; fwd=stale; stored"
+        assert sent == [200] + [304] * refresh  # never the body again
+        # The refreshed entry took the same file (a hard link under its new name).
+        (stored,) = bodies.glob("*.body")
+        assert stored != first and stored.stat().st_ino == inode
+        first = stored
+    seen = [s for s in origin.seen if s.target == "/v"]
+    assert seen[-1].headers.get("If-None-Match") == '"v1"'
+
+
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:

@@ -53,7 +53,7 @@ from proxy.edge.forward import AskOrigin, relay
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError
 from proxy.store.base import Store
-from proxy.store.shared.large import file_backed
+from proxy.store.shared.large import BodyFile, FileBacked, file_backed, replaced
 from proxy.store.tiered import TieredStore
 
 # With a shared tier, bodies up to this (or the memory tier's share for one object, if
@@ -146,9 +146,7 @@ class Filler:
         headers = self._origin_headers(
             job.request, job.config, cacheable=True, coding=coding_of(job.request, job.config)
         )
-        if job.stale is not None and file_backed(job.stale) is None:
-            # A large object is fetched whole again, not revalidated: a 304 would need its
-            # body file carried over to the refreshed entry (decision 0039).
+        if job.stale is not None:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
         try:
@@ -181,7 +179,7 @@ class Filler:
         """The origin answered: refresh the stale entry, serve it instead of an error, store
         the response, or pass it on unstored."""
         stale = job.stale
-        if stale is not None and origin.status == 304 and file_backed(stale) is None:
+        if stale is not None and origin.status == 304:
             return await self._refresh(job, stale, origin, request_time, response_time)
         if stale is not None and may_serve_stale(
             stale,
@@ -344,16 +342,33 @@ class Filler:
             # The origin now forbids storing it (or tags it over the bounds: decision 0024):
             # serve the refreshed response once, keep nothing.
             await self._store.invalidate(job.config.name, job.target)
-            entry, stored = replace(stale, headers=merged), False
+            entry, stored = replaced(stale, headers=merged), False
         else:
             # Tags as the 304 sets them, else as stored (decision 0024).
             entry = self._ready(
                 tagged(refreshed(stale, verdict), origin.tags or stale.tags), job.rules
             )
-            stored = await self._store.put(job.key, entry)
+            file = file_backed(stale)
+            if file is None:
+                stored = await self._store.put(job.key, entry)
+            else:
+                entry, stored = await self._relink(job.key, entry, file)
         status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
         response = self._from_stored(job.request, entry, response_time, status, rules=job.rules)
         return Filled(response, entry)
+
+    async def _relink(
+        self, key: CacheKey, entry: StoredResponse, file: BodyFile
+    ) -> tuple[StoredResponse, bool]:
+        """A large object refreshed by a 304: the new entry takes the body file it had (a hard
+        link: decision 0039). Served from that file even when it cannot be stored."""
+        entry = with_lines(entry, ())  # its body is not in hand: never a fast hit
+        tiered = self._tiered
+        if tiered is not None and not getattr(self._store, "fenced", False):
+            kept = await tiered.relink(key, entry, file)
+            if kept is not None:
+                return kept, True
+        return FileBacked(entry, file), False
 
     async def _pass_on(
         self, job: Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None

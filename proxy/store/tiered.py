@@ -175,6 +175,33 @@ class TieredStore:
         domain, _, target = key
         return StreamedFill(self, AsyncFill(self.tier, domain, target, response, token), response)
 
+    async def relink(
+        self, key: CacheKey, response: StoredResponse, file: BodyFile
+    ) -> FileBacked | None:
+        """Store a refreshed entry of a large object (a 304 kept its body) with the body file
+        it had, hard-linked: no byte of the body is copied. None when it cannot be."""
+        token = self._tokens.get(key)
+        entry = file.entry
+        if token is None or self.tier.health.stuck or entry.path is None:
+            return None
+        domain, _, target = key
+        source = entry.path
+
+        def refill() -> Fill | None:
+            fill = Fill(self.tier, domain, target, response, token)
+            if fill.adopt(source, entry.length, entry.table_crc) and fill.commit():
+                return fill
+            return None
+
+        fill = await self.tier.run(refill)
+        if fill is None or fill.path is None:
+            return None
+        shared = SharedEntry(
+            response, fill.length, fill.key, fill.sequence, fill.table_crc, fill.path
+        )
+        # The same inode, size and time: checked whole already if the old name was.
+        return FileBacked(response, BodyFile(shared, self.tier, self.verified))
+
     async def invalidate(self, domain: str, target: str) -> int:
         dropped = await self.memory.invalidate(domain, target)
         if self.tier.lookup(domain, target).variants:  # a hard URL purge: durable, per URL

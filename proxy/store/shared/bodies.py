@@ -78,6 +78,27 @@ class BodyWriter:
             self.tmp.unlink()
 
 
+class LinkedBody:
+    """A stored body file carried over to a new entry of the same body (a large object
+    refreshed by a 304: decision 0039): hard-linked into ``tmp/``, then renamed as a new
+    body is. The chunk table is the file's own; its CRC is the old record's."""
+
+    def __init__(self, directory: Path, source: Path, table_crc: int) -> None:
+        self._directory = directory
+        self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
+        os.link(source, self.tmp)
+        self._table_crc = table_crc
+
+    def finish(self, sequence: int) -> tuple[Path, int]:
+        final = self._directory / f"{sequence:016x}.body"
+        os.replace(self.tmp, final)
+        return final, self._table_crc
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+
 def chunks(
     path: Path, length: int, table_crc: int, start: int = 0, end: int | None = None
 ) -> Iterator[bytes]:

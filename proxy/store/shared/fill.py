@@ -22,7 +22,7 @@ import lmdb
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD
-from proxy.store.shared.bodies import INLINE_MAX, BodyWriter
+from proxy.store.shared.bodies import INLINE_MAX, BodyWriter, LinkedBody
 from proxy.store.shared.purge_state import judge
 from proxy.store.shared.records import (
     body_name,
@@ -54,7 +54,7 @@ class Fill:
         self._token = token
         self.key = entry_prefix(domain, target) + variant_id(response.vary, response.vary_values)
         self._held = bytearray()
-        self._file: BodyWriter | None = None
+        self._file: BodyWriter | LinkedBody | None = None
         self._final: Path | None = None  # the body file once renamed, until committed
         self.length = 0
         self.dropped = tier.health.stuck
@@ -75,16 +75,31 @@ class Fill:
             if self._file is None and self.length <= INLINE_MAX:
                 self._held += data
                 return True
-            if self._file is None:
+            writer = self._file
+            if isinstance(writer, LinkedBody):  # its body is a stored file's (adopt)
+                return self._drop(None)
+            if writer is None:
                 if not self._tier.check_directory():
                     return self._drop(None)
-                self._file = BodyWriter(self._tier.bodies)
-                self._file.write(bytes(self._held))
+                writer = self._file = BodyWriter(self._tier.bodies)
+                writer.write(bytes(self._held))
                 self._held = bytearray()
-            self._file.write(data)
+            writer.write(data)
             return True
         except OSError as error:
             return self._drop(error)
+
+    def adopt(self, path: Path, length: int, table_crc: int) -> bool:
+        """Take a stored body file as this fill's whole body (instead of ``append``): a
+        refreshed entry of the same body. False when it cannot be linked (it is gone)."""
+        if self.dropped or self._file is not None or self.length:
+            return False
+        try:
+            self._file = LinkedBody(self._tier.bodies, path, table_crc)
+        except OSError as error:
+            return self._drop(error)
+        self.length = length
+        return True
 
     def abort(self) -> None:
         self.dropped = True

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.store.shared.bodies import CHUNK, Verified
@@ -84,6 +85,21 @@ class FileBacked(StoredResponse):
     def size(self) -> int:
         """What it would cost the memory tier: its whole body (never kept there)."""
         return self.file.length + CHUNK
+
+    def metadata(self) -> StoredResponse:
+        """The same response as a plain entry, with its empty body (to derive another from:
+        ``replaced``)."""
+        plain = object.__new__(StoredResponse)
+        for slot in StoredResponse.__slots__:
+            object.__setattr__(plain, slot, getattr(self, slot))
+        return plain
+
+
+def replaced(response: StoredResponse, **changes: Any) -> StoredResponse:
+    """``dataclasses.replace`` that keeps a large object's body file."""
+    if isinstance(response, FileBacked):
+        return FileBacked(replace(response.metadata(), **changes), response.file)
+    return replace(response, **changes)
 
 
 def file_backed(response: StoredResponse) -> BodyFile | None:
