@@ -382,6 +382,50 @@ async def test_a_stale_large_object_refreshed_by_a_304_keeps_its_body_file(
     assert seen[-1].headers.get("If-None-Match") == '"v1"'
 
 
+async def test_clients_leaving_in_the_middle_of_hits_leave_the_node_serving(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(64 * MIB, seed=23)
+    serve_body(origin, "/gone", body)
+    config = large_config(tmp_path, origin)
+    log = tmp_path / "node.log"
+    for _restart in range(2):  # sent by sendfile, then by checked reads in a new process
+        node = await Node.start(config, log=log)
+        nodes.append(node)
+        for _ in range(3):
+            async with (
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as client,
+                client.get(node.edge + "/gone", headers=HOST) as response,
+            ):
+                assert response.status == 200
+                assert await response.content.readexactly(MIB)
+            # closed with most of the body unread
+        assert (await fetch(node.edge, "/gone"))[2:] == (body.sha256(), body.size)
+        node.process.terminate()
+        assert await node.process.wait() == 0
+    assert origin.count("/gone") == 1
+    assert "Traceback" not in log.read_text()
+
+
+async def test_a_range_from_zero_that_misses_is_the_whole_200_streamed_and_stored(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(16 * MIB, seed=29)
+    serve_body(origin, "/r", body)
+    node, _ = await start(nodes, large_config(tmp_path, origin))
+    # RFC 9110 §14.2: a server may ignore Range; the fill streams the whole object.
+    assert await ranged(node, "/r", "bytes=0-") == (200, STORED, body.sha256(), body.size, "")
+    assert "Range" not in origin.seen[-1].headers  # the origin was asked for all of it
+    assert await ranged(node, "/r", "bytes=0-") == (
+        206,
+        DISK_HIT,
+        body.sha256(),
+        body.size,
+        f"bytes 0-{body.size - 1}/{body.size}",
+    )
+    assert origin.count("/r") == 1
+
+
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
