@@ -426,6 +426,39 @@ async def test_a_range_from_zero_that_misses_is_the_whole_200_streamed_and_store
     assert origin.count("/r") == 1
 
 
+async def test_large_answers_that_are_not_stored_are_relayed_without_being_held_whole(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(128 * MIB, seed=31)
+
+    async def private(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "private"})
+        response.content_length = body.size
+        await response.prepare(request)
+        for chunk in body.chunks():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    origin.route("/private", private)
+    node, idle = await start(nodes, large_config(tmp_path, origin))
+    # Not storable (a fill passes it on), and a POST (the forwarded path): with
+    # max_object_bytes at 512 MiB, neither is read whole before it is sent.
+    for method in ("GET", "POST"):
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as client,
+            client.request(method, node.edge + "/private", headers=HOST) as response,
+        ):
+            assert response.status == 200
+            digest = hashlib.sha256()
+            async for chunk in response.content.iter_any():
+                digest.update(chunk)
+            assert digest.hexdigest() == body.sha256()
+    assert origin.count("/private") == 2
+    peak = memory(node.process.pid)["VmHWM"]
+    assert peak - idle < 64 * MIB, (idle // MIB, peak // MIB)
+
+
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
