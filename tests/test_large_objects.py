@@ -28,6 +28,7 @@ from aiohttp import web
 from benchmarks.large_objects import LargeBody, fetch, memory
 from proxy.config.model import load_config
 from tests.conftest import Origin
+from tests.edge.tls_support import Certificates
 from tests.nodes import Node, write_config
 from tests.polling import until
 
@@ -457,6 +458,34 @@ async def test_large_answers_that_are_not_stored_are_relayed_without_being_held_
     assert origin.count("/private") == 2
     peak = memory(node.process.pid)["VmHWM"]
     assert peak - idle < 64 * MIB, (idle // MIB, peak // MIB)
+
+
+async def test_hits_over_tls_never_take_sendfile_and_are_byte_exact(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    certs = Certificates(tmp_path)
+    pair = certs.issue("example.com")
+    body = LargeBody(16 * MIB, seed=37)
+    serve_body(origin, "/tls", body)
+    config = large_config(tmp_path, origin, edge='tls_listen = "127.0.0.1:0"')
+    with config.open("a") as file:  # the domain's certificate
+        file.write(f'tls_cert = "{pair.cert}"\ntls_key = "{pair.key}"\n')
+    node = await Node.start(config, roles=3)
+    nodes.append(node)
+    url = node.addresses["edge-tls"] + "/tls"
+    context = certs.client()
+    expected = [(200, STORED), (200, DISK_HIT), (200, DISK_HIT)]
+    for status, cache_status in expected:  # the fill's own process: the file is verified
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as client,
+            client.get(url, headers=HOST, ssl=context, server_hostname="example.com") as response,
+        ):
+            digest = hashlib.sha256()
+            async for chunk in response.content.iter_any():
+                digest.update(chunk)
+            assert (response.status, response.headers["Cache-Status"]) == (status, cache_status)
+            assert digest.hexdigest() == body.sha256()
+    assert origin.count("/tls") == 1
 
 
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
