@@ -488,6 +488,27 @@ async def test_hits_over_tls_never_take_sendfile_and_are_byte_exact(
     assert origin.count("/tls") == 1
 
 
+async def test_a_body_file_gone_from_disk_is_a_cut_connection_then_a_miss(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    body = LargeBody(16 * MIB, seed=41)
+    serve_body(origin, "/lost", body)
+    node, _ = await start(nodes, large_config(tmp_path, origin))
+    assert await fetch(node.edge, "/lost") == (200, STORED, body.sha256(), body.size)
+    assert await fetch(node.edge, "/lost") == (200, DISK_HIT, body.sha256(), body.size)
+    (stored,) = (tmp_path / "cache" / "bodies").glob("*.body")
+    stored.unlink()  # its record is still there; the file, checked by this process, is not
+    # On a socket of its own (aiohttp's client would retry on its own): the connection is
+    # closed with no answer, since nothing was sent when the file was found missing.
+    host, port = node.edge.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /lost HTTP/1.1\r\nHost: example.com\r\n\r\n")
+    assert await reader.read() == b""
+    writer.close()
+    assert await fetch(node.edge, "/lost") == (200, STORED, body.sha256(), body.size)
+    assert origin.count("/lost") == 2
+
+
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:

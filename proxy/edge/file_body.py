@@ -72,14 +72,18 @@ async def send(writer: AbstractStreamWriter, file: BodyFile, start: int, end: in
     if start >= end:
         return
     if _zero_copy(writer):
-        fd, stat = file.open()
         try:
-            if stat in file.verified:
-                assert isinstance(writer, StreamWriter)
-                await _sendfile(writer, fd, start, end)
-                return
-        finally:
-            os.close(fd)
+            fd, stat = file.open()
+        except OSError:  # gone since the lookup: the checked read finds it so, and says so
+            fd = -1
+        if fd >= 0:
+            try:
+                if stat in file.verified:
+                    assert isinstance(writer, StreamWriter)
+                    await _sendfile(writer, fd, start, end)
+                    return
+            finally:
+                os.close(fd)
     await _checked(writer, file, start, end)
 
 

@@ -276,6 +276,7 @@ class Filler:
             progress=flight.progress if flight is not None else _nothing,
             give_up=lambda: self._end_flight(job.key, flight, None),
             fenced=lambda: bool(getattr(self._store, "fenced", False)),
+            landed=lambda stored: self._end_flight(job.key, flight, stored),
         )
         if teed.client is not None:
             return Filled(teed.client, teed.stored)

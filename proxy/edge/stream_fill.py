@@ -78,48 +78,87 @@ async def tee(
     progress: Callable[[], None],
     give_up: Callable[[], None],
     fenced: Callable[[], bool],
+    landed: Callable[[FileBacked | None], None],
 ) -> Teed:
     """Stream the body to the client (``headers``: its answer's fields; None: no client) and
-    into ``fill``; commit the fill once the body ended, unless the store is ``fenced``."""
-    client: web.StreamResponse | None = None
-    if headers is not None:
-        client = web.StreamResponse(status=origin.status, reason=origin.reason, headers=headers)
-        if origin.content_length is not None:
-            client.content_length = origin.content_length
-        await client.prepare(request)
+    into ``fill``. Once the body has ended, the fill is committed (unless the store is
+    ``fenced``) and ``landed`` told, before the client is sent the last piece: a client
+    that has the whole body finds the object stored, wherever it asks next."""
+    client = _Client(request, origin, headers)
+    await client.start()
     sink = _Sink(fill, limit, give_up)
-    writing = client is not None
     try:
         chunk = prefix
         while chunk:
             appended = sink.append(chunk)
-            if writing and client is not None:
-                try:
-                    await client.write(chunk)
-                except ConnectionError:  # the client left: the fill goes on without it
-                    writing = False
+            following = await origin.read_chunk()  # read ahead: is this piece the last?
+            if not following:
+                if appended is not None and not await appended:
+                    sink.drop()
+                break
+            await client.write(chunk)
             if appended is not None and not await appended:
                 sink.drop()
-            if sink.fill is None and not writing:
+            if sink.fill is None and not client.writing:
                 origin.close()  # no one left to read it for
-                return Teed(client, None)
+                return Teed(client.response, None)
             progress()
-            chunk = await origin.read_chunk()
+            chunk = following
     except OriginError as exc:
         respond.log.warning("%s (while streaming a large object; fill dropped)", exc)
         origin.close()
         sink.drop()
-        if client is not None and request.transport is not None:
-            request.transport.abort()
-        return Teed(client, None)
+        client.abort()
+        return Teed(client.response, None)
     except BaseException:
         sink.drop()
         raise
-    if writing and client is not None:
-        with contextlib.suppress(ConnectionError):
-            await client.write_eof()
     if fenced():  # a fleet member past its lease stores nothing (decision 0014)
         sink.drop()
     committing = sink.fill
     stored = None if committing is None else await committing.commit()
-    return Teed(client, stored)
+    landed(stored)
+    await client.write(chunk)
+    await client.end()
+    return Teed(client.response, stored)
+
+
+class _Client:
+    """The client's side of the tee: written to until it leaves."""
+
+    def __init__(
+        self,
+        request: web.BaseRequest,
+        origin: OriginResponse,
+        headers: CIMultiDict[str] | None,
+    ) -> None:
+        self._request = request
+        self.response: web.StreamResponse | None = None
+        if headers is not None:
+            self.response = web.StreamResponse(
+                status=origin.status, reason=origin.reason, headers=headers
+            )
+            if origin.content_length is not None:
+                self.response.content_length = origin.content_length
+        self.writing = self.response is not None
+
+    async def start(self) -> None:
+        if self.response is not None:
+            await self.response.prepare(self._request)
+
+    async def write(self, chunk: bytes) -> None:
+        if self.writing and chunk and self.response is not None:
+            try:
+                await self.response.write(chunk)
+            except ConnectionError:  # the client left: the fill goes on without it
+                self.writing = False
+
+    async def end(self) -> None:
+        if self.writing and self.response is not None:
+            with contextlib.suppress(ConnectionError):
+                await self.response.write_eof()
+
+    def abort(self) -> None:
+        """The body cannot be whole: cut the connection rather than end it cleanly."""
+        if self.response is not None and self._request.transport is not None:
+            self._request.transport.abort()
