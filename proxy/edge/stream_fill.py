@@ -3,9 +3,11 @@ tier's body file at once, a piece at a time, and is never whole in memory (decis
 
 ``tee`` reads the origin's body after the ``prefix`` already read (the fill reads a body
 whole up to ``Filler.whole_max``; past that it streams). Each piece is appended to the
-tier's fill (in the tier's writer thread) while it is written to the client, and the next
-piece is read once both are done: the pace is the slowest of the origin, the client and
-the disk, and what is held is a piece or two plus the transport's buffer.
+tier's fill (in the tier's writer thread) while the next is read from the origin and then
+it is written to the client: the pace is the slowest of the origin, the client and the
+disk, and what is held is two pieces plus the transport's buffer. The last piece is held
+back until the fill is committed and the flight landed: a client that has the whole body
+finds the object stored (or a collapsed request's answer decided) on its next request.
 
 - The client leaving does not stop the fill: the body is still read to its end and stored
   (requests collapsed on this fill wait for it).
