@@ -274,6 +274,25 @@ async def test_the_fill_goes_on_when_its_first_client_leaves(
 
 
 @pytest.mark.slow
+async def test_concurrent_large_misses_each_hold_pieces_not_a_memory_share(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    # A 256 MiB memory tier: bodies up to 32 MiB are read whole. Larger ones, by their
+    # Content-Length, stream from their first byte: twelve at once hold pieces, not 12 x 32 MiB.
+    bodies = {f"/m{i}": LargeBody(48 * MIB, seed=100 + i) for i in range(12)}
+    for target, body in bodies.items():
+        serve_body(origin, target, body)
+    config = large_config(tmp_path, origin)
+    config.write_text(config.read_text().replace('max_bytes = "8MiB"', 'max_bytes = "256MiB"'))
+    node, idle = await start(nodes, config)
+    answers = await asyncio.gather(*(fetch(node.edge, target) for target in bodies))
+    for (target, body), answer in zip(bodies.items(), answers, strict=True):
+        assert answer == (200, STORED, body.sha256(), body.size), target
+    peak = memory(node.process.pid)["VmHWM"]
+    assert peak - idle < RSS_BOUND, (idle // MIB, peak // MIB)
+
+
+@pytest.mark.slow
 async def test_with_two_workers_a_large_object_is_filled_once_and_sent_by_both(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:

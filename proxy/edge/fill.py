@@ -202,6 +202,10 @@ class Filler:
         length = origin.content_length
         if length is not None and length > self.max_object:
             return await self._pass_on(job, origin, "too-large")
+        if length is not None and length > self.whole_max:  # streamed from its first byte
+            streamed = await self._streamed(job, verdict, fields, origin, b"", response_time)
+            if streamed is not None:
+                return streamed
         progress = job.flight.progress if job.flight is not None else None
         body, complete = await origin.read_up_to(self.whole_max, progress)
         if not complete and len(body) <= self.max_object:

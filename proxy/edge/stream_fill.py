@@ -90,7 +90,7 @@ async def tee(
     await client.start()
     sink = _Sink(fill, limit, give_up)
     try:
-        chunk = prefix
+        chunk = prefix or await origin.read_chunk()
         while chunk:
             appended = sink.append(chunk)
             following = await origin.read_chunk()  # read ahead: is this piece the last?
