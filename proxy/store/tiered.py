@@ -173,7 +173,7 @@ class TieredStore:
         if token is None or self.tier.health.stuck:
             return None
         domain, _, target = key
-        return StreamedFill(self, AsyncFill(self.tier, domain, target, response, token), response)
+        return StreamedFill(self, AsyncFill(self.tier, domain, target, response, token), key)
 
     async def relink(
         self, key: CacheKey, response: StoredResponse, file: BodyFile
@@ -187,20 +187,24 @@ class TieredStore:
         domain, _, target = key
         source = entry.path
 
-        def refill() -> Fill | None:
+        def refill() -> bytes | None:
             fill = Fill(self.tier, domain, target, response, token)
             if fill.adopt(source, entry.length, entry.table_crc) and fill.commit():
-                return fill
+                return fill.key
             return None
 
-        fill = await self.tier.run(refill)
-        if fill is None or fill.path is None:
-            return None
-        shared = SharedEntry(
-            response, fill.length, fill.key, fill.sequence, fill.table_crc, fill.path
-        )
+        stored = await self.tier.run(refill)
         # The same inode, size and time: checked whole already if the old name was.
-        return FileBacked(response, BodyFile(shared, self.tier, self.verified))
+        return None if stored is None else self.committed(domain, target, stored)
+
+    def committed(self, domain: str, target: str, key: bytes) -> FileBacked | None:
+        """The large entry a fill just committed under ``key``, as a lookup reads it (its
+        body file, sequence and chunk table's CRC; judged against the purges since). None
+        when it is not there, or its body is not in a file."""
+        for entry in self.tier.lookup(domain, target).variants:
+            if entry.key == key and entry.path is not None:
+                return FileBacked(entry.response, BodyFile(entry, self.tier, self.verified))
+        return None
 
     async def invalidate(self, domain: str, target: str) -> int:
         dropped = await self.memory.invalidate(domain, target)
@@ -267,10 +271,10 @@ class TieredStore:
 class StreamedFill:
     """One large object streamed into the shared tier (``TieredStore.stream``)."""
 
-    def __init__(self, store: TieredStore, fill: AsyncFill, response: StoredResponse) -> None:
+    def __init__(self, store: TieredStore, fill: AsyncFill, key: CacheKey) -> None:
         self._store = store
         self._fill = fill
-        self._response = response
+        self._key = key
 
     async def append(self, data: bytes) -> bool:
         """The next bytes of the body; False once the fill is dropped (stop appending)."""
@@ -287,13 +291,10 @@ class StreamedFill:
         tier = store.tier
         if not await self._fill.commit():
             return None
-        fill = self._fill.fill
-        path = fill.path
-        if path is None:
-            return None
-        # The CRCs were taken of the bytes this process wrote: checked whole.
-        with contextlib.suppress(OSError):
-            store.verified.add(await tier.run(lambda: os.stat(path)))
-        response = self._response
-        entry = SharedEntry(response, fill.length, fill.key, fill.sequence, fill.table_crc, path)
-        return FileBacked(response, BodyFile(entry, tier, store.verified))
+        domain, _, target = self._key
+        stored = store.committed(domain, target, self._fill.fill.key)
+        path = None if stored is None else stored.file.entry.path
+        if path is not None:  # the CRCs were taken of the bytes this process wrote: checked
+            with contextlib.suppress(OSError):
+                store.verified.add(await tier.run(lambda: os.stat(path)))
+        return stored

@@ -78,16 +78,22 @@ class BodyWriter:
             self.tmp.unlink()
 
 
-class LinkedBody:
+class LinkedBody(BodyWriter):
     """A stored body file carried over to a new entry of the same body (a large object
     refreshed by a 304: decision 0039): hard-linked into ``tmp/``, then renamed as a new
-    body is. The chunk table is the file's own; its CRC is the old record's."""
+    body is. Its bytes and chunk table are the file's own (nothing more can be written);
+    the table's CRC is the old record's."""
 
     def __init__(self, directory: Path, source: Path, table_crc: int) -> None:
         self._directory = directory
         self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
         os.link(source, self.tmp)
+        self._fd = -1
+        self.length = os.stat(self.tmp).st_size
         self._table_crc = table_crc
+
+    def write(self, data: bytes | memoryview) -> None:
+        raise OSError("a linked body is whole: nothing is appended to it")
 
     def finish(self, sequence: int) -> tuple[Path, int]:
         final = self._directory / f"{sequence:016x}.body"

@@ -54,14 +54,10 @@ class Fill:
         self._token = token
         self.key = entry_prefix(domain, target) + variant_id(response.vary, response.vary_values)
         self._held = bytearray()
-        self._file: BodyWriter | LinkedBody | None = None
+        self._file: BodyWriter | None = None
         self._final: Path | None = None  # the body file once renamed, until committed
         self.length = 0
         self.dropped = tier.health.stuck
-        # Once committed: where the entry is (a hit of a large body reads or sends the file).
-        self.sequence = 0
-        self.table_crc = 0
-        self.path: Path | None = None
 
     def append(self, data: bytes) -> bool:
         """Add the next bytes of the body: False once the fill is dropped (too large for the
@@ -75,23 +71,20 @@ class Fill:
             if self._file is None and self.length <= INLINE_MAX:
                 self._held += data
                 return True
-            writer = self._file
-            if isinstance(writer, LinkedBody):  # its body is a stored file's (adopt)
-                return self._drop(None)
-            if writer is None:
+            if self._file is None:
                 if not self._tier.check_directory():
                     return self._drop(None)
-                writer = self._file = BodyWriter(self._tier.bodies)
-                writer.write(bytes(self._held))
+                self._file = BodyWriter(self._tier.bodies)
+                self._file.write(bytes(self._held))
                 self._held = bytearray()
-            writer.write(data)
+            self._file.write(data)
             return True
         except OSError as error:
             return self._drop(error)
 
     def adopt(self, path: Path, length: int, table_crc: int) -> bool:
         """Take a stored body file as this fill's whole body (instead of ``append``): a
-        refreshed entry of the same body. False when it cannot be linked (it is gone)."""
+        refreshed entry of the same body (decision 0039). False when it cannot be linked."""
         if self.dropped or self._file is not None or self.length:
             return False
         try:
@@ -130,20 +123,18 @@ class Fill:
             return self._drop(error)
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
-        self.path = self._final
         tier.health.recovered()
         return True
 
     def _store(self, txn: lmdb.Transaction, gone: list[str]) -> None:
         tier = self._tier
         meta = tier.db_meta
-        sequence = self.sequence = _u64(txn, meta, b"sequence") + 1
+        sequence = _u64(txn, meta, b"sequence") + 1
         txn.put(b"sequence", _U64.pack(sequence), db=meta)
         table_crc: int | None = None
         cost = len(self.key) + self.length
         if self._file is not None:
             self._final, table_crc = self._file.finish(sequence)
-            self.table_crc = table_crc
             self._file = None
             cost += 4 * -(-self.length // 65536)
         record = pack_entry(
@@ -287,5 +278,5 @@ class AsyncFill:
 
     @property
     def fill(self) -> Fill:
-        """The fill itself: once committed, where its entry is (``sequence``, ``path``)."""
+        """The fill itself (its ``key``, ``length``)."""
         return self._fill
