@@ -41,6 +41,10 @@ COLLAPSED = "cdn-proxy; fwd=uri-miss; collapsed"
 # object, hits, ranges and all. Measured: +17 MiB (benchmarks/README.md); the bound leaves
 # room for a loaded machine, and is far below the object.
 RSS_BOUND = 120 * MIB
+# The shared tier's size: more than ten times the largest object here, so that an eviction
+# policy that keeps a very large object only from its second fill (S3-FIFO keeps none of 10%
+# of the tier or more on its first) keeps each of these on its first.
+DISK = "4GiB"
 
 
 def large_config(
@@ -57,7 +61,7 @@ def large_config(
         workers=workers,
         edge=edge,
         cache=(
-            f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "1GiB"\n'
+            f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "{DISK}"\n'
             f'max_object_bytes = "{max_object}"'
         ),
     )
