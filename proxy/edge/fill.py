@@ -5,7 +5,9 @@ request collapsing (edge/flights.py) and counts it; ``Filler.fetch`` does the re
 - a 304 to a revalidation refreshes the stored response (RFC 9111 §4.3.4);
 - an origin error, or a 5xx the response allows it for, serves the stale copy (RFC 9111
   §4.2.4, RFC 5861 §4);
-- a storable response whose body ends within cache.max_object_bytes is stored and served;
+- a storable response whose body ends within cache.max_object_bytes is stored and served:
+  read whole when it ends within ``whole_max``, else, with a shared tier, streamed to the
+  client and into the tier's body file at once (edge/stream_fill.py; decision 0039);
 - anything else is passed on unstored (``_pass_on``): relayed, or for a Range request cut
   from the whole 200 when it ends within the limit. Past the limit (by its Content-Length, or
   by what arrived of a chunked body) nothing more is read for the cache: ``bytes=0-`` is
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 from aiohttp import hdrs, web
 
 from proxy.config.model import DomainConfig
-from proxy.core.cache.conditional import conditional_headers, merge_not_modified
+from proxy.core.cache.conditional import conditional_headers, merge_not_modified, not_modified
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.policy import (
     DontStore,
@@ -29,8 +31,9 @@ from proxy.core.cache.policy import (
     assess_response,
     refreshed,
     vary_values,
+    with_lines,
 )
-from proxy.core.cache.rules import Applied
+from proxy.core.cache.rules import Applied, browser_fields
 from proxy.core.cache.stale_on_error import may_serve_stale
 from proxy.core.http.compression import (
     IDENTITY,
@@ -43,13 +46,19 @@ from proxy.core.http.encodings import preferred
 from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.purge.purges import tagged
-from proxy.edge import ranges, respond
+from proxy.edge import ranges, respond, stream_fill
 from proxy.edge.compress import compressed
 from proxy.edge.flights import Flight, FlightResult
 from proxy.edge.forward import AskOrigin, relay
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError
 from proxy.store.base import Store
+from proxy.store.shared.large import BodyFile, FileBacked, file_backed, replaced
+from proxy.store.tiered import TieredStore
+
+# With a shared tier, bodies up to this (or the memory tier's share for one object, if
+# larger) are read whole; larger ones are streamed into the tier (decision 0039).
+STREAM_AT = 1 << 20
 
 # Messages.headers and Messages.from_stored (edge/messages.py), Edge._ready and
 # Edge._end_flight: what the fill shares with the edge's other paths.
@@ -112,11 +121,24 @@ class Filler:
         self._store = store
         self._clock = clock
         self.max_object = max_object  # cache.max_object_bytes; a reload sets it
+        # A store with a shared tier streams large objects into it (decision 0039); a fleet
+        # member's store wraps it (FleetStore.local), and is asked for its lease at commit.
+        local = getattr(store, "local", store)
+        self._tiered = local if isinstance(local, TieredStore) else None
         self._ask_origin = ask_origin
         self._origin_headers = origin_headers
         self._from_stored = from_stored
         self._ready = ready
         self._end_flight = end_flight
+
+    @property
+    def whole_max(self) -> int:
+        """The largest body read whole into memory: max_object_bytes, or with a shared tier
+        the memory tier's share for one object (at least STREAM_AT); a larger one streams."""
+        tiered = self._tiered
+        if tiered is None:
+            return self.max_object
+        return min(self.max_object, max(tiered.memory_object_max, STREAM_AT))
 
     async def fetch(self, job: Fill) -> Filled:
         """Ask the origin for the job's response and decide what becomes of it. Waiters on
@@ -147,7 +169,7 @@ class Filler:
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
             relayed = await relay(
-                job.request, origin, status, via=self._via, max_object=self.max_object
+                job.request, origin, status, via=self._via, max_object=self.whole_max
             )
             return Filled(relayed, None)
 
@@ -180,8 +202,16 @@ class Filler:
         length = origin.content_length
         if length is not None and length > self.max_object:
             return await self._pass_on(job, origin, "too-large")
+        if length is not None and length > self.whole_max:  # streamed from its first byte
+            streamed = await self._streamed(job, verdict, fields, origin, b"", response_time)
+            if streamed is not None:
+                return streamed
         progress = job.flight.progress if job.flight is not None else None
-        body, complete = await origin.read_up_to(self.max_object, progress)
+        body, complete = await origin.read_up_to(self.whole_max, progress)
+        if not complete and len(body) <= self.max_object:
+            streamed = await self._streamed(job, verdict, fields, origin, body, response_time)
+            if streamed is not None:
+                return streamed
         if not complete:
             return await self._pass_on(job, origin, "too-large", prefix=body)
         config = job.config
@@ -199,6 +229,68 @@ class Filler:
             job.request, entry, response_time, status, headers=fields, rules=job.rules
         )
         return Filled(response, entry)
+
+    async def _streamed(
+        self,
+        job: Fill,
+        verdict: Storable,
+        fields: Headers,
+        origin: OriginResponse,
+        prefix: bytes,
+        response_time: float,
+    ) -> Filled | None:
+        """Stream a large object to the client and into the shared tier (stored as it came:
+        not compressed); None when the tier cannot take it (it is then passed on)."""
+        entry = self._ready(
+            tagged(verdict.with_body(b"", job.key[2]), origin.tags or ()), job.rules
+        )
+        entry = with_lines(entry, ())  # its body is not in hand: never a fast hit
+        fenced = bool(getattr(self._store, "fenced", False))  # FleetStore: past its lease
+        sink = None if self._tiered is None or fenced else self._tiered.stream(job.key, entry)
+        if sink is None:
+            return None
+        # Cache-Status is sent before the body: ``stored`` is said when the body's length is
+        # known to fit (a fill dropped after all, by a disk fault, is counted by the tier);
+        # a chunked body may still pass max_object_bytes, so it is not said of one.
+        known = origin.content_length is not None
+        status = cache_status(self._name, fwd=job.fwd, stored=known, detail=job.detail())
+        request, rules = job.request, job.rules
+        # The first client is streamed the origin's fields in full, as a fill answers (but
+        # a Range is answered with the whole 200: RFC 9110 §14.2 allows it); a HEAD, a
+        # revalidation in the background or a client that has it already is answered once
+        # it is stored.
+        headers = None
+        if (
+            request.method == "GET"
+            and not job.background
+            and not not_modified(entry, request.headers)
+        ):
+            if rules is not None and rules.browser_ttl is not None:
+                fields = browser_fields(fields, rules)
+            headers = respond.relayed_headers(fields, via=self._via, status=status)
+            headers[hdrs.AGE] = str(int(entry.age(response_time)))
+        flight = job.flight
+        teed = await stream_fill.tee(
+            request,
+            origin,
+            prefix,
+            sink,
+            headers=headers,
+            limit=self.max_object,
+            progress=flight.progress if flight is not None else _nothing,
+            give_up=lambda: self._end_flight(job.key, flight, None),
+            fenced=lambda: bool(getattr(self._store, "fenced", False)),
+            landed=lambda stored: self._end_flight(job.key, flight, stored),
+        )
+        if teed.client is not None:
+            return Filled(teed.client, teed.stored)
+        if teed.stored is not None:
+            answer = self._from_stored(request, teed.stored, response_time, status, rules=rules)
+            return Filled(answer, teed.stored)
+        if job.background:
+            return Filled(web.Response(status=origin.status), None)
+        failed = cache_status(self._name, fwd=job.fwd, detail=job.detail("not-stored"))
+        return Filled(self._from_stored(request, entry, response_time, failed, rules=rules), None)
 
     async def _compressed(
         self,
@@ -255,16 +347,33 @@ class Filler:
             # The origin now forbids storing it (or tags it over the bounds: decision 0024):
             # serve the refreshed response once, keep nothing.
             await self._store.invalidate(job.config.name, job.target)
-            entry, stored = replace(stale, headers=merged), False
+            entry, stored = replaced(stale, headers=merged), False
         else:
             # Tags as the 304 sets them, else as stored (decision 0024).
             entry = self._ready(
                 tagged(refreshed(stale, verdict), origin.tags or stale.tags), job.rules
             )
-            stored = await self._store.put(job.key, entry)
+            file = file_backed(stale)
+            if file is None:
+                stored = await self._store.put(job.key, entry)
+            else:
+                entry, stored = await self._relink(job.key, entry, file)
         status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
         response = self._from_stored(job.request, entry, response_time, status, rules=job.rules)
         return Filled(response, entry)
+
+    async def _relink(
+        self, key: CacheKey, entry: StoredResponse, file: BodyFile
+    ) -> tuple[StoredResponse, bool]:
+        """A large object refreshed by a 304: the new entry takes the body file it had (a hard
+        link: decision 0039). Served from that file even when it cannot be stored."""
+        entry = with_lines(entry, ())  # its body is not in hand: never a fast hit
+        tiered = self._tiered
+        if tiered is not None and not getattr(self._store, "fenced", False):
+            kept = await tiered.relink(key, entry, file)
+            if kept is not None:
+                return kept, True
+        return FileBacked(entry, file), False
 
     async def _pass_on(
         self, job: Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
@@ -284,8 +393,9 @@ class Filler:
             # it goes to the origin (AskOrigin), while for bytes=0- it is what the client
             # asked for, and is relayed (decision 0031).
             length = origin.content_length
-            if prefix is None and (length is None or length <= self.max_object):
-                prefix, complete = await origin.read_up_to(self.max_object)
+            whole_max = self.whole_max
+            if prefix is None and (length is None or length <= whole_max):
+                prefix, complete = await origin.read_up_to(whole_max)
                 if complete:
                     cut = ranges.cut(job.request, origin, prefix, via=self._via, status=status)
                     return Filled(cut, None)
@@ -297,7 +407,7 @@ class Filler:
             origin,
             status,
             via=self._via,
-            max_object=self.max_object,
+            max_object=self.whole_max,  # read whole up to this; a larger body streams
             prefix=prefix,
             background=job.background,
         )
@@ -341,6 +451,10 @@ class Filler:
             accept_encoding=coding_of(job.request, job.config),
             rules=job.rules,
         )
+
+
+def _nothing() -> None:
+    pass
 
 
 def coding_of(request: web.BaseRequest, config: DomainConfig) -> str:

@@ -69,6 +69,9 @@ class Forwarder:
         self._via = edge.via
         self._bodies = bodies.BodyLimits.of(config)
         self._max_object = cache.max_object_bytes
+        if cache.disk_path is not None:  # max_object_bytes may be a GiB or more (0039):
+            # a relayed body is read whole only up to a share of memory; a larger one streams.
+            self._max_object = min(self._max_object, max(cache.max_bytes // 8, 1 << 20))
 
     async def forward(
         self,

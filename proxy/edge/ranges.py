@@ -33,6 +33,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from proxy.core.http.headers import from_origin
 from proxy.core.http.ranges import Part, Whole, decide_range, fetches_whole
 from proxy.edge import respond
+from proxy.edge.file_body import FilePayload
 from proxy.edge.origin import OriginResponse
 
 
@@ -62,6 +63,9 @@ def answer(request: web.BaseRequest, full: web.Response, body: bytes) -> web.Res
     if not ranges:
         return full
     fields = full.headers
+    stored = full.body
+    # A large object's file (decision 0039): its range is read by seek, not cut from bytes.
+    length = stored.file.length if isinstance(stored, FilePayload) else len(body)
     decision = decide_range(
         method=request.method,
         status=full.status,
@@ -69,7 +73,7 @@ def answer(request: web.BaseRequest, full: web.Response, body: bytes) -> web.Res
         if_range=headers.get(hdrs.IF_RANGE),
         etag=_last(fields, hdrs.ETAG),
         last_modified=_last(fields, hdrs.LAST_MODIFIED),
-        length=len(body),
+        length=length,
     )
     if isinstance(decision, Whole):
         return full
@@ -79,6 +83,10 @@ def answer(request: web.BaseRequest, full: web.Response, body: bytes) -> web.Res
         part[hdrs.CONTENT_RANGE] = decision.content_range
         # The edge answers ranges of everything it stores, whatever the origin said it does.
         part[hdrs.ACCEPT_RANGES] = "bytes"
+        if isinstance(stored, FilePayload):
+            return web.Response(
+                status=206, headers=part, body=stored.part(decision.first, decision.last)
+            )
         return web.Response(status=206, headers=part, body=body[decision.first : decision.last + 1])
     unsatisfiable = respond.text(
         416, f"416 Range Not Satisfiable: the representation has {decision.complete_length} bytes"

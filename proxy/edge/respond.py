@@ -16,7 +16,9 @@ from proxy.core.cache.policy import RequestHeaders, with_lines
 from proxy.core.http.fields import Headers, Lines, write_lines
 from proxy.core.http.headers import via_value
 from proxy.edge.aiohttp_adapter import Prewritten
+from proxy.edge.file_body import FilePayload
 from proxy.errors import OriginBusy, OriginError, OriginsDown, RequestBodyError
+from proxy.store.shared.large import file_backed
 
 log = logging.getLogger("proxy.edge")
 
@@ -53,6 +55,11 @@ def from_stored(
     out["Age"] = age
     out["Cache-Status"] = status
     with_via(out, via)
+    file = file_backed(entry)
+    if file is not None:  # a large object: sent from its file (decision 0039)
+        out.popall("Content-Length", None)  # aiohttp sets the payload's
+        body: bytes | FilePayload = FilePayload(file)
+        return web.Response(status=entry.status, reason=entry.reason, headers=out, body=body)
     return web.Response(status=entry.status, reason=entry.reason, headers=out, body=entry.body)
 
 

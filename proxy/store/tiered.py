@@ -9,7 +9,9 @@ Theory of operation (issue 23, decision 0030):
   when it fits the memory tier's share for one object (``memory_object_max``), with the
   precomputed lines of a fresh hit the record keeps (``hit_lines``), so every later hit of
   it in this process takes the edge's fast path; and the
-  lookup says ``tier="disk"`` so that Cache-Status can name the tier that answered.
+  lookup says ``tier="disk"`` so that Cache-Status can name the tier that answered. A body
+  in a file larger than that share is not read: the entry is a ``FileBacked`` response, and
+  the edge sends its body from the file (decision 0039, store/shared/large.py).
 - ``put`` stores in the memory tier (when the object fits its share), then runs the shared
   fill in the tier's writer thread (the event loop never waits for the disk; the request
   does, for one unsynced LMDB commit, so that the next request finds the object in every
@@ -17,6 +19,9 @@ Theory of operation (issue 23, decision 0030):
   the purge number the shared tier had at the lookup (kept per lookup key in ``_tokens``), so
   a purge that lands in between refuses it; a put without a recorded lookup is not written
   to the shared tier (never an entry that could predate a purge it missed).
+- ``stream`` is the fill of a large object (decision 0039): its body is appended to the
+  shared tier's body file as it arrives from the origin, while the edge sends it to the first
+  client; it is never whole in memory, and never in the memory tier.
 - Purges and clears go to the shared tier first and are durable (fsync of its purge state)
   before the call returns; then to the memory tier. The API answers 200 only after that.
   ``clear_now``/``purge_now`` (a fleet member's batch, which must not suspend) wait for the
@@ -33,7 +38,9 @@ Theory of operation (issue 23, decision 0030):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import replace
@@ -44,6 +51,9 @@ from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import Fill, SharedEntry, SharedStats, SharedTier
+from proxy.store.shared.bodies import Verified
+from proxy.store.shared.fill import AsyncFill
+from proxy.store.shared.large import BodyFile, FileBacked
 from proxy.store.shared.markers import Markers
 
 log = logging.getLogger("proxy.store")
@@ -71,6 +81,7 @@ class TieredStore:
         # Fill-in-progress markers, for one origin request per key across workers (§2).
         self.markers = Markers(tier.directory)
         self.collapsed = 0  # misses answered by another worker's fill
+        self.verified = Verified()  # body files checked whole: sent by sendfile (0039)
 
     # -- reading and storing ---------------------------------------------------------------------
 
@@ -114,15 +125,22 @@ class TieredStore:
 
     async def _whole(self, entry: SharedEntry) -> StoredResponse | None:
         """The entry's response with its body; a body in a file is read (and checked) in a
-        thread. None when it fails its checks (never served)."""
+        thread, unless it is larger than the memory tier's share: then the file is sent
+        (``FileBacked``). None when it fails its checks (never served)."""
         if entry.path is None:
             return entry.response
+        if entry.length > self.memory_object_max:
+            if any(key == entry.key for key, _ in self.tier.doomed):
+                return None  # found corrupt by an earlier send: a miss until it is replaced
+            return FileBacked(entry.response, BodyFile(entry, self.tier, self.verified))
         body = await asyncio.to_thread(self.tier.read_all, entry)
         if body is None:
             return None
         return replace(entry.response, body=body)
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
+        if isinstance(response, FileBacked):  # its body is not in hand: never copied
+            return False
         stored = False
         if response.size <= self.memory_object_max:
             stored = await self.memory.put(key, response)
@@ -149,6 +167,47 @@ class TieredStore:
             if not fill.append(body[start : start + CHUNK]):
                 return False
         return fill.commit()
+
+    def stream(self, key: CacheKey, response: StoredResponse) -> StreamedFill | None:
+        """A fill of the shared tier whose body the caller appends as it arrives (its
+        ``response.body`` is ignored); None when it cannot be stored (no lookup recorded its
+        purge number, or the tier is stopped)."""
+        token = self._tokens.get(key)
+        if token is None or self.tier.health.stuck:
+            return None
+        domain, _, target = key
+        return StreamedFill(self, AsyncFill(self.tier, domain, target, response, token), key)
+
+    async def relink(
+        self, key: CacheKey, response: StoredResponse, file: BodyFile
+    ) -> FileBacked | None:
+        """Store a refreshed entry of a large object (a 304 kept its body) with the body file
+        it had, hard-linked: no byte of the body is copied. None when it cannot be."""
+        token = self._tokens.get(key)
+        entry = file.entry
+        if token is None or self.tier.health.stuck or entry.path is None:
+            return None
+        domain, _, target = key
+        source = entry.path
+
+        def refill() -> bytes | None:
+            fill = Fill(self.tier, domain, target, response, token)
+            if fill.adopt(source, entry.length, entry.table_crc) and fill.commit():
+                return fill.key
+            return None
+
+        stored = await self.tier.run(refill)
+        # The same inode, size and time: checked whole already if the old name was.
+        return None if stored is None else self.committed(domain, target, stored)
+
+    def committed(self, domain: str, target: str, key: bytes) -> FileBacked | None:
+        """The large entry a fill just committed under ``key``, as a lookup reads it (its
+        body file, sequence and chunk table's CRC; judged against the purges since). None
+        when it is not there, or its body is not in a file."""
+        for entry in self.tier.lookup(domain, target).variants:
+            if entry.key == key and entry.path is not None:
+                return FileBacked(entry.response, BodyFile(entry, self.tier, self.verified))
+        return None
 
     async def invalidate(self, domain: str, target: str) -> int:
         dropped = await self.memory.invalidate(domain, target)
@@ -227,3 +286,35 @@ class TieredStore:
         """Wait for the shared fills under way (each is short: one body already in hand)."""
         if self._fills:
             await asyncio.gather(*self._fills, return_exceptions=True)
+
+
+class StreamedFill:
+    """One large object streamed into the shared tier (``TieredStore.stream``)."""
+
+    def __init__(self, store: TieredStore, fill: AsyncFill, key: CacheKey) -> None:
+        self._store = store
+        self._fill = fill
+        self._key = key
+
+    async def append(self, data: bytes) -> bool:
+        """The next bytes of the body; False once the fill is dropped (stop appending)."""
+        return await self._fill.append(data)
+
+    def abort(self) -> None:
+        """Drop it (queued in the writer thread: it never waits)."""
+        self._fill.abort_soon()
+
+    async def commit(self) -> FileBacked | None:
+        """Store it: the stored entry, its body sent from its file; None when it was dropped,
+        refused (a purge since its lookup) or kept inline (a body too short to stream)."""
+        store = self._store
+        tier = store.tier
+        if not await self._fill.commit():
+            return None
+        domain, _, target = self._key
+        stored = store.committed(domain, target, self._fill.fill.key)
+        path = None if stored is None else stored.file.entry.path
+        if path is not None:  # the CRCs were taken of the bytes this process wrote: checked
+            with contextlib.suppress(OSError):
+                store.verified.add(await tier.run(lambda: os.stat(path)))
+        return stored

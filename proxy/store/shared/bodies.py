@@ -78,6 +78,33 @@ class BodyWriter:
             self.tmp.unlink()
 
 
+class LinkedBody(BodyWriter):
+    """A stored body file carried over to a new entry of the same body (a large object
+    refreshed by a 304: decision 0039): hard-linked into ``tmp/``, then renamed as a new
+    body is. Its bytes and chunk table are the file's own (nothing more can be written);
+    the table's CRC is the old record's."""
+
+    def __init__(self, directory: Path, source: Path, table_crc: int) -> None:
+        self._directory = directory
+        self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
+        os.link(source, self.tmp)
+        self._fd = -1
+        self.length = os.stat(self.tmp).st_size
+        self._table_crc = table_crc
+
+    def write(self, data: bytes | memoryview) -> None:
+        raise OSError("a linked body is whole: nothing is appended to it")
+
+    def finish(self, sequence: int) -> tuple[Path, int]:
+        final = self._directory / f"{sequence:016x}.body"
+        os.replace(self.tmp, final)
+        return final, self._table_crc
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+
 def chunks(
     path: Path, length: int, table_crc: int, start: int = 0, end: int | None = None
 ) -> Iterator[bytes]:
@@ -109,3 +136,31 @@ def chunks(
             index += 1
     finally:
         os.close(fd)
+
+
+class Verified:
+    """Body files this process has seen whole and matching their chunk table: written by its
+    own fill (the CRCs were taken of the bytes written) or read through once, every chunk
+    checked. A hit of one of them may be sent by ``sendfile`` without reading it (decision
+    0039), as long as the file is still the one checked: the same inode, size and
+    modification time (``identity``), which an in-place write changes. Bounded: a body
+    forgotten is checked again on its next send."""
+
+    __slots__ = ("_seen", "limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._seen: dict[tuple[int, int, int], None] = {}
+        self.limit = limit
+
+    def add(self, stat: os.stat_result) -> None:
+        seen = self._seen
+        seen[identity(stat)] = None
+        if len(seen) > self.limit:
+            del seen[next(iter(seen))]
+
+    def __contains__(self, stat: os.stat_result) -> bool:
+        return identity(stat) in self._seen
+
+
+def identity(stat: os.stat_result) -> tuple[int, int, int]:
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)

@@ -16,6 +16,7 @@ A fault on the way drops the fill (False) and is reported, never raised.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import lmdb
 
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD
-from proxy.store.shared.bodies import INLINE_MAX, BodyWriter
+from proxy.store.shared.bodies import INLINE_MAX, BodyWriter, LinkedBody
 from proxy.store.shared.purge_state import judge
 from proxy.store.shared.records import (
     body_name,
@@ -83,6 +84,18 @@ class Fill:
             return True
         except OSError as error:
             return self._drop(error)
+
+    def adopt(self, path: Path, length: int, table_crc: int) -> bool:
+        """Take a stored body file as this fill's whole body (instead of ``append``): a
+        refreshed entry of the same body (decision 0039). False when it cannot be linked."""
+        if self.dropped or self._file is not None or self.length:
+            return False
+        try:
+            self._file = LinkedBody(self._tier.bodies, path, table_crc)
+        except OSError as error:
+            return self._drop(error)
+        self.length = length
+        return True
 
     def abort(self) -> None:
         self.dropped = True
@@ -244,3 +257,15 @@ class AsyncFill:
 
     async def abort(self) -> None:
         await self._tier.run(self._fill.abort)
+
+    def abort_soon(self) -> None:
+        """``abort`` queued in the writer thread, not waited for (a fill given up by a caller
+        that must not suspend, or is being cancelled): its temporary file goes."""
+        # RuntimeError: the tier is closed (the next start empties bodies/tmp/).
+        with contextlib.suppress(RuntimeError):
+            self._tier._writer.submit(self._fill.abort)
+
+    @property
+    def fill(self) -> Fill:
+        """The fill itself (its ``key``, ``length``)."""
+        return self._fill

@@ -15,6 +15,7 @@ from proxy.core.purge.purges import Purge
 from proxy.edge import respond
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
+from proxy.store.shared.large import file_backed
 from proxy.store.tiered import TieredStore
 
 DOMAIN = "example.com"
@@ -137,7 +138,12 @@ async def test_a_large_body_goes_to_a_file_and_comes_back_whole(tier: SharedTier
     body = bytes(range(256)) * 1024  # 256 KiB: over the inline limit, and over 1/8 of memory
     await store(tiered, "/file", body)
     found = await two_tiers(tier).lookup(DOMAIN, "/file")
-    assert found.tier == "disk" and found.variants[0].body == body
+    # Larger than the memory tier's share: not read at lookup, but sent from its file
+    # (decision 0039), which reads back whole and checked.
+    (entry,) = found.variants
+    file = file_backed(entry)
+    assert found.tier == "disk" and entry.body == b"" and file is not None
+    assert b"".join(piece for batch in file.read(0, file.length) for piece in batch) == body
 
 
 async def test_a_put_without_its_lookup_is_not_written_to_the_shared_tier(

@@ -1,0 +1,181 @@
+"""Sending a body stored in a shared-tier file: zero copy where it may, checked where it must
+(decision 0039).
+
+``FilePayload`` is the body of the ``web.Response`` a hit of a large object builds
+(respond.from_stored, and ranges.answer for a 206): aiohttp sets Content-Length from its size
+and calls ``write`` once the head is written. It sends the bytes ``start`` to ``end`` of the
+file in one of two ways:
+
+- **sendfile**, straight from the page cache to the socket, when the connection is plain
+  HTTP/1.1 (not TLS, not HTTP/2, no transfer coding) and the file is one this process has
+  already checked whole (``Verified``: the same inode, size and modification time). The
+  socket is the transport's own, written through a duplicate descriptor (uvloop implements
+  no ``loop.sendfile``): only while the transport has nothing buffered, and when the socket
+  is full, the loop is asked to say when it is writable again (``add_writer`` on the
+  duplicate: the transport's own descriptor is not ours to watch).
+- **checked reads** otherwise: a batch of chunks at a time read in a thread, each checked
+  against its CRC (``BodyFile.read``), then written as any body. A read of the whole body
+  that checks out marks the file verified, so the next hit in this process is zero copy.
+
+A chunk that fails its checksum, or a file shorter than its record, is never sent: the
+connection is aborted (an HTTP/2 stream is reset), so the client sees a body cut short,
+never one that ends cleanly with bytes missing or wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_writer import StreamWriter
+from aiohttp.payload import Payload
+
+from proxy.errors import BodyCorrupt
+from proxy.store.shared.large import BodyFile
+
+SENDFILE_MAX = 1 << 20  # bytes per sendfile call: the loop serves others in between
+
+
+class FilePayload(Payload):
+    """The bytes ``start`` to ``end`` (exclusive) of a stored body file."""
+
+    def __init__(self, file: BodyFile, start: int = 0, end: int | None = None) -> None:
+        super().__init__(file, content_type=None)
+        self.file = file
+        self.start = start
+        self.end = file.length if end is None else end
+        self._size = self.end - self.start
+
+    def part(self, first: int, last: int) -> FilePayload:
+        """The bytes ``first`` to ``last`` (inclusive) of the body: a range's payload."""
+        return FilePayload(self.file, first, last + 1)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        raise TypeError("a stored body file is not decoded")
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await send(writer, self.file, self.start, self.end)
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        await self.write(writer)
+
+
+async def send(writer: AbstractStreamWriter, file: BodyFile, start: int, end: int) -> None:
+    """Send the bytes ``start`` to ``end`` of the file on ``writer``, its head already given
+    to it. ConnectionResetError when the client left, or when the body failed its checks
+    (the connection is then aborted)."""
+    if start >= end:
+        return
+    if _zero_copy(writer):
+        try:
+            fd, stat = file.open()
+        except OSError:  # gone since the lookup: the checked read finds it so, and says so
+            fd = -1
+        if fd >= 0:
+            try:
+                if stat in file.verified:
+                    assert isinstance(writer, StreamWriter)
+                    await _sendfile(writer, fd, start, end)
+                    return
+            finally:
+                os.close(fd)
+    await _checked(writer, file, start, end)
+
+
+def _zero_copy(writer: AbstractStreamWriter) -> bool:
+    """Can ``sendfile`` write the body: aiohttp's own HTTP/1.1 writer on a plain socket,
+    with the body sent as it is (no chunks, no compression)."""
+    if type(writer) is not StreamWriter or writer.chunked or writer._compress is not None:
+        return False
+    transport = writer.transport
+    if transport is None or transport.is_closing():
+        return False
+    extra = transport.get_extra_info
+    plain = extra("sslcontext") is None and extra("ssl_object") is None
+    return plain and extra("socket") is not None
+
+
+async def _sendfile(writer: StreamWriter, fd: int, start: int, end: int) -> None:
+    transport = writer.transport
+    assert transport is not None
+    writer.send_headers()  # aiohttp holds the head until the first write
+    loop = asyncio.get_running_loop()
+    out = os.dup(transport.get_extra_info("socket").fileno())
+    try:
+        offset = start
+        while offset < end:
+            if transport.is_closing():
+                raise ConnectionResetError("the client went away")
+            if transport.get_write_buffer_size():  # the head, or what an earlier write left
+                await _writable(loop, out)
+                await asyncio.sleep(0)  # the transport writes its buffer on the same event
+                continue
+            try:
+                sent = os.sendfile(out, fd, offset, min(end - offset, SENDFILE_MAX))
+            except BlockingIOError:
+                await _writable(loop, out)
+                continue
+            except OSError as error:
+                raise ConnectionResetError(f"sendfile: {error.strerror}") from None
+            if sent == 0:  # the file is shorter than its record says: never end cleanly
+                transport.abort()
+                raise ConnectionResetError("a stored body file is shorter than its record")
+            offset += sent
+            writer.buffer_size += sent
+            writer.output_size += sent
+    finally:
+        os.close(out)
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
+
+
+async def _checked(writer: AbstractStreamWriter, file: BodyFile, start: int, end: int) -> None:
+    whole = start == 0 and end >= file.length
+    stat = None
+    if whole:
+        try:
+            fd, stat = file.open()
+            os.close(fd)
+        except OSError:
+            stat = None
+    batches = file.read(start, end)
+    try:
+        while True:
+            try:
+                batch = await asyncio.to_thread(next, batches, None)
+            except BodyCorrupt as error:
+                _abort(writer)
+                raise ConnectionResetError(f"stored body not sent: {error}") from None
+            if batch is None:
+                break
+            for piece in batch:
+                await writer.write(piece)
+    finally:
+        with contextlib.suppress(ValueError):  # still running in its thread: cancelled
+            batches.close()
+    if stat is not None:
+        file.checked_whole(stat)
+
+
+def _abort(writer: Any) -> None:
+    """Cut the connection of an HTTP/1.1 answer (an HTTP/2 stream is reset by its
+    connection when the exception reaches it: h2/connection.py)."""
+    if isinstance(writer, StreamWriter) and writer.transport is not None:
+        writer.transport.abort()
