@@ -42,6 +42,10 @@ SMALL_RATIO = 0.1
 GHOST_RATIO = 0.9
 MOVE_TO_MAIN = 2
 MAIN_MAX_FREQ = 3
+# The shared tier's rule for a key as large as the small queue: admitted at its first fill
+# straight into the main queue up to this share of the capacity (a CDN caches a download the
+# first time), remembered and admitted at its next fill above it.
+LARGE_AT_ONCE = 0.5
 
 
 class S3FIFO(Bounded, Generic[K]):
@@ -76,7 +80,8 @@ class S3FIFO(Bounded, Generic[K]):
         self._ghost_capacity = int(ghost_ratio * capacity)
         self._move_to_main = move_to_main
         # The shared tier's rule (proxy/store/shared/s3fifo.py): a key too large for the small
-        # queue is remembered in the ghost when refused, so its next admission goes to main.
+        # queue goes straight to the main queue, up to LARGE_AT_ONCE of the capacity; a larger
+        # one is remembered in the ghost when refused, so its next admission goes to main.
         self._remember_large = remember_large
         self._freq: dict[K, int] = {}  # every key held -> its hits counted
         # Both queues in FIFO order, oldest first: key -> size.
@@ -114,10 +119,15 @@ class S3FIFO(Bounded, Generic[K]):
         remembered = self._ghost.pop(key, None)
         if remembered is not None:
             self._ghost_used -= remembered
-        if size > self._capacity or (remembered is None and size >= self._small_capacity):
-            if remembered is None and self._remember_large:
-                self._remember(key, size)
+        if size > self._capacity:
             return [key]
+        if remembered is None and size >= self._small_capacity:
+            if not self._remember_large:
+                return [key]
+            if size > LARGE_AT_ONCE * self._capacity:
+                self._remember(key, size)
+                return [key]
+            remembered = size  # the shared tier's rule: straight into the main queue
         evicted: list[K] = []
         while self.used + size > self._capacity and self._freq:
             self._evict_one(evicted)

@@ -28,12 +28,14 @@ Eviction is O(1) amortised per insert: every step moves or drops the oldest key 
 
 **Large objects.** libCacheSim's S3-FIFO never admits an object as large as the small queue
 (10% of the capacity) unless the ghost remembers it, and never remembers it either: it would
-never be cached. A CDN must still cache a large download, so here its first fill is not kept
-but its key is remembered in the ghost, and the next fill of it within the ghost's memory is
-admitted straight into the main queue, as any key the ghost remembers. A large object asked
-for once (the one-hit wonders that dominate a CDN's bytes) so never evicts the small or the
-main queue; one asked for twice is kept. (``S3FIFO(..., remember_large=True)`` is the same
-rule in the pure policy, for the benchmark and the tests.)
+never be cached. A CDN must still cache a large download the first time (an operator who
+fetches a download twice expects the second to be a hit, and the first fill's collapsed
+requests are answered from what it stored), so here an object up to half the capacity
+(``LARGE_AT_ONCE``) is admitted at its first fill straight into the main queue, as any key the
+ghost remembers. A larger one's first fill is not kept but its key is remembered in the ghost,
+and its next fill within the ghost's memory is admitted into the main queue. Size the tier at
+twice the largest object or more. (``S3FIFO(..., remember_large=True)`` is the same rule in the
+pure policy, for the benchmark and the tests.)
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ from pathlib import Path
 
 import lmdb
 
-from proxy.store.eviction.s3fifo import GHOST_RATIO, MAIN_MAX_FREQ, MOVE_TO_MAIN, SMALL_RATIO
+from proxy.store.eviction.s3fifo import (
+    GHOST_RATIO,
+    LARGE_AT_ONCE,
+    MAIN_MAX_FREQ,
+    MOVE_TO_MAIN,
+    SMALL_RATIO,
+)
 from proxy.store.shared.evict import Admission
 from proxy.store.shared.health import Health
 from proxy.store.shared.hits import HitCounters
@@ -154,10 +162,13 @@ class _Queues:
             return self._refill(key, _PLACE.unpack(place), sequence, cost)
         key_digest = digest(key)
         remembered = self._forget(key_digest)
-        if cost > policy.capacity or (not remembered and cost >= policy.small_capacity):
-            if not remembered:  # large: kept at its next fill, if the ghost still has it
-                self._remember(key_digest, cost)
+        if cost > policy.capacity:
             return Admission(False, [])
+        if not remembered and cost >= policy.small_capacity:
+            if cost > LARGE_AT_ONCE * policy.capacity:  # kept at its next fill, if remembered
+                self._remember(key_digest, cost)
+                return Admission(False, [])
+            remembered = True  # large: straight into the main queue
         victims: list[tuple[bytes, int]] = []
         while self.small_used + self.main_used + cost > policy.capacity:
             if not self._evict_one(victims):

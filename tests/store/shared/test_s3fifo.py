@@ -141,24 +141,28 @@ def test_a_key_hit_in_another_process_survives_a_scan(tier_dir: Path) -> None:
         tier.close()
 
 
-def test_a_large_object_is_kept_from_its_second_fill(tmp_path: Path) -> None:
-    """libCacheSim's S3-FIFO never admits an object of 10% of the capacity or more; the
-    tier remembers it in its ghost instead, and keeps it when it is filled again."""
+def test_a_large_object_is_kept_from_its_first_fill_up_to_half_the_tier(tmp_path: Path) -> None:
+    """libCacheSim's S3-FIFO never admits an object of 10% of the capacity or more; the tier
+    keeps one up to half its capacity at its first fill (straight into the main queue), and
+    one larger from its second fill (remembered in the ghost when refused)."""
     tier = SharedTier.open_node(tmp_path, max_bytes=1_000_000)
     try:
         big = 300_000  # a body file; over the small queue's 100,000 bytes
-        assert store(tier, "/big", big, tier.lookup(DOMAIN, "/big").token)[0] is False
-        assert not tier.lookup(DOMAIN, "/big").variants
-        assert list((tmp_path / "bodies").glob("*.body")) == []  # its file went too
-        for n in range(5):
-            store(tier, f"/small/{n}", 1_000, tier.lookup(DOMAIN, f"/small/{n}").token)
         assert store(tier, "/big", big, tier.lookup(DOMAIN, "/big").token)[0] is True
         assert tier.lookup(DOMAIN, "/big").variants
         assert len(list((tmp_path / "bodies").glob("*.body"))) == 1
+        larger = 600_000  # over half the tier: refused once, its file gone with it
+        assert store(tier, "/larger", larger, tier.lookup(DOMAIN, "/larger").token)[0] is False
+        assert not tier.lookup(DOMAIN, "/larger").variants
+        assert len(list((tmp_path / "bodies").glob("*.body"))) == 1
+        for n in range(5):
+            store(tier, f"/small/{n}", 1_000, tier.lookup(DOMAIN, f"/small/{n}").token)
+        assert store(tier, "/larger", larger, tier.lookup(DOMAIN, "/larger").token)[0] is True
+        assert tier.lookup(DOMAIN, "/larger").variants
         # Larger than the ghost (90% of the tier): never remembered, so never kept.
         for _ in range(2):
             assert store(tier, "/huge", 950_000, tier.lookup(DOMAIN, "/huge").token)[0] is False
-        assert tier.lookup(DOMAIN, "/big").variants
+        assert tier.lookup(DOMAIN, "/larger").variants
     finally:
         tier.close()
 
