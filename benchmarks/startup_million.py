@@ -81,12 +81,13 @@ def fill_million(directory: Path, entries: int, size: int) -> tuple[float, Store
         response, body = entry.response, entry.response.body
         start = time.perf_counter()
         for base in range(1, entries, BATCH):
-            gone: list[str] = []
-            with tier._env.begin(write=True) as txn:  # a batch of fills per transaction
-                for i in range(base, min(entries, base + BATCH)):
-                    fill = Fill(tier, HOST, target(i, size), response, found.token)
-                    fill.append(body)
-                    fill._store(txn, gone)
+            batch = []
+            for i in range(base, min(entries, base + BATCH)):
+                fill = Fill(tier, HOST, target(i, size), response, found.token)
+                fill.append(body)
+                batch.append(fill)
+            if Fill.commit_all(tier, batch) != len(batch):  # a batch per transaction
+                raise RuntimeError("the tier refused part of a batch")
         seconds = time.perf_counter() - start
     finally:
         tier.close()

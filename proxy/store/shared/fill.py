@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import lmdb
@@ -111,9 +112,7 @@ class Fill:
         tier = self._tier
         gone: list[str] = []
         try:
-            state = tier.purges.current(self._domain)
-            refused = not state.cleared <= self._token <= state.number
-            if refused or judge(state, self._token, self._target, self._response.tags) is HARD:
+            if not self._admissible():
                 self.abort()
                 return False
             if not tier.check_directory():
@@ -128,6 +127,31 @@ class Fill:
             (tier.bodies / name).unlink(missing_ok=True)
         tier.health.recovered()
         return kept
+
+    def _admissible(self) -> bool:
+        """Whether no clear or hard purge since the fill's lookup covers it."""
+        state = self._tier.purges.current(self._domain)
+        if not state.cleared <= self._token <= state.number:
+            return False
+        return judge(state, self._token, self._target, self._response.tags) is not HARD
+
+    @staticmethod
+    def commit_all(tier: SharedTier, fills: Sequence[Fill]) -> int:
+        """Store ``fills`` of this tier whose bodies are held (inline, not in files) in one
+        write transaction: a bulk load (benchmarks.startup_million writes a million entries
+        so). Each is judged against the purges as ``commit`` judges it; a fill that fails is
+        left out. Returns how many were stored; raises what LMDB raises."""
+        gone: list[str] = []
+        stored = 0
+        with tier._env.begin(write=True) as txn:
+            for fill in fills:
+                if fill.dropped or fill._file is not None or not fill._admissible():
+                    fill.abort()
+                    continue
+                stored += fill._store(txn, gone)
+        for name in gone:
+            (tier.bodies / name).unlink(missing_ok=True)
+        return stored
 
     def _store(self, txn: lmdb.Transaction, gone: list[str]) -> bool:
         tier = self._tier

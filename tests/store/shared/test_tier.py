@@ -272,3 +272,29 @@ async def test_async_purges_are_durable_when_they_return(tmp_path: Path) -> None
         assert tier.lookup("other.example", "/").token == 1
     finally:
         tier.close()
+
+
+def test_commit_all_stores_a_batch_in_one_transaction_and_leaves_out_what_a_purge_covers(
+    tier: SharedTier,
+) -> None:
+    """The bulk load (benchmarks.startup_million): every fill of the batch is stored but the
+    one a tag purge since its lookup covers, and one whose body went to a file."""
+    fills = []
+    for n in range(50):
+        target = f"/bulk/{n}"
+        tags = ("gone",) if n == 7 else ()
+        fills.append(Fill(tier, DOMAIN, target, response(tags), tier.lookup(DOMAIN, target).token))
+        fills[-1].append(body(n, 100 + n))
+    large = Fill(tier, DOMAIN, "/bulk/large", response(), tier.lookup(DOMAIN, "/bulk/large").token)
+    large.append(body(99, 70_000))  # over INLINE_MAX: a body file, which commit_all leaves out
+    tier.purge(DOMAIN, purge_request("tag", ["gone"]))
+    assert Fill.commit_all(tier, [*fills, large]) == 49
+    for n in range(50):
+        found = tier.lookup(DOMAIN, f"/bulk/{n}").variants
+        if n == 7:
+            assert found == ()
+        else:
+            (entry,) = found
+            assert entry.response.body == body(n, 100 + n)
+    assert tier.lookup(DOMAIN, "/bulk/large").variants == ()
+    assert list((tier.bodies / "tmp").iterdir()) == []  # the large fill's file is gone
