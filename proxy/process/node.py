@@ -42,7 +42,7 @@ from proxy.fleet.scripts import FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
-from proxy.process.listeners import Draining, StartError, control_listening
+from proxy.process.listeners import Draining, ProcessContext, StartError, control_listening
 from proxy.process.node_figures import node_telemetry
 from proxy.process.node_trace import asker, shared_held
 from proxy.process.reload import After, domains_hook, reloading
@@ -72,7 +72,7 @@ async def _serve(config: Config, config_path: Path) -> int:
     # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
     # workers run, then passed on to them (edge_workers).
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: None)
-    draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
+    draining = Draining.of(config)
     async with AsyncExitStack() as stack:
         url = fleet.url
         if url is None:
@@ -91,11 +91,9 @@ async def _serve(config: Config, config_path: Path) -> int:
             purger = _control_purger(stack, config, settings, held_tier)
             api_url = await _control_plane(
                 stack,
-                config,
+                ProcessContext(config, telemetry, draining=draining),
                 purger,
-                telemetry,
                 figures,
-                draining,
                 reload_hooks,
                 held_tier,
                 workers,
@@ -126,11 +124,9 @@ async def _serve(config: Config, config_path: Path) -> int:
 
 async def _control_plane(
     stack: AsyncExitStack,
-    config: Config,
+    process: ProcessContext,
     purger: Purger,
-    telemetry: Telemetry,
     figures: FleetFigures,
-    draining: Draining,
     reload_hooks: list[Callable[[Config], None]],
     tier: SharedTier | None,
     workers: list[Workers],
@@ -139,14 +135,12 @@ async def _control_plane(
     ``figures``: its URL."""
     _, api_url = await stack.enter_async_context(
         control_listening(
-            config,
+            process,
             purger=purger,
-            telemetry=telemetry,
             store=figures,
             fleet=figures,
-            draining=draining,
             reload_hooks=reload_hooks,
-            origin_states=telemetry.origin_servers,
+            origin_states=process.telemetry.origin_servers,
             # A trace reads the shared tier, else asks the workers (node_trace.py).
             inspect=None if tier is None else partial(shared_held, tier),
             ask_workers=asker(workers) if tier is None else None,

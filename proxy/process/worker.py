@@ -32,7 +32,7 @@ from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
-from proxy.process.listeners import edge_listening
+from proxy.process.listeners import ProcessContext, edge_listening
 from proxy.process.reload import Outcome, domains_hook, reloading
 from proxy.process.service import memory_store, tiered_store
 from proxy.process.worker_channel import NodeChannel
@@ -107,9 +107,8 @@ async def _run(
         loop.add_signal_handler(signal.SIGUSR1, access.reopen)  # the node passes it on
         handler, url = await stack.enter_async_context(
             edge_listening(
-                config,
+                ProcessContext(config, telemetry),
                 store=store,
-                telemetry=telemetry,
                 port=port,
                 reuse_port=True,
                 tls_port=tls_port,
