@@ -27,6 +27,7 @@ from proxy.config.model import Config, load_config
 from proxy.core.auth.tokens import Scope
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.errors import ConfigError, ProxyError
+from proxy.process.worker_args import WorkerArgs
 from proxy.state.admins import (
     AdminRecord,
     check_admin_name,
@@ -87,12 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser(
         "worker", parents=[with_config], help="(internal) one edge worker process of a node"
     )
-    worker.add_argument("--index", type=int, required=True)
-    worker.add_argument("--port", type=int, required=True)
-    worker.add_argument("--fleet-url", required=True)
-    worker.add_argument("--tls-port", type=int, default=None)  # with edge.tls_listen
-    worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
-    worker.add_argument("--cache-instance", default=None)  # the node's, on cache.disk_path
+    WorkerArgs.add_arguments(worker)
     worker.set_defaults(run=_worker)
 
     _token_parser(commands, with_config)
@@ -222,18 +218,7 @@ def _worker(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from proxy.process import worker
 
-    _exit_now(
-        worker.run(
-            config,
-            args.config,
-            index=args.index,
-            port=args.port,
-            fleet_url=args.fleet_url,
-            tls_port=args.tls_port,
-            stdout_fd=args.stdout_fd,
-            cache_instance=args.cache_instance,
-        )
-    )
+    _exit_now(worker.run(config, WorkerArgs.parsed(args), args.index))
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
+from proxy.process.worker_args import WorkerArgs
 from proxy.store.base import ClearResult, Purger
 from proxy.store.shared import SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
@@ -240,12 +241,9 @@ async def edge_workers(
         reserved_tls_port(edge.tls_listen) as tls_port,
         contextlib.closing(_Fd(stdout)),
     ):
-        extra = [] if tls_port is None else ["--tls-port", str(tls_port)]
-        if cache_instance is not None:
-            extra += ["--cache-instance", cache_instance]
-        argv = _worker_argv(config_path, port, url, extra, stdout)
+        args = WorkerArgs(config_path, port, url, tls_port, stdout, cache_instance)
         workers = Workers(
-            argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
+            args.argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
         )
         await workers.start()
         if started is not None:
@@ -262,33 +260,6 @@ async def edge_workers(
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
             await workers.stop(grace=edge.shutdown_timeout - reserve / 2)
-
-
-def _worker_argv(
-    config_path: Path, port: int, url: str, extra: list[str], stdout: int
-) -> Callable[[int], list[str]]:
-    """The command line of edge worker ``index``, on the reserved ``port``."""
-
-    def argv(index: int) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "proxy",
-            "worker",
-            "--config",
-            str(config_path),
-            "--index",
-            str(index),
-            "--port",
-            str(port),
-            "--fleet-url",
-            url,
-            *extra,
-            "--stdout-fd",
-            str(stdout),
-        ]
-
-    return argv
 
 
 WORKER_RELOAD_TIMEOUT = 10.0  # seconds each worker has to say it reloaded
