@@ -95,68 +95,42 @@ def tier_metrics(snapshot: StoreSnapshot, hits: int, prefix: str) -> Iterable[Me
             snapshot.collapsed,
         )
     status = shared.status
-    gauge, counter = GaugeMetricFamily, CounterMetricFamily
-    families: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, int], ...] = (
-        (gauge, "shared_tier_entries", "Objects in the node's shared tier.", shared.entries),
-        (gauge, "shared_tier_bytes", "Bytes in the node's shared tier.", shared.bytes),
+    gauges = (
+        ("shared_tier_entries", "Objects in the node's shared tier.", shared.entries),
+        ("shared_tier_bytes", "Bytes in the node's shared tier.", shared.bytes),
+        ("shared_tier_max_bytes", "The shared tier's bound (disk_max_bytes).", shared.max_bytes),
+        ("shared_tier_degraded", "1 while its last write failed.", int(bool(status.degraded))),
+        ("shared_tier_stopped", "1 when it serves nothing until a restart.", int(status.stuck)),
         (
-            gauge,
-            "shared_tier_max_bytes",
-            "The shared tier's bound (disk_max_bytes).",
-            shared.max_bytes,
-        ),
-        (
-            gauge,
-            "shared_tier_degraded",
-            "1 while its last write failed.",
-            int(bool(status.degraded)),
-        ),
-        (
-            gauge,
-            "shared_tier_stopped",
-            "1 when it serves nothing until a restart.",
-            int(status.stuck),
-        ),
-        (
-            gauge,
             "shared_tier_purge_state_bytes",
             "Bytes of the shared tier's purge records (budget: purge_state_max_bytes).",
             shared.purge_state_bytes,
         ),
         (
-            gauge,
             "shared_tier_purge_state_max_bytes",
             "The shared tier's purge-state budget (cache.purge_state_max_bytes).",
             shared.purge_state_max_bytes,
         ),
+    )
+    for name, text, value in gauges:
+        yield GaugeMetricFamily(prefix + name, text, value)
+    counters = (
+        ("shared_tier_evictions", "Objects evicted from the shared tier.", shared.evictions),
+        ("shared_tier_write_errors", "Fills dropped by a fault.", status.dropped_fills),
+        ("shared_tier_faults", "Failed calls: I/O errors, full disk, no directory.", status.faults),
         (
-            counter,
-            "shared_tier_evictions",
-            "Objects evicted from the shared tier.",
-            shared.evictions,
-        ),
-        (counter, "shared_tier_write_errors", "Fills dropped by a fault.", status.dropped_fills),
-        (
-            counter,
-            "shared_tier_faults",
-            "Failed calls: I/O errors, full disk, no directory.",
-            status.faults,
-        ),
-        (
-            counter,
             "shared_tier_corrupt",
             "Entries that failed their checksum (never served).",
             status.corrupt,
         ),
         (
-            counter,
             "shared_tier_purge_folds",
             "Domains cleared to keep the shared tier's purge state within its budget.",
             shared.purge_folds,
         ),
     )
-    for kind, name, text, value in families:
-        yield kind(prefix + name, text, value)
+    for name, text, value in counters:
+        yield CounterMetricFamily(prefix + name, text, value)
 
 
 def _purge_state_metrics(stats: StoreStats, prefix: str) -> Iterable[Metric]:
