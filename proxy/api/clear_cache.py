@@ -47,9 +47,9 @@ from proxy.api.gate import (
     check_domain,
     json_object,
     purger_failures,
+    refusal,
     reject,
 )
-from proxy.api.problems import problem
 from proxy.core.auth.tokens import Scope
 
 __all__ = [
@@ -147,10 +147,7 @@ async def clear_cache(request: web.Request) -> web.Response:
 
     answer = await audited_clear(ctx, client=request.remote, authorise=authorise)
     if not answer.cleared:
-        response = problem(answer.status, answer.detail, headers=answer.headers)
-        if answer.status == 408:
-            response.force_close()  # the rest of that body may still come: end the connection
-        return response
+        return refusal(answer.status, answer.detail, answer.headers)
     response = web.Response(text=CONFIRMATION, content_type="text/plain", charset="utf-8")
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, NoReturn
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from proxy.api.problems import problem
 from proxy.config.model import Config
 from proxy.core.auth.ratelimit import FailureThrottle
 from proxy.core.auth.tokens import (
@@ -110,6 +111,15 @@ class Rejected(Exception):
         self.status = status
         self.detail = detail
         self.headers: Mapping[str, str] = headers or {}
+
+
+def refusal(status: int, detail: str, headers: Mapping[str, str]) -> web.Response:
+    """A refused clear's or purge's answer, a problem; after a 408 (body too slow) the
+    connection ends, as the rest of that body may still come."""
+    response = problem(status, detail, headers=headers)
+    if status == 408:
+        response.force_close()
+    return response
 
 
 def reject(

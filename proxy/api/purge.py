@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from proxy.api import gate
-from proxy.api.problems import problem
 from proxy.core.auth.tokens import Scope
 from proxy.core.cache.rules import purge_targets
 from proxy.core.purge.purges import MAX_ITEMS, InvalidPurge, Purge, purge_request
@@ -125,10 +124,7 @@ async def purge(request: web.Request) -> web.Response:
 
     answer = await audited_purge(ctx, client=request.remote, authorise=authorise)
     if answer.receipt is None:
-        response = problem(answer.status, answer.detail, headers=answer.headers)
-        if answer.status == 408:
-            response.force_close()  # the rest of that body may still come: end the connection
-        return response
+        return gate.refusal(answer.status, answer.detail, answer.headers)
     body = json.dumps(answer.receipt, ensure_ascii=True).encode("ascii")
     response = web.Response(body=body, content_type="application/json")
     response.headers["Cache-Control"] = "no-store"

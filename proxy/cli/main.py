@@ -23,10 +23,12 @@ from typing import NoReturn, Protocol, TypeAlias
 from proxy import __version__
 from proxy.cli import purge as purge_client
 from proxy.cli import trace as trace_client
+from proxy.cli.api_client import Failed
 from proxy.config.model import Config, load_config
 from proxy.core.auth.tokens import Scope
 from proxy.core.domains import InvalidDomain, normalise_domain
 from proxy.errors import ConfigError, ProxyError
+from proxy.process.worker_args import WorkerArgs
 from proxy.state.admins import (
     AdminRecord,
     check_admin_name,
@@ -37,14 +39,6 @@ from proxy.state.admins import (
 from proxy.state.sqlite import StateDB, TokenRecord, check_token_name
 
 
-class _Fail(Exception):
-    """End the command with this message on stderr and this exit code."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     try:
@@ -53,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         code: int = args.run(args)
-    except _Fail as exc:
+    except Failed as exc:
         print(f"cdn-proxy: {exc}", file=sys.stderr)
         return exc.code
     except ConfigError as exc:
@@ -87,12 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser(
         "worker", parents=[with_config], help="(internal) one edge worker process of a node"
     )
-    worker.add_argument("--index", type=int, required=True)
-    worker.add_argument("--port", type=int, required=True)
-    worker.add_argument("--fleet-url", required=True)
-    worker.add_argument("--tls-port", type=int, default=None)  # with edge.tls_listen
-    worker.add_argument("--stdout-fd", type=int, default=1)  # where access_log = "-" goes
-    worker.add_argument("--cache-instance", default=None)  # the node's, on cache.disk_path
+    WorkerArgs.add_arguments(worker)
     worker.set_defaults(run=_worker)
 
     _token_parser(commands, with_config)
@@ -102,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, client in clients:
         command = commands.add_parser(name, help=client.HELP, description=client.DESCRIPTION)
         client.add_arguments(command)
-        command.set_defaults(run=_client_run(client))
+        command.set_defaults(run=client.run)
     return parser
 
 
@@ -214,7 +203,7 @@ def _reload(args: argparse.Namespace) -> int:
     try:
         print(f"reloaded: {request_reload(args.config)}")
     except ReloadFailed as exc:
-        raise _Fail(str(exc)) from None
+        raise Failed(str(exc)) from None
     return 0
 
 
@@ -222,18 +211,7 @@ def _worker(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from proxy.process import worker
 
-    _exit_now(
-        worker.run(
-            config,
-            args.config,
-            index=args.index,
-            port=args.port,
-            fleet_url=args.fleet_url,
-            tls_port=args.tls_port,
-            stdout_fd=args.stdout_fd,
-            cache_instance=args.cache_instance,
-        )
-    )
+    _exit_now(worker.run(config, WorkerArgs.parsed(args), args.index))
 
 
 # -- tokens ------------------------------------------------------------------------------------
@@ -259,7 +237,7 @@ def _check(check: Callable[[str], None], value: str) -> None:
     try:
         check(value)
     except ValueError as exc:
-        raise _Fail(str(exc), code=2) from None
+        raise Failed(str(exc), code=2) from None
 
 
 def _token_create(args: argparse.Namespace) -> int:
@@ -273,9 +251,9 @@ def _token_create(args: argparse.Namespace) -> int:
             try:
                 domain = normalise_domain(given)
             except InvalidDomain as exc:
-                raise _Fail(f"--domain {given!r} is not a host name: {exc}", code=2) from None
+                raise Failed(f"--domain {given!r} is not a host name: {exc}", code=2) from None
             if domain not in config.by_name:
-                raise _Fail(f"--domain {given!r} is not a configured domain", code=2)
+                raise Failed(f"--domain {given!r} is not a configured domain", code=2)
             domains.add(domain)
         scope = Scope.only(domains)
     with _open_state(config) as db:
@@ -338,13 +316,13 @@ def _read_password(args: argparse.Namespace) -> str:
         password = text[:-1] if text.endswith("\n") else text
         password = password[:-1] if password.endswith("\r") else password
         if "\n" in password or "\r" in password:
-            raise _Fail("the password must be one line", code=2)
+            raise Failed("the password must be one line", code=2)
     elif sys.stdin.isatty():
         password = getpass.getpass("Password: ")
         if getpass.getpass("Again: ") != password:
-            raise _Fail("the passwords differ", code=2)
+            raise Failed("the passwords differ", code=2)
     else:
-        raise _Fail("stdin is not a terminal: pass --password-stdin to read it", code=2)
+        raise Failed("stdin is not a terminal: pass --password-stdin to read it", code=2)
     _check(check_password, password)
     return password
 
@@ -395,7 +373,8 @@ def _admin_set_password(args: argparse.Namespace) -> int:
 
 
 class _ApiClient(Protocol):
-    """A command that asks the API (proxy/cli/purge.py, trace.py): it raises Failed."""
+    """A command that asks the API (proxy/cli/purge.py, trace.py): it raises Failed
+    (proxy/cli/api_client.py), as every command may."""
 
     HELP: str
     DESCRIPTION: str
@@ -403,13 +382,3 @@ class _ApiClient(Protocol):
     def add_arguments(self, command: argparse.ArgumentParser, /) -> None: ...
 
     def run(self, args: argparse.Namespace, /) -> int: ...
-
-
-def _client_run(client: _ApiClient) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return client.run(args)
-        except purge_client.Failed as exc:
-            raise _Fail(str(exc), exc.code) from None
-
-    return run

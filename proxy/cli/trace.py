@@ -5,20 +5,16 @@
 
 It posts ``{"url": URL, "headers": {...}, "fetch": ...}`` to /api/v1/cdn/trace and prints the
 answer for people (``describe``) or as JSON. The API's base URL and the token are found as
-``cdn-proxy purge`` finds them (proxy/cli/purge.py). urllib, no event loop, no redirects.
+``cdn-proxy purge`` finds them (proxy/cli/api_client.py). urllib, no event loop, no redirects.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 
-from proxy import __version__
-from proxy.cli.purge import Failed, NoRedirects, add_api_options, api_settings, problem_detail
+from proxy.cli.api_client import Failed, add_api_options, api_settings, json_object, post
 from proxy.core.routes import TRACE_PATH
 
 TIMEOUT = 30.0  # seconds: a fetch waits for the origin
@@ -52,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
         headers[name.strip()] = value.strip()
     url, token = api_settings(args)
     body = {"url": args.url, "headers": headers, "fetch": args.fetch}
-    answer = _post(url.rstrip("/") + TRACE_PATH, token, body)
+    answer = json_object(
+        post(url, TRACE_PATH, token, body, command="trace", timeout=TIMEOUT, limit=MAX_ANSWER),
+        "a trace",
+    )
     print(json.dumps(answer, indent=2) if args.json else describe(answer))
     return 0
 
@@ -97,32 +96,3 @@ def describe(answer: Mapping[str, object]) -> str:
 
 def _rows(value: object) -> list[dict[str, object]]:
     return [row for row in value if isinstance(row, dict)] if isinstance(value, list) else []
-
-
-def _post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
-    # The scheme was checked by the caller: only http(s) (S310).
-    request = urllib.request.Request(  # noqa: S310
-        url,
-        data=json.dumps(body).encode("utf-8"),
-        method="POST",
-        headers={
-            "Authorization": f"Bearer {token}",
-            "Content-Type": "application/json",
-            "User-Agent": f"cdn-proxy/{__version__}",
-        },
-    )
-    opener = urllib.request.build_opener(NoRedirects)
-    try:
-        with opener.open(request, timeout=TIMEOUT) as response:
-            data = json.loads(response.read(MAX_ANSWER))
-    except urllib.error.HTTPError as exc:
-        with exc:
-            detail = problem_detail(exc.read(2000))
-        raise Failed(f"trace failed: {exc.code} {exc.reason}: {detail}") from None
-    except urllib.error.URLError as exc:
-        raise Failed(f"cannot reach {url}: {exc.reason}") from None
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        raise Failed(f"cannot reach {url}: {exc}") from None
-    if not isinstance(data, dict):
-        raise Failed(f"the API's answer is not a trace: {data!r:.200}")
-    return data

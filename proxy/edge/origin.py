@@ -17,6 +17,7 @@ requests fail fast rather than every request hang (decision 0015).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -217,21 +218,18 @@ async def origin_request(
     request first waits for one of the domain's connections (OriginBusy when none comes).
     ``tls``: how an https:// origin is verified (proxy/edge/tls.py: the system store, True,
     or the domain's origin_ca)."""
-    if slots is None:
-        async with _origin_request(
-            session, domain, method, target, headers, data, telemetry, tls, server
-        ) as r:
-            yield r
-        return
+    taken: contextlib.AbstractAsyncContextManager[None] = (
+        contextlib.nullcontext() if slots is None else slots.taken(domain, server)
+    )
     try:
         async with (
-            slots.taken(domain, server),
+            taken,
             _origin_request(
                 session, domain, method, target, headers, data, telemetry, tls, server
             ) as response,
         ):
             yield response
-    except OriginBusy:
+    except OriginBusy:  # only ``slots`` raises it
         if telemetry is not None:
             telemetry.origin_busy(domain.name, "queue_timeout")
         raise

@@ -19,7 +19,8 @@ probes: decision 0034), ``GET path`` with the domain's Host, bounded by ``timeou
 a reload restarts them for the new domains. Pools of unchanged servers keep their state.
 
 ``/metrics`` gets ``origin_server_up``, ``origin_server_requests_total`` and
-``origin_server_errors_total``, each ``{domain, origin}``, from a collector read at scrape.
+``origin_server_errors_total``, each ``{domain, origin}``, from a collector read at scrape
+(proxy/observe/origin_metrics.py, as a node's merged figures).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypeVar
 
 import aiohttp
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from proxy.config.model import Config, DomainConfig
 from proxy.core.http.balance import OriginPool, PoolRules, ServerState, may_retry
@@ -42,7 +43,8 @@ from proxy.edge import bodies
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
 from proxy.errors import OriginBusy, OriginError, OriginsDown, OriginTimeout, OriginUnreachable
-from proxy.observe.telemetry import Telemetry
+from proxy.observe.origin_metrics import origin_server_metrics
+from proxy.observe.telemetry import PREFIX, Telemetry
 
 log = logging.getLogger("cdn_proxy.origins")
 Link = TypeVar("Link")
@@ -328,21 +330,4 @@ class _Collector:
         self._upstreams = upstreams
 
     def collect(self) -> Iterable[Metric]:
-        labels = ["domain", "origin"]
-        up = GaugeMetricFamily(
-            "cdn_proxy_origin_server_up", "1 while the origin server is up.", labels=labels
-        )
-        requests = CounterMetricFamily(
-            "cdn_proxy_origin_server_requests", "Requests sent to the origin server.", labels=labels
-        )
-        errors = CounterMetricFamily(
-            "cdn_proxy_origin_server_errors",
-            "Requests to the origin server that failed (connection, timeout, broken answer).",
-            labels=labels,
-        )
-        for name, pool in self._upstreams.pools.items():
-            for server in pool.servers:
-                up.add_metric([name, server.url], 1.0 if server.up else 0.0)
-                requests.add_metric([name, server.url], server.requests)
-                errors.add_metric([name, server.url], server.errors)
-        return [up, requests, errors]
+        return origin_server_metrics(self._upstreams.rows(), PREFIX)

@@ -42,7 +42,8 @@ Metrics (all prefixed ``cdn_proxy_``):
   their reports (proxy/observe/worker_figures.py).
 - ``origin_server_up``, ``origin_server_requests_total``, ``origin_server_errors_total``
   (each ``{domain, origin}``): the edge's (proxy/edge/upstreams.py); with workers, theirs
-  merged (up while every live one sees the server up).
+  merged (up while every live one sees the server up); both from
+  proxy/observe/origin_metrics.py.
 - ``worker_restarts_total{worker}``: edge worker processes the node started again.
 - ``connections_open{listener}``, ``connections_max{listener}``,
   ``connections_refused_total{listener, reason}`` (limit, per_client),
@@ -88,9 +89,10 @@ from proxy.core.observe.traffic import (
 )
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
+from proxy.observe.origin_metrics import origin_server_metrics
 from proxy.observe.response_metrics import response_metrics
 from proxy.observe.store_metrics import StoreSnapshot, store_metrics, tier_metrics
-from proxy.observe.worker_figures import OriginRows, origin_server_metrics
+from proxy.observe.worker_figures import OriginRows
 from proxy.store.base import DomainStats, StoreStats
 from proxy.store.shared import SharedStats
 

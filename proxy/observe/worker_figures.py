@@ -23,8 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from proxy.core.observe.traffic import HIT
 from proxy.store.shared import TierStatus
 from proxy.store.tiered import TieredStore
@@ -194,31 +192,3 @@ def _add(row: dict[str, object], server: ServerReport, live: bool) -> None:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
-
-
-def origin_server_metrics(rows: Iterable[Mapping[str, object]], prefix: str) -> Iterable[Metric]:
-    """The merged origin servers as the samples a one-process edge gives (edge/upstreams.py):
-    ``origin_server_up`` (1 while every live edge process sees it up), and its requests and
-    errors summed."""
-    labels = ["domain", "origin"]
-    up = GaugeMetricFamily(
-        prefix + "origin_server_up",
-        "1 while the origin server is up (in every live edge process).",
-        labels=labels,
-    )
-    requests = CounterMetricFamily(
-        prefix + "origin_server_requests",
-        "Requests sent to the origin server, summed over the edge processes.",
-        labels=labels,
-    )
-    errors = CounterMetricFamily(
-        prefix + "origin_server_errors",
-        "Requests to the origin server that failed, summed over the edge processes.",
-        labels=labels,
-    )
-    for row in rows:
-        names = [str(row["domain"]), str(row["origin"])]
-        up.add_metric(names, 1.0 if row["up"] else 0.0)
-        requests.add_metric(names, _int(row["requests"]))
-        errors.add_metric(names, _int(row["errors"]))
-    return [up, requests, errors]

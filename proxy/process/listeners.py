@@ -2,10 +2,11 @@
 plane's (the API, with the state database), and the one shutdown they share.
 
 ``edge_listening`` and ``control_listening`` each open their listener and what it owns, and
-close it in reverse order however they are left; proxy/process/service.py runs both in one
-process, proxy/process/worker.py the edge alone and proxy/process/node.py the control plane
-alone. ``Draining`` is the shutdown: the listeners stop accepting, idle connections close, and
-in-flight requests get what is left of edge.shutdown_timeout to finish.
+close it in reverse order however they are left; both take the ``ProcessContext`` (config,
+telemetry, clock, shutdown) that a process's listeners share. proxy/process/service.py runs
+both in one process, proxy/process/worker.py the edge alone and proxy/process/node.py the
+control plane alone. ``Draining`` is the shutdown: the listeners stop accepting, idle
+connections close, and in-flight requests get what is left of edge.shutdown_timeout to finish.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
@@ -74,6 +76,11 @@ class Draining:
         self._listeners: list[tuple[web.BaseRunner, ConnectionGuard]] = []
         self._task: asyncio.Task[None] | None = None
 
+    @classmethod
+    def of(cls, config: Config) -> Draining:
+        """A process's shutdown: edge.shutdown_timeout, 30 s on a node without an [edge]."""
+        return cls(config.edge.shutdown_timeout if config.edge is not None else 30.0)
+
     @property
     def runner_timeout(self) -> float:
         """The shutdown timeout of each listener's runner, for what is left after a drain."""
@@ -105,38 +112,55 @@ class Draining:
             guard.close()
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessContext:
+    """What every listener of one process shares: its config, its telemetry (the figures
+    /metrics reads; each listener adds its connection guard), its wall clock (cache
+    freshness, audit times, sessions: tests move it by hand), and its shutdown.
+
+    ``draining``: one shutdown for all its listeners; when left out, each listener makes and
+    drains one of its own."""
+
+    config: Config
+    telemetry: Telemetry
+    clock: Callable[[], float] = time.time
+    draining: Draining | None = None
+
+    def shutdown(self) -> Draining:
+        """The shutdown a listener joins: the process's, else one of the listener's own."""
+        return Draining.of(self.config) if self.draining is None else self.draining
+
+
 @asynccontextmanager
 async def edge_listening(
-    config: Config,
+    process: ProcessContext,
     *,
     store: Store,
-    telemetry: Telemetry,
-    clock: Callable[[], float] = time.time,
     port: int | None = None,
     reuse_port: bool = False,
-    draining: Draining | None = None,
     tls_port: int | None = None,
     access: EdgeAccess | None = None,
 ) -> AsyncIterator[tuple[Edge, str]]:
     """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
     its origin session; closed in reverse order. ``reuse_port``: one of several edge
     processes sharing the port (SO_REUSEPORT), the kernel spreading connections among them.
-    ``draining``: the process's shutdown, shared with its other listeners (one of its own
-    when left out); it is drained when the listener is left, if not before. With
-    ``edge.tls_listen`` (its port replaced by ``tls_port``), a TLS listener serves the same
-    edge behind the Host-vs-SNI check, sharing the connection limit; its URL is
-    ``edge.tls.url``. ``access``: the
-    access log and response figures every response reports to (one of its own when left
+    It is drained when the listener is left, if not before. With ``edge.tls_listen`` (its
+    port replaced by ``tls_port``), a TLS listener serves the same edge behind the
+    Host-vs-SNI check, sharing the connection limit; its URL is ``edge.tls.url``. ``access``:
+    the access log and response figures every response reports to (one of its own when left
     out, closed with the listener)."""
+    config, telemetry = process.config, process.telemetry
     edge_config, _ = config.edge_role()
-    draining = Draining(edge_config.shutdown_timeout) if draining is None else draining
+    draining = process.shutdown()
     async with AsyncExitStack() as stack:
         if access is None:
             access = EdgeAccess(config, responses=telemetry.responses)
             stack.push_async_callback(access.close)
         session = new_session()
         stack.push_async_callback(session.close)
-        edge = Edge(config=config, store=store, session=session, telemetry=telemetry, clock=clock)
+        edge = Edge(
+            config=config, store=store, session=session, telemetry=telemetry, clock=process.clock
+        )
         stack.push_async_callback(edge.close)
         guard = _edge_guard(config)
         telemetry.connections.append(guard)
@@ -241,24 +265,22 @@ def edge_connections(config: Config) -> int:
 
 @asynccontextmanager
 async def control_listening(
-    config: Config,
+    process: ProcessContext,
     *,
     purger: Purger,
-    telemetry: Telemetry,
     store: StoreFigures | None = None,
-    clock: Callable[[], float] = time.time,
     fleet: FleetFigures | None = None,
-    draining: Draining | None = None,
     reload_hooks: list[Callable[[Config], None]] | None = None,
     origin_states: Callable[[], list[dict[str, object]]] | None = None,
     inspect: Inspect | None = None,
     ask_workers: AskWorkers | None = None,
 ) -> AsyncIterator[tuple[AsyncState, str]]:
     """The control plane: the state database and the API listener (clear-cache, dashboard,
-    /metrics, /healthz), closed in reverse order. ``draining`` as for ``edge_listening``.
+    /metrics, /healthz), closed in reverse order; drained as the edge's is.
     ``reload_hooks``: where it adds what a config reload calls (proxy/process/reload.py)."""
+    config, telemetry = process.config, process.telemetry
     api_config, state_config = config.api_role()
-    draining = Draining(_shutdown_timeout(config)) if draining is None else draining
+    draining = process.shutdown()
     async with AsyncExitStack() as stack:
         state = await AsyncState.open(
             state_config.path,
@@ -272,7 +294,7 @@ async def control_listening(
             purger=purger,
             telemetry=telemetry,
             store=store,
-            clock=clock,
+            clock=process.clock,
             fleet=fleet,
             # A trace reads the store when it is this process's, or ``inspect`` (a node's
             # shared tier); else it asks the workers (``ask_workers``) when there are some.
@@ -321,10 +343,6 @@ async def _api_runner(
     stack.push_async_callback(runner.cleanup)
     draining.add(runner, guard)
     return runner
-
-
-def _shutdown_timeout(config: Config) -> float:
-    return config.edge.shutdown_timeout if config.edge is not None else 30.0
 
 
 LISTEN_BACKLOG = 4096

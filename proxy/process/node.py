@@ -42,13 +42,14 @@ from proxy.fleet.scripts import FleetScripts, connect
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
-from proxy.process.listeners import Draining, StartError, control_listening
+from proxy.process.listeners import Draining, ProcessContext, StartError, control_listening
 from proxy.process.node_figures import node_telemetry
 from proxy.process.node_trace import asker, shared_held
 from proxy.process.reload import After, domains_hook, reloading
 from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
+from proxy.process.worker_args import WorkerArgs
 from proxy.store.base import ClearResult, Purger
 from proxy.store.shared import SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
@@ -72,7 +73,7 @@ async def _serve(config: Config, config_path: Path) -> int:
     # logrotate's SIGUSR1 must not end a node (its default action): ignored until the edge
     # workers run, then passed on to them (edge_workers).
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: None)
-    draining = Draining(config.edge.shutdown_timeout if config.edge is not None else 30.0)
+    draining = Draining.of(config)
     async with AsyncExitStack() as stack:
         url = fleet.url
         if url is None:
@@ -91,11 +92,9 @@ async def _serve(config: Config, config_path: Path) -> int:
             purger = _control_purger(stack, config, settings, held_tier)
             api_url = await _control_plane(
                 stack,
-                config,
+                ProcessContext(config, telemetry, draining=draining),
                 purger,
-                telemetry,
                 figures,
-                draining,
                 reload_hooks,
                 held_tier,
                 workers,
@@ -126,11 +125,9 @@ async def _serve(config: Config, config_path: Path) -> int:
 
 async def _control_plane(
     stack: AsyncExitStack,
-    config: Config,
+    process: ProcessContext,
     purger: Purger,
-    telemetry: Telemetry,
     figures: FleetFigures,
-    draining: Draining,
     reload_hooks: list[Callable[[Config], None]],
     tier: SharedTier | None,
     workers: list[Workers],
@@ -139,14 +136,12 @@ async def _control_plane(
     ``figures``: its URL."""
     _, api_url = await stack.enter_async_context(
         control_listening(
-            config,
+            process,
             purger=purger,
-            telemetry=telemetry,
             store=figures,
             fleet=figures,
-            draining=draining,
             reload_hooks=reload_hooks,
-            origin_states=telemetry.origin_servers,
+            origin_states=process.telemetry.origin_servers,
             # A trace reads the shared tier, else asks the workers (node_trace.py).
             inspect=None if tier is None else partial(shared_held, tier),
             ask_workers=asker(workers) if tier is None else None,
@@ -246,12 +241,9 @@ async def edge_workers(
         reserved_tls_port(edge.tls_listen) as tls_port,
         contextlib.closing(_Fd(stdout)),
     ):
-        extra = [] if tls_port is None else ["--tls-port", str(tls_port)]
-        if cache_instance is not None:
-            extra += ["--cache-instance", cache_instance]
-        argv = _worker_argv(config_path, port, url, extra, stdout)
+        args = WorkerArgs(config_path, port, url, tls_port, stdout, cache_instance)
         workers = Workers(
-            argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
+            args.argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
         )
         await workers.start()
         if started is not None:
@@ -268,33 +260,6 @@ async def edge_workers(
             # killed just before it, leaving this process time to close the rest.
             reserve = min(1.0, edge.shutdown_timeout / 4)
             await workers.stop(grace=edge.shutdown_timeout - reserve / 2)
-
-
-def _worker_argv(
-    config_path: Path, port: int, url: str, extra: list[str], stdout: int
-) -> Callable[[int], list[str]]:
-    """The command line of edge worker ``index``, on the reserved ``port``."""
-
-    def argv(index: int) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "proxy",
-            "worker",
-            "--config",
-            str(config_path),
-            "--index",
-            str(index),
-            "--port",
-            str(port),
-            "--fleet-url",
-            url,
-            *extra,
-            "--stdout-fd",
-            str(stdout),
-        ]
-
-    return argv
 
 
 WORKER_RELOAD_TIMEOUT = 10.0  # seconds each worker has to say it reloaded

@@ -34,6 +34,7 @@ from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
 from proxy.process.listeners import (
     Draining,
+    ProcessContext,
     StartError,
     control_listening,
     edge_connections,
@@ -51,6 +52,7 @@ __all__ = [
     "RECLAIM_SLICE",
     "RECLAIM_SLICE_SECONDS",
     "Draining",
+    "ProcessContext",
     "Service",
     "StartError",
     "control_listening",
@@ -100,7 +102,7 @@ async def running(
 
     ``clock`` is the service's wall clock, one for all: cache freshness, the traffic
     timeline, audit times, rate limits and dashboard sessions (tests move it by hand)."""
-    draining = Draining(config.edge_role()[0].shutdown_timeout)
+    draining = Draining.of(config)
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(service_store(config))
         telemetry = Telemetry(store=store, domains=[d.name for d in config.domains], clock=clock)
@@ -108,25 +110,16 @@ async def running(
             telemetry.tier = store  # /metrics and /readyz read the shared tier
         access = EdgeAccess(config, responses=telemetry.responses)
         stack.push_async_callback(access.close)
+        process = ProcessContext(config, telemetry, clock=clock, draining=draining)
         edge, edge_url = await stack.enter_async_context(
-            edge_listening(
-                config,
-                store=store,
-                telemetry=telemetry,
-                clock=clock,
-                draining=draining,
-                access=access,
-            )
+            edge_listening(process, store=store, access=access)
         )
         reload_hooks: list[Callable[[Config], None]] = []
         state, api_url = await stack.enter_async_context(
             control_listening(
-                config,
+                process,
                 purger=LocalPurger(store),
                 store=store,
-                telemetry=telemetry,
-                clock=clock,
-                draining=draining,
                 reload_hooks=reload_hooks,
                 origin_states=edge.upstreams.rows,  # /readyz shows the edge's view too
             )

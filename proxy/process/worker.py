@@ -1,5 +1,6 @@
 """One edge worker process of a fleet: ``python -m proxy worker --config PATH --index N --port P
---fleet-url URL``, started by the node's supervisor (proxy/process/supervisor.py), never by hand.
+--fleet-url URL`` (proxy/process/worker_args.py), started by the node's supervisor
+(proxy/process/supervisor.py), never by hand.
 
 It owns a memory store of its own (``cache.max_bytes`` divided by ``edge.workers``), joins the
 fleet as a member (proxy/fleet/member.py: lease, generations, acknowledgements), and listens
@@ -18,7 +19,6 @@ import logging
 import signal
 import time
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 from proxy.config.model import Config, FleetConfig
 from proxy.config.settings import settings_of
@@ -32,9 +32,10 @@ from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
-from proxy.process.listeners import edge_listening
+from proxy.process.listeners import ProcessContext, edge_listening
 from proxy.process.reload import Outcome, domains_hook, reloading
 from proxy.process.service import memory_store, tiered_store
+from proxy.process.worker_args import WorkerArgs
 from proxy.process.worker_channel import NodeChannel
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
@@ -51,68 +52,35 @@ def fleet_settings(fleet: FleetConfig, url: str) -> FleetSettings:
     return settings_of(FleetSettings, fleet, url=url, keep=("margin", "hints"))
 
 
-def run(
-    config: Config,
-    config_path: Path,
-    *,
-    index: int,
-    port: int,
-    fleet_url: str,
-    tls_port: int | None = None,
-    stdout_fd: int = 1,
-    cache_instance: str | None = None,
-) -> int:
+def run(config: Config, args: WorkerArgs, index: int) -> int:
     """The worker's life: returns its exit status. SIGHUP (from its node) reloads the config
-    from ``config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
+    from ``args.config_path``; it prints the outcome on one line (``reloaded ok|failed DIGEST
     MESSAGE``) for the node to read."""
-    return startup.run(
-        lambda: _run(
-            config,
-            config_path,
-            index=index,
-            port=port,
-            fleet_url=fleet_url,
-            tls_port=tls_port,
-            stdout_fd=stdout_fd,
-            cache_instance=cache_instance,
-        ),
-        who=f"[worker {index}]",
-    )
+    return startup.run(lambda: _run(config, args, index), who=f"[worker {index}]")
 
 
-async def _run(
-    config: Config,
-    config_path: Path,
-    *,
-    index: int,
-    port: int,
-    fleet_url: str,
-    tls_port: int | None,
-    stdout_fd: int = 1,
-    cache_instance: str | None = None,
-) -> int:
+async def _run(config: Config, args: WorkerArgs, index: int) -> int:
     stop = startup.stop_on_signals()
     loop = asyncio.get_running_loop()
     channel = NodeChannel(loop, stop)  # stops this worker when its node is gone
     async with AsyncExitStack() as stack:
-        local = await _local_store(config, stack, cache_instance)
+        local = await _local_store(config, stack, args.cache_instance)
         channel.inspect = local.inspect  # the node's trace asks what this worker holds
         telemetry = Telemetry(store=local, domains=[domain.name for domain in config.domains])
-        member = _member(config, local, telemetry, fleet_url=fleet_url, index=index, port=port)
+        member = _member(config, local, telemetry, args, index)
         await _join(config, local, member, stack)
         store = FleetStore(local, member)
         # The access log ("-" is the node's standard output) and the response figures.
-        access = EdgeAccess(config, responses=telemetry.responses, stdout=stdout_fd)
+        access = EdgeAccess(config, responses=telemetry.responses, stdout=args.stdout_fd)
         stack.push_async_callback(access.close)
         loop.add_signal_handler(signal.SIGUSR1, access.reopen)  # the node passes it on
         handler, url = await stack.enter_async_context(
             edge_listening(
-                config,
+                ProcessContext(config, telemetry),
                 store=store,
-                telemetry=telemetry,
-                port=port,
+                port=args.port,
                 reuse_port=True,
-                tls_port=tls_port,
+                tls_port=args.tls_port,
                 access=access,
             )
         )
@@ -120,7 +88,7 @@ async def _run(
         # never through the fleet (decision 0020).
         await stack.enter_async_context(
             reloading(
-                config_path,
+                args.config_path,
                 config,
                 hooks=[
                     access.reconfigure,  # first: opening its new file is what may refuse
@@ -240,20 +208,18 @@ def _member(
     config: Config,
     memory: MemoryStore | TieredStore,
     telemetry: Telemetry,
-    *,
-    fleet_url: str,
+    args: WorkerArgs,
     index: int,
-    port: int,
 ) -> FleetMember:
     """The worker's membership of the fleet, reporting its figures; not yet started."""
     assert config.fleet is not None  # a worker is only started for a fleet
     member = FleetMember(
-        settings=fleet_settings(config.fleet, fleet_url),
+        settings=fleet_settings(config.fleet, args.fleet_url),
         store=memory,
         domains=[domain.name for domain in config.domains],
         node=config.fleet.node,
         worker=index,
-        address=f"{config.edge_role()[0].listen.host}:{port}",
+        address=f"{config.edge_role()[0].listen.host}:{args.port}",
         # member.domains: the domains served now, after any reload
         report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
     )

@@ -356,23 +356,30 @@ async def test_purge_reports_an_unreachable_server(capsys: pytest.CaptureFixture
 def test_purge_and_trace_need_a_url_and_a_token(
     capsys: pytest.CaptureFixture[str], command: str, asked: str, argv: list[str], message: str
 ) -> None:
-    """Both API clients find the API one way (purge.api_settings), and say what is missing."""
+    """Both API clients find the API one way (api_client.api_settings), and say what is
+    missing."""
     code, out, err = run(capsys, command, asked, *argv)
     assert (code, out) == (2, "")
     assert message in err
 
 
-async def test_purge_at_the_edge_says_the_status_once_and_what_to_check(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, origin: Origin
+@pytest.mark.parametrize(
+    ("command", "asked"), [("purge", DOMAIN), ("trace", f"http://{DOMAIN}/page")]
+)
+async def test_a_client_at_the_edge_says_the_status_once_and_what_to_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, origin: Origin, command: str, asked: str
 ) -> None:
-    """The edge answers an API request 421 with a body that repeats its status line; the
-    CLI prints the status once, and says the URL may be the edge's (issue 14, section 8)."""
+    """The edge answers an API request 421 with a body that repeats its status line; both
+    API clients (one POST: cli/api_client.py) print the status once, and say the URL may be
+    the edge's (issue 14, section 8)."""
     async with running(make_config(tmp_path, origin.url)) as service:
-        code, out, err = await purge(capsys, DOMAIN, "--api", service.edge_url, "--token", "t")
+        argv = [command, asked, "--api", service.edge_url, "--token", "t"]
+        code = await asyncio.to_thread(main, argv)
+        out, err = capsys.readouterr()
     assert (code, out) == (1, "")
     # The edge's port may hold "421" too (127.0.0.1:42129): count it apart.
     assert err.replace(service.edge_url, "").count("421") == 1, err
-    assert err.startswith("cdn-proxy: purge failed: 421 Misdirected Request: ")
+    assert err.startswith(f"cdn-proxy: {command} failed: 421 Misdirected Request: ")
     assert f"(is {service.edge_url} the API listener, not the edge?)" in err
     assert origin.seen == []  # the edge sent nothing on
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.core.purge.purges import MAX_ITEMS, MAX_TARGET_CHARS
+from proxy.core.routes import CLEAR_CACHE_PATH
 from proxy.errors import ConfigError
 from tests.api.purge_support import FAILURES, PURGE, FailingPurger, post_purge
 from tests.api.support import (
@@ -219,12 +220,18 @@ async def test_the_purge_limit_is_not_the_clear_limit(api: ApiUnderTest) -> None
     assert receipt["items"] == urls[:20] and receipt["items_total"] == MAX_ITEMS
 
 
-async def test_a_body_that_stops_arriving_is_408_and_closed(make_api: ApiFactory) -> None:
+@pytest.mark.parametrize(
+    ("path", "kind"), [(PURGE, "unknown"), (CLEAR_CACHE_PATH, None)], ids=["purge", "clear"]
+)
+async def test_a_body_that_stops_arriving_is_408_and_closed(
+    make_api: ApiFactory, path: str, kind: str | None
+) -> None:
+    """A purge's and a clear's refusal alike (gate.refusal): the 408 ends the connection."""
     api = await make_api(body_timeout=0.5)
     server = api.client.server
     reader, writer = await asyncio.open_connection(server.host, server.port)
     head = (
-        f"POST {PURGE} HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {api.tokens['deploy']}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {api.tokens['deploy']}\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
     writer.write(head.encode() + b'{"domain": "example.com", "tags"')
@@ -240,7 +247,7 @@ async def test_a_body_that_stops_arriving_is_408_and_closed(make_api: ApiFactory
     assert b"connection: close" in head_in.lower()
     assert b"did not arrive within 0.5 s" in body
     [record] = await api.audit()
-    assert (record.outcome, record.status, record.kind) == ("timed_out", 408, "unknown")
+    assert (record.outcome, record.status, record.kind) == ("timed_out", 408, kind)
 
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from proxy.observe.telemetry import Telemetry
-from proxy.process.service import edge_listening
+from proxy.process.listeners import ProcessContext, edge_listening
 from proxy.store.memory import MemoryStore
 from tests.conftest import Origin, make_config
 from tests.edge.tls_support import Certificates
@@ -423,7 +423,7 @@ async def test_a_websocket_reaches_an_https_origin_verified_with_its_origin_ca(
             store = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
             telemetry = Telemetry(store=store, domains=[HOST])
             async with (
-                edge_listening(config, store=store, telemetry=telemetry) as (_, url),
+                edge_listening(ProcessContext(config, telemetry), store=store) as (_, url),
                 aiohttp.ClientSession() as client,
             ):
                 if expected is None:

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.observe.telemetry import Telemetry
-from proxy.process.service import Draining, edge_listening
+from proxy.process.listeners import Draining, ProcessContext, edge_listening
 from proxy.store.memory import MemoryStore
 from tests.conftest import make_config
 from tests.edge.origins_support import Refusing
@@ -60,10 +60,8 @@ async def edge_on(tmp_path: Path, origins: list[str], **domain: Any) -> AsyncIte
     store = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
     telemetry = Telemetry(store=store, domains=["example.com"])
     draining = Draining(5)
-    async with edge_listening(config, store=store, telemetry=telemetry, draining=draining) as (
-        _,
-        url,
-    ):
+    process = ProcessContext(config, telemetry, draining=draining)
+    async with edge_listening(process, store=store) as (_, url):
         yield url
 
 

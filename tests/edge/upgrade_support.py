@@ -17,7 +17,7 @@ from aiohttp import WSMsgType, web
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.handler import Edge
 from proxy.observe.telemetry import Telemetry
-from proxy.process.service import Draining, edge_listening
+from proxy.process.listeners import Draining, ProcessContext, edge_listening
 from proxy.store.memory import MemoryStore
 from tests.conftest import make_config
 
@@ -56,10 +56,8 @@ async def running_edge(tmp_path: Path, origin_url: str, **edge: Any) -> AsyncIte
     store = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
     telemetry = Telemetry(store=store, domains=[d.name for d in config.domains])
     draining = Draining(config.edge_role()[0].shutdown_timeout)
-    async with edge_listening(config, store=store, telemetry=telemetry, draining=draining) as (
-        running,
-        url,
-    ):
+    process = ProcessContext(config, telemetry, draining=draining)
+    async with edge_listening(process, store=store) as (running, url):
         guard = telemetry.connections[0]
         assert isinstance(guard, ConnectionGuard)  # telemetry reads it as ListenerFigures
         yield RunningEdge(running, url, guard, telemetry, draining)

@@ -4,6 +4,11 @@ up/down and degraded views."""
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+
+from proxy.core.http.balance import ServerState
+from proxy.observe.origin_metrics import origin_server_metrics
 from proxy.observe.worker_figures import merged_servers, node_tier_totals
 from proxy.store.shared import TierStatus
 from proxy.wire.reports import MemberInfo, ServerReport, TierReport
@@ -82,3 +87,40 @@ def test_servers_are_summed_and_up_only_while_every_live_process_sees_them_up() 
     assert (rows[b]["requests"], rows[b]["errors"], rows[b]["up"]) == (3, 3, False)
     assert (rows[b]["up_in"], rows[b]["processes"]) == (1, 2)
     assert rows[b]["last_failure"] == "failed 4.0" and rows[b]["since_seconds"] == 1.0
+
+
+class Rows:
+    """A collector of origin rows, as a registry reads the edge's at scrape."""
+
+    def __init__(self, rows: list[dict[str, object]]) -> None:
+        self.rows = rows
+
+    def collect(self) -> list[Metric]:
+        return origin_server_metrics(self.rows, "cdn_proxy_")
+
+
+def exposed(rows: list[dict[str, object]]) -> list[str]:
+    registry = CollectorRegistry()
+    registry.register(Rows(rows))
+    return generate_latest(registry).decode().splitlines()
+
+
+def test_a_node_and_a_one_process_edge_expose_origin_servers_alike() -> None:
+    """The node's merged rows and an edge's own (``Upstreams.rows``, from core's server
+    state) give the same lines for the same figures: names, help, labels and values."""
+    a = ServerState("http://a", backup=False, since=0.0)
+    a.requests, a.errors = 7, 2
+    edge = exposed([{"domain": "example.com", **a.row(5.0)}])
+    node = exposed(
+        merged_servers(
+            [
+                (MemberInfo(origins=[server("http://a", up=True, requests=3, errors=2)]), True),
+                (MemberInfo(origins=[server("http://a", up=True, requests=4)]), True),
+            ]
+        )
+    )
+    assert node == edge
+    labels = 'domain="example.com",origin="http://a"'
+    assert f"cdn_proxy_origin_server_requests_total{{{labels}}} 7.0" in edge
+    assert f"cdn_proxy_origin_server_errors_total{{{labels}}} 2.0" in edge
+    assert f"cdn_proxy_origin_server_up{{{labels}}} 1.0" in edge
