@@ -39,6 +39,13 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   (``pause_reading``) leaves the HTTP parser alone once ``_upgraded`` is set; and
   ``RequestHandler.close`` (the server's ``pre_shutdown``) makes later reads be dropped.
 
+- ``plain_writer`` and ``sent_beside``: a large stored body sent with ``sendfile`` (decision
+  0039, proxy/edge/file_body.py) goes to the socket beside the request's ``StreamWriter``,
+  which must then be one that would have written the body as it is. Assumed: aiohttp's
+  HTTP/1.1 writer is ``StreamWriter``, it marks a chunked body in ``chunked`` and a
+  compressed one in ``_compress``, ``send_headers`` writes the head it holds, and its
+  ``buffer_size``/``output_size`` count what was sent (the access log reads them).
+
 The connections' side (``GuardedServer``, ``GuardedRequestHandler``, error pages, the hand-over
 to HTTP/2) is in proxy/edge/aiohttp_server.py, the HTTP/2 requests (``h2_request``,
 ``BodyFlow``) in proxy/edge/aiohttp_h2.py, each with its assumptions.
@@ -56,6 +63,7 @@ from aiohttp import ClientRequest, ClientTimeout, StreamReader, TCPConnector, we
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.connector import Connection
 from aiohttp.http import RawRequestMessage
+from aiohttp.http_writer import StreamWriter
 from aiohttp.tracing import Trace
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -300,3 +308,24 @@ def take_over(request: web.BaseRequest) -> StreamReader:
     protocol.set_parser(cast(Any, _TunnelFeed(reader)))
     protocol.keep_alive(False)
     return reader
+
+
+def plain_writer(writer: AbstractStreamWriter) -> StreamWriter | None:
+    """The request's writer, if it is aiohttp's own HTTP/1.1 writer on a plain socket that
+    sends the body as it is written (no chunks, no compression); else None (TLS, HTTP/2, a
+    transfer coding: the body must go through ``write``)."""
+    if type(writer) is not StreamWriter or writer.chunked or writer._compress is not None:
+        return None
+    transport = writer.transport
+    if transport is None or transport.is_closing():
+        return None
+    extra = transport.get_extra_info
+    if extra("sslcontext") is not None or extra("ssl_object") is not None:
+        return None
+    return writer if extra("socket") is not None else None
+
+
+def sent_beside(writer: StreamWriter, size: int) -> None:
+    """Count ``size`` bytes of the body sent on the writer's socket without it."""
+    writer.buffer_size += size
+    writer.output_size += size

@@ -33,6 +33,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_writer import StreamWriter
 from aiohttp.payload import Payload
 
+from proxy.edge.aiohttp_adapter import plain_writer, sent_beside
 from proxy.errors import BodyCorrupt
 from proxy.store.shared.large import BodyFile
 
@@ -71,7 +72,8 @@ async def send(writer: AbstractStreamWriter, file: BodyFile, start: int, end: in
     (the connection is then aborted)."""
     if start >= end:
         return
-    if _zero_copy(writer):
+    plain = plain_writer(writer)
+    if plain is not None:
         try:
             fd, stat = file.open()
         except OSError:  # gone since the lookup: the checked read finds it so, and says so
@@ -79,25 +81,11 @@ async def send(writer: AbstractStreamWriter, file: BodyFile, start: int, end: in
         if fd >= 0:
             try:
                 if stat in file.verified:
-                    assert isinstance(writer, StreamWriter)
-                    await _sendfile(writer, fd, start, end)
+                    await _sendfile(plain, fd, start, end)
                     return
             finally:
                 os.close(fd)
     await _checked(writer, file, start, end)
-
-
-def _zero_copy(writer: AbstractStreamWriter) -> bool:
-    """Can ``sendfile`` write the body: aiohttp's own HTTP/1.1 writer on a plain socket,
-    with the body sent as it is (no chunks, no compression)."""
-    if type(writer) is not StreamWriter or writer.chunked or writer._compress is not None:
-        return False
-    transport = writer.transport
-    if transport is None or transport.is_closing():
-        return False
-    extra = transport.get_extra_info
-    plain = extra("sslcontext") is None and extra("ssl_object") is None
-    return plain and extra("socket") is not None
 
 
 async def _sendfile(writer: StreamWriter, fd: int, start: int, end: int) -> None:
@@ -126,8 +114,7 @@ async def _sendfile(writer: StreamWriter, fd: int, start: int, end: int) -> None
                 transport.abort()
                 raise ConnectionResetError("a stored body file is shorter than its record")
             offset += sent
-            writer.buffer_size += sent
-            writer.output_size += sent
+            sent_beside(writer, sent)
     finally:
         os.close(out)
 

@@ -32,7 +32,9 @@ from proxy.edge.aiohttp_adapter import (
     OriginConnector,
     Prewritten,
     answer_and_close,
+    plain_writer,
     request_head,
+    sent_beside,
     take_over,
 )
 from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
@@ -695,3 +697,50 @@ async def test_a_body_reader_pauses_its_flow_past_twice_its_limit_and_resumes_it
     assert resumed and not flow._reading_paused
     reader.feed_eof()
     assert await reader.read() == b"x" * 10
+
+
+@pytest.mark.parametrize("coding", ["plain", "chunked", "compressed"])
+async def test_plain_writer_is_the_request_writer_only_for_a_body_sent_as_written(
+    aiohttp_raw_server: RawServer, coding: str
+) -> None:
+    """file_body.py's sendfile writes beside the writer: only where the writer would have
+    sent the body's bytes unchanged (the head through ``send_headers``), and the access
+    log's count of them through ``sent_beside``."""
+    seen: list[object] = []
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        response = web.StreamResponse()
+        if coding == "chunked":
+            response.enable_chunked_encoding()
+        elif coding == "compressed":
+            response.enable_compression(force=web.ContentCoding.gzip)
+        else:
+            response.content_length = 5
+        await response.prepare(request)
+        plain = plain_writer(request.writer)
+        seen.append(plain is request.writer if plain is not None else None)
+        if plain is not None:
+            plain.send_headers()
+            before = plain.output_size
+            transport = request.transport
+            assert transport is not None
+            transport.write(b"hello")  # beside the writer, as sendfile does
+            sent_beside(plain, 5)
+            seen.append(plain.output_size - before)
+        else:
+            await response.write(b"hello")
+        await response.write_eof()
+        return response
+
+    server = await aiohttp_raw_server(handler, access_log=None)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port or 0)
+    try:
+        async with asyncio.timeout(10):
+            writer.write(b"GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            if coding == "plain":
+                assert b"Content-Length: 5" in head
+                assert await reader.readexactly(5) == b"hello"
+    finally:
+        writer.close()
+    assert seen == ([True, 5] if coding == "plain" else [None])
