@@ -61,7 +61,6 @@ import lmdb
 from proxy.core.cache.entry import StoredResponse
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import Fill, SharedTier
-from proxy.store.shared.records import entry_prefix, pack_entry
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -388,14 +387,14 @@ def _tier_million(root: Path, entries: int) -> float:
     its first hit (the entries are loaded in bulk, in the tier's record format)."""
     tier = SharedTier.open_node(root, max_bytes=4 << 30)
     response, body = _response(), os.urandom(200)
-    env = tier._env  # a bulk load, as no fill would do it
-    for base in range(0, entries, 100_000):
-        with env.begin(write=True, db=tier.db_entries) as txn:
-            for i in range(base, min(entries, base + 100_000)):
-                record = pack_entry(
-                    response, body=body, body_length=200, mark=0, sequence=i + 1, table_crc=None
-                )
-                txn.put(entry_prefix("example.com", f"/objects/{i}.js"), record)
+    token = tier.lookup("example.com", "/objects/0.js").token
+    for base in range(0, entries, 100_000):  # a bulk load: a batch per transaction
+        batch = []
+        for i in range(base, min(entries, base + 100_000)):
+            fill = Fill(tier, "example.com", f"/objects/{i}.js", response, token)
+            fill.append(body)
+            batch.append(fill)
+        Fill.commit_all(tier, batch)
     tier.close()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
