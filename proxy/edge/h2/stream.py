@@ -19,6 +19,8 @@ from aiohttp.abc import AbstractStreamWriter
 from h2.errors import ErrorCodes
 from multidict import CIMultiDict
 
+from proxy.edge.h2.frames import age_field, encode_block
+
 # Fields that belong to an HTTP/1.1 connection, never sent on HTTP/2 (RFC 9113 §8.2.2).
 CONNECTION_FIELDS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
@@ -36,7 +38,7 @@ class Sender(Protocol):
 
     def window(self, stream_id: int) -> int: ...
 
-    def send_headers(self, stream_id: int, fields: list[tuple[bytes, bytes]]) -> None: ...
+    def send_headers(self, stream_id: int, block: bytes) -> None: ...
 
     def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None: ...
 
@@ -79,7 +81,7 @@ class StreamWriter(AbstractStreamWriter):
                 raise ValueError(f"the field {name!r} cannot be sent: CR, LF or NUL in it")
             fields.append((lower.encode(), encoded))
         self.headers_sent = True
-        self._connection.send_headers(self.stream_id, fields)
+        self._connection.send_headers(self.stream_id, encode_block(fields))
         await self._connection.drained(self)
 
     async def write_hit(self, parts: tuple[bytes, ...]) -> int:
@@ -88,9 +90,9 @@ class StreamWriter(AbstractStreamWriter):
         built; the body's size is returned."""
         if self.gone:
             raise StreamGone("the stream was reset")
-        fields = [*hit_fields(parts[:-2]), (b"age", parts[-2][5:-4])]
+        block = hit_block(parts[:-2]) + age_field(parts[-2][5:-4])
         self.headers_sent = True
-        self._connection.send_headers(self.stream_id, fields)
+        self._connection.send_headers(self.stream_id, block)
         body = parts[-1]
         await self._send(body, end=True)
         return len(body)
@@ -99,7 +101,9 @@ class StreamWriter(AbstractStreamWriter):
         """An interim answer (100 Continue): HEADERS without END_STREAM, before the final
         one (RFC 9113 §8.1)."""
         if not self.headers_sent and not self.gone:
-            self._connection.send_headers(self.stream_id, [(b":status", b"%d" % status)])
+            self._connection.send_headers(
+                self.stream_id, encode_block([(b":status", b"%d" % status)])
+            )
 
     async def write(self, chunk: bytes | bytearray | memoryview) -> None:
         await self._send(chunk, end=False)
@@ -177,3 +181,10 @@ def hit_fields(lines: tuple[bytes, ...]) -> tuple[tuple[bytes, bytes], ...]:
         if lower.decode("latin-1") not in CONNECTION_FIELDS:
             fields.append((lower, value))
     return tuple(fields)
+
+
+@lru_cache(maxsize=1024)
+def hit_block(lines: tuple[bytes, ...]) -> bytes:
+    """A fresh hit's fields (``hit_fields``) as one HPACK block (frames.py: no dynamic
+    table, so the block is the same on every connection); Age is appended per answer."""
+    return encode_block(hit_fields(lines))
