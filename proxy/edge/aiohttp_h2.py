@@ -43,15 +43,16 @@ def h2_request(
     headers: CIMultiDict[str],
     raw_headers: tuple[tuple[bytes, bytes], ...],
     body: StreamReader | None,
-    connection: asyncio.BaseProtocol,
+    connection: object,
     writer: AbstractStreamWriter,
     task: asyncio.Task[None],
 ) -> web.BaseRequest:
     """The request an HTTP/2 stream carries, as the edge's handler reads any request: version
     2.0, never ``should_close`` (the stream ends, not the connection), ``body`` None for a
     stream that ended with its headers. ``path`` is an origin-form target (``:path``), or
-    ``*`` for OPTIONS, checked by the caller; ``connection`` has the connection's
-    ``transport``."""
+    ``*`` for OPTIONS, checked by the caller; ``connection`` has the ``transport``,
+    ``ssl_context``, ``peername`` and ``sockname`` the request reads (a stream's own:
+    h2/stream.py's ``StreamProtocol``)."""
     if path.startswith("/"):
         part, _, fragment = path.partition("#")
         part, _, query = part.partition("?")

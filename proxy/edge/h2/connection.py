@@ -56,7 +56,7 @@ from proxy.edge.h2.frames import encode_block
 from proxy.edge.h2.head import Head
 from proxy.edge.h2.limits import BODY_READ_LIMIT, H2Limits, ResetBudget, TokenBucket
 from proxy.edge.h2.machine import ServerMachine
-from proxy.edge.h2.stream import StreamGone, StreamWriter
+from proxy.edge.h2.stream import StreamGone, StreamProtocol, StreamTransport, StreamWriter
 
 log = logging.getLogger("proxy.edge")
 
@@ -291,7 +291,7 @@ class H2Connection(asyncio.Protocol):
             headers=head.headers,
             raw_headers=head.raw,
             body=stream.body,
-            connection=self,
+            connection=StreamProtocol(StreamTransport(writer, self.transport), self),
             writer=writer,
             task=task,
         )

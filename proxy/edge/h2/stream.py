@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp.abc import AbstractStreamWriter
 from h2.errors import ErrorCodes
@@ -160,10 +160,63 @@ class StreamWriter(AbstractStreamWriter):
             finally:
                 self._window = None
 
+    def abort(self) -> None:
+        """End this stream only, unfinished (RST_STREAM INTERNAL_ERROR): what aborting the
+        transport does to an HTTP/1.1 answer the origin broke off (forward.py)."""
+        if not self.gone and not self.ended:
+            self._connection.reset(self, ErrorCodes.INTERNAL_ERROR)
+
     def wake(self) -> None:
         """The window may have opened, or the stream is gone."""
         if self._window is not None and not self._window.done():
             self._window.set_result(None)
+
+
+class StreamTransport(asyncio.Transport):
+    """An HTTP/2 stream's request's ``transport``: the connection's for what the edge reads
+    of it (TLS, SNI, the peer), but closing or aborting it ends only this stream
+    (``StreamWriter.abort``), where the connection's own would end every stream on it."""
+
+    def __init__(self, writer: StreamWriter, transport: asyncio.BaseTransport | None) -> None:
+        super().__init__()
+        self._writer = writer
+        self._transport = transport
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if self._transport is None:
+            return default
+        return self._transport.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        transport = self._transport
+        return self._writer.gone or transport is None or transport.is_closing()
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+    def close(self) -> None:
+        self._writer.abort()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        raise RuntimeError("an HTTP/2 answer is written through its stream's writer")
+
+
+class StreamProtocol:
+    """What a stream's request reads of its connection (aiohttp_h2.h2_request)."""
+
+    __slots__ = ("peername", "sockname", "ssl_context", "transport")
+
+    def __init__(self, transport: StreamTransport, of: Connection) -> None:
+        self.transport = transport
+        self.ssl_context = of.ssl_context
+        self.peername = of.peername
+        self.sockname = of.sockname
+
+
+class Connection(Protocol):
+    ssl_context: object | None
+    peername: object | None
+    sockname: object | None
 
 
 @lru_cache(maxsize=1024)
