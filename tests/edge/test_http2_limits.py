@@ -33,7 +33,7 @@ from hyperframe.frame import (
 
 from proxy.process.service import Service, running
 from tests.conftest import Origin
-from tests.edge.h2_support import Answer, RawH2, headers_block, headers_frame
+from tests.edge.h2_support import Answer, FrameReader, RawH2, headers_block, headers_frame
 from tests.edge.tls_support import Certificates, pair_keys, tls_config
 from tests.polling import until
 
@@ -146,30 +146,6 @@ async def test_streams_refused_again_and_again_spend_the_reset_budget(
         assert (kind, payload[4:8]) == (0x7, b"\x00\x00\x00\x0b")  # ENHANCE_YOUR_CALM
         release.set()
         await others_still_served(service, certs)
-
-
-class FrameReader:
-    """The server's frames as they come, read raw (h2 as a client would refuse a RST_STREAM
-    on a stream it did not open itself)."""
-
-    def __init__(self, client: RawH2) -> None:
-        self._reader = client.reader
-        self._buffer = b""
-
-    async def next(self, not_of: tuple[int, ...] = ()) -> tuple[int, int, bytes]:
-        while True:
-            while len(self._buffer) < 9 or len(self._buffer) < 9 + int.from_bytes(
-                self._buffer[:3], "big"
-            ):
-                data = await asyncio.wait_for(self._reader.read(65536), 5)
-                assert data, "the server closed the connection"
-                self._buffer += data
-            length = int.from_bytes(self._buffer[:3], "big")
-            kind = self._buffer[3]
-            stream_id = int.from_bytes(self._buffer[5:9], "big")
-            payload, self._buffer = self._buffer[9 : 9 + length], self._buffer[9 + length :]
-            if kind not in not_of:
-                return kind, stream_id, payload
 
 
 async def test_default_limit_is_128_streams(
