@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, cast
 
 from aiohttp import StreamReader, web
@@ -53,18 +54,31 @@ def h2_request(
     ``*`` for OPTIONS, checked by the caller; ``connection`` has the ``transport``,
     ``ssl_context``, ``peername`` and ``sockname`` the request reads (a stream's own:
     h2/stream.py's ``StreamProtocol``)."""
-    if path.startswith("/"):
-        part, _, fragment = path.partition("#")
-        part, _, query = part.partition("?")
-        url = URL.build(path=part, query_string=query, fragment=fragment, encoded=True)
-    else:
-        url = URL(path, encoded=True)
     message = RawRequestMessage(
-        method, path, HTTP2, CIMultiDictProxy(headers), raw_headers, False, None, False, False, url
+        method,
+        path,
+        HTTP2,
+        CIMultiDictProxy(headers),
+        raw_headers,
+        False,
+        None,
+        False,
+        False,
+        _url(path),
     )
     payload = EMPTY_PAYLOAD if body is None else body
     loop = task.get_loop()
     return web.BaseRequest(message, payload, cast(Any, connection), writer, task, loop)
+
+
+@lru_cache(maxsize=1024)
+def _url(path: str) -> URL:
+    """The URL of a target (URLs are immutable: one per distinct target is shared)."""
+    if path.startswith("/"):
+        part, _, fragment = path.partition("#")
+        part, _, query = part.partition("?")
+        return URL.build(path=part, query_string=query, fragment=fragment, encoded=True)
+    return URL(path, encoded=True)
 
 
 class BodyFlow(BaseProtocol):

@@ -323,3 +323,24 @@ def test_any_frames_give_events_or_a_connection_error(
     with contextlib.suppress(H2Error):
         server.receive(data)
     assert server.open_streams <= H2Limits().max_concurrent_streams
+
+
+def test_a_small_answer_goes_in_one_go_when_the_windows_take_it() -> None:
+    server, client = connected()
+    client.send_headers(1, GET, end_stream=True)
+    server.receive(client.data_to_send())
+    head = encode_block([(b":status", b"200")])
+    assert server.send_answer(1, head, b"x" * 100)
+    out = server.data_to_send()
+    assert out == raw(
+        # The client's SETTINGS named its table's size: the first block updates it to 0.
+        HeadersFrame(1, data=b"\x20" + head, flags={"END_HEADERS"}),
+        DataFrame(1, data=b"x" * 100, flags={"END_STREAM"}),
+    )
+    assert server.open_streams == 0
+    client.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 10})
+    client.send_headers(3, GET, end_stream=True)
+    server.receive(client.data_to_send())
+    server.data_to_send()
+    assert not server.send_answer(3, head, b"x" * 100)
+    assert server.data_to_send() == b""

@@ -417,6 +417,15 @@ class H2Connection(asyncio.Protocol):
             raise StreamGone("the stream is closed") from None
         self.flush_soon()
 
+    def send_answer(self, stream_id: int, block: bytes, body: bytes) -> bool:
+        try:
+            sent = self._h2.send_answer(stream_id, block, body)
+        except StreamClosed:
+            raise StreamGone("the stream is closed") from None
+        if sent:
+            self.flush_soon()
+        return sent
+
     def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None:
         try:
             self._h2.send_data(stream_id, data, end=end)

@@ -10,6 +10,7 @@ built once per distinct head and reused on every connection, with only Age appen
 from __future__ import annotations
 
 from enum import IntEnum
+from functools import lru_cache
 
 from hpack.table import HeaderTable
 
@@ -127,5 +128,6 @@ def encode_block(fields: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], 
 AGE = _STATIC_NAMES[b"age"]
 
 
+@lru_cache(maxsize=4096)
 def age_field(age: bytes) -> bytes:
     return integer(AGE, 4, 0) + string(age)

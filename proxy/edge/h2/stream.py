@@ -40,6 +40,8 @@ class Sender(Protocol):
 
     def send_headers(self, stream_id: int, block: bytes) -> None: ...
 
+    def send_answer(self, stream_id: int, block: bytes, body: bytes) -> bool: ...
+
     def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None: ...
 
     def ended(self, writer: StreamWriter, *, reset_body: bool) -> None: ...
@@ -92,8 +94,13 @@ class StreamWriter(AbstractStreamWriter):
             raise StreamGone("the stream was reset")
         block = hit_block(parts[:-2]) + age_field(parts[-2][5:-4])
         self.headers_sent = True
-        self._connection.send_headers(self.stream_id, block)
         body = parts[-1]
+        if self._connection.send_answer(self.stream_id, block, body):  # in one go
+            self.buffer_size = self.output_size = len(body)
+            self.ended = True
+            self._connection.ended(self, reset_body=self.body_unread)
+            return len(body)
+        self._connection.send_headers(self.stream_id, block)
         await self._send(body, end=True)
         return len(body)
 

@@ -94,6 +94,27 @@ class StreamTable:
         if end:
             self._local_end(stream_id, stream)
 
+    def send_answer(self, stream_id: int, block: bytes, body: bytes) -> bool:
+        """A whole answer, HEADERS and one DATA frame ending the stream, if the windows
+        take the body now (a small hit's usual case); False, and nothing sent, if not."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            raise StreamClosed(stream_id)
+        size = len(body)
+        if size > stream.send_window or size > self.send_window:
+            return False
+        if size > MAX_FRAME or len(block) >= MAX_FRAME:
+            return False
+        if self.table_update_due:
+            block = TABLE_SIZE_ZERO + block
+            self.table_update_due, self.table_updated = False, True
+        stream.send_window -= size
+        self.send_window -= size
+        self.out += frame(FrameType.HEADERS, END_HEADERS, stream_id, block)
+        self.out += frame(FrameType.DATA, END_STREAM, stream_id, body)
+        self._local_end(stream_id, stream)
+        return True
+
     def _local_end(self, stream_id: int, stream: OpenStream) -> None:
         stream.local_closed = True
         if stream.remote_closed:
