@@ -281,7 +281,7 @@ class H2Connection(asyncio.Protocol):
         self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)  # if it is still open
 
     async def _serve(self, stream: Stream, head: Head) -> None:
-        task = asyncio.current_task()
+        task = stream.task  # set as the task was made, before it ran
         assert task is not None
         stream.started = True
         writer = stream.writer
