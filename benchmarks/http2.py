@@ -10,7 +10,12 @@ one cacheable object of ``--size`` bytes from the benchmark origin. h2load (pinn
 each) over HTTP/2, and with ``--h1 -c 32`` over HTTP/1.1 on TLS, for ``--duration`` seconds
 after a one-second warm-up, ``--runs`` times each. For each it prints the median req/s and
 the CPU per hit: the server's user+system time (/proc, nginx's worker) over the run divided
-by the requests it answered. Connections are opened once: the handshakes are not measured.
+by the requests it answered. Connections are opened once: the handshakes are not measured,
+and neither server closes them after a number of requests (``http2_max_requests`` 1000000
+on both: h2load does not reconnect a connection that got GOAWAY, and before session 28 each
+of cdn-proxy's stopped after its 1000th request, its default). The CPU includes h2load's
+one-second warm-up, whose requests are not counted: every figure is about (duration + 1) /
+duration times its true value, for every system alike.
 
 ``--layers N`` measures the frame layers alone, in this process, with no server or socket
 (decision 0036, "Our own frame layer"): h2's server state machine (as the edge used it)
@@ -172,6 +177,10 @@ def measure(args: argparse.Namespace) -> None:
         home.chmod(0o755)
         origin = Origin(home, args.load_cpu, slow_ms=50)
         config = tls_config(home, origin.port)
+        # As nginx's http2_max_requests above: h2load opens its connections once, and
+        # one that gets GOAWAY after 1000 requests (the default) is not opened again.
+        text = config.read_text().replace("[edge]\n", "[edge]\nhttp2_max_requests = 1000000\n", 1)
+        config.write_text(text)
         try:
             argv = [PYTHON, "-m", "proxy", "serve", "--config", str(config)]
             proxy = Server("cdn-proxy", argv, home / "proxy.log", args.server_cpu)
