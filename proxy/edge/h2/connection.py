@@ -1,17 +1,20 @@
-"""One HTTP/2 connection: bytes in, h2's events to streams, frames out (decision 0036).
+"""One HTTP/2 connection: bytes in, the machine's events to streams, frames out (decision
+0036; the frame layer itself, sans I/O, is machine.py and streams.py).
 
 Every stream's request goes to the listener's handler (``Edge.handle``, behind the
 Host-vs-SNI check on TLS) as a ``web.BaseRequest`` of version 2.0 (``h2_request``), in a task
 of its own, and its answer comes back through the stream's writer (proxy/edge/h2/stream.py).
 What it may cost is limits.py's; each limit, when crossed:
 
-- concurrent streams past SETTINGS_MAX_CONCURRENT_STREAMS, a decoded head past
-  SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) or a CONTINUATION flood (h2 keeps 64 frames
-  of one head at most), or any other protocol error: GOAWAY with the error, and close;
+- a stream past SETTINGS_MAX_CONCURRENT_STREAMS: refused (RST_STREAM REFUSED_STREAM), as a
+  stream error the client caused is reset; both spend the reset budget;
+- a decoded head past SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) or a CONTINUATION
+  flood (64 frames of one head at most), or any other connection error: GOAWAY with the
+  error, and close;
 - more new streams in one read than twice the concurrent streams (nginx 1.25.3), streams
-  cancelled before their answer past the reset budget (Rapid Reset), control frames past
-  their rate (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, RST_STREAM, empty DATA floods):
-  GOAWAY ENHANCE_YOUR_CALM, and close;
+  cancelled before their answer or reset for the client's errors past the reset budget
+  (Rapid Reset, MadeYouReset), control frames past their rate (SETTINGS, PING, PRIORITY,
+  WINDOW_UPDATE, RST_STREAM, empty DATA floods): GOAWAY ENHANCE_YOUR_CALM, and close;
 - requests per connection: GOAWAY NO_ERROR after the last one, whose answer (and those of
   the streams before it) finish; later streams are refused (REFUSED_STREAM), as at shutdown;
 - idle: no stream open for ``idle_timeout`` (``preface_timeout`` before the first request):
