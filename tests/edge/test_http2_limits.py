@@ -148,6 +148,21 @@ async def test_streams_refused_again_and_again_spend_the_reset_budget(
         await others_still_served(service, certs)
 
 
+async def test_many_new_streams_in_one_read(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """nginx 1.25.3's bound: more new streams in one read than twice the concurrent limit
+    (refused ones included) is GOAWAY ENHANCE_YOUR_CALM, whatever the reset budget."""
+    async with edge(
+        tmp_path, origin, certs, http2_max_concurrent_streams=2, http2_reset_budget=1000
+    ) as service:
+        client = await connect(service, certs)
+        encoder = Encoder()
+        raw(client, *(headers_frame(1 + 2 * i, headers_block(encoder, "/ok")) for i in range(5)))
+        await goaway_and_close(client, ErrorCodes.ENHANCE_YOUR_CALM)
+        await others_still_served(service, certs)
+
+
 async def test_default_limit_is_128_streams(
     tmp_path: Path, origin: Origin, certs: Certificates
 ) -> None:

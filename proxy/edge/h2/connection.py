@@ -190,7 +190,10 @@ class H2Connection(asyncio.Protocol):
                 self._ended(event.stream_id)
             elif isinstance(event, WindowOpened):
                 self._wake(event.stream_id)
-            elif isinstance(event, StreamReset | ServerReset | StreamRefused):
+            elif isinstance(event, StreamRefused):
+                new += 1  # a new stream all the same (nginx counts it so)
+                self._reset(event.stream_id)
+            elif isinstance(event, StreamReset | ServerReset):
                 self._reset(event.stream_id)
             elif isinstance(event, GoneAway):
                 self._closing = True
