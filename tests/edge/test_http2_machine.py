@@ -296,7 +296,7 @@ def test_a_ping_is_answered_and_frames_on_a_reset_stream_are_ignored() -> None:
     assert server.reset_stream(1, ErrorCodes.CANCEL)
     server.data_to_send()
     assert server.receive(raw(DataFrame(1, data=b"late"), OPEN)) == []  # in flight: ignored
-    assert server.data_to_send() == raw(WindowUpdateFrame(0, window_increment=4))
+    assert server.data_to_send() == b""  # its 4 bytes given back with the next half window
     assert server.control == 1  # the PING
 
 
@@ -344,3 +344,25 @@ def test_a_small_answer_goes_in_one_go_when_the_windows_take_it() -> None:
     server.data_to_send()
     assert not server.send_answer(3, head, b"x" * 100)
     assert server.data_to_send() == b""
+
+
+def test_windows_are_given_back_by_halves() -> None:
+    """What was read is given back once half a window has been (as h2 did): a stream's at
+    32 KiB, the connection's at 512 KiB, never a WINDOW_UPDATE per DATA frame."""
+    server, _ = connected()
+    server.receive(raw(HeadersFrame(1, data=block([*GET[:3], GET[3]]), flags={"END_HEADERS"})))
+    for size in (16_384, 16_382):
+        server.receive(raw(DataFrame(1, data=b"x" * size)))
+        server.acknowledge(size, 1)
+        assert server.data_to_send() == b""
+    server.receive(raw(DataFrame(1, data=b"x")))
+    server.acknowledge(1, 1)
+    assert server.data_to_send() == raw(WindowUpdateFrame(1, window_increment=32_767))
+    assert server.reset_stream(1, ErrorCodes.CANCEL)
+    server.data_to_send()
+    late = raw(DataFrame(1, data=b"x" * 16_384))  # on a stream reset: read by no one
+    for _ in range(30):
+        assert server.receive(late) == []
+    assert server.data_to_send() == b""  # 32,767 + 491,520 bytes: not yet half of 1 MiB
+    server.receive(late)
+    assert server.data_to_send() == raw(WindowUpdateFrame(0, window_increment=540_671))

@@ -32,6 +32,7 @@ class OpenStream:
     local_closed: bool = False
     length: int | None = None  # Content-Length, checked against the DATA (§8.1.1)
     received: int = 0
+    read: int = 0  # read since the last WINDOW_UPDATE
 
 
 class StreamTable:
@@ -45,6 +46,7 @@ class StreamTable:
         self.send_window = STREAM_WINDOW
         self.initial_send = STREAM_WINDOW
         self.reset_ids: dict[int, None] = {}
+        self.read = 0  # DATA bytes read since the connection's last WINDOW_UPDATE
         self.table_update_due = False
         self.table_updated = False
 
@@ -129,15 +131,25 @@ class StreamTable:
 
     def acknowledge(self, size: int, stream_id: int) -> None:
         """``size`` bytes of DATA were read: the client may send that much more, on the
-        connection and (``stream_id``, if it still receives) the stream."""
+        connection and (``stream_id``, if it still receives) the stream. Given back once
+        half a window has been read, as h2 did: a WINDOW_UPDATE per DATA frame would answer
+        a client's tiny frames frame for frame. The client cannot stall on what is held
+        back: while less than half its window is read and unacknowledged, it has the other
+        half to send."""
         if not size:
             return
-        self.recv_window += size
-        self.out += window_update(0, size)
+        self.read += size
+        if self.read >= CONNECTION_WINDOW // 2:
+            self.recv_window += self.read
+            self.out += window_update(0, self.read)
+            self.read = 0
         stream = self.streams.get(stream_id) if stream_id else None
         if stream is not None and not stream.remote_closed:
-            stream.recv_window += size
-            self.out += window_update(stream_id, size)
+            stream.read += size
+            if stream.read >= STREAM_WINDOW // 2:
+                stream.recv_window += stream.read
+                self.out += window_update(stream_id, stream.read)
+                stream.read = 0
 
     def goaway(self, code: ErrorCodes, last_stream: int) -> None:
         self.out += goaway(last_stream, code)
