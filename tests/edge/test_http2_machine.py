@@ -366,3 +366,24 @@ def test_windows_are_given_back_by_halves() -> None:
     assert server.data_to_send() == b""  # 32,767 + 491,520 bytes: not yet half of 1 MiB
     server.receive(late)
     assert server.data_to_send() == raw(WindowUpdateFrame(0, window_increment=540_671))
+
+
+def test_only_small_heads_are_kept() -> None:
+    """A block that leaves the HPACK table alone (literals without indexing, as frames.py
+    encodes) is read once and its head reused; one past 512 bytes is read each time, so a
+    client cannot make the cache hold large heads."""
+    server, _ = connected()
+    fields = [(b":method", b"GET"), (b":path", b"/a"), (b":scheme", b"https")]
+    fields.append((b":authority", b"example.com"))
+    heads = {}
+    for name, extra in (("small", b"s" * 10), ("large", b"b" * 5000)):
+        data = encode_block([*fields, (b"x-pad", extra)])
+        seen = []
+        for stream_id in (1, 3) if name == "small" else (5, 7):
+            frame = HeadersFrame(stream_id, data=data, flags={"END_HEADERS", "END_STREAM"})
+            event = server.receive(raw(frame))[0]
+            assert isinstance(event, RequestReceived)
+            seen.append(event.head)
+        assert seen[0] == seen[1]
+        heads[name] = seen[0] is seen[1]
+    assert heads == {"small": True, "large": False}

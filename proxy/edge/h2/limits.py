@@ -6,7 +6,8 @@ Memory per connection is bounded by what the edge grants, not by what the client
   reads, so a stream holds at most its window plus its reader's high-water mark
   (``BODY_READ_LIMIT`` x 2) unread; at most ``max_concurrent_streams`` streams;
 - request heads: the decoded header list is at most ``max_header_list_bytes`` (HPACK bomb),
-  and the machine holds at most 64 CONTINUATION frames of ``MAX_FRAME`` bytes for one head;
+  and the machine holds at most 64 CONTINUATION frames of ``MAX_FRAME`` bytes for one head,
+  and 16 small heads it has read (machine.py's head cache: 72 KiB at most);
 - answers: a stream's DATA waits for the client's window, and frames queued to a socket
   whose client does not read (PING and SETTINGS acknowledgements included) stop the
   connection from being read past the transport's high-water mark, so a flood cannot grow

@@ -58,7 +58,11 @@ from proxy.edge.h2.limits import CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW, H2
 from proxy.edge.h2.streams import OpenStream, StreamTable
 
 MAX_CONTINUATIONS = 64  # of one head (h2's bound, and the 2024 CONTINUATION flood's)
-HEAD_CACHE = 64  # distinct heads kept per connection while the HPACK table is unchanged
+# Distinct heads kept per connection while the HPACK table is unchanged, each of a block
+# and a decoded head no larger than these: 72 KiB a connection at most.
+HEAD_CACHE = 16
+HEAD_CACHE_BLOCK = 512
+HEAD_CACHE_FIELDS = 4096
 
 
 @dataclass(slots=True)
@@ -241,7 +245,11 @@ class ServerMachine(StreamTable):
         head: Head | str = reason if reason is not None else read_head(fields)
         if len(table) != before[0] or (table[0] if table else None) is not before[1]:
             self._heads.clear()  # the table changed: blocks mean other things now
-        elif len(self._heads) < HEAD_CACHE:
+        elif (
+            len(self._heads) < HEAD_CACHE
+            and len(block) <= HEAD_CACHE_BLOCK
+            and sum(len(name) + len(value) for name, value in fields) <= HEAD_CACHE_FIELDS
+        ):
             self._heads[block] = head
         return head
 
