@@ -10,7 +10,19 @@ one cacheable object of ``--size`` bytes from the benchmark origin. h2load (pinn
 each) over HTTP/2, and with ``--h1 -c 32`` over HTTP/1.1 on TLS, for ``--duration`` seconds
 after a one-second warm-up, ``--runs`` times each. For each it prints the median req/s and
 the CPU per hit: the server's user+system time (/proc, nginx's worker) over the run divided
-by the requests it answered. Connections are opened once: the handshakes are not measured.
+by the requests it answered. Connections are opened once: the handshakes are not measured,
+and neither server closes them after a number of requests (``http2_max_requests`` 1000000
+on both: h2load does not reconnect a connection that got GOAWAY, and before session 28 each
+of cdn-proxy's stopped after its 1000th request, its default). The CPU includes h2load's
+one-second warm-up, whose requests are not counted: every figure is about (duration + 1) /
+duration times its true value, for every system alike.
+
+``--layers N`` measures the frame layers alone, in this process, with no server or socket
+(decision 0036, "Our own frame layer"): h2's server state machine (as the edge used it)
+and the edge's own (proxy/edge/h2/machine.py) are each fed the same bytes, h2load's
+requests as the h2 library writes them, 10 to a read, and answer each request with a hit's
+fields and a 1 KiB DATA frame ending the stream; printed: CPU µs per request and answer,
+the median of 5 runs of N requests.
 """
 
 from __future__ import annotations
@@ -165,6 +177,10 @@ def measure(args: argparse.Namespace) -> None:
         home.chmod(0o755)
         origin = Origin(home, args.load_cpu, slow_ms=50)
         config = tls_config(home, origin.port)
+        # As nginx's http2_max_requests above: h2load opens its connections once, and
+        # one that gets GOAWAY after 1000 requests (the default) is not opened again.
+        text = config.read_text().replace("[edge]\n", "[edge]\nhttp2_max_requests = 1000000\n", 1)
+        config.write_text(text)
         try:
             argv = [PYTHON, "-m", "proxy", "serve", "--config", str(config)]
             proxy = Server("cdn-proxy", argv, home / "proxy.log", args.server_cpu)
@@ -204,6 +220,114 @@ def measure(args: argparse.Namespace) -> None:
         )
 
 
+HIT_FIELDS = [
+    (b":status", b"200"),
+    (b"cache-control", b"max-age=60"),
+    (b"content-type", b"application/octet-stream"),
+    (b"content-length", b"1024"),
+    (b"date", b"Thu, 26 Nov 2026 10:00:00 GMT"),
+    (b"via", b"1.1 cdn-proxy"),
+    (b"cache-status", b"cdn-proxy; hit"),
+]
+H2LOAD_HEAD = [
+    (":method", "GET"),
+    (":scheme", "https"),
+    (":authority", HOST),
+    (":path", "/o/1024/h2-bench"),
+    ("user-agent", "h2load nghttp2/1.52.0"),
+]
+
+
+def client_reads(requests: int, *, distinct: bool) -> tuple[bytes, list[bytes]]:
+    """What a client sends: its preface, then ``requests`` requests 10 to a read (HPACK as
+    h2 and nghttp2 encode them), each read with a WINDOW_UPDATE giving back the connection
+    window the answers used; ``distinct``: each request for a path of its own (a block that
+    changes the HPACK table each time)."""
+    from h2.settings import SettingCodes
+    from hpack import Encoder
+    from hyperframe.frame import HeadersFrame, SettingsFrame, WindowUpdateFrame
+
+    from proxy.edge.h2.frames import PREFACE
+
+    settings = SettingsFrame(0, settings={SettingCodes.INITIAL_WINDOW_SIZE: 2**30})
+    preface = PREFACE + settings.serialize()
+    encoder, reads, stream_id = Encoder(), [], 1
+    for number in range(requests // 10):
+        frames = []
+        for one in range(10):
+            head = H2LOAD_HEAD
+            if distinct:
+                head = [*H2LOAD_HEAD[:3], (":path", f"/o/1024/{number}-{one}"), H2LOAD_HEAD[4]]
+            flags = {"END_HEADERS", "END_STREAM"}
+            frames.append(HeadersFrame(stream_id, data=encoder.encode(head), flags=flags))
+            stream_id += 2
+        frames.append(WindowUpdateFrame(0, window_increment=10 * 1024))
+        reads.append(b"".join(frame.serialize() for frame in frames))
+    return preface, reads
+
+
+def h2_layer(preface: bytes, reads: list[bytes]) -> float:
+    """h2's state machine as the edge used it (decision 0036: outbound checks off)."""
+    from h2.config import H2Configuration
+    from h2.connection import H2Connection
+    from h2.events import RequestReceived
+
+    server = H2Connection(
+        H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+    )
+    server.initiate_connection()
+    server.increment_flow_control_window(2**20)
+    server.receive_data(preface)
+    body = b"x" * 1024
+    started = time.process_time()
+    for data in reads:
+        for event in server.receive_data(data):
+            if isinstance(event, RequestReceived):
+                server.send_headers(event.stream_id, [*HIT_FIELDS, (b"age", b"3")])
+                server.send_data(event.stream_id, body, end_stream=True)
+        server.data_to_send()
+    return time.process_time() - started
+
+
+def own_layer(preface: bytes, reads: list[bytes]) -> float:
+    """The edge's frame layer: the machine, a hit's cached block with Age, one call."""
+    from proxy.edge.h2.events import RequestReceived
+    from proxy.edge.h2.frames import age_field, encode_block
+    from proxy.edge.h2.limits import H2Limits
+    from proxy.edge.h2.machine import ServerMachine
+
+    server = ServerMachine(H2Limits(max_requests=10**9))
+    server.initiate()
+    server.receive(preface)
+    block, body = encode_block(HIT_FIELDS), b"x" * 1024
+    started = time.process_time()
+    for data in reads:
+        for event in server.receive(data):
+            if isinstance(event, RequestReceived):
+                server.send_answer(event.stream_id, block + age_field(b"3"), body)
+        server.data_to_send()
+    return time.process_time() - started
+
+
+def measure_layers(requests: int) -> None:
+    print(f"frame layers alone: CPU µs per request and 1 KiB answer, median of 5 x {requests}")
+    print(f"{'layer':<6} {'one path':>9} {'a path each':>12}")
+    for name, layer in (("h2", h2_layer), ("own", own_layer)):
+        figures = []
+        for distinct in (False, True):
+            times = []
+            for _ in range(5):
+                preface, reads = client_reads(requests, distinct=distinct)
+                times.append(layer(preface, reads) / requests * 1e6)
+            figures.append(statistics.median(times))
+        print(f"{name:<6} {figures[0]:>6.1f} µs {figures[1]:>9.1f} µs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -211,7 +335,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="bytes of the cached object")
     parser.add_argument("--server-cpu", default="1")
     parser.add_argument("--load-cpu", default="0")
-    measure(parser.parse_args())
+    parser.add_argument("--layers", type=int, default=0, help="requests: frame layers alone")
+    args = parser.parse_args()
+    if args.layers:
+        measure_layers(args.layers)
+    else:
+        measure(args)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,11 @@ def test_http2_runs() -> None:
         for protocol in ("HTTP/2", "HTTP/1.1"):
             pattern = rf"^{system} +{re.escape(protocol)} +[\d,]+ +[\d.]+$"
             assert re.search(pattern, out, re.MULTILINE), out
+
+
+def test_http2_layers_runs() -> None:
+    """benchmarks/http2.py --layers, small: h2's state machine and the edge's own frame layer
+    each answer the same requests, and the table has a figure for each."""
+    out = run_script("benchmarks.http2", "--layers", "200")
+    for layer in ("h2", "own"):
+        assert re.search(rf"^{layer} +[\d.]+ µs +[\d.]+ µs$", out, re.MULTILINE), out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, cast
 
 from aiohttp import StreamReader, web
@@ -43,27 +44,41 @@ def h2_request(
     headers: CIMultiDict[str],
     raw_headers: tuple[tuple[bytes, bytes], ...],
     body: StreamReader | None,
-    connection: asyncio.BaseProtocol,
+    connection: object,
     writer: AbstractStreamWriter,
     task: asyncio.Task[None],
 ) -> web.BaseRequest:
     """The request an HTTP/2 stream carries, as the edge's handler reads any request: version
     2.0, never ``should_close`` (the stream ends, not the connection), ``body`` None for a
     stream that ended with its headers. ``path`` is an origin-form target (``:path``), or
-    ``*`` for OPTIONS, checked by the caller; ``connection`` has the connection's
-    ``transport``."""
-    if path.startswith("/"):
-        part, _, fragment = path.partition("#")
-        part, _, query = part.partition("?")
-        url = URL.build(path=part, query_string=query, fragment=fragment, encoded=True)
-    else:
-        url = URL(path, encoded=True)
+    ``*`` for OPTIONS, checked by the caller; ``connection`` has the ``transport``,
+    ``ssl_context``, ``peername`` and ``sockname`` the request reads (a stream's own:
+    h2/stream.py's ``StreamProtocol``)."""
     message = RawRequestMessage(
-        method, path, HTTP2, CIMultiDictProxy(headers), raw_headers, False, None, False, False, url
+        method,
+        path,
+        HTTP2,
+        CIMultiDictProxy(headers),
+        raw_headers,
+        False,
+        None,
+        False,
+        False,
+        _url(path),
     )
     payload = EMPTY_PAYLOAD if body is None else body
     loop = task.get_loop()
     return web.BaseRequest(message, payload, cast(Any, connection), writer, task, loop)
+
+
+@lru_cache(maxsize=1024)
+def _url(path: str) -> URL:
+    """The URL of a target (URLs are immutable: one per distinct target is shared)."""
+    if path.startswith("/"):
+        part, _, fragment = path.partition("#")
+        part, _, query = part.partition("?")
+        return URL.build(path=part, query_string=query, fragment=fragment, encoded=True)
+    return URL(path, encoded=True)
 
 
 class BodyFlow(BaseProtocol):

@@ -191,6 +191,30 @@ class RawH2:
             await self.writer.wait_closed()
 
 
+class FrameReader:
+    """The server's frames as they come, read raw (h2 as a client would refuse a RST_STREAM
+    on a stream it did not open itself)."""
+
+    def __init__(self, client: RawH2) -> None:
+        self._reader = client.reader
+        self._buffer = b""
+
+    async def next(self, not_of: tuple[int, ...] = ()) -> tuple[int, int, bytes]:
+        while True:
+            while len(self._buffer) < 9 or len(self._buffer) < 9 + int.from_bytes(
+                self._buffer[:3], "big"
+            ):
+                data = await asyncio.wait_for(self._reader.read(65536), 5)
+                assert data, "the server closed the connection"
+                self._buffer += data
+            length = int.from_bytes(self._buffer[:3], "big")
+            kind = self._buffer[3]
+            stream_id = int.from_bytes(self._buffer[5:9], "big")
+            payload, self._buffer = self._buffer[9 : 9 + length], self._buffer[9 + length :]
+            if kind not in not_of:
+                return kind, stream_id, payload
+
+
 def _text(value: str | bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
 

@@ -18,6 +18,7 @@ import aiohttp
 import brotli
 import pytest
 from aiohttp import web
+from h2.errors import ErrorCodes
 
 from proxy.process.reload import find_running
 from proxy.process.service import Service, running
@@ -186,6 +187,44 @@ async def test_request_body_reaches_the_origin(
     answer = await client.answer(stream, wait=10)
     assert (answer.status, answer.body) == (200, b"ok")
     assert origin.seen[0].body == body
+    await client.close()
+
+
+async def test_an_origin_that_breaks_off_ends_only_its_stream(
+    service: Service, origin: Origin, certs: Certificates
+) -> None:
+    """An answer streamed through (past max_object_bytes) that the origin breaks off: on
+    HTTP/1.1 the client's connection is aborted (forward.py); on HTTP/2 only that stream is
+    (RST_STREAM INTERNAL_ERROR), and the other streams of the connection go on."""
+    release = asyncio.Event()
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "3000000"})
+        await response.prepare(request)
+        await response.write(b"x" * 1_500_000)  # past max_object_bytes (1 MiB): streamed
+        await release.wait()
+        assert request.transport is not None
+        request.transport.abort()  # 1,500,000 bytes short
+        return response
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(body=b"whole", headers=CACHEABLE)
+
+    origin.route("/cut", cut)
+    origin.route("/slow", slow)
+    client = await h2(service, certs)
+    other = client.request("/slow")
+    broken = client.request("/cut", method="POST", body=b"")
+    await until(lambda: len(origin.seen) == 2)
+    release.set()
+    answer = await client.answer(broken, wait=10)
+    assert answer.status == 200 and not answer.ended
+    assert answer.reset == ErrorCodes.INTERNAL_ERROR
+    whole = await client.answer(other)
+    assert (whole.status, whole.body, whole.reset) == (200, b"whole", None)
+    again = await client.answer(client.request("/slow"))
+    assert (again.status, again.body, client.goaway, client.closed) == (200, b"whole", None, False)
     await client.close()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from h2.settings import SettingCodes
 
 from proxy.core.auth.tokens import Scope
 from proxy.process.service import Service, running
@@ -116,3 +117,23 @@ async def test_a_varied_entry_takes_the_full_path(
     assert (hit.body, hit.headers["cache-status"]) == (b"varied", "cdn-proxy; hit")
     assert list(hit.headers)[-1] != "age"  # built by the full path's aiohttp response
     assert origin.count("/varied") == 1
+
+
+async def test_a_fast_hit_larger_than_the_window_waits_for_it(
+    service: Service, origin: Origin, certs: Certificates
+) -> None:
+    """A fast hit goes out as HEADERS and one DATA frame when the client's windows take its
+    body; a client that grants less (here 100 bytes a stream) gets it as the windows open."""
+    origin.reply("/windowed", b"w" * 1000, headers=CACHEABLE)
+    client = await h2(service, certs)
+    client.h2.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 100})
+    client.flush()
+    await client.answer(client.request("/windowed"))
+    fast = await client.answer(client.request("/windowed"))
+    assert (fast.status, fast.body, fast.headers["cache-status"]) == (
+        200,
+        b"w" * 1000,
+        "cdn-proxy; hit",
+    )
+    assert list(fast.headers)[-1] == "age"  # the fast path's field order
+    await client.close()

@@ -33,7 +33,7 @@ from hyperframe.frame import (
 
 from proxy.process.service import Service, running
 from tests.conftest import Origin
-from tests.edge.h2_support import Answer, RawH2, headers_block, headers_frame
+from tests.edge.h2_support import Answer, FrameReader, RawH2, headers_block, headers_frame
 from tests.edge.tls_support import Certificates, pair_keys, tls_config
 from tests.polling import until
 
@@ -90,7 +90,8 @@ async def test_concurrent_streams_past_the_limit(
     tmp_path: Path, origin: Origin, certs: Certificates
 ) -> None:
     """SETTINGS_MAX_CONCURRENT_STREAMS is 128 by default (nginx's); here 4. The fifth open
-    stream is a protocol error (RFC 9113 §5.1.2): GOAWAY, and the connection closes."""
+    stream is refused (RST_STREAM REFUSED_STREAM, RFC 9113 §5.1.2: the client may retry it),
+    as nginx does; the four others are answered and the connection goes on serving."""
     release = asyncio.Event()
 
     async def slow(request: web.Request) -> web.StreamResponse:
@@ -100,13 +101,65 @@ async def test_concurrent_streams_past_the_limit(
     origin.route("/slow", slow)
     async with edge(tmp_path, origin, certs, http2_max_concurrent_streams=4) as service:
         client = await connect(service, certs)
-        await client.read_events()  # the server's SETTINGS
+        # Sent before the client has read the server's SETTINGS (h2 would hold back the
+        # fifth once it has): the edge counts streams from the first one.
+        ids = [client.request("/slow") for _ in range(5)]
+        refused = await client.answer(ids[4])
+        assert refused.reset == ErrorCodes.REFUSED_STREAM
         assert client.h2.remote_settings[SettingCodes.MAX_CONCURRENT_STREAMS] == 4
-        encoder = Encoder()
-        frames = [headers_frame(1 + 2 * i, headers_block(encoder, "/slow")) for i in range(5)]
-        raw(client, *frames)
-        await goaway_and_close(client, ErrorCodes.PROTOCOL_ERROR)
         release.set()
+        answers = [await client.answer(stream_id) for stream_id in ids[:4]]
+        assert [(a.status, a.body) for a in answers] == [(200, b"slow")] * 4
+        again = await client.answer(client.request("/ok"))
+        assert (again.status, again.body, client.goaway) == (200, b"still served", None)
+        await client.close()
+        await others_still_served(service, certs)
+
+
+async def test_streams_refused_again_and_again_spend_the_reset_budget(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """A client that keeps opening streams past the limit, one at a time (so no read holds
+    more new streams than nginx's per-read bound): each refusal spends the reset budget
+    (http2_reset_budget, here 10) as a cancelled stream does; spent, GOAWAY
+    ENHANCE_YOUR_CALM and close."""
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(body=b"slow")
+
+    origin.route("/slow", slow)
+    async with edge(
+        tmp_path, origin, certs, http2_max_concurrent_streams=2, http2_reset_budget=10
+    ) as service:
+        client = await connect(service, certs)
+        encoder = Encoder()
+        raw(client, *(headers_frame(1 + 2 * i, headers_block(encoder, "/slow")) for i in range(2)))
+        frames = FrameReader(client)
+        for i in range(2, 12):
+            raw(client, headers_frame(1 + 2 * i, headers_block(encoder, "/slow")))
+            kind, stream_id, payload = await frames.next(not_of=(0x4, 0x6, 0x8))
+            assert (kind, stream_id, payload) == (0x3, 1 + 2 * i, b"\x00\x00\x00\x07")
+        raw(client, headers_frame(25, headers_block(encoder, "/slow")))
+        kind, _, payload = await frames.next(not_of=(0x3, 0x4, 0x6, 0x8))
+        assert (kind, payload[4:8]) == (0x7, b"\x00\x00\x00\x0b")  # ENHANCE_YOUR_CALM
+        release.set()
+        await others_still_served(service, certs)
+
+
+async def test_many_new_streams_in_one_read(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """nginx 1.25.3's bound: more new streams in one read than twice the concurrent limit
+    (refused ones included) is GOAWAY ENHANCE_YOUR_CALM, whatever the reset budget."""
+    async with edge(
+        tmp_path, origin, certs, http2_max_concurrent_streams=2, http2_reset_budget=1000
+    ) as service:
+        client = await connect(service, certs)
+        encoder = Encoder()
+        raw(client, *(headers_frame(1 + 2 * i, headers_block(encoder, "/ok")) for i in range(5)))
+        await goaway_and_close(client, ErrorCodes.ENHANCE_YOUR_CALM)
         await others_still_served(service, certs)
 
 

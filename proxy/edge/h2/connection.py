@@ -1,17 +1,20 @@
-"""One HTTP/2 connection: bytes in, h2's events to streams, frames out (decision 0036).
+"""One HTTP/2 connection: bytes in, the machine's events to streams, frames out (decision
+0036; the frame layer itself, sans I/O, is machine.py and streams.py).
 
 Every stream's request goes to the listener's handler (``Edge.handle``, behind the
 Host-vs-SNI check on TLS) as a ``web.BaseRequest`` of version 2.0 (``h2_request``), in a task
 of its own, and its answer comes back through the stream's writer (proxy/edge/h2/stream.py).
 What it may cost is limits.py's; each limit, when crossed:
 
-- concurrent streams past SETTINGS_MAX_CONCURRENT_STREAMS, a decoded head past
-  SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) or a CONTINUATION flood (h2 keeps 64 frames
-  of one head at most), or any other protocol error: GOAWAY with the error, and close;
+- a stream past SETTINGS_MAX_CONCURRENT_STREAMS: refused (RST_STREAM REFUSED_STREAM), as a
+  stream error the client caused is reset; both spend the reset budget;
+- a decoded head past SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) or a CONTINUATION
+  flood (64 frames of one head at most), or any other connection error: GOAWAY with the
+  error, and close;
 - more new streams in one read than twice the concurrent streams (nginx 1.25.3), streams
-  cancelled before their answer past the reset budget (Rapid Reset), control frames past
-  their rate (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, RST_STREAM, empty DATA floods):
-  GOAWAY ENHANCE_YOUR_CALM, and close;
+  cancelled before their answer or reset for the client's errors past the reset budget
+  (Rapid Reset, MadeYouReset), control frames past their rate (SETTINGS, PING, PRIORITY,
+  WINDOW_UPDATE, RST_STREAM, empty DATA floods): GOAWAY ENHANCE_YOUR_CALM, and close;
 - requests per connection: GOAWAY NO_ERROR after the last one, whose answer (and those of
   the streams before it) finish; later streams are refused (REFUSED_STREAM), as at shutdown;
 - idle: no stream open for ``idle_timeout`` (``preface_timeout`` before the first request):
@@ -26,7 +29,6 @@ running.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,40 +37,32 @@ from typing import Protocol, cast
 from aiohttp import StreamReader, web
 from aiohttp.tcp_helpers import tcp_nodelay
 from h2.errors import ErrorCodes
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    Event,
-    RemoteSettingsChanged,
-    RequestReceived,
-    StreamEnded,
-    StreamReset,
-    WindowUpdated,
-)
-from h2.exceptions import DenialOfServiceError, ProtocolError, StreamClosedError
-from hyperframe.frame import GoAwayFrame
 
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
 from proxy.edge.aiohttp_server import error_page
 from proxy.edge.connections import ConnectionGuard
-from proxy.edge.h2.head import Head, read_head
-from proxy.edge.h2.limits import (
-    BODY_READ_LIMIT,
-    CONNECTION_WINDOW,
-    MAX_FRAME,
-    STREAM_WINDOW,
-    H2Limits,
-    ResetBudget,
-    TokenBucket,
-    server_state,
+from proxy.edge.h2.events import (
+    DataReceived,
+    Event,
+    GoneAway,
+    H2Error,
+    RequestReceived,
+    ServerReset,
+    StreamClosed,
+    StreamEnded,
+    StreamRefused,
+    StreamReset,
+    WindowOpened,
 )
-from proxy.edge.h2.stream import StreamGone, StreamWriter
+from proxy.edge.h2.frames import encode_block
+from proxy.edge.h2.head import Head
+from proxy.edge.h2.limits import BODY_READ_LIMIT, H2Limits, ResetBudget, TokenBucket
+from proxy.edge.h2.machine import ServerMachine
+from proxy.edge.h2.stream import StreamGone, StreamProtocol, StreamTransport, StreamWriter
 
 log = logging.getLogger("proxy.edge")
 
-# h2's events that do no work a request asked for: what a flood is made of.
-_CONTROL_EVENTS = (StreamReset, WindowUpdated, RemoteSettingsChanged)
 CONNECT_REFUSED = b"501 Not Implemented: CONNECT (and WebSocket over HTTP/2) is not served\n"
 
 
@@ -105,7 +99,7 @@ class H2Connection(asyncio.Protocol):
         self.limits = limits = front.limits
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self._h2 = server_state(limits)
+        self._h2 = ServerMachine(limits)
         self._streams: dict[int, Stream] = {}
         self._last_stream = 0
         self._requests = 0
@@ -136,8 +130,7 @@ class H2Connection(asyncio.Protocol):
         self.peername = transport.get_extra_info("peername")
         self.sockname = transport.get_extra_info("sockname")
         self._front.opened(self)
-        self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(CONNECTION_WINDOW - STREAM_WINDOW)
+        self._h2.initiate()
         self._flush()
         self._idle = self._loop.call_later(self.limits.preface_timeout, self._idle_out)
 
@@ -172,20 +165,20 @@ class H2Connection(asyncio.Protocol):
         if self._closed:
             return
         try:
-            events = self._h2.receive_data(data)
-        except DenialOfServiceError:
-            self.fail(ErrorCodes.ENHANCE_YOUR_CALM)
-            return
-        except ProtocolError as exc:
-            code = getattr(exc, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
-            self.fail(code)
+            events = self._h2.receive(data)
+        except H2Error as exc:
+            self.fail(exc.code)
             return
         self._dispatch(events)
         if not self._closed:
             self._flush()
 
     def _dispatch(self, events: list[Event]) -> None:
-        control = 0 if events else 1  # a read that did nothing is a control frame's cost
+        # Frames that asked work but no request (SETTINGS, PING, PRIORITY, WINDOW_UPDATE,
+        # RST_STREAM, empty DATA, unknown types); a read that did nothing costs one.
+        control, self._h2.control = self._h2.control, 0
+        if not events:
+            control = max(control, 1)
         new = 0
         for event in events:
             if isinstance(event, RequestReceived):
@@ -193,21 +186,18 @@ class H2Connection(asyncio.Protocol):
                 self._request(event)
             elif isinstance(event, DataReceived):
                 self._data(event)
-                if not event.flow_controlled_length:
-                    control += 1
             elif isinstance(event, StreamEnded):
                 self._ended(event.stream_id)
-            elif isinstance(event, _CONTROL_EVENTS):
-                control += 1
-                if isinstance(event, StreamReset):
-                    self._reset_by_client(event.stream_id)
-                else:
-                    self._wake(getattr(event, "stream_id", 0))
-            elif isinstance(event, ConnectionTerminated):
+            elif isinstance(event, WindowOpened):
+                self._wake(event.stream_id)
+            elif isinstance(event, StreamRefused):
+                new += 1  # a new stream all the same (nginx counts it so)
+                self._reset(event.stream_id)
+            elif isinstance(event, StreamReset | ServerReset):
+                self._reset(event.stream_id)
+            elif isinstance(event, GoneAway):
                 self._closing = True
                 self._close_when_done()
-            else:  # PING, PRIORITY, SETTINGS ACK, unknown frames...
-                control += 1
             if self._closed:
                 return
         if new > 2 * self.limits.max_concurrent_streams or not self._control.take(
@@ -220,8 +210,7 @@ class H2Connection(asyncio.Protocol):
         if self._closed:
             return
         self._front.guard.http2_goaways += 1
-        with contextlib.suppress(ProtocolError):
-            self._h2.close_connection(error_code=code, last_stream_id=self._last_stream)
+        self._h2.goaway(code, self._last_stream)
         self._flush()
         self._closed = True
         if self.transport is not None:
@@ -235,9 +224,8 @@ class H2Connection(asyncio.Protocol):
             self._closing = True
             return
         self._closing = True
+        self._h2.goaway(ErrorCodes.NO_ERROR, self._last_stream)
         self._flush()
-        frame = GoAwayFrame(0, last_stream_id=self._last_stream, error_code=0)
-        self.transport.write(frame.serialize())
         self._close_when_done()
 
     def abort(self) -> None:
@@ -263,11 +251,11 @@ class H2Connection(asyncio.Protocol):
         if self._closing:
             self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
-        head = read_head(event.headers or ())
-        ended = event.stream_ended is not None
+        head = event.head
+        ended = event.ended
         writer = StreamWriter(self, stream_id)
         if not head.served:
-            self._refuse_connect(stream_id, ended)
+            self._refuse_connect(stream_id)
             return
         self._requests += 1
         self._front.guard.http2_streams += 1
@@ -284,24 +272,22 @@ class H2Connection(asyncio.Protocol):
         if self._requests >= self.limits.max_requests:
             self.goaway()
 
-    def _refuse_connect(self, stream_id: int, ended: bool) -> None:
+    def _refuse_connect(self, stream_id: int) -> None:
         """CONNECT, extended (WebSocket over HTTP/2, RFC 8441: never offered, as
         SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent) or not: 501, and the stream ends."""
-        self._h2.send_headers(
-            stream_id,
-            [
-                (b":status", b"501"),
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"cache-control", b"no-store"),
-                (b"content-length", b"%d" % len(CONNECT_REFUSED)),
-            ],
-        )
-        self._h2.send_data(stream_id, CONNECT_REFUSED, end_stream=True)
-        if not ended:
-            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+        fields = [
+            (b":status", b"501"),
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"content-length", b"%d" % len(CONNECT_REFUSED)),
+        ]
+        self._h2.send_headers(stream_id, encode_block(fields))
+        if self._h2.window(stream_id) >= len(CONNECT_REFUSED):
+            self._h2.send_data(stream_id, CONNECT_REFUSED, end=True)
+        self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)  # if it is still open
 
     async def _serve(self, stream: Stream, head: Head) -> None:
-        task = asyncio.current_task()
+        task = stream.task  # set as the task was made, before it ran
         assert task is not None
         stream.started = True
         writer = stream.writer
@@ -311,7 +297,7 @@ class H2Connection(asyncio.Protocol):
             headers=head.headers,
             raw_headers=head.raw,
             body=stream.body,
-            connection=self,
+            connection=StreamProtocol(StreamTransport(writer, self.transport), self),
             writer=writer,
             task=task,
         )
@@ -359,7 +345,7 @@ class H2Connection(asyncio.Protocol):
 
     def _data(self, event: DataReceived) -> None:
         stream = self._streams.get(event.stream_id)
-        size = event.flow_controlled_length
+        size = event.size
         if stream is None or stream.body is None or stream.flow is None:
             self._acknowledge(size, event.stream_id)
             return
@@ -377,10 +363,7 @@ class H2Connection(asyncio.Protocol):
             self.flush_soon()
 
     def _acknowledge(self, size: int, stream_id: int) -> None:
-        if size:
-            # A stream gone: h2 has reopened the connection's window for it already.
-            with contextlib.suppress(StreamClosedError, ProtocolError):
-                self._h2.acknowledge_received_data(size, stream_id)
+        self._h2.acknowledge(size, stream_id)
 
     def _ended(self, stream_id: int) -> None:
         stream = self._streams.get(stream_id)
@@ -388,16 +371,20 @@ class H2Connection(asyncio.Protocol):
             stream.body.feed_eof()
             stream.writer.body_unread = False
 
-    def _reset_by_client(self, stream_id: int) -> None:
+    def _reset(self, stream_id: int) -> None:
+        """The stream was reset: by the client (RST_STREAM), or by the server for what the
+        client sent (a stream error; a stream past the concurrent limit, refused). Each
+        spends the reset budget: Rapid Reset, and MadeYouReset (2025), which makes the
+        server do the resets, are bounded alike, as is a client that keeps opening streams
+        past the limit."""
         stream = self._streams.get(stream_id)
-        if stream is None:
-            return
-        self._gone(stream)
-        if not stream.started and stream.task is not None:
-            # Reset before its turn came: no work was begun for it, and none will be.
-            stream.task.cancel()
-            self._finished(stream)
-        if not self._resets.cancelled():  # Rapid Reset
+        if stream is not None:
+            self._gone(stream)
+            if not stream.started and stream.task is not None:
+                # Reset before its turn came: no work was begun for it, and none will be.
+                stream.task.cancel()
+                self._finished(stream)
+        if not self._resets.cancelled():
             self.fail(ErrorCodes.ENHANCE_YOUR_CALM)
 
     def _gone(self, stream: Stream) -> None:
@@ -425,21 +412,30 @@ class H2Connection(asyncio.Protocol):
 
     def window(self, stream_id: int) -> int:
         try:
-            return min(self._h2.local_flow_control_window(stream_id), MAX_FRAME)
-        except (StreamClosedError, ProtocolError):
+            return self._h2.window(stream_id)
+        except StreamClosed:
             raise StreamGone("the stream is closed") from None
 
-    def send_headers(self, stream_id: int, fields: list[tuple[bytes, bytes]]) -> None:
+    def send_headers(self, stream_id: int, block: bytes) -> None:
         try:
-            self._h2.send_headers(stream_id, fields)
-        except (StreamClosedError, ProtocolError):
+            self._h2.send_headers(stream_id, block)
+        except StreamClosed:
             raise StreamGone("the stream is closed") from None
         self.flush_soon()
 
+    def send_answer(self, stream_id: int, block: bytes, body: bytes) -> bool:
+        try:
+            sent = self._h2.send_answer(stream_id, block, body)
+        except StreamClosed:
+            raise StreamGone("the stream is closed") from None
+        if sent:
+            self.flush_soon()
+        return sent
+
     def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None:
         try:
-            self._h2.send_data(stream_id, data, end_stream=end)
-        except (StreamClosedError, ProtocolError):
+            self._h2.send_data(stream_id, data, end=end)
+        except StreamClosed:
             raise StreamGone("the stream is closed") from None
         self.flush_soon()
 
@@ -447,16 +443,12 @@ class H2Connection(asyncio.Protocol):
         """The answer is whole; one given before the request's body ended stops that body
         (RST_STREAM NO_ERROR, RFC 9113 §8.1)."""
         if reset_body:
-            with contextlib.suppress(StreamClosedError, ProtocolError):
-                self._h2.reset_stream(writer.stream_id, ErrorCodes.NO_ERROR)
+            self._h2.reset_stream(writer.stream_id, ErrorCodes.NO_ERROR)
 
     def reset(self, writer: StreamWriter, code: ErrorCodes) -> None:
         writer.gone = True
-        try:
-            self._h2.reset_stream(writer.stream_id, code)
-        except (StreamClosedError, ProtocolError):
-            return
-        self.flush_soon()
+        if self._h2.reset_stream(writer.stream_id, code):
+            self.flush_soon()
 
     async def drained(self, writer: StreamWriter) -> None:
         """Return once the socket takes more (``send_timeout`` at most: then the stream is

@@ -6,7 +6,8 @@ Memory per connection is bounded by what the edge grants, not by what the client
   reads, so a stream holds at most its window plus its reader's high-water mark
   (``BODY_READ_LIMIT`` x 2) unread; at most ``max_concurrent_streams`` streams;
 - request heads: the decoded header list is at most ``max_header_list_bytes`` (HPACK bomb),
-  and h2 holds at most 64 CONTINUATION frames of ``MAX_FRAME`` bytes for one head;
+  and the machine holds at most 64 CONTINUATION frames of ``MAX_FRAME`` bytes for one head,
+  and 16 small heads it has read (machine.py's head cache: 72 KiB at most);
 - answers: a stream's DATA waits for the client's window, and frames queued to a socket
   whose client does not read (PING and SETTINGS acknowledgements included) stop the
   connection from being read past the transport's high-water mark, so a flood cannot grow
@@ -16,10 +17,6 @@ Memory per connection is bounded by what the edge grants, not by what the client
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from h2.config import H2Configuration
-from h2.connection import H2Connection as H2State
-from h2.settings import SettingCodes, Settings
 
 from proxy.config.model import EdgeConfig
 from proxy.config.settings import settings_of
@@ -94,29 +91,3 @@ class ResetBudget:
     def finished(self) -> None:
         if self.left < self._budget:
             self.left += 1
-
-
-def server_state(limits: H2Limits) -> H2State:
-    """h2's state machine for one server connection, advertising these limits."""
-    # What clients send is checked (RFC 9113 §8.2: names, pseudo-fields, connection
-    # fields); what the edge sends is built by stream.py to the same rules, so h2's
-    # checks of it (a fifth of a hit's time) are left out.
-    state = H2State(
-        config=H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-    )
-    state.local_settings = Settings(
-        client=False,
-        initial_values={
-            SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-            SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes,
-            SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
-        },
-    )
-    state.decoder.max_header_list_size = limits.max_header_list_bytes
-    return state

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import re
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp.abc import AbstractStreamWriter
 from h2.errors import ErrorCodes
 from multidict import CIMultiDict
+
+from proxy.edge.h2.frames import age_field, encode_block
 
 # Fields that belong to an HTTP/1.1 connection, never sent on HTTP/2 (RFC 9113 §8.2.2).
 CONNECTION_FIELDS = frozenset(
@@ -36,7 +38,9 @@ class Sender(Protocol):
 
     def window(self, stream_id: int) -> int: ...
 
-    def send_headers(self, stream_id: int, fields: list[tuple[bytes, bytes]]) -> None: ...
+    def send_headers(self, stream_id: int, block: bytes) -> None: ...
+
+    def send_answer(self, stream_id: int, block: bytes, body: bytes) -> bool: ...
 
     def send_data(self, stream_id: int, data: bytes, *, end: bool) -> None: ...
 
@@ -79,7 +83,7 @@ class StreamWriter(AbstractStreamWriter):
                 raise ValueError(f"the field {name!r} cannot be sent: CR, LF or NUL in it")
             fields.append((lower.encode(), encoded))
         self.headers_sent = True
-        self._connection.send_headers(self.stream_id, fields)
+        self._connection.send_headers(self.stream_id, encode_block(fields))
         await self._connection.drained(self)
 
     async def write_hit(self, parts: tuple[bytes, ...]) -> int:
@@ -88,10 +92,15 @@ class StreamWriter(AbstractStreamWriter):
         built; the body's size is returned."""
         if self.gone:
             raise StreamGone("the stream was reset")
-        fields = [*hit_fields(parts[:-2]), (b"age", parts[-2][5:-4])]
+        block = hit_block(parts[:-2]) + age_field(parts[-2][5:-4])
         self.headers_sent = True
-        self._connection.send_headers(self.stream_id, fields)
         body = parts[-1]
+        if self._connection.send_answer(self.stream_id, block, body):  # in one go
+            self.buffer_size = self.output_size = len(body)
+            self.ended = True
+            self._connection.ended(self, reset_body=self.body_unread)
+            return len(body)
+        self._connection.send_headers(self.stream_id, block)
         await self._send(body, end=True)
         return len(body)
 
@@ -99,7 +108,9 @@ class StreamWriter(AbstractStreamWriter):
         """An interim answer (100 Continue): HEADERS without END_STREAM, before the final
         one (RFC 9113 §8.1)."""
         if not self.headers_sent and not self.gone:
-            self._connection.send_headers(self.stream_id, [(b":status", b"%d" % status)])
+            self._connection.send_headers(
+                self.stream_id, encode_block([(b":status", b"%d" % status)])
+            )
 
     async def write(self, chunk: bytes | bytearray | memoryview) -> None:
         await self._send(chunk, end=False)
@@ -156,10 +167,63 @@ class StreamWriter(AbstractStreamWriter):
             finally:
                 self._window = None
 
+    def abort(self) -> None:
+        """End this stream only, unfinished (RST_STREAM INTERNAL_ERROR): what aborting the
+        transport does to an HTTP/1.1 answer the origin broke off (forward.py)."""
+        if not self.gone and not self.ended:
+            self._connection.reset(self, ErrorCodes.INTERNAL_ERROR)
+
     def wake(self) -> None:
         """The window may have opened, or the stream is gone."""
         if self._window is not None and not self._window.done():
             self._window.set_result(None)
+
+
+class StreamTransport(asyncio.Transport):
+    """An HTTP/2 stream's request's ``transport``: the connection's for what the edge reads
+    of it (TLS, SNI, the peer), but closing or aborting it ends only this stream
+    (``StreamWriter.abort``), where the connection's own would end every stream on it."""
+
+    def __init__(self, writer: StreamWriter, transport: asyncio.BaseTransport | None) -> None:
+        super().__init__()
+        self._writer = writer
+        self._transport = transport
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if self._transport is None:
+            return default
+        return self._transport.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        transport = self._transport
+        return self._writer.gone or transport is None or transport.is_closing()
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+    def close(self) -> None:
+        self._writer.abort()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        raise RuntimeError("an HTTP/2 answer is written through its stream's writer")
+
+
+class StreamProtocol:
+    """What a stream's request reads of its connection (aiohttp_h2.h2_request)."""
+
+    __slots__ = ("peername", "sockname", "ssl_context", "transport")
+
+    def __init__(self, transport: StreamTransport, of: Connection) -> None:
+        self.transport = transport
+        self.ssl_context = of.ssl_context
+        self.peername = of.peername
+        self.sockname = of.sockname
+
+
+class Connection(Protocol):
+    ssl_context: object | None
+    peername: object | None
+    sockname: object | None
 
 
 @lru_cache(maxsize=1024)
@@ -177,3 +241,10 @@ def hit_fields(lines: tuple[bytes, ...]) -> tuple[tuple[bytes, bytes], ...]:
         if lower.decode("latin-1") not in CONNECTION_FIELDS:
             fields.append((lower, value))
     return tuple(fields)
+
+
+@lru_cache(maxsize=1024)
+def hit_block(lines: tuple[bytes, ...]) -> bytes:
+    """A fresh hit's fields (``hit_fields``) as one HPACK block (frames.py: no dynamic
+    table, so the block is the same on every connection); Age is appended per answer."""
+    return encode_block(hit_fields(lines))

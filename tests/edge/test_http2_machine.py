@@ -1,0 +1,389 @@
+"""The edge's HTTP/2 state machine (proxy/edge/h2/machine.py, decision 0036), sans I/O,
+against RFC 9113: the h2 library plays the client for what a real client sends, hyperframe
+and hpack build the frames no client library would send."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import DataReceived as ClientData
+from h2.events import ResponseReceived
+from h2.settings import SettingCodes
+from hpack import Decoder, Encoder
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    Frame,
+    HeadersFrame,
+    PingFrame,
+    PushPromiseFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.edge.h2.events import (
+    DataReceived,
+    H2Error,
+    RequestReceived,
+    ServerReset,
+    StreamEnded,
+    StreamRefused,
+    WindowOpened,
+)
+from proxy.edge.h2.frames import PREFACE, encode_block
+from proxy.edge.h2.limits import H2Limits
+from proxy.edge.h2.machine import ServerMachine
+
+GET = [(":method", "GET"), (":path", "/a"), (":scheme", "https"), (":authority", "example.com")]
+
+
+def connected(**limits: int) -> tuple[ServerMachine, H2Connection]:
+    """A server machine and an h2 client past both prefaces."""
+    server = ServerMachine(H2Limits(**limits))
+    server.initiate()
+    client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    server.receive(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive(client.data_to_send())  # its SETTINGS ACK
+    server.data_to_send()
+    server.control = 0
+    return server, client
+
+
+def raw(*frames: Frame) -> bytes:
+    return b"".join(frame.serialize() for frame in frames)
+
+
+def block(fields: list[tuple[str, str]]) -> bytes:
+    return bytes(Encoder().encode(fields))
+
+
+# -- what a client sends, and what it reads back --------------------------------------------
+
+
+def test_a_request_and_its_answer_through_a_real_client() -> None:
+    server, client = connected()
+    client.send_headers(1, [*GET, ("cookie", "a=1"), ("cookie", "b=2")], end_stream=True)
+    events = server.receive(client.data_to_send())
+    assert len(events) == 1 and isinstance(events[0], RequestReceived)
+    head = events[0].head
+    assert (head.method, head.path, events[0].ended) == ("GET", "/a", True)
+    assert head.headers["Host"] == "example.com" and head.headers["Cookie"] == "a=1; b=2"
+    fields = [(b":status", b"200"), (b"content-type", b"text/plain"), (b"x-own", b"yes")]
+    server.send_headers(1, encode_block(fields))
+    server.send_data(1, b"hello", end=True)
+    answer = client.receive_data(server.data_to_send())
+    response = next(e for e in answer if isinstance(e, ResponseReceived))
+    assert response.headers == fields
+    assert b"".join(e.data for e in answer if isinstance(e, ClientData)) == b"hello"
+    assert server.open_streams == 0
+
+
+def test_a_smaller_header_table_gets_a_size_update_and_a_long_head_continues() -> None:
+    """A client that shrinks its HPACK table (nghttp2 then waits for a size update) and an
+    answer's head past one frame (CONTINUATION)."""
+    server, client = connected()
+    client.update_settings({SettingCodes.HEADER_TABLE_SIZE: 0})
+    server.receive(client.data_to_send())
+    client.receive_data(server.data_to_send())  # the ACK
+    client.send_headers(1, GET, end_stream=True)
+    server.receive(client.data_to_send())
+    fields = [(b":status", b"200"), (b"x-long", b"v" * 40_000)]
+    server.send_headers(1, encode_block(fields), end=True)
+    out = server.data_to_send()
+    assert out[3] == 0x1 and out[9] == 0x20  # HEADERS, opening with a size update to 0
+    response = next(e for e in client.receive_data(out) if isinstance(e, ResponseReceived))
+    assert response.headers == fields
+
+
+def test_windows_follow_settings_and_window_updates() -> None:
+    server, client = connected()
+    client.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 10})
+    client.send_headers(1, GET, end_stream=True)
+    events = server.receive(client.data_to_send())
+    assert WindowOpened(0) in events
+    assert server.window(1) == 10
+    with pytest.raises(ValueError):
+        server.send_data(1, b"x" * 11, end=False)
+    server.send_data(1, b"x" * 10, end=False)
+    assert server.window(1) == 0
+    assert server.receive(raw(WindowUpdateFrame(1, window_increment=5))) == [WindowOpened(1)]
+    assert server.window(1) == 5
+
+
+def test_a_stream_past_the_concurrent_limit_is_refused() -> None:
+    server, _ = connected(max_concurrent_streams=2)
+    heads = [HeadersFrame(i, data=block(GET), flags={"END_HEADERS"}) for i in (1, 3, 5)]
+    events = server.receive(raw(*heads))
+    assert [type(e) for e in events] == [RequestReceived, RequestReceived, StreamRefused]
+    assert server.data_to_send() == raw(RstStreamFrame(5, error_code=ErrorCodes.REFUSED_STREAM))
+    server.send_headers(1, encode_block([(b":status", b"204")]), end=True)  # one answered...
+    server.receive(raw(DataFrame(1, flags={"END_STREAM"})))  # ... and ended: closed
+    again = HeadersFrame(7, data=block(GET), flags={"END_HEADERS"})
+    assert [type(e) for e in server.receive(raw(again))] == [RequestReceived]
+
+
+def test_a_body_and_its_end() -> None:
+    server, client = connected()
+    client.send_headers(1, [*GET, ("content-length", "3")])
+    client.send_data(1, b"abc", end_stream=True)
+    events = server.receive(client.data_to_send())
+    assert events[1:] == [DataReceived(1, b"abc", 3), StreamEnded(1)]
+
+
+# -- the head cache --------------------------------------------------------------------------
+
+
+def test_a_repeated_block_means_what_the_table_says_now() -> None:
+    """The same bytes after the client's table changed must be decoded again: a reference
+    decoder fed the same blocks gives the paths the machine must give."""
+    server, _ = connected()
+    encoder, reference = Encoder(), Decoder()
+    first = bytes(encoder.encode(GET))  # literals, indexed into the table
+    again = bytes(encoder.encode(GET))  # indices only: the table is unchanged by it
+    other = bytes(encoder.encode([*GET[:1], (":path", "/b"), *GET[2:]]))  # inserts /b
+    blocks = [first, again, again, other, again]
+    stream_id = 1
+    for data in blocks:
+        expected = dict(reference.decode(data, raw=True))[b":path"]
+        frame = HeadersFrame(stream_id, data=data, flags={"END_HEADERS", "END_STREAM"})
+        events = server.receive(raw(frame))
+        assert isinstance(events[0], RequestReceived)
+        assert events[0].head.path.encode() == expected
+        stream_id += 2
+    assert expected == b"/b"  # the old bytes name another entry now
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+OPEN = HeadersFrame(1, data=block(GET), flags={"END_HEADERS"})
+PRIORITY_SELF = HeadersFrame(
+    3, data=block(GET), flags={"END_HEADERS", "PRIORITY"}, depends_on=3, stream_weight=16
+)
+BIG = SettingsFrame(0, settings={SettingCodes.MAX_FRAME_SIZE: 100})
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        ([OPEN, WindowUpdateFrame(1, window_increment=0)], ErrorCodes.PROTOCOL_ERROR),
+        ([OPEN, WindowUpdateFrame(1, window_increment=2**31 - 1)], ErrorCodes.FLOW_CONTROL_ERROR),
+        (
+            [OPEN, DataFrame(1, data=b"x" * 16_384)] * 1
+            + [DataFrame(1, data=b"x" * 16_384)] * 3
+            + [DataFrame(1, data=b"x" * 1_000)],
+            ErrorCodes.FLOW_CONTROL_ERROR,
+        ),
+        ([PRIORITY_SELF], ErrorCodes.PROTOCOL_ERROR),
+        (
+            [OPEN, HeadersFrame(1, data=block([("x-trailer", "1")]), flags={"END_HEADERS"})],
+            ErrorCodes.PROTOCOL_ERROR,
+        ),  # trailers that do not end the stream
+    ],
+    ids=["window-update-0", "window-overflow", "past-the-window", "self-dependent", "trailers"],
+)
+def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCodes) -> None:
+    server, _ = connected()
+    events = server.receive(raw(*frames))
+    reset = [e for e in events if isinstance(e, ServerReset)]
+    assert len(reset) == 1 and reset[0].code == code
+    assert raw(RstStreamFrame(reset[0].stream_id, error_code=code)) in server.data_to_send()
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (raw(WindowUpdateFrame(0, window_increment=0)), ErrorCodes.PROTOCOL_ERROR),
+        (raw(DataFrame(1, data=b"x")), ErrorCodes.PROTOCOL_ERROR),  # an idle stream
+        (raw(RstStreamFrame(9, error_code=0)), ErrorCodes.PROTOCOL_ERROR),  # idle
+        (raw(PushPromiseFrame(1, promised_stream_id=2, data=b"")), ErrorCodes.PROTOCOL_ERROR),
+        (raw(ContinuationFrame(1, data=b"")), ErrorCodes.PROTOCOL_ERROR),
+        (raw(HeadersFrame(2, data=block(GET), flags={"END_HEADERS"})), ErrorCodes.PROTOCOL_ERROR),
+        (raw(HeadersFrame(1, data=block(GET)), DataFrame(1, data=b"x")), ErrorCodes.PROTOCOL_ERROR),
+        (raw(BIG), ErrorCodes.PROTOCOL_ERROR),
+        (b"\x00\x00\x07\x06\x00\x00\x00\x00\x00" + b"x" * 7, ErrorCodes.FRAME_SIZE_ERROR),  # PING
+        (b"\x00\x40\x01\x00\x00\x00\x00\x00\x01" + b"x" * 16_385, ErrorCodes.FRAME_SIZE_ERROR),
+        (b"\x00\x00\x02\x00\x08\x00\x00\x00\x01\x05x", ErrorCodes.PROTOCOL_ERROR),  # padding
+        (
+            raw(HeadersFrame(1, data=b"\xff\xff\xff\xff", flags={"END_HEADERS"})),
+            ErrorCodes.COMPRESSION_ERROR,
+        ),
+    ],
+    ids=[
+        "connection-window-update-0",
+        "data-idle",
+        "rst-idle",
+        "push-promise",
+        "lone-continuation",
+        "even-stream",
+        "frame-inside-a-head",
+        "max-frame-size",
+        "ping-length",
+        "frame-too-large",
+        "padding",
+        "hpack",
+    ],
+)
+def test_connection_errors(data: bytes, code: ErrorCodes) -> None:
+    server, _ = connected()
+    with pytest.raises(H2Error) as error:
+        server.receive(data)
+    assert error.value.code == code
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [*GET, ("X-Upper", "1")],
+        [*GET, ("connection", "close")],
+        [*GET, ("te", "gzip")],
+        [*GET, ("x-a", " leading")],
+        [*GET, ("x-a", "a\x00b")],
+        [*GET, ("host", "other.test")],
+        [("accept", "*/*"), *GET],  # a pseudo-field after a field
+        [*GET, (":status", "200")],
+        [*GET, (":method", "POST")],
+        GET[1:],
+        [GET[0], *GET[2:]],
+        [(":method", "CONNECT"), (":path", "/"), (":authority", "example.com")],
+        [*GET, ("content-length", "x1")],
+    ],
+    ids=[
+        "upper-case",
+        "connection",
+        "te",
+        "white-space",
+        "nul",
+        "host",
+        "order",
+        "status",
+        "twice",
+        "no-method",
+        "no-path",
+        "connect-path",
+        "content-length",
+    ],
+)
+def test_malformed_heads_are_stream_errors(fields: list[tuple[str, str]]) -> None:
+    server, _ = connected()
+    events = server.receive(raw(HeadersFrame(1, data=block(fields), flags={"END_HEADERS"})))
+    assert events == [ServerReset(1, ErrorCodes.PROTOCOL_ERROR)]
+
+
+def test_te_trailers_and_a_connect_are_heads() -> None:
+    server, _ = connected()
+    connect = [(":method", "CONNECT"), (":authority", "example.com:443")]
+    frames = raw(
+        HeadersFrame(1, data=block([*GET, ("te", "trailers")]), flags={"END_HEADERS"}),
+        HeadersFrame(3, data=block(connect), flags={"END_HEADERS"}),
+    )
+    assert [type(e) for e in server.receive(frames)] == [RequestReceived, RequestReceived]
+
+
+def test_a_ping_is_answered_and_frames_on_a_reset_stream_are_ignored() -> None:
+    server, _ = connected()
+    assert server.receive(raw(PingFrame(0, opaque_data=b"12345678"))) == []
+    assert server.data_to_send() == raw(PingFrame(0, flags={"ACK"}, opaque_data=b"12345678"))
+    server.receive(raw(OPEN))
+    assert server.reset_stream(1, ErrorCodes.CANCEL)
+    server.data_to_send()
+    assert server.receive(raw(DataFrame(1, data=b"late"), OPEN)) == []  # in flight: ignored
+    assert server.data_to_send() == b""  # its 4 bytes given back with the next half window
+    assert server.control == 1  # the PING
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12), st.integers(0, 255), st.integers(0, 9), st.binary(max_size=40)
+        ),
+        max_size=12,
+    )
+)
+def test_any_frames_give_events_or_a_connection_error(
+    frames: list[tuple[int, int, int, bytes]],
+) -> None:
+    """Whatever frames a client sends, the machine answers with events and frames, or a
+    connection error: never another exception."""
+    server = ServerMachine(H2Limits())
+    server.initiate()
+    data = PREFACE + b"".join(
+        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+        for kind, flags, stream, payload in frames
+    )
+    with contextlib.suppress(H2Error):
+        server.receive(data)
+    assert server.open_streams <= H2Limits().max_concurrent_streams
+
+
+def test_a_small_answer_goes_in_one_go_when_the_windows_take_it() -> None:
+    server, client = connected()
+    client.send_headers(1, GET, end_stream=True)
+    server.receive(client.data_to_send())
+    head = encode_block([(b":status", b"200")])
+    assert server.send_answer(1, head, b"x" * 100)
+    out = server.data_to_send()
+    assert out == raw(
+        # The client's SETTINGS named its table's size: the first block updates it to 0.
+        HeadersFrame(1, data=b"\x20" + head, flags={"END_HEADERS"}),
+        DataFrame(1, data=b"x" * 100, flags={"END_STREAM"}),
+    )
+    assert server.open_streams == 0
+    client.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 10})
+    client.send_headers(3, GET, end_stream=True)
+    server.receive(client.data_to_send())
+    server.data_to_send()
+    assert not server.send_answer(3, head, b"x" * 100)
+    assert server.data_to_send() == b""
+
+
+def test_windows_are_given_back_by_halves() -> None:
+    """What was read is given back once half a window has been (as h2 did): a stream's at
+    32 KiB, the connection's at 512 KiB, never a WINDOW_UPDATE per DATA frame."""
+    server, _ = connected()
+    server.receive(raw(HeadersFrame(1, data=block([*GET[:3], GET[3]]), flags={"END_HEADERS"})))
+    for size in (16_384, 16_382):
+        server.receive(raw(DataFrame(1, data=b"x" * size)))
+        server.acknowledge(size, 1)
+        assert server.data_to_send() == b""
+    server.receive(raw(DataFrame(1, data=b"x")))
+    server.acknowledge(1, 1)
+    assert server.data_to_send() == raw(WindowUpdateFrame(1, window_increment=32_767))
+    assert server.reset_stream(1, ErrorCodes.CANCEL)
+    server.data_to_send()
+    late = raw(DataFrame(1, data=b"x" * 16_384))  # on a stream reset: read by no one
+    for _ in range(30):
+        assert server.receive(late) == []
+    assert server.data_to_send() == b""  # 32,767 + 491,520 bytes: not yet half of 1 MiB
+    server.receive(late)
+    assert server.data_to_send() == raw(WindowUpdateFrame(0, window_increment=540_671))
+
+
+def test_only_small_heads_are_kept() -> None:
+    """A block that leaves the HPACK table alone (literals without indexing, as frames.py
+    encodes) is read once and its head reused; one past 512 bytes is read each time, so a
+    client cannot make the cache hold large heads."""
+    server, _ = connected()
+    fields = [(b":method", b"GET"), (b":path", b"/a"), (b":scheme", b"https")]
+    fields.append((b":authority", b"example.com"))
+    heads = {}
+    for name, extra in (("small", b"s" * 10), ("large", b"b" * 5000)):
+        data = encode_block([*fields, (b"x-pad", extra)])
+        seen = []
+        for stream_id in (1, 3) if name == "small" else (5, 7):
+            frame = HeadersFrame(stream_id, data=data, flags={"END_HEADERS", "END_STREAM"})
+            event = server.receive(raw(frame))[0]
+            assert isinstance(event, RequestReceived)
+            seen.append(event.head)
+        assert seen[0] == seen[1]
+        heads[name] = seen[0] is seen[1]
+    assert heads == {"small": True, "large": False}
