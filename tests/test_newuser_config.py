@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from proxy.config.model import parse_config
 from proxy.config.values import Listen
@@ -213,3 +214,17 @@ def test_a_disk_tier_may_be_given_in_terabytes(tmp_path: Path, text: str, size: 
     data["cache"] |= {"disk_path": "cache", "disk_max_bytes": text}
     cache = parse_config(data, base_dir=tmp_path).cache
     assert cache is not None and cache.disk_max_bytes == size
+
+
+def test_the_api_may_not_listen_on_the_tls_port(tmp_path: Path) -> None:
+    """With tls_listen on the API's address, start-up said "api.listen: cannot listen on
+    127.0.0.1:8443 (... address already in use)": in use by the node itself."""
+    data = base()
+    data["api"]["listen"] = data["edge"]["tls_listen"] = "127.0.0.1:8443"
+    leaf = trustme.CA().issue_cert("example.com")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "edge.pem"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "edge.key"))
+    data["edge"] |= {"tls_cert": "edge.pem", "tls_key": "edge.key"}
+    assert _refused(data, tmp_path) == "api.listen: must differ from edge.tls_listen"
+    data["api"]["listen"] = "127.0.0.1:8081"
+    assert parse_config(data, base_dir=tmp_path).api is not None

@@ -300,6 +300,9 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         state = dataclasses.replace(state, path=base_dir / state.path)
     domains = build_domains(data.get("domains"))
     edge, domains = checked_tls(edge, domains, base_dir)
+    if edge is not None and api is not None and api.listen == edge.tls_listen and api.listen.port:
+        # else start-up fails binding the API: "address already in use", by this very node
+        raise ConfigError("api.listen", "must differ from edge.tls_listen")
     return Config(
         edge=edge,
         api=api,
