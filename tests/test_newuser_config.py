@@ -228,3 +228,17 @@ def test_the_api_may_not_listen_on_the_tls_port(tmp_path: Path) -> None:
     assert _refused(data, tmp_path) == "api.listen: must differ from edge.tls_listen"
     data["api"]["listen"] = "127.0.0.1:8081"
     assert parse_config(data, base_dir=tmp_path).api is not None
+
+
+def test_a_unix_fleet_url_with_two_slashes_is_refused(tmp_path: Path) -> None:
+    """unix://srv/valkey/v.sock loaded, and the Valkey client (which reads only the URL's
+    path) connected to /valkey/v.sock: another socket than the one written."""
+    data = base()
+    data["fleet"] = {"url": "unix://srv/valkey/v.sock"}
+    assert _refused(data, tmp_path) == (
+        "fleet.url: 'unix://srv/valkey/v.sock' would be the socket '/valkey/v.sock': the path"
+        " starts after three slashes (unix:///srv/valkey/v.sock)"
+    )
+    data["fleet"] = {"url": "unix:///srv/valkey/v.sock"}
+    fleet = parse_config(data, base_dir=tmp_path).fleet
+    assert fleet is not None and fleet.url == "unix:///srv/valkey/v.sock"

@@ -183,6 +183,13 @@ def fleet_url(key: str, value: object) -> str:
     parts = urlsplit(value)
     if parts.scheme == "unix" and not parts.path:
         raise ConfigError(key, f"{value!r} names no socket path")
+    if parts.scheme == "unix" and parts.netloc:
+        # The Valkey client reads only the path: unix://home/v.sock would be /v.sock.
+        raise ConfigError(
+            key,
+            f"{value!r} would be the socket {parts.path!r}: the path starts after three "
+            f"slashes (unix:///{parts.netloc}{parts.path})",
+        )
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(key, f"{value!r} has no host")
     try:
