@@ -242,3 +242,25 @@ def test_a_unix_fleet_url_with_two_slashes_is_refused(tmp_path: Path) -> None:
     data["fleet"] = {"url": "unix:///srv/valkey/v.sock"}
     fleet = parse_config(data, base_dir=tmp_path).fleet
     assert fleet is not None and fleet.url == "unix:///srv/valkey/v.sock"
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379/abc", "redis://h:6379/1/2", "rediss://h/0/"])
+def test_a_fleet_url_path_is_a_database_number(tmp_path: Path, url: str) -> None:
+    """The Valkey client reads redis://h:6379/abc as database 0 and redis://h:6379/1/2 as
+    database 12, with no word: a fleet whose nodes disagree on the database never sees a
+    clear of another's."""
+    data = base()
+    data["fleet"] = {"url": url}
+    assert _refused(data, tmp_path) == (
+        f"fleet.url: {url!r}: the path must be a database number, as in /0"
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://h:6379/0", "redis://h:6379", "redis://h/", "rediss://h/15"]
+)
+def test_usual_fleet_urls_are_still_taken(tmp_path: Path, url: str) -> None:
+    data = base()
+    data["fleet"] = {"url": url}
+    fleet = parse_config(data, base_dir=tmp_path).fleet
+    assert fleet is not None and fleet.url == url

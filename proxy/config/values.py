@@ -196,6 +196,10 @@ def fleet_url(key: str, value: object) -> str:
         parts.port  # noqa: B018 -- urlsplit checks the port only when it is read
     except ValueError:
         raise ConfigError(key, f"{value!r} has a bad port") from None
+    if parts.scheme != "unix" and not re.fullmatch(r"/?|/[0-9]+", parts.path):
+        # The client drops a path that is not a number (database 0) and joins the digits of
+        # several parts: redis://h/1/2 is database 12.
+        raise ConfigError(key, f"{value!r}: the path must be a database number, as in /0")
     return value
 
 
