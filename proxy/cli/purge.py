@@ -223,18 +223,24 @@ def _post(base: str, path: str, token: str, body: dict[str, object], timeout: fl
             answer: bytes = response.read(limit)
             return answer
     except urllib.error.HTTPError as exc:
-        with exc:
-            detail = problem_detail(exc.read(MAX_BODY_SHOWN))
-        status = f"{exc.code} {exc.reason}"
-        # A plain-text body often starts with the status line itself (the edge's does).
-        detail = detail.removeprefix(status).lstrip(": ") or "(no body)"
-        if exc.code == 421:
-            detail += f" (is {base} the API listener, not the edge?)"
-        raise Failed(f"purge failed: {status}: {detail}") from None
+        raise refused("purge", base, exc) from None
     except urllib.error.URLError as exc:
         raise Failed(f"cannot reach {url}: {exc.reason}") from None
     except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, junk
         raise Failed(f"cannot reach {url}: {exc}") from None
+
+
+def refused(command: str, base: str, exc: urllib.error.HTTPError) -> Failed:
+    """What ``command`` prints when the server at ``base`` answered an error status: the
+    status and the problem's detail, and where the edge answered (421), that it was one."""
+    with exc:
+        detail = problem_detail(exc.read(MAX_BODY_SHOWN))
+    status = f"{exc.code} {exc.reason}"
+    # A plain-text body often starts with the status line itself (the edge's does).
+    detail = detail.removeprefix(status).lstrip(": ") or "(no body)"
+    if exc.code == 421:
+        detail += f" (is {base} the API listener, not the edge?)"
+    return Failed(f"{command} failed: {status}: {detail}")
 
 
 def problem_detail(body: bytes) -> str:

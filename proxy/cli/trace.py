@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Mapping
 
 from proxy import __version__
-from proxy.cli.purge import Failed, NoRedirects, add_api_options, api_settings, problem_detail
+from proxy.cli.purge import Failed, NoRedirects, add_api_options, api_settings, refused
 from proxy.core.routes import TRACE_PATH
 
 TIMEOUT = 30.0  # seconds: a fetch waits for the origin
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         headers[name.strip()] = value.strip()
     url, token = api_settings(args)
     body = {"url": args.url, "headers": headers, "fetch": args.fetch}
-    answer = _post(url.rstrip("/") + TRACE_PATH, token, body)
+    answer = _post(url.rstrip("/"), token, body)
     print(json.dumps(answer, indent=2) if args.json else describe(answer))
     return 0
 
@@ -95,7 +95,8 @@ def _rows(value: object) -> list[dict[str, object]]:
     return [row for row in value if isinstance(row, dict)] if isinstance(value, list) else []
 
 
-def _post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
+def _post(base: str, token: str, body: dict[str, object]) -> dict[str, object]:
+    url = base + TRACE_PATH
     # The scheme was checked by the caller: only http(s) (S310).
     request = urllib.request.Request(  # noqa: S310
         url,
@@ -112,9 +113,7 @@ def _post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
         with opener.open(request, timeout=TIMEOUT) as response:
             data = json.loads(response.read(MAX_ANSWER))
     except urllib.error.HTTPError as exc:
-        with exc:
-            detail = problem_detail(exc.read(2000))
-        raise Failed(f"trace failed: {exc.code} {exc.reason}: {detail}") from None
+        raise refused("trace", base, exc) from None
     except urllib.error.URLError as exc:
         raise Failed(f"cannot reach {url}: {exc.reason}") from None
     except (OSError, ValueError, http.client.HTTPException) as exc:
