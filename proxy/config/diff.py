@@ -162,6 +162,8 @@ def _table_changes(old: Config, new: Config) -> list[str]:
         before, after = getattr(old, field.name), getattr(new, field.name)
         if before == after:
             continue
+        if field.name == "fleet" and _implied_fleet(old, new):
+            continue  # edge.workers, which is listed, changed whether there is one
         if before is None or after is None or not dataclasses.is_dataclass(before):
             changed.append(f"[{field.name}]")  # a table added or removed: another role
             continue
@@ -169,6 +171,15 @@ def _table_changes(old: Config, new: Config) -> list[str]:
             key for key in _changed_keys(field.name, before, after) if key not in RELOADABLE
         ]
     return changed
+
+
+def _implied_fleet(old: Config, new: Config) -> bool:
+    """Whether the fleet came or went only with the workers: with ``workers`` above 1 and no
+    [fleet] table a node runs the embedded one (model._fleet), which no file names, so a
+    refusal naming "[fleet]" would send the operator looking for a table they never wrote."""
+    present = [fleet for fleet in (old.fleet, new.fleet) if fleet is not None]
+    workers = [config.edge.workers if config.edge else 0 for config in (old, new)]
+    return len(present) == 1 and present[0].url is None and workers[0] != workers[1]
 
 
 def _changed_keys(table: str, before: Any, after: Any) -> list[str]:

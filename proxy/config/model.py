@@ -128,9 +128,9 @@ class EdgeConfig:
     # large_client_header_buffers) or, where nginx has no key, what it hard-codes.
     http2: Annotated[bool, check.flag] = True
     h2c: Annotated[bool, check.flag] = False
-    http2_max_concurrent_streams: Annotated[int, check.count] = 128
+    http2_max_concurrent_streams: Annotated[int, check.http2_count] = 128
     # Decoded request header list (HPACK bomb): RST_STREAM past it, GOAWAY if it keeps on.
-    http2_max_header_list_bytes: Annotated[int, check.size] = 64 * 1024
+    http2_max_header_list_bytes: Annotated[int, check.http2_size] = 64 * 1024
     # Requests per connection (nginx: keepalive_requests): then GOAWAY, in-flight ones finish.
     http2_max_requests: Annotated[int, check.count] = 1000
     # Streams a client may cancel (RST_STREAM) before their answer, less one per stream it
@@ -300,6 +300,9 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path) -> Config:
         state = dataclasses.replace(state, path=base_dir / state.path)
     domains = build_domains(data.get("domains"))
     edge, domains = checked_tls(edge, domains, base_dir)
+    if edge is not None and api is not None and api.listen == edge.tls_listen and api.listen.port:
+        # else start-up fails binding the API: "address already in use", by this very node
+        raise ConfigError("api.listen", "must differ from edge.tls_listen")
     return Config(
         edge=edge,
         api=api,

@@ -7,6 +7,7 @@ name and its value, None when the key was left out (TOML has no null).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
 from proxy.errors import ConfigError
 
 _V = TypeVar("_V")
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)?\s*$")
 _UNITS = {
     None: 1,
     "B": 1,
@@ -34,7 +35,14 @@ _UNITS = {
     "MiB": 1024**2,
     "GB": 1000**3,
     "GiB": 1024**3,
+    "TB": 1000**4,  # cache.disk_max_bytes is a disk's size
+    "TiB": 1024**4,
 }
+# An HTTP/2 setting's value is 32 bits (RFC 9113 §6.5.1): hyperframe cannot send a larger one.
+_HTTP2_SETTING_MAX = 2**32 - 1
+# What a host in an origin URL may not hold: white space and controls (checked apart), and
+# what no host name or address has, which urlsplit leaves in (percent-escapes included).
+_NOT_IN_HOSTS = frozenset('"<>\\^`{|}%')
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +59,9 @@ def listen(key: str, value: object) -> Listen:
         raise ConfigError(key, "is required and must be a string such as '127.0.0.1:8080'")
     host, sep, port_text = value.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+    # isascii: str.isdigit() is true of other scripts' digits, which int() reads too
+    digits = port_text.isascii() and port_text.isdigit()
+    if not sep or not host or not digits or int(port_text) > 65535:
         raise ConfigError(key, f"{value!r} must be HOST:PORT with a port from 0 to 65535")
     return Listen(host=host, port=int(port_text))
 
@@ -66,7 +76,7 @@ def size(key: str, value: object) -> int:
     elif isinstance(value, str) and (match := _SIZE.match(value)):
         amount = int(match.group(1)) * _UNITS[match.group(2)]
     else:
-        raise ConfigError(key, f"{value!r} is not a size (use bytes or a unit: KiB, MiB, GiB)")
+        raise ConfigError(key, f"{value!r} is not a size (use bytes or a unit: KiB, MiB, GiB, TiB)")
     if amount <= 0:
         raise ConfigError(key, "must be greater than zero")
     return amount
@@ -75,12 +85,20 @@ def size(key: str, value: object) -> int:
 def seconds(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(key, "must be a number of seconds greater than zero")
-    return float(value)
+    return _finite(key, value)
 
 
 def seconds_or_zero(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ConfigError(key, "must be a number of seconds, 0 or more")
+    return _finite(key, value)
+
+
+def _finite(key: str, value: int | float) -> float:
+    """TOML has nan and inf, and nan passes every comparison above: as a timeout either
+    reaches the event loop, which cannot schedule nan (every request would fail)."""
+    if not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number of seconds, not {value}")
     return float(value)
 
 
@@ -165,8 +183,23 @@ def fleet_url(key: str, value: object) -> str:
     parts = urlsplit(value)
     if parts.scheme == "unix" and not parts.path:
         raise ConfigError(key, f"{value!r} names no socket path")
+    if parts.scheme == "unix" and parts.netloc:
+        # The Valkey client reads only the path: unix://home/v.sock would be /v.sock.
+        raise ConfigError(
+            key,
+            f"{value!r} would be the socket {parts.path!r}: the path starts after three "
+            f"slashes (unix:///{parts.netloc}{parts.path})",
+        )
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(key, f"{value!r} has no host")
+    try:
+        parts.port  # noqa: B018 -- urlsplit checks the port only when it is read
+    except ValueError:
+        raise ConfigError(key, f"{value!r} has a bad port") from None
+    if parts.scheme != "unix" and not re.fullmatch(r"/?|/[0-9]+", parts.path):
+        # The client drops a path that is not a number (database 0) and joins the digits of
+        # several parts: redis://h/1/2 is database 12.
+        raise ConfigError(key, f"{value!r}: the path must be a database number, as in /0")
     return value
 
 
@@ -206,6 +239,24 @@ def count(key: str, value: object) -> int:
     return value
 
 
+def _http2_setting(key: str, amount: int) -> int:
+    if amount > _HTTP2_SETTING_MAX:
+        raise ConfigError(
+            key, f"must be at most {_HTTP2_SETTING_MAX} (an HTTP/2 setting is 32 bits)"
+        )
+    return amount
+
+
+def http2_count(key: str, value: object) -> int:
+    """A count the edge sends as an HTTP/2 setting (SETTINGS_MAX_CONCURRENT_STREAMS)."""
+    return _http2_setting(key, count(key, value))
+
+
+def http2_size(key: str, value: object) -> int:
+    """A size the edge sends as an HTTP/2 setting (SETTINGS_MAX_HEADER_LIST_SIZE)."""
+    return _http2_setting(key, size(key, value))
+
+
 def flag(key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(key, "must be true or false")
@@ -238,6 +289,9 @@ def domain_name(key: str, value: object) -> str:
 def origin(key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ConfigError(key, "is required and must be a URL such as http://127.0.0.1:9000")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        # urlsplit drops tabs and line feeds (WHATWG): "exa\tmple" would become "example"
+        raise ConfigError(key, f"{value!r} has white space or a control character")
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https"):
         raise ConfigError(key, f"{value!r} must start with http:// or https://")
@@ -247,6 +301,8 @@ def origin(key: str, value: object) -> str:
         raise ConfigError(key, f"{value!r} has a bad port") from None
     if not parts.hostname:
         raise ConfigError(key, f"{value!r} has no host")
+    if any(c in _NOT_IN_HOSTS for c in parts.hostname):
+        raise ConfigError(key, f"{value!r} has a bad host name")
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
         raise ConfigError(key, f"{value!r} must be scheme://host[:port] with no path or user")
     host = parts.hostname

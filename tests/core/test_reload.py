@@ -69,7 +69,7 @@ def test_which_domain_keys_clear_the_domain(keys: dict[str, Any], repointed: boo
     ("tables", "restart"),
     [
         ({"edge": {"listen": "127.0.0.1:9090"}}, ("edge.listen",)),
-        ({"edge": {"workers": 2}}, ("[fleet]", "edge.workers")),  # workers make a fleet
+        ({"edge": {"workers": 2}}, ("edge.workers",)),  # the implied fleet is not named
         ({"edge": {"via": "other"}}, ("edge.via",)),  # in every stored entry's hit lines
         ({"cache": {"name": "other"}}, ("cache.name",)),
         ({"cache": {"max_bytes": "32MiB"}}, ("cache.max_bytes",)),
