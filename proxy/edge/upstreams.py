@@ -169,7 +169,6 @@ class Upstreams:
                     raise
                 tried.append(server.url)
                 last = exc
-                log.warning("%s (%s); retrying on another origin server", exc, server.url)
                 continue
             break
         pool.succeeded(server, self.clock(), probe=False)
@@ -203,7 +202,6 @@ class Upstreams:
                     raise
                 tried.append(server.url)
                 last = exc
-                log.warning("%s (%s); trying another origin server", exc, server.url)
                 continue
             pool.succeeded(server, self.clock(), probe=False)
             return link
@@ -220,6 +218,8 @@ class Upstreams:
         other to retry on, or OriginsDown when none is up at all."""
         server = pool.choose(target, self.clock(), tried)
         if server is not None:
+            if last is not None:  # said only when there is another server to try
+                log.warning("%s (%s); retrying on %s", last, tried[-1], server.url)
             return server
         if last is not None:
             raise last

@@ -184,7 +184,7 @@ async def test_while_every_origin_is_down_stale_content_is_served_within_stale_i
 
 
 async def test_a_post_whose_connect_failed_is_retried_on_another_origin(
-    make_edge: EdgeFactory, servers: list[Killable]
+    make_edge: EdgeFactory, servers: list[Killable], caplog: pytest.LogCaptureFixture
 ) -> None:
     a = servers[0]
     dead = Refusing()
@@ -194,6 +194,8 @@ async def test_a_post_whose_connect_failed_is_retried_on_another_origin(
         assert (response.status, body) == (200, b"a")
     assert a.methods["POST"] == 4  # each once: nothing of them reached the dead one
     assert not state(edge, dead).up
+    retries = [r.getMessage() for r in caplog.records if "retrying on" in r.getMessage()]
+    assert retries and all(f"({dead.url}); retrying on {a.url}" in message for message in retries)
 
 
 async def test_a_post_that_may_have_reached_an_origin_is_not_retried(
