@@ -1,7 +1,7 @@
 """Starting the quick start twice (a second ``./scripts/serve config/proxy.toml`` while the
 first runs, as a new user or a careless unit file does): the second must fail and leave the
-first one working. Found by the README try-out; the fix is in proxy/process/node.py (another
-helper's this session), so this is a strict xfail with the repro for the lead.
+first one working. Found by the README try-out: the second start took the running node's
+embedded Valkey for one a killed node left behind, and stopped it.
 """
 
 from __future__ import annotations
@@ -33,12 +33,6 @@ async def started() -> AsyncIterator[list[Node]]:
         await node.kill()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="proxy/process/node.py:383 (embedded_valkey -> _stop_stale) stops the running "
-    "node's embedded Valkey before anything checks that the node is running (the journal "
-    "lock is taken later): the first node's clears then answer 503 and its hits are fenced",
-)
 async def test_a_second_start_of_a_running_node_leaves_it_working(
     tmp_path: Path, origin: Origin, started: list[Node]
 ) -> None:
@@ -69,7 +63,7 @@ async def test_a_second_start_of_a_running_node_leaves_it_working(
             os.killpg(second.pid, signal.SIGKILL)
             await second.wait()
     assert second.returncode != 0
-    assert b"in use by another process" in refused  # the state database's journal said so
+    assert b"this node is already running" in refused
 
     async with aiohttp.ClientSession() as client:
         async with client.post(

