@@ -39,6 +39,7 @@ from proxy.core.cache.policy import DontStore, Storable, assess_response
 from proxy.core.cache.rules import Applied
 from proxy.core.cache.trace import Held, Server, TraceHeaders, trace
 from proxy.core.domains import normalise_domain
+from proxy.edge.origin import origin_error
 
 EXAMPLE = '{"url": "https://<cdn domain>/path?query", "headers": {"Cookie": "a=1"}}'
 FIELDS = ("url", "headers", "fetch", "method")
@@ -171,8 +172,10 @@ async def _fetch(
             await response.read()
             status, reason = response.status, response.reason or ""
             got = tuple(response.headers.items())
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a bad field
-        return DontStore(f"origin failed: {type(exc).__name__}")
+    except ValueError:  # a field the client library would not send
+        return DontStore("origin not asked: a request field cannot be sent")
+    except (aiohttp.ClientError, TimeoutError) as exc:  # worded as the edge words it
+        return DontStore(f"origin failed: {origin_error(exc, server.url)}")
     return assess_response(
         method="GET",
         request=TraceHeaders(asked.headers),

@@ -114,7 +114,7 @@ class OriginResponse:
         try:
             return await self._response.content.readany()
         except Exception as exc:
-            error = _translate(exc, self._response.url.host or "origin")
+            error = origin_error(exc, self._response.url.host or "origin")
             if self._telemetry is not None and isinstance(error, OriginError):
                 self._telemetry.origin_error(self._domain, error_kind(error))
             raise error from None
@@ -283,7 +283,7 @@ async def _origin_request(
             # connection error. (Once the origin has answered, the response is being relayed
             # and its own errors are what count.)
             raise data.failed from None
-        error = _translate(exc, domain.name)
+        error = origin_error(exc, domain.name)
         if isinstance(error, OriginError) and not answered:
             error.reached = not _before_sending(exc)
         if not answered:
@@ -302,7 +302,7 @@ def _before_sending(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
 
 
-def _translate(exc: BaseException, where: str) -> BaseException:
+def origin_error(exc: BaseException, where: str) -> BaseException:
     """The OriginError for an aiohttp or timeout exception; anything else unchanged."""
     if isinstance(exc, TimeoutError):
         return OriginTimeout(f"{where}: the origin did not answer in time")

@@ -22,6 +22,7 @@ from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger
 from tests.api.support import START, AiohttpClient
 from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, make_config
+from tests.edge.origins_support import Refusing
 from tests.edge.test_cache_rules import is_hit
 
 RULES: list[dict[str, Any]] = [
@@ -258,3 +259,33 @@ async def test_bad_fields_are_a_400_and_a_fetch_names_the_rule_lifetime(
     assert answer["fetched"]["lifetime_source"] == "rule"
     assert answer["fetched"]["freshness_lifetime"] == 3600.0
     assert origin.count("/f") == 0 and origin.count("/static/f") == 1
+
+
+async def test_a_fetch_from_an_unreachable_origin_is_worded_as_the_edge_words_it(
+    tmp_path: Path, make_edge: EdgeFactory, aiohttp_client: AiohttpClient
+) -> None:
+    """Not a client library's class name ("ClientConnectorError"): what the edge's own log
+    and 502 say."""
+    dead = Refusing()
+    domains = [{"name": "example.com", "origin": dead.url, "read_timeout": 5}]
+    edge = await make_edge(domains=domains)
+    config = make_config(tmp_path, dead.url, domains=domains)
+    state = await AsyncState.open(config.api_role()[1].path, audit_max_rows=100)
+    try:
+        app = create_api_app(
+            config=config,
+            state=state,
+            purger=LocalPurger(edge.store),
+            clock=edge.clock,
+            telemetry=edge.telemetry,
+            inspect=edge.store.inspect,
+        )
+        token = await state.create_token("ops", Scope.everything(), START)
+        traced = Traced(edge, await aiohttp_client(app), token, token)
+        status, answer = await traced.trace("http://example.com/x", fetch=True)
+    finally:
+        await state.close()
+    assert status == 200
+    why = answer["fetched"]["why_not"]
+    assert why.startswith(f"origin failed: {dead.url}: origin unreachable ("), why
+    assert "Client" not in why
