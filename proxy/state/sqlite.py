@@ -190,6 +190,11 @@ class StateDB:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch(mode=0o600, exist_ok=True)  # hashes only, but still nobody else's
+        except (FileExistsError, NotADirectoryError):  # a file where a directory goes
+            blocking = next(p for p in path.parents if p.exists())
+            raise StateError(
+                f"cannot create the state database {path}: {blocking} is not a directory"
+            ) from None
         except OSError as exc:
             raise StateError(f"cannot create the state database {path}: {exc}") from None
         try:

@@ -388,3 +388,13 @@ async def test_a_batch_that_cannot_be_written_is_logged(
         await state.close()
     await state.record_audit(audit(6))  # after closing: logged, not lost silently
     assert "closed" in caplog.records[-1].getMessage()
+
+
+@pytest.mark.parametrize("under", ["afile/state.db", "afile/deeper/state.db"])
+def test_a_state_path_under_a_file_names_the_file_that_is_not_a_directory(
+    tmp_path: Path, under: str
+) -> None:
+    (tmp_path / "afile").write_text("not a directory")
+    with pytest.raises(StateError) as raised:
+        StateDB(tmp_path / under)
+    assert str(raised.value).endswith(f"{tmp_path / 'afile'} is not a directory")
