@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
@@ -44,6 +44,16 @@ from proxy.store.shared import Fill, SharedEntry, SharedStats, SharedTier
 from proxy.store.shared.markers import Markers
 
 log = logging.getLogger("proxy.store")
+
+# A shared hit as the memory tier keeps it: (domain, key target, response) -> its copy, with
+# the hit lines of a memory hit under the current config (the edge's Via and Cache-Status:
+# a record keeps the lines of its fill) and without the pairs beside them (``lean``).
+Relabel = Callable[[str, str, StoredResponse], StoredResponse]
+
+
+def _as_stored(domain: str, target: str, response: StoredResponse) -> StoredResponse:
+    return response.lean()
+
 
 TOKENS_MAX = 8192  # lookups whose shared purge number is remembered for their put
 MEMORY_SHARE = 8  # with a shared tier, the memory tier holds objects up to max_bytes / 8
@@ -68,6 +78,9 @@ class TieredStore:
         # Fill-in-progress markers, for one origin request per key across workers (§2).
         self.markers = Markers(tier.directory)
         self.collapsed = 0  # misses answered by another worker's fill
+        # How a shared hit is kept in the memory tier: the edge gives its own (``Relabel``);
+        # without one, as the record has it, the pairs dropped.
+        self.relabel: Relabel = _as_stored
 
     # -- reading and storing ---------------------------------------------------------------------
 
@@ -104,10 +117,29 @@ class TieredStore:
         if not variants:
             return found
         for response in reversed(variants):  # oldest first: the newest ends first in memory
-            if response.size <= self.memory_object_max:
-                await self.memory.put(found.key, response.lean())
+            await self._keep(found.key, response)
         self.hits["disk"] += 1
         return Lookup(found.key, variants, tier="disk")
+
+    async def peek_shared(self, domain: str, target: str) -> StoredResponse | None:
+        """The edge's fast path when ``peek`` found nothing: the shared tier's one variant
+        of a URL the memory tier does not hold (``SharedTier.peek``: judged against the
+        purges as ``lookup`` judges), kept in the memory tier as ``lookup`` keeps it (so the
+        next hit is a memory hit), or None and ``lookup`` answers. Counted by the caller, as
+        a disk hit, once it serves it."""
+        found = await self.memory.lookup(domain, target)
+        if found.variants:  # held in memory (Vary, no hit lines...): lookup's answer
+            return None
+        response = self.tier.peek(domain, target)
+        if response is None:
+            return None
+        await self._keep(found.key, response)
+        return response
+
+    async def _keep(self, key: CacheKey, response: StoredResponse) -> None:
+        """A shared hit copied into the memory tier, when it fits its share."""
+        if response.size <= self.memory_object_max:
+            await self.memory.put(key, self.relabel(key[0], key[2], response))
 
     async def _whole(self, entry: SharedEntry) -> StoredResponse | None:
         """The entry's response with its body; a body in a file is read (and checked) in a

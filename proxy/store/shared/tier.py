@@ -240,11 +240,7 @@ class SharedTier:
         judged against the domain's purges; none on a fault, when stuck, or when none is."""
         try:
             state = self.purges.current(domain)
-            now = time.monotonic()
-            if now >= self._next_check:  # a directory deleted under readers that never write
-                self._next_check = now + 1.0
-                self.check_directory()
-            if self.health.stuck:
+            if not self._serving():
                 return SharedLookup(state.number, ())
             found = self._read_variants(entry_prefix(domain, target))
         except (lmdb.Error, OSError) as error:
@@ -266,6 +262,53 @@ class SharedTier:
                 entry = entry._replace(response=expired)
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
+
+    def peek(self, domain: str, target: str) -> StoredResponse | None:
+        """``lookup``'s common case, for the edge's fast path (``TieredStore.peek_shared``):
+        the URL's one variant when its body is inline and no purge covers it, else None,
+        and ``lookup`` answers (none stored, several variants, a body in a file, covered by
+        a soft purge, a fault, stuck). Judged as ``lookup`` judges, against the same state:
+        a variant a hard purge covers is never returned, and is removed by the next write."""
+        try:
+            state = self.purges.current(domain)
+            if not self._serving():
+                return None
+            prefix = entry_prefix(domain, target)
+            with self._env.begin(db=self.db_entries, buffers=True) as txn:
+                cursor = txn.cursor()
+                if not cursor.set_key(prefix):
+                    return None
+                try:
+                    header, response = unpack_entry(cursor.value())
+                except Corrupt as error:
+                    self.health.corrupted(f"{prefix!r}: {error}")
+                    self._doom(prefix, -1)
+                    return None
+                if cursor.next() and cursor.key()[: len(prefix)] == prefix:
+                    return None  # several variants (Vary): lookup's, to choose among them
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("lookup", error)
+            return None
+        mark = header.mark
+        if header.flags or mark < state.cleared:  # a body in a file; cleared since stored
+            return None
+        if mark < state.top:  # purges outstanding newer than it: the full judgement
+            covered = judge(state, mark, target, response.tags)
+            if covered is not None:
+                if covered is HARD:
+                    self._doom(prefix, header.sequence)
+                return None
+        object.__setattr__(response, "mark", mark)
+        return response
+
+    def _serving(self) -> bool:
+        """Whether the tier may serve a read: not stuck (its directory is checked once a
+        second, for readers that never write)."""
+        now = time.monotonic()
+        if now >= self._next_check:  # a directory deleted under readers that never write
+            self._next_check = now + 1.0
+            self.check_directory()
+        return not self.health.stuck
 
     def _read_variants(self, prefix: bytes) -> list[SharedEntry]:
         found: list[SharedEntry] = []
