@@ -143,18 +143,21 @@ class DiskHits:
         labels = self._labels.of(config, path)
         if labels is None:
             return None
-        entry = await self._store.peek_shared(config.name, target)
-        if entry is None or not entry.hit_lines:
+        store = self._store
+        found = store.peek_shared(config.name, target)
+        if found is None or not found.hit_lines:
             return None
         now = self._clock()
-        age = entry.fresh_age(now)
-        lines = entry.hit_lines
+        age = found.fresh_age(now)
+        lines = found.hit_lines
         tail = relabelled(lines[-1], labels.disk)
         if age is None or tail is None:
             return None
-        self._store.hits["disk"] += 1
+        if len(found.body) <= store.memory_object_max:  # kept in memory if it fits there
+            await store.keep(config.name, target, found)
+        store.hits["disk"] += 1
         self._request_at(config.name, HIT, now)
-        parts = (*lines[:-1], tail, b"Age: %d\r\n\r\n" % age, entry.body)
+        parts = (*lines[:-1], tail, b"Age: %d\r\n\r\n" % age, found.body)
         return respond.Hit(parts, self._counts[config.name], started)
 
     def _memory_copy(self, domain: str, target: str, response: StoredResponse) -> StoredResponse:

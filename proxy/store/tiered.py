@@ -40,7 +40,7 @@ from proxy.core.cache.trace import Held
 from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
-from proxy.store.shared import Fill, SharedEntry, SharedStats, SharedTier
+from proxy.store.shared import Fill, SharedEntry, SharedHit, SharedStats, SharedTier
 from proxy.store.shared.markers import Markers
 
 log = logging.getLogger("proxy.store")
@@ -121,20 +121,23 @@ class TieredStore:
         self.hits["disk"] += 1
         return Lookup(found.key, variants, tier="disk")
 
-    async def peek_shared(self, domain: str, target: str) -> StoredResponse | None:
-        """The edge's fast path when ``peek`` found nothing: the shared tier's one variant
-        of a URL the memory tier does not hold (``SharedTier.peek``: judged against the
-        purges as ``lookup`` judges), kept in the memory tier as ``lookup`` keeps it (so the
-        next hit is a memory hit), or None and ``lookup`` answers. Counted by the caller, as
-        a disk hit, once it serves it."""
-        found = await self.memory.lookup(domain, target)
-        if found.variants:  # held in memory (Vary, no hit lines...): lookup's answer
+    def peek_shared(self, domain: str, target: str) -> SharedHit | None:
+        """The edge's fast path when ``peek`` found nothing: the shared tier's one variant of
+        a URL the memory tier holds nothing for (``SharedTier.peek``: judged against the
+        purges as ``lookup`` judges), or None and ``lookup`` answers. The caller keeps it in
+        the memory tier (``keep``) and counts it as a disk hit once it serves it."""
+        if self.memory.holds(domain, target):  # several variants, say: lookup's to choose
             return None
-        response = self.tier.peek(domain, target)
-        if response is None:
-            return None
-        await self._keep(found.key, response)
-        return response
+        return self.tier.peek(domain, target)
+
+    async def keep(self, domain: str, target: str, hit: SharedHit) -> None:
+        """A hit ``peek_shared`` found, copied into the memory tier as ``lookup`` copies one,
+        when it fits its share: the next hit on it is a memory hit."""
+        response = hit.response()
+        if response is not None and response.size <= self.memory_object_max:
+            found = await self.memory.lookup(domain, target)
+            if not found.variants:
+                await self.memory.put(found.key, self.relabel(domain, target, response))
 
     async def _keep(self, key: CacheKey, response: StoredResponse) -> None:
         """A shared hit copied into the memory tier, when it fits its share."""

@@ -7,6 +7,7 @@
 
 from proxy.store.shared.fill import AsyncFill, Fill
 from proxy.store.shared.health import TierStatus
+from proxy.store.shared.records import SharedHit
 from proxy.store.shared.tier import (
     Evictor,
     OldestFirst,
@@ -22,6 +23,7 @@ __all__ = [
     "Fill",
     "OldestFirst",
     "SharedEntry",
+    "SharedHit",
     "SharedLookup",
     "SharedStats",
     "SharedTier",

@@ -48,9 +48,11 @@ from proxy.store.shared.lock import (
 from proxy.store.shared.purge_state import PurgeStateStore, judge
 from proxy.store.shared.records import (
     Corrupt,
+    SharedHit,
     body_name,
     entry_prefix,
     unpack_entry,
+    unpack_hit,
 )
 
 DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
@@ -263,7 +265,7 @@ class SharedTier:
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
 
-    def peek(self, domain: str, target: str) -> StoredResponse | None:
+    def peek(self, domain: str, target: str) -> SharedHit | None:
         """``lookup``'s common case, for the edge's fast path (``TieredStore.peek_shared``):
         the URL's one variant when its body is inline and no purge covers it, else None,
         and ``lookup`` answers (none stored, several variants, a body in a file, covered by
@@ -279,7 +281,7 @@ class SharedTier:
                 if not cursor.set_key(prefix):
                     return None
                 try:
-                    header, response = unpack_entry(cursor.value())
+                    flags, sequence, hit = unpack_hit(cursor.value())
                 except Corrupt as error:
                     self.health.corrupted(f"{prefix!r}: {error}")
                     self._doom(prefix, -1)
@@ -289,17 +291,19 @@ class SharedTier:
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return None
-        mark = header.mark
-        if header.flags or mark < state.cleared:  # a body in a file; cleared since stored
+        mark = hit.mark
+        if flags or mark < state.cleared:  # a body in a file; cleared since stored
             return None
         if mark < state.top:  # purges outstanding newer than it: the full judgement
+            response = hit.response()
+            if response is None:
+                return None
             covered = judge(state, mark, target, response.tags)
             if covered is not None:
                 if covered is HARD:
-                    self._doom(prefix, header.sequence)
+                    self._doom(prefix, sequence)
                 return None
-        object.__setattr__(response, "mark", mark)
-        return response
+        return hit
 
     def _serving(self) -> bool:
         """Whether the tier may serve a read: not stuck (its directory is checked once a
