@@ -113,17 +113,6 @@ def read_header(record: bytes | memoryview) -> EntryHeader:
     return EntryHeader(flags, length, mark, sequence, table_crc)
 
 
-def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredResponse]:
-    """The record's header and response (its body inline, or empty when in a file); Corrupt
-    when it does not check out."""
-    flags, length, mark, sequence, table_crc, parts, body = _checked(record)
-    status, reason, birth, lifetime, key_size, lines, rare = parts
-    response = StoredResponse.from_parts(
-        status, reason, body, birth, lifetime, key_size, lines, rare_of(rare)
-    )
-    return EntryHeader(flags, length, mark, sequence, table_crc), response
-
-
 class SharedHit(NamedTuple):
     """A URL's one variant as ``peek`` found it for the fast path: what a fresh hit writes,
     and the rest of its record, made a response only when needed (``response``). A tuple,
@@ -160,35 +149,45 @@ class SharedHit(NamedTuple):
         return response
 
 
-def unpack_hit(record: bytes | memoryview) -> tuple[int, int, SharedHit]:
-    """``unpack_entry`` for the fast path (``SharedTier.peek``): the record's flags, sequence
-    and hit, checked as ``unpack_entry`` checks them, with no response built."""
-    flags, _, mark, sequence, _, parts, body = _checked(record)
-    return flags, sequence, SharedHit(parts[5], body, parts[2], parts[3], mark, parts)
+def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredResponse]:
+    """The record's header and response (its body inline, or empty when in a file); Corrupt
+    when it does not check out."""
+    flags, length, sequence, table_crc, hit = unpack_hit(record)
+    response = hit.response()
+    if response is None:
+        raise Corrupt("meta: the rarely set fields")
+    return EntryHeader(flags, length, hit.mark, sequence, table_crc), response
 
 
-def _checked(record: bytes | memoryview) -> tuple[int, int, int, int, int, Any, bytes]:
-    """The record's flags, body length, mark, sequence, chunk table CRC, metadata (a tuple
-    of ``StoredResponse.parts``) and inline body; Corrupt when its magic, lengths or CRC do
-    not check out."""
-    if len(record) < HEADER.size:
+_HEAD = HEADER.size
+_new_tuple = tuple.__new__
+
+
+def unpack_hit(record: bytes | memoryview) -> tuple[int, int, int, int, SharedHit]:
+    """The record's flags, body length, sequence and chunk table CRC, and its hit (its body
+    inline, or empty when in a file), with no response built: the fast path's read
+    (``SharedTier.peek``), which ``unpack_entry`` completes. Corrupt when its magic, lengths
+    or CRC do not check out."""
+    if len(record) < _HEAD:
         raise Corrupt("short record")
     magic, flags, meta_length, length, mark, sequence, crc, table_crc = HEADER.unpack_from(record)
-    end = HEADER.size + meta_length
+    end = _HEAD + meta_length
     if magic != MAGIC and magic != MAGIC_EAGER:
         raise Corrupt("bad magic")
     if len(record) != end + (0 if flags & FLAG_FILE else length):
         raise Corrupt("lengths do not add up")
     view = memoryview(record)
-    if zlib.crc32(view[HEADER.size :]) != crc:
+    if zlib.crc32(view[_HEAD:]) != crc:
         raise Corrupt("checksum")
     try:
-        parts = marshal.loads(view[HEADER.size : end])  # noqa: S302 (CRC-checked, written here)
+        parts = marshal.loads(view[_HEAD:end])  # noqa: S302 (CRC-checked, written here)
     except (ValueError, TypeError, EOFError) as error:  # another Python's format
         raise Corrupt(f"meta: {error}") from None
     if type(parts) is not tuple or len(parts) != 7:
         raise Corrupt("meta: not an entry's parts")
-    return flags, length, mark, sequence, table_crc, parts, bytes(view[end:])
+    # tuple.__new__, not SharedHit(...), whose __new__ is Python: 2,700 instructions a hit.
+    fields = (parts[5], bytes(view[end:]), parts[2], parts[3], mark, parts)
+    return flags, length, sequence, table_crc, _new_tuple(SharedHit, fields)
 
 
 def rare_of(field: Any) -> Any:

@@ -276,18 +276,20 @@ class SharedTier:
             if not self._serving():
                 return None
             prefix = entry_prefix(domain, target)
-            with self._env.begin(db=self.db_entries, buffers=True) as txn:
+            txn = self._env.begin(db=self.db_entries, buffers=True)
+            try:  # not ``with``: an abort is all a read needs, 1,300 instructions cheaper
                 cursor = txn.cursor()
                 if not cursor.set_key(prefix):
                     return None
-                try:
-                    flags, sequence, hit = unpack_hit(cursor.value())
-                except Corrupt as error:
-                    self.health.corrupted(f"{prefix!r}: {error}")
-                    self._doom(prefix, -1)
-                    return None
+                flags, _, sequence, _, hit = unpack_hit(cursor.value())
                 if cursor.next() and cursor.key()[: len(prefix)] == prefix:
                     return None  # several variants (Vary): lookup's, to choose among them
+            except Corrupt as error:
+                self.health.corrupted(f"{prefix!r}: {error}")
+                self._doom(prefix, -1)
+                return None
+            finally:
+                txn.abort()
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return None
