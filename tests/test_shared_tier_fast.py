@@ -216,7 +216,6 @@ async def test_a_rules_detail_is_said_as_the_full_path_says_it(
     assert fast.field("Cache-Status") == 'cdn-proxy; hit; detail="rules=objects disk"'
 
 
-@pytest.mark.slow
 async def test_a_restart_with_a_new_via_never_serves_the_old_line_from_disk(
     tmp_path: Path, origin: Origin
 ) -> None:
