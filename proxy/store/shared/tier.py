@@ -293,18 +293,23 @@ class SharedTier:
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return None
-        mark = hit.mark
-        if flags or mark < state.cleared:  # a body in a file; cleared since stored
+        if flags:  # a body in a file
             return None
-        if mark < state.top:  # purges outstanding newer than it: the full judgement
+        # Judged as lookup judges, every time. Its tags are read only for an entry older than
+        # an outstanding purge of the domain (``judge`` reads them only then), which costs a
+        # response built; anything that covers it (a soft purge, a distrust) is lookup's.
+        mark = hit.mark
+        tags: tuple[str, ...] = ()
+        if state.cleared <= mark < state.top:
             response = hit.response()
             if response is None:
                 return None
-            covered = judge(state, mark, target, response.tags)
-            if covered is not None:
-                if covered is HARD:
-                    self._doom(prefix, sequence)
-                return None
+            tags = response.tags
+        covered = judge(state, mark, target, tags)
+        if covered is not None:
+            if covered is HARD:
+                self._doom(prefix, sequence)
+            return None
         return hit
 
     def _serving(self) -> bool:
