@@ -92,14 +92,14 @@ class DiskHits:
         store: TieredStore,
         name: str,
         via: str,
-        domains: Mapping[str, DomainConfig],
+        domains: Callable[[], Mapping[str, DomainConfig]],
         telemetry: Telemetry,
         counts: FastCounts,
         clock: Callable[[], float],
     ) -> None:
         self._store = store
         self._labels = HitLabels(name=name, via=via)
-        self.domains = domains  # the edge's, replaced on a reload
+        self._domains = domains  # the edge's, as its last reload left them
         self._request_at = telemetry.request_at
         self._counts = counts
         self._clock = clock
@@ -113,6 +113,7 @@ class DiskHits:
         telemetry: Telemetry,
         counts: FastCounts,
         clock: Callable[[], float],
+        domains: Callable[[], Mapping[str, DomainConfig]],
     ) -> tuple[DiskHits | None, DiskHits | None]:
         """An edge's, for the shared tier behind its ``store`` (None without one), and again
         for its fast path: None too when ``store`` wraps the tiers (a fleet member's, which
@@ -125,7 +126,7 @@ class DiskHits:
             store=local,
             name=cache.name,
             via=edge.via,
-            domains=config.by_name,
+            domains=domains,
             telemetry=telemetry,
             counts=counts,
             clock=clock,
@@ -161,7 +162,7 @@ class DiskHits:
         return respond.Hit(parts, self._counts[config.name], started)
 
     def _memory_copy(self, domain: str, target: str, response: StoredResponse) -> StoredResponse:
-        config = self.domains.get(domain)
+        config = self._domains().get(domain)
         labels = None if config is None else self._labels.of(config, target_of(target))
         return memory_copy(response, labels)
 

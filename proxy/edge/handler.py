@@ -108,7 +108,7 @@ class Edge:
         self._figures = FastCounts(self._telemetry.responses)  # each domain's, for fast hits
         # Hits read from the shared tier (edge/disk_hits.py), by the fast path unless fenced.
         self._disk, self._disk_fast = DiskHits.of(
-            store, config, self._telemetry, self._figures, clock
+            store, config, self._telemetry, self._figures, clock, lambda: self._domains
         )
         self._hit_status = cache_status(self._name, hit=True)
         # A hit from the node's shared tier (RFC 9211 §2.8: detail is the cache's own text).
@@ -165,8 +165,6 @@ class Edge:
         self._keyed_by_scheme = self._tls_listener or bool(self._trusted)
         self._upgrades = edge.upgrade_protocols
         self._domains = config.by_name
-        if self._disk is not None:
-            self._disk.domains = config.by_name
         self._hosts = {}
         self.upstreams.reconfigure(config)
         self._filler.max_object = cache.max_object_bytes
