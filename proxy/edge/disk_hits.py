@@ -137,10 +137,11 @@ class DiskHits:
         self, config: DomainConfig, target: str, path: str, started: float
     ) -> respond.Hit | None:
         """A fresh hit for a URL (``target``: its key target) the memory tier does not hold,
-        read and judged against the purges by ``TieredStore.peek_shared`` (which keeps it in
-        the memory tier, as a lookup does) and written from the record's lines as a memory
-        hit is, with this edge's labels and ``detail="disk"``. None when the full path must
-        answer, as for a memory entry (stale, no lines, rules that rewrite it...)."""
+        read and judged against the purges by ``TieredStore.peek_shared``, kept in the memory
+        tier when it fits (``TieredStore.keep``, as a lookup keeps it: no await between the
+        read and the copy suspends, so no purge lands in between), and written from the
+        record's lines as a memory hit is, with this edge's labels and ``detail="disk"``.
+        None when the full path must answer, as for a memory entry (stale, no lines...)."""
         labels = self._labels.of(config, path)
         if labels is None:
             return None
@@ -162,6 +163,7 @@ class DiskHits:
         return respond.Hit(parts, self._counts[config.name], started)
 
     def _memory_copy(self, domain: str, target: str, response: StoredResponse) -> StoredResponse:
+        """``TieredStore.relabel``: a shared hit as this edge's memory tier keeps it."""
         config = self._domains().get(domain)
         labels = None if config is None else self._labels.of(config, target_of(target))
         return memory_copy(response, labels)
