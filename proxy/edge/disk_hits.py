@@ -59,6 +59,13 @@ class HitLabels:
                 if applied.browser_ttl is not None:
                     return None
                 detail = applied.detail
+        return self._of(detail)
+
+    def plain(self) -> Labels:
+        """The labels of a hit no rule applies to."""
+        return self._of(None)
+
+    def _of(self, detail: str | None) -> Labels:
         labels = self._built.get(detail)
         if labels is None:
             disk = "disk" if detail is None else f"{detail} disk"
@@ -99,6 +106,7 @@ class DiskHits:
     ) -> None:
         self._store = store
         self._labels = HitLabels(name=name, via=via)
+        self._plain = self._labels.plain()  # a domain without rules: every hit's
         self._domains = domains  # the edge's, as its last reload left them
         self._request_at = telemetry.request_at
         self._counts = counts
@@ -142,7 +150,7 @@ class DiskHits:
         read and the copy suspends, so no purge lands in between), and written from the
         record's lines as a memory hit is, with this edge's labels and ``detail="disk"``.
         None when the full path must answer, as for a memory entry (stale, no lines...)."""
-        labels = self._labels.of(config, path)
+        labels = self._plain if config.rules is None else self._labels.of(config, path)
         if labels is None:
             return None
         store = self._store

@@ -161,6 +161,8 @@ def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredRespons
 
 _HEAD = HEADER.size
 _new_tuple = tuple.__new__
+_unpack_header = HEADER.unpack_from  # bound once: unpack_hit runs on every hit from disk
+_crc32 = zlib.crc32
 
 
 def unpack_hit(record: bytes | memoryview) -> tuple[int, int, int, int, SharedHit]:
@@ -170,14 +172,14 @@ def unpack_hit(record: bytes | memoryview) -> tuple[int, int, int, int, SharedHi
     or CRC do not check out."""
     if len(record) < _HEAD:
         raise Corrupt("short record")
-    magic, flags, meta_length, length, mark, sequence, crc, table_crc = HEADER.unpack_from(record)
+    magic, flags, meta_length, length, mark, sequence, crc, table_crc = _unpack_header(record)
     end = _HEAD + meta_length
     if magic != MAGIC and magic != MAGIC_EAGER:
         raise Corrupt("bad magic")
     if len(record) != end + (0 if flags & FLAG_FILE else length):
         raise Corrupt("lengths do not add up")
     view = memoryview(record)
-    if zlib.crc32(view[_HEAD:]) != crc:
+    if _crc32(view[_HEAD:]) != crc:
         raise Corrupt("checksum")
     try:
         parts = marshal.loads(view[_HEAD:end])  # noqa: S302 (CRC-checked, written here)
