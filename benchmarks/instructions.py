@@ -35,7 +35,8 @@ so each hit asks all N and one applies.
 ``--tier memory|disk`` runs cdn-proxy with its shared tier on (``[cache] disk_path``, issue 23):
 ``memory`` counts hits from the memory tier in front of it (the peek path, as without a disk
 tier); ``disk`` makes the memory tier too small to hold the object (``max_bytes`` 4 KiB: it
-keeps objects up to an eighth of that), so every hit is read from the shared tier.
+keeps objects up to an eighth of that), so every hit is read from the shared tier (by the
+edge's fast path since branch r27a: edge/disk_hits.py, decision 0030).
 
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written

@@ -1,6 +1,5 @@
-"""What an operator trying the README saw on the edge that was wrong, in files another helper
-owns this session (proxy/edge/): each a strict xfail with the repro, for the lead to fix after
-the merge. Real processes: ``cdn-proxy serve`` against a real origin.
+"""What an operator trying the README saw on the edge that was wrong, each with its repro.
+Real processes: ``cdn-proxy serve`` against a real origin.
 """
 
 from __future__ import annotations
@@ -39,17 +38,13 @@ async def get(node: Node, target: str) -> tuple[int, str]:
         return response.status, response.headers.get("Cache-Status", "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="proxy/edge/handler.py:319 joins the rules' detail and the tier with a space "
-    "('rules=r disk'); the collapsed path (handler.py:425) and every other detail use '; '",
-)
 async def test_a_disk_hit_under_rules_says_disk_then_the_rules(
     tmp_path: Path, origin: Origin, started: list[Node]
 ) -> None:
     """README "The shared tier": a disk hit says ``detail="disk"``; "Caching rules": the
     detail names the rules (``detail="bypass-cookie; rules=wp"``). Quick start config with a
-    rule, a fill, a restart, the same URL: Cache-Status said ``detail="rules=r disk"``."""
+    rule, a fill, a restart, the same URL: Cache-Status said ``detail="rules=r disk"``, where
+    the collapsed path and every other detail join with "; "."""
 
     async def page(request: web.Request) -> web.StreamResponse:
         return web.Response(text="no cache headers")  # the rule's edge_ttl makes it storable

@@ -55,6 +55,7 @@ from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.aiohttp_h2 import HTTP2
 from proxy.edge.cache_rules import bypass_reason, fast_under_rules
+from proxy.edge.disk_hits import DiskHits, FastCounts
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
@@ -104,8 +105,11 @@ class Edge:
         self._marked: dict[CacheKey, str] = {}
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._peek = store.peek
-        self._responses = self._telemetry.responses
-        self._figures: dict[str, list[float]] = {}  # each domain's counts, for fast hits
+        self._figures = FastCounts(self._telemetry.responses)  # each domain's, for fast hits
+        # Hits read from the shared tier (edge/disk_hits.py), by the fast path unless fenced.
+        self._disk, self._disk_fast = DiskHits.of(
+            store, config, self._telemetry, self._figures, clock, lambda: self._domains
+        )
         self._hit_status = cache_status(self._name, hit=True)
         # A hit from the node's shared tier (RFC 9211 §2.8: detail is the cache's own text).
         self._disk_hit_status = cache_status(self._name, hit=True, detail="disk")
@@ -214,8 +218,8 @@ class Edge:
         # same parts: proxy/edge/h2/stream.py, decision 0036), for a stored response without
         # Vary or no-cache (those have no hit lines), while it is fresh
         # (StoredResponse.fresh_age): the answer the full rules below would give, written from
-        # its precomputed lines plus Age (respond.Hit).
-        # Anything else takes the full path. Measured in benchmarks/README.md.
+        # its precomputed lines plus Age (respond.Hit); from the memory tier, else the shared
+        # tier (edge/disk_hits.py). Anything else takes the full path (benchmarks/README.md).
         if (
             ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
             and plain_get(head.method, headers, has_body=request.body_exists)
@@ -231,14 +235,12 @@ class Edge:
                 age = entry.fresh_age(now)
                 if age is not None:
                     self._telemetry.request_at(config.name, HIT, now)
-                    age_line = b"Age: %d\r\n\r\n" % age
-                    parts = (*entry.hit_lines, age_line, entry.body)
-                    figures = self._figures.get(config.name)  # counted once written
-                    if figures is None:
-                        figures = self._figures[config.name] = self._responses.of(
-                            config.name
-                        ).counts
-                    return respond.Hit(parts, figures, started)
+                    parts = (*entry.hit_lines, b"Age: %d\r\n\r\n" % age, entry.body)
+                    return respond.Hit(parts, self._figures[config.name], started)
+            elif entry is None and self._disk_fast is not None and raw[:1] == "/":
+                hit = await self._disk_fast.hit(config, raw, head.path, started)
+                if hit is not None:
+                    return hit
         REQUEST_STARTED.set(perf_counter())  # the access log's time (proxy/edge/origin.py)
         target = request_target(request.raw_path, config.name)
         if target is None:
@@ -316,8 +318,8 @@ class Edge:
             if rules is None:
                 status = self._hit_status if found.tier is None else self._disk_hit_status
                 return self._from_stored(request, decision.response, now, status)
-            if found.tier is not None:  # the rules' detail, and the tier that answered
-                detail = f"{detail} {found.tier}" if detail else found.tier
+            if found.tier is not None:  # the tier that answered, then the rules' detail
+                detail = f"{found.tier}; {detail}" if detail else found.tier
             status = cache_status(self._name, hit=True, detail=detail)
             return self._from_stored(request, decision.response, now, status, rules=rules)
         if only_if_cached(request.headers):

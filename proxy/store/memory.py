@@ -133,6 +133,11 @@ class MemoryStore:
         self._visited[self._slots[key]] = 1
         return stored if type(stored) is StoredResponse else None
 
+    def holds(self, domain: str, target: str) -> bool:
+        """Whether anything is stored for the URL (a purge may cover it yet), changing
+        nothing: the shared tier answers the fast path only when not (tiered.py)."""
+        return f"{domain} {self._generations.get(domain, 0)} {target}" in self._index
+
     def inspect(self, domain: str, target: str) -> Held:
         """What ``lookup`` would find for the URL, changing nothing: no recency, no purge
         mark, no counter (the trace, core/cache/trace.py). Variants an outstanding lazy

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
@@ -50,13 +50,23 @@ from proxy.core.cache.trace import Held
 from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
-from proxy.store.shared import Fill, SharedEntry, SharedStats, SharedTier
+from proxy.store.shared import Fill, SharedEntry, SharedHit, SharedStats, SharedTier
 from proxy.store.shared.bodies import Verified
 from proxy.store.shared.fill import AsyncFill
 from proxy.store.shared.large import BodyFile, FileBacked
 from proxy.store.shared.markers import Markers
 
 log = logging.getLogger("proxy.store")
+
+# A shared hit as the memory tier keeps it: (domain, key target, response) -> its copy, with
+# the hit lines of a memory hit under the current config (the edge's Via and Cache-Status:
+# a record keeps the lines of its fill) and without the pairs beside them (``lean``).
+Relabel = Callable[[str, str, StoredResponse], StoredResponse]
+
+
+def _as_stored(domain: str, target: str, response: StoredResponse) -> StoredResponse:
+    return response.lean()
+
 
 TOKENS_MAX = 8192  # lookups whose shared purge number is remembered for their put
 MEMORY_SHARE = 8  # with a shared tier, the memory tier holds objects up to max_bytes / 8
@@ -82,6 +92,9 @@ class TieredStore:
         self.markers = Markers(tier.directory)
         self.collapsed = 0  # misses answered by another worker's fill
         self.verified = Verified()  # body files checked whole: sent by sendfile (0039)
+        # How a shared hit is kept in the memory tier: the edge gives its own (``Relabel``);
+        # without one, as the record has it, the pairs dropped.
+        self.relabel: Relabel = _as_stored
 
     # -- reading and storing ---------------------------------------------------------------------
 
@@ -118,10 +131,32 @@ class TieredStore:
         if not variants:
             return found
         for response in reversed(variants):  # oldest first: the newest ends first in memory
-            if response.size <= self.memory_object_max:
-                await self.memory.put(found.key, response.lean())
+            await self._keep(found.key, response)
         self.hits["disk"] += 1
         return Lookup(found.key, variants, tier="disk")
+
+    def peek_shared(self, domain: str, target: str) -> SharedHit | None:
+        """The edge's fast path when ``peek`` found nothing: the shared tier's one variant of
+        a URL the memory tier holds nothing for (``SharedTier.peek``: judged against the
+        purges as ``lookup`` judges), or None and ``lookup`` answers. The caller keeps it in
+        the memory tier (``keep``) and counts it as a disk hit once it serves it."""
+        if self.memory.holds(domain, target):  # several variants, say: lookup's to choose
+            return None
+        return self.tier.peek(domain, target)
+
+    async def keep(self, domain: str, target: str, hit: SharedHit) -> None:
+        """A hit ``peek_shared`` found, copied into the memory tier as ``lookup`` copies one,
+        when it fits its share: the next hit on it is a memory hit."""
+        response = hit.response()
+        if response is not None and response.size <= self.memory_object_max:
+            found = await self.memory.lookup(domain, target)
+            if not found.variants:
+                await self.memory.put(found.key, self.relabel(domain, target, response))
+
+    async def _keep(self, key: CacheKey, response: StoredResponse) -> None:
+        """A shared hit copied into the memory tier, when it fits its share."""
+        if response.size <= self.memory_object_max:
+            await self.memory.put(key, self.relabel(key[0], key[2], response))
 
     async def _whole(self, entry: SharedEntry) -> StoredResponse | None:
         """The entry's response with its body; a body in a file is read (and checked) in a

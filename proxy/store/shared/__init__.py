@@ -8,6 +8,7 @@
 from proxy.store.shared.evict import Admission, Evictor, OldestFirst
 from proxy.store.shared.fill import AsyncFill, Fill
 from proxy.store.shared.health import TierStatus
+from proxy.store.shared.records import SharedHit
 from proxy.store.shared.s3fifo import S3FifoEvictor
 from proxy.store.shared.tier import (
     SharedEntry,
@@ -24,6 +25,7 @@ __all__ = [
     "OldestFirst",
     "S3FifoEvictor",
     "SharedEntry",
+    "SharedHit",
     "SharedLookup",
     "SharedStats",
     "SharedTier",

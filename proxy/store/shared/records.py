@@ -2,14 +2,18 @@
 
 An **entry record** (the ``entries`` database, one per stored variant)::
 
-    header  "<4sBIQQQII": magic (b"CDN" and the marshal format's version), flags, meta
+    header  "<4sBIQQQII": magic (b"CDO" and the marshal format's version), flags, meta
             length, body length, mark, sequence, CRC32 of meta + inline body, CRC32 of the
             body file's chunk table (0 inline)
     meta    a marshalled tuple of ``StoredResponse.parts``: status, reason, birth, freshness
             lifetime, key size, the hit lines (``entry.hit_lines``: the fields as the fast
-            path writes them), the rarely set fields and the fields as pairs (both: a hit
-            from disk answered by the slow path reads the pairs, its memory copy the lines)
+            path writes them), then the rarely set fields and the fields as pairs (both: a hit
+            from disk answered by the slow path reads the pairs, its memory copy the lines),
+            marshalled apart, as bytes: the fast path's hit (``unpack_hit``) reads the hit
+            lines and the freshness only, and decodes the rest when it needs it (``rare``)
     body    inline bodies only (FLAG_FILE unset)
+
+Records of the previous format (magic b"CDN": the rest marshalled in place) are still read.
 
 The metadata is marshalled, not JSON: a hit decodes it, and ``marshal.loads`` of it costs a
 sixth of ``json.loads`` and gives the tuples ``StoredResponse`` keeps, with no conversion
@@ -32,11 +36,13 @@ import json
 import marshal
 import struct
 import zlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from proxy.core.cache.entry import StoredResponse
+from proxy.core.http.fields import Lines
 
-MAGIC = b"CDN" + bytes([marshal.version])  # "CDM": the fields as pairs, no hit lines
+MAGIC = b"CDO" + bytes([marshal.version])  # "CDM": the fields as pairs, no hit lines
+MAGIC_EAGER = b"CDN" + MAGIC[3:]  # the rest marshalled in place, not as bytes: still read
 HEADER = struct.Struct("<4sBIQQQII")
 FLAG_FILE = 1  # the body is in a file of bodies/, named by the sequence number
 NUMBER = struct.Struct("<Q")
@@ -77,7 +83,7 @@ class EntryHeader(NamedTuple):  # a tuple: built on every hit, so built cheaply
 def _meta(response: StoredResponse) -> bytes:
     status, reason, birth, lifetime, key_size, lines, rare = response.parts()
     rare = (*rare[:-1], tuple((str(name), value) for name, value in rare[-1]))  # plain str
-    return marshal.dumps((status, reason, birth, lifetime, key_size, lines, rare))
+    return marshal.dumps((status, reason, birth, lifetime, key_size, lines, marshal.dumps(rare)))
 
 
 def pack_entry(
@@ -102,36 +108,102 @@ def read_header(record: bytes | memoryview) -> EntryHeader:
     if len(record) < HEADER.size:
         raise Corrupt("short record")
     magic, flags, _, length, mark, sequence, _, table_crc = HEADER.unpack_from(record)
-    if magic != MAGIC:
+    if magic != MAGIC and magic != MAGIC_EAGER:
         raise Corrupt("bad magic")
     return EntryHeader(flags, length, mark, sequence, table_crc)
+
+
+class SharedHit(NamedTuple):
+    """A URL's one variant as ``peek`` found it for the fast path: what a fresh hit writes,
+    and the rest of its record, made a response only when needed (``response``). A tuple,
+    and no response built: made on every hit from the shared tier."""
+
+    hit_lines: Lines  # the fill's (``StoredResponse.hit_lines``), maybe empty
+    body: bytes
+    birth: float
+    freshness_lifetime: float
+    mark: int
+    parts: Any  # the record's metadata: ``StoredResponse.parts``, as marshalled
+
+    def fresh_age(self, now: float) -> float | None:
+        """``StoredResponse.fresh_age``, the same rule on the same two numbers (RFC 9111
+        §4.2; tests/store/shared/test_peek.py holds them equal)."""
+        age = now - self.birth
+        if age < 0.0:
+            age = 0.0
+        return age if age < self.freshness_lifetime else None
+
+    def response(self) -> StoredResponse | None:
+        """The response, with its mark, as ``lookup`` would give it; None when the rest of
+        its metadata does not decode (never seen: it is CRC-checked and written here), and
+        ``lookup`` finds it corrupt."""
+        status, reason, birth, lifetime, key_size, lines, rare = self.parts
+        try:
+            rare = rare_of(rare)
+        except Corrupt:
+            return None
+        response = StoredResponse.from_parts(
+            status, reason, self.body, birth, lifetime, key_size, lines, rare
+        )
+        response.set_mark(self.mark)
+        return response
 
 
 def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredResponse]:
     """The record's header and response (its body inline, or empty when in a file); Corrupt
     when it does not check out."""
-    if len(record) < HEADER.size:
+    flags, length, sequence, table_crc, hit = unpack_hit(record)
+    response = hit.response()
+    if response is None:
+        raise Corrupt("meta: the rarely set fields")
+    return EntryHeader(flags, length, hit.mark, sequence, table_crc), response
+
+
+_HEAD = HEADER.size
+_new_tuple = tuple.__new__
+_unpack_header = HEADER.unpack_from  # bound once: unpack_hit runs on every hit from disk
+_crc32 = zlib.crc32
+
+
+def unpack_hit(record: bytes | memoryview) -> tuple[int, int, int, int, SharedHit]:
+    """The record's flags, body length, sequence and chunk table CRC, and its hit (its body
+    inline, or empty when in a file), with no response built: the fast path's read
+    (``SharedTier.peek``), which ``unpack_entry`` completes. Corrupt when its magic, lengths
+    or CRC do not check out."""
+    if len(record) < _HEAD:
         raise Corrupt("short record")
-    magic, flags, meta_length, length, mark, sequence, crc, table_crc = HEADER.unpack_from(record)
-    end = HEADER.size + meta_length
-    if magic != MAGIC:
+    magic, flags, meta_length, length, mark, sequence, crc, table_crc = _unpack_header(record)
+    end = _HEAD + meta_length
+    if magic != MAGIC and magic != MAGIC_EAGER:
         raise Corrupt("bad magic")
     if len(record) != end + (0 if flags & FLAG_FILE else length):
         raise Corrupt("lengths do not add up")
     view = memoryview(record)
-    if zlib.crc32(view[HEADER.size :]) != crc:
+    if _crc32(view[_HEAD:]) != crc:
         raise Corrupt("checksum")
     try:
-        status, reason, birth, lifetime, key_size, lines, rare = marshal.loads(  # noqa: S302
-            view[HEADER.size : end]  # CRC-checked, and written here
-        )
+        parts = marshal.loads(view[_HEAD:end])  # noqa: S302 (CRC-checked, written here)
     except (ValueError, TypeError, EOFError) as error:  # another Python's format
         raise Corrupt(f"meta: {error}") from None
-    body = bytes(view[end:])
-    response = StoredResponse.from_parts(
-        status, reason, body, birth, lifetime, key_size, lines, rare
-    )
-    return EntryHeader(flags, length, mark, sequence, table_crc), response
+    if type(parts) is not tuple or len(parts) != 7:
+        raise Corrupt("meta: not an entry's parts")
+    # tuple.__new__, not SharedHit(...), whose __new__ is Python: 2,700 instructions a hit.
+    fields = (parts[5], bytes(view[end:]), parts[2], parts[3], mark, parts)
+    return flags, length, sequence, table_crc, _new_tuple(SharedHit, fields)
+
+
+def rare_of(field: Any) -> Any:
+    """The rarely set fields and the pairs of a record's metadata: marshalled apart (bytes),
+    or in place in a record of the previous format. Corrupt when they do not decode."""
+    if type(field) is not bytes:
+        return field
+    try:
+        rare = marshal.loads(field)  # noqa: S302 (inside a CRC-checked record written here)
+    except (ValueError, TypeError, EOFError) as error:
+        raise Corrupt(f"meta: {error}") from None
+    if type(rare) is not tuple:
+        raise Corrupt("meta: not the rarely set fields")
+    return rare
 
 
 def pack_number(number: int, rest: bytes) -> bytes:

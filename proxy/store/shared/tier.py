@@ -55,9 +55,11 @@ from proxy.store.shared.purge_state import (
 )
 from proxy.store.shared.records import (
     Corrupt,
+    SharedHit,
     body_name,
     entry_prefix,
     unpack_entry,
+    unpack_hit,
 )
 from proxy.store.shared.s3fifo import S3FifoEvictor
 
@@ -233,11 +235,7 @@ class SharedTier:
         judged against the domain's purges; none on a fault, when stuck, or when none is."""
         try:
             state = self.purges.current(domain)
-            now = time.monotonic()
-            if now >= self._next_check:  # a directory deleted under readers that never write
-                self._next_check = now + 1.0
-                self.check_directory()
-            if self.health.stuck:
+            if not self._serving():
                 return SharedLookup(state.number, ())
             found = self._read_variants(entry_prefix(domain, target))
         except (lmdb.Error, OSError) as error:
@@ -268,6 +266,63 @@ class SharedTier:
             self.evictor.hit(entry.sequence)  # no write: a counter in a shared map (s3fifo.py)
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
+
+    def peek(self, domain: str, target: str) -> SharedHit | None:
+        """``lookup``'s common case, for the edge's fast path (``TieredStore.peek_shared``):
+        the URL's one variant when its body is inline and no purge covers it, else None,
+        and ``lookup`` answers (none stored, several variants, a body in a file, covered by
+        a soft purge, a fault, stuck). Judged as ``lookup`` judges, against the same state:
+        a variant a hard purge covers is never returned, and is removed by the next write."""
+        try:
+            state = self.purges.current(domain)
+            if not self._serving():
+                return None
+            prefix = entry_prefix(domain, target)
+            txn = self._env.begin(db=self.db_entries, buffers=True)
+            try:  # not ``with``: an abort is all a read needs, 1,300 instructions cheaper
+                cursor = txn.cursor()
+                if not cursor.set_key(prefix):
+                    return None
+                flags, _, sequence, _, hit = unpack_hit(cursor.value())
+                if cursor.next() and cursor.key()[: len(prefix)] == prefix:
+                    return None  # several variants (Vary): lookup's, to choose among them
+            except Corrupt as error:
+                self.health.corrupted(f"{prefix!r}: {error}")
+                self._doom(prefix, -1)
+                return None
+            finally:
+                txn.abort()
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("lookup", error)
+            return None
+        if flags:  # a body in a file
+            return None
+        # Judged as lookup judges, every time. Its tags are read only for an entry older than
+        # an outstanding purge of the domain (``judge`` reads them only then), which costs a
+        # response built; anything that covers it (a soft purge, a distrust) is lookup's.
+        mark = hit.mark
+        tags: tuple[str, ...] = ()
+        if state.cleared <= mark < state.top:
+            response = hit.response()
+            if response is None:
+                return None
+            tags = response.tags
+        covered = judge(state, mark, target, tags)
+        if covered is not None:
+            if covered is HARD:
+                self._doom(prefix, sequence)
+            return None
+        self.evictor.hit(sequence)  # S3-FIFO's counter, as lookup raises it (no write)
+        return hit
+
+    def _serving(self) -> bool:
+        """Whether the tier may serve a read: not stuck (its directory is checked once a
+        second, for readers that never write)."""
+        now = time.monotonic()
+        if now >= self._next_check:  # a directory deleted under readers that never write
+            self._next_check = now + 1.0
+            self.check_directory()
+        return not self.health.stuck
 
     def _read_variants(self, prefix: bytes) -> list[SharedEntry]:
         found: list[SharedEntry] = []
