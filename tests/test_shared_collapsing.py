@@ -114,3 +114,35 @@ async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_th
     others = {(status, cs) for _, (status, cs, body) in answers if body != "answered"}
     assert others <= {(504, "cdn-proxy; fwd=uri-miss")}, answers
     assert origin.count("/hang") == 2  # the leader's request, and the other worker's one
+
+
+async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_timeout(
+    tmp_path: Path, origin: Origin, started: list[Node]
+) -> None:
+    """Issue 23 §2: the in-process rule (follow a slow leader while its body makes progress)
+    holds across workers. The body takes three lock timeouts to come, piece by piece: the
+    other worker's requests wait for it (the leader's marker is renewed as it moves), and the
+    origin is asked once."""
+    pieces, piece = 20, b"0123456789abcdef" * 3200  # 51,200 bytes each
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "max-age=600"})
+        response.content_length = pieces * len(piece)
+        await response.prepare(request)
+        for _ in range(pieces):
+            await asyncio.sleep(3 * LOCK_TIMEOUT / pieces)  # the origin's pace
+            await response.write(piece)
+        return response
+
+    origin.route("/trickle", trickle)
+    node = await Node.start(config(tmp_path, origin, lock_timeout=LOCK_TIMEOUT))
+    started.append(node)
+    began = time.monotonic()
+    answers = await asyncio.gather(*(get_fresh(node, "/trickle") for _ in range(CLIENTS)))
+    assert time.monotonic() - began >= 3 * LOCK_TIMEOUT  # the body did outlast the timeout
+    assert origin.count("/trickle") == 1, [cs for _, cs, _ in answers]
+    expected = (piece * pieces).decode()
+    assert all((status, body) == (200, expected) for status, _, body in answers)
+    statuses = [cache_status for _, cache_status, _ in answers]
+    assert not any("lock-timeout" in cs for cs in statuses), statuses
+    assert 'cdn-proxy; fwd=uri-miss; collapsed; detail="disk"' in statuses, statuses

@@ -21,6 +21,7 @@ flight that started before it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from proxy.core.cache.collapsing import give_up_at
 from proxy.core.cache.entry import CacheKey, StoredResponse
@@ -30,7 +31,7 @@ FlightResult = StoredResponse | OriginError | None
 
 
 class Flight:
-    __slots__ = ("_future", "_loop", "progressed", "started", "waiters")
+    __slots__ = ("_future", "_loop", "on_progress", "progressed", "started", "waiters")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -40,10 +41,14 @@ class Flight:
         self.started = self._loop.time()
         self.progressed: float | None = None
         self.waiters = 0  # requests waiting on the leader; for metrics and tests
+        # Told of each progress (the node's fill marker: edge/node_fills.py's Renewal).
+        self.on_progress: Callable[[float], None] | None = None
 
     def progress(self) -> None:
         """The leader's response moved: its headers arrived, or more of its body did."""
-        self.progressed = self._loop.time()
+        self.progressed = now = self._loop.time()
+        if self.on_progress is not None:
+            self.on_progress(now)
 
     def finish(self, result: FlightResult) -> None:
         if not self._future.done():

@@ -60,7 +60,7 @@ from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
 from proxy.edge.messages import Messages
-from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, wait_for_worker
+from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
@@ -102,7 +102,7 @@ class Edge:
         local = getattr(store, "local", store)
         self._tiered = local if isinstance(local, TieredStore) else None
         self._lock_timeout = cache.lock_timeout
-        self._marked: dict[CacheKey, str] = {}
+        self._marked: dict[CacheKey, Renewal] = {}
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._peek = store.peek
         self._figures = FastCounts(self._telemetry.responses)  # each domain's, for fast hits
@@ -418,7 +418,6 @@ class Edge:
                 coding=coding,
                 obey=obey,
                 clock=self._clock,
-                wait_max=self._lock_timeout,
             )
             if waited.response is not None:
                 tiered.collapsed += 1
@@ -432,7 +431,9 @@ class Edge:
             if waited.timed_out:
                 job = replace(job, note=LOCK_TIMEOUT_DETAIL)
             return await self._fill(job)  # by itself, unmarked
-        self._marked[job.key] = claimed
+        self._marked[job.key] = Renewal(
+            tiered.markers, job.key, claimed, self._lock_timeout, job.flight
+        )
         return await self._fill(job)
 
     def _revalidate_later(
@@ -470,8 +471,8 @@ class Edge:
         if flight is not None:
             self.flights.land(key, flight, result)
         marked = self._marked.pop(key, None)
-        if marked is not None and self._tiered is not None:  # after the fill's commit, if any
-            self._tiered.markers.release(key[0], key[2], marked)
+        if marked is not None:  # after the fill's commit, if any
+            marked.release()
 
     # -- the tunnelled path ----------------------------------------------------------------------
 

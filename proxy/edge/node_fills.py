@@ -9,9 +9,12 @@ sleeps between them). The wait ends:
 - with the entry, once a lookup finds a response it may serve (served: a collapsed request);
 - with nothing, once the other worker's marker is gone without one (its response was not
   storable, or its fetch failed): this worker fetches by itself;
-- with nothing and ``timed_out``, once ``[cache] lock_timeout`` has passed (for this
-  worker, or for the marker, written with that lifetime, or its worker died): this worker
-  fetches by itself and says so in Cache-Status (``detail="lock-timeout"``).
+- with nothing and ``timed_out``, once the marker is stale: ``[cache] lock_timeout`` has
+  passed since the leader's latest progress (``Renewal`` moves the marker's deadline as the
+  leader's flight moves: its headers, each piece of its body), or its worker died. This
+  worker then fetches by itself and says so in Cache-Status (``detail="lock-timeout"``).
+  A slow leader whose body keeps coming is followed to its end, across workers as within
+  one (edge/flights.py); one that stalls is given up after ``lock_timeout``.
 
 The requests of this worker that wait on its flight follow it through all of this.
 """
@@ -24,8 +27,9 @@ from typing import NamedTuple
 
 from multidict import CIMultiDictProxy
 
-from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.policy import Serve, decide_lookup
+from proxy.edge.flights import Flight
 from proxy.store.base import Store
 from proxy.store.shared.markers import GONE, STALE, Markers
 
@@ -49,14 +53,12 @@ async def wait_for_worker(
     coding: str,
     obey: bool,
     clock: Callable[[], float],
-    wait_max: float,
 ) -> Waited:
-    """Wait for the fill another worker leads for ``target`` (the cache target)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_max
+    """Wait for the fill another worker leads for ``target`` (the cache target), while its
+    marker is live."""
     pause = FIRST_PAUSE
     while True:
-        await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+        await asyncio.sleep(pause)
         pause = min(pause * 2, LAST_PAUSE)
         # The marker first: a fill commits its entry before it removes its marker, so a
         # lookup after a marker seen gone finds the entry when there is one.
@@ -67,5 +69,36 @@ async def wait_for_worker(
             return Waited(decision.response, False)
         if marker == GONE:  # removed without an entry: not storable, or failed
             return Waited(None, False)
-        if marker == STALE or loop.time() >= deadline:  # the marker outlived its lock timeout
+        if marker == STALE:  # lock_timeout passed without progress, or the leader died
             return Waited(None, True)
+
+
+class Renewal:
+    """The marker of a fill this worker leads, kept live while the fill moves: at each
+    progress of its flight, at most every quarter of ``lifetime``, its deadline is moved to
+    ``lifetime`` from then. ``release`` removes it when the flight lands."""
+
+    def __init__(
+        self,
+        markers: Markers,
+        key: CacheKey,
+        text: str,
+        lifetime: float,
+        flight: Flight | None,
+    ) -> None:
+        self._markers, self._domain, self._target = markers, key[0], key[2]
+        self.text, self._lifetime = text, lifetime
+        self._due = asyncio.get_running_loop().time() + lifetime / 4
+        if flight is not None and text:  # "": led unmarked (a fault), nothing to renew
+            flight.on_progress = self._progressed
+
+    def _progressed(self, now: float) -> None:
+        if now < self._due:
+            return
+        self._due = now + self._lifetime / 4
+        renewed = self._markers.renew(self._domain, self._target, self.text, self._lifetime)
+        if renewed is not None:
+            self.text = renewed
+
+    def release(self) -> None:
+        self._markers.release(self._domain, self._target, self.text)

@@ -4,8 +4,11 @@ A worker that leads the fill of a key in its process also claims the key for the
 creates ``fills/<hash of domain and target>`` in the shared tier's directory with
 ``link`` (atomic across processes), holding "<pid> <deadline>". Another worker that
 misses the same key finds the marker live and waits for the entry to appear in the shared
-tier (like nginx's ``proxy_cache_lock``), for at most ``[cache] lock_timeout``. The leader
-removes its marker when its fill ends: committed, not storable, or failed.
+tier (like nginx's ``proxy_cache_lock``) while the marker is live. The marker lives for
+``[cache] lock_timeout`` past the leader's latest progress (``renew``: the headers came, more
+of the body did), so a slow fill that moves is followed to its end and one that stalls is
+given up. The leader removes its marker when its fill ends: committed, not storable, or
+failed.
 
 A marker is ignored once its deadline has passed or its pid is gone (a worker killed in the
 middle of a fill), and the next claim replaces it. The directory is locked to one node
@@ -97,6 +100,26 @@ class Markers:
             return STALE  # unreadable: never waited on
         live = pid != self._pid and deadline > self._clock() and _alive(pid)
         return LIVE if live else STALE
+
+    def renew(self, domain: str, target: str, text: str, lifetime: float) -> str | None:
+        """Move the deadline of this process's marker ``text`` to ``lifetime`` seconds from
+        now (its fill made progress): the new text, or None when the marker is no longer
+        ``text`` (replaced as stale) or cannot be written (a fault)."""
+        if not text:
+            return None
+        path = self._path(domain, target)
+        renewed = f"{self._pid} {self._clock() + lifetime:.3f}"
+        spare = path.with_name(f".{path.name}.{self._pid}")
+        try:
+            if path.read_text() != text:
+                return None
+            spare.write_text(renewed)
+            os.replace(spare, path)  # whole, in one step: a reader sees the old or the new
+        except OSError:
+            with contextlib.suppress(OSError):
+                spare.unlink()
+            return None
+        return renewed
 
     def release(self, domain: str, target: str, text: str) -> None:
         """Remove the marker if it is still the one ``claim`` wrote."""

@@ -75,3 +75,21 @@ def test_a_directory_that_cannot_hold_markers_lets_every_claim_lead(tmp_path: Pa
     assert markers.claim("example.com", "/a", 5) == ""
     assert markers.state("example.com", "/a") == GONE
     markers.release("example.com", "/a", "")
+
+
+def test_renew_moves_only_this_processs_own_marker(tmp_path: Path) -> None:
+    now = [1_000.0]
+    markers = Markers(tmp_path, clock=lambda: now[0])
+    text = markers.claim("example.com", "/a", 5.0)
+    assert text == f"{os.getpid()} 1005.000"
+    now[0] = 1_003.0
+    renewed = markers.renew("example.com", "/a", text, 5.0)
+    assert renewed == f"{os.getpid()} 1008.000"
+    marker = markers.directory / next(p.name for p in markers.directory.iterdir())
+    assert marker.read_text() == renewed
+    assert markers.renew("example.com", "/a", text, 5.0) is None  # no longer the old text
+    assert [p.name for p in markers.directory.iterdir()] == [marker.name]  # no spare left
+    markers.release("example.com", "/a", renewed)
+    assert list(markers.directory.iterdir()) == []
+    assert markers.renew("example.com", "/a", renewed, 5.0) is None  # released: gone
+    assert markers.renew("example.com", "/a", "", 5.0) is None  # led unmarked
