@@ -153,6 +153,9 @@ class SharedTier:
         try:
             path.mkdir(parents=True, exist_ok=True)
             lock = NodeLock.acquire(path)
+        except (FileExistsError, NotADirectoryError):  # a file where the directory goes
+            blocking = next(p for p in (path, *path.parents) if p.exists())
+            raise DiskTierError(f"cache directory {path}: {blocking} is not a directory") from None
         except OSError as error:
             raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
         try:

@@ -205,10 +205,14 @@ def test_a_directory_made_read_only_while_running(public_tmp: Path) -> None:
     assert result["status"]["dropped_fills"] == 1
 
 
-def test_a_directory_that_cannot_be_opened_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("under", ["file", "file/cache"])
+def test_a_directory_that_cannot_be_opened_is_a_clear_error(tmp_path: Path, under: str) -> None:
     (tmp_path / "file").write_text("not a directory")
-    with pytest.raises(DiskTierError, match=f"cache directory {tmp_path / 'file'}"):
-        SharedTier.open_node(tmp_path / "file", max_bytes=1 << 20)
+    with pytest.raises(DiskTierError) as raised:
+        SharedTier.open_node(tmp_path / under, max_bytes=1 << 20)
+    assert str(raised.value) == (
+        f"cache directory {tmp_path / under}: {tmp_path / 'file'} is not a directory"
+    )
 
 
 # -- a full disk --------------------------------------------------------------------------------
