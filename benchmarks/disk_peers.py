@@ -114,6 +114,7 @@ def start_ours(
     disk_bytes: int,
     max_object: int,
     workers: int = 1,
+    sendfile: bool = False,
 ) -> Started:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "proxy.toml"
@@ -122,8 +123,9 @@ def start_ours(
         + (f"workers = {workers}\n" if workers > 1 else "")
         + '\n[api]\nlisten = "127.0.0.1:0"\n\n'
         f"[cache]\nmax_bytes = {memory_bytes}\nmax_object_bytes = {max_object}\n"
-        f'disk_path = "cache"\ndisk_max_bytes = {disk_bytes}\n\n'
-        '[state]\npath = "state.db"\n\n'
+        f'disk_path = "cache"\ndisk_max_bytes = {disk_bytes}\n'
+        + ("sendfile = true\n" if sendfile else "")
+        + '\n[state]\npath = "state.db"\n\n'
         f'[[domains]]\nname = "{HOST}"\norigin = "http://127.0.0.1:{origin_port}"\n'
     )
     argv = [PYTHON, "-m", "proxy", "serve", "--config", str(config)]

@@ -71,7 +71,7 @@ def hit_tier(system: Started, reply: load.Reply) -> str:
     if system.name.startswith("cdn-proxy"):
         status = reply.headers.get("cache-status", "")
         from_disk = 'detail="disk"' in status
-        if "; hit" not in status or from_disk != (system.name == "cdn-proxy"):
+        if "; hit" not in status or from_disk == (system.name == "cdn-proxy memory tier"):
             raise ValueError(f"{system.name} answered Cache-Status: {status!r}")
         return status
     cache = reply.headers.get("x-cache", "")
@@ -90,16 +90,20 @@ async def check_hit(system: Started, path: str, size: int) -> str:
 def start_all(home: Path, origin_port: int, cpu: str, size: int, memory_row: bool) -> list[Started]:
     started: list[Started] = []
     try:
-        started.append(
-            start_ours(
-                home / "cdn-proxy",
-                origin_port,
-                cpu,
-                memory_bytes=max(64 << 10, size * MEMORY_SHARE),
-                disk_bytes=DISK_BYTES,
-                max_object=16 << 20,
+        for sendfile in (False, True):
+            started.append(
+                start_ours(
+                    home / ("cdn-proxy-sendfile" if sendfile else "cdn-proxy"),
+                    origin_port,
+                    cpu,
+                    memory_bytes=max(64 << 10, size * MEMORY_SHARE),
+                    disk_bytes=DISK_BYTES,
+                    max_object=16 << 20,
+                    sendfile=sendfile,
+                )
             )
-        )
+            started[-1].name = "cdn-proxy sendfile on" if sendfile else "cdn-proxy"
+
         if memory_row:
             # For comparison: the same object from the memory tier (big enough to keep it).
             memory = start_ours(

@@ -180,6 +180,9 @@ class CacheConfig:
     # How long a worker waits for another worker's fill of the same key before it fetches by
     # itself (issue 23 §2, like nginx's proxy_cache_lock_timeout). Needs the shared tier.
     lock_timeout: Annotated[float, check.seconds] = 5.0
+    # Hits of bodies stored in files, on plain HTTP/1.1, by sendfile (zero copy) instead of
+    # reads and writes: off by default, as nginx's `sendfile` (decision 0039 has the numbers).
+    sendfile: Annotated[bool, check.flag] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +363,7 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
     if cache.disk_path is None:
-        for key in ("disk_max_bytes", "lock_timeout"):
+        for key in ("disk_max_bytes", "lock_timeout", "sendfile"):
             if key in raw:
                 raise ConfigError(f"cache.{key}", "needs cache.disk_path (the shared tier)")
         if cache.max_object_bytes > cache.max_bytes:

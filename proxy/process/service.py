@@ -151,7 +151,7 @@ async def service_store(config: Config) -> AsyncIterator[MemoryStore | TieredSto
         if tier is None:
             yield memory
             return
-        yield await stack.enter_async_context(tiered_store(memory, tier))
+        yield await stack.enter_async_context(tiered_store(memory, tier, sendfile=cache.sendfile))
 
 
 async def open_node_tier(config: Config) -> SharedTier | None:
@@ -183,10 +183,12 @@ async def memory_store(
 
 
 @asynccontextmanager
-async def tiered_store(memory: MemoryStore, tier: SharedTier) -> AsyncIterator[TieredStore]:
+async def tiered_store(
+    memory: MemoryStore, tier: SharedTier, *, sendfile: bool = False
+) -> AsyncIterator[TieredStore]:
     """The memory store in front of an opened shared tier; the tier is closed (a clean close:
     its entries are trusted at the next start, decision 0030) once its fills are done."""
-    store = TieredStore(memory, tier)
+    store = TieredStore(memory, tier, sendfile=sendfile)
     try:
         yield store
     finally:

@@ -132,7 +132,7 @@ async def _local_store(
         instance=cache_instance,
         purge_max_bytes=cache.purge_state_max_bytes,
     )
-    return await stack.enter_async_context(tiered_store(memory, tier))
+    return await stack.enter_async_context(tiered_store(memory, tier, sendfile=cache.sendfile))
 
 
 async def _join(

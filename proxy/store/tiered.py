@@ -75,7 +75,12 @@ CHUNK = 1 << 16  # bytes per append of a shared fill
 
 class TieredStore:
     def __init__(
-        self, memory: MemoryStore, tier: SharedTier, *, memory_object_max: int | None = None
+        self,
+        memory: MemoryStore,
+        tier: SharedTier,
+        *,
+        memory_object_max: int | None = None,
+        sendfile: bool = False,
     ) -> None:
         self.memory = memory
         self.tier = tier
@@ -91,7 +96,7 @@ class TieredStore:
         # Fill-in-progress markers, for one origin request per key across workers (§2).
         self.markers = Markers(tier.directory)
         self.collapsed = 0  # misses answered by another worker's fill
-        self.verified = Verified()  # body files checked whole: sent by sendfile (0039)
+        self.verified = Verified(sendfile=sendfile)  # files checked whole: sent unchecked (0039)
         # How a shared hit is kept in the memory tier: the edge gives its own (``Relabel``);
         # without one, as the record has it, the pairs dropped.
         self.relabel: Relabel = _as_stored

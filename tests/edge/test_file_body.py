@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -32,9 +34,9 @@ def tier(tmp_path: Path) -> Iterator[SharedTier]:
     opened.close()
 
 
-async def stored(tier: SharedTier) -> FileBacked:
+async def stored(tier: SharedTier, *, sendfile: bool = False) -> FileBacked:
     """BODY streamed into the tier as a fill does (``TieredStore.stream``)."""
-    tiered = TieredStore(MemoryStore(max_bytes=1 << 20), tier)
+    tiered = TieredStore(MemoryStore(max_bytes=1 << 20), tier, sendfile=sendfile)
     found = await tiered.lookup("example.com", "/f")
     response = StoredResponse(
         status=200, reason="OK", headers=(), body=b"", birth=2e9, freshness_lifetime=600.0
@@ -82,8 +84,36 @@ def fresh_view(entry: FileBacked) -> BodyFile:
     return BodyFile(entry.file.entry, entry.file.tier, Verified())
 
 
-async def test_the_fills_own_process_sends_the_file_by_sendfile(tier: SharedTier) -> None:
-    entry = await stored(tier)
+@pytest.mark.parametrize("sendfile", [False, True])
+async def test_a_verified_file_goes_by_sendfile_only_with_cache_sendfile(
+    tier: SharedTier, monkeypatch: pytest.MonkeyPatch, sendfile: bool
+) -> None:
+    """[cache] sendfile: a file checked whole is sent by sendfile on plain HTTP/1.1, else
+    read and written (both without checking its chunks again). Each system call is counted
+    on its way to the real one."""
+    calls: Counter[str] = Counter()
+
+    def counted(name: str) -> Callable[..., int | bytes]:
+        real = getattr(os, name)
+
+        def call(*args: Any) -> int | bytes:
+            calls[name] += 1
+            result: int | bytes = real(*args)
+            return result
+
+        return call
+
+    for name in ("sendfile", "pread"):
+        monkeypatch.setattr(os, name, counted(name))
+    entry = await stored(tier, sendfile=sendfile)
+    assert stat_of(entry.file) in entry.file.verified
+    assert await get(entry.file) == BODY
+    assert await get(entry.file, (1_000_000, 2_500_001)) == BODY[1_000_000:2_500_001]
+    assert (calls["sendfile"] > 0, calls["pread"] > 0) == (sendfile, not sendfile), calls
+
+
+async def test_the_fills_own_process_sends_the_file_without_checking_it(tier: SharedTier) -> None:
+    entry = await stored(tier, sendfile=True)
     stat = stat_of(entry.file)
     assert stat in entry.file.verified  # the fill took the CRCs of what it wrote
     assert await get(entry.file) == BODY

@@ -141,16 +141,19 @@ def chunks(
 class Verified:
     """Body files this process has seen whole and matching their chunk table: written by its
     own fill (the CRCs were taken of the bytes written) or read through once, every chunk
-    checked. A hit of one of them may be sent by ``sendfile`` without reading it (decision
-    0039), as long as the file is still the one checked: the same inode, size and
-    modification time (``identity``), which an in-place write changes. Bounded: a body
-    forgotten is checked again on its next send."""
+    checked. A hit of one of them may be sent without checking its chunks again, by
+    ``sendfile`` or plain reads (decision 0039), as long as the file is still the one
+    checked: the same inode, size and modification time (``identity``), which an in-place
+    write changes. Bounded: a body forgotten is checked again on its next send."""
 
-    __slots__ = ("_seen", "limit")
+    __slots__ = ("_seen", "limit", "sendfile")
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(self, limit: int = 4096, *, sendfile: bool = False) -> None:
         self._seen: dict[tuple[int, int, int], None] = {}
         self.limit = limit
+        # How a verified body is sent on plain HTTP/1.1: sendfile, or reads and writes without
+        # checking its chunks again ([cache] sendfile).
+        self.sendfile = sendfile
 
     def add(self, stat: os.stat_result) -> None:
         seen = self._seen
