@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from aiohttp import hdrs, web
+from multidict import CIMultiDict
 
 from proxy.config.model import DomainConfig
 from proxy.core.cache.conditional import conditional_headers, merge_not_modified, not_modified
@@ -255,20 +256,7 @@ class Filler:
         known = origin.content_length is not None
         status = cache_status(self._name, fwd=job.fwd, stored=known, detail=job.detail())
         request, rules = job.request, job.rules
-        # The first client is streamed the origin's fields in full, as a fill answers (but
-        # a Range is answered with the whole 200: RFC 9110 §14.2 allows it); a HEAD, a
-        # revalidation in the background or a client that has it already is answered once
-        # it is stored.
-        headers = None
-        if (
-            request.method == "GET"
-            and not job.background
-            and not not_modified(entry, request.headers)
-        ):
-            if rules is not None and rules.browser_ttl is not None:
-                fields = browser_fields(fields, rules)
-            headers = respond.relayed_headers(fields, via=self._via, status=status)
-            headers[hdrs.AGE] = str(int(entry.age(response_time)))
+        headers = self._first_headers(job, entry, fields, status, response_time)
         flight = job.flight
         teed = await stream_fill.tee(
             request,
@@ -291,6 +279,27 @@ class Filler:
             return Filled(web.Response(status=origin.status), None)
         failed = cache_status(self._name, fwd=job.fwd, detail=job.detail("not-stored"))
         return Filled(self._from_stored(request, entry, response_time, failed, rules=rules), None)
+
+    def _first_headers(
+        self,
+        job: Fill,
+        entry: StoredResponse,
+        fields: Headers,
+        status: str,
+        response_time: float,
+    ) -> CIMultiDict[str] | None:
+        """The head a streamed fill's first client is sent with: the origin's fields in full,
+        as a fill answers (but a Range is answered with the whole 200: RFC 9110 §14.2 allows
+        it). None for a HEAD, a revalidation in the background or a client that has it
+        already: each is answered once it is stored."""
+        request, rules = job.request, job.rules
+        if request.method != "GET" or job.background or not_modified(entry, request.headers):
+            return None
+        if rules is not None and rules.browser_ttl is not None:
+            fields = browser_fields(fields, rules)
+        headers = respond.relayed_headers(fields, via=self._via, status=status)
+        headers[hdrs.AGE] = str(int(entry.age(response_time)))
+        return headers
 
     async def _compressed(
         self,
