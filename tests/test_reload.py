@@ -97,8 +97,11 @@ class KeptAlive:
             body = await self.reader.readexactly(int(headers.get("content-length", "0")))
         return int(lines[0].split()[1]), headers, body
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Closed and waited for: no transport is left for the collector to find later, in
+        another test."""
         self.writer.close()
+        await self.writer.wait_closed()
 
 
 async def reload(config: Path) -> tuple[int, str, str]:
@@ -145,7 +148,7 @@ async def test_sighup_adds_a_domain_while_a_hit_stays_a_hit_on_the_same_connecti
     assert origin.count("/page") == 1  # still the one fill from before the reload
     status, _, body = await connection.get("/new", "new.test")
     assert (status, body) == (200, b"new domain")
-    connection.close()
+    await connection.close()
     assert node.process.returncode is None
     log = (tmp_path / "node.log").read_text()
     assert "config reloaded" in log and "added new.test" in log
