@@ -18,7 +18,7 @@ import random
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +93,6 @@ def tier_log_lines(log: Path) -> list[str]:
     assert all(" proxy.store.shared" in line and "shared tier " in line for line in loud), loud
     assert not [line for line in lines if line.startswith("Traceback")], lines
     return [line for line in lines if "shared tier " in line]
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        await node.kill()
 
 
 async def start(nodes: list[Node], config: Path, log: Path, **options: Any) -> Node:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -88,14 +87,6 @@ def established(port: int) -> int:
     lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
     local = f"0100007F:{port:04X}"
     return sum(1 for line in lines if line.split()[1] == local and line.split()[3] == "01")
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        await node.kill()
 
 
 async def start(nodes: list[Node], config: Path) -> tuple[Node, int]:

@@ -5,7 +5,6 @@ Real processes: ``cdn-proxy serve`` against a real origin.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -20,14 +19,6 @@ pytestmark = pytest.mark.slow  # nodes of real processes, restarted
 HOST = {"Host": "example.com"}
 
 
-@pytest.fixture
-async def started() -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    yield nodes
-    for node in nodes:
-        await node.kill()
-
-
 async def get(node: Node, target: str) -> tuple[int, str]:
     connector = aiohttp.TCPConnector(force_close=True)
     async with (
@@ -39,7 +30,7 @@ async def get(node: Node, target: str) -> tuple[int, str]:
 
 
 async def test_a_disk_hit_under_rules_says_disk_then_the_rules(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     """README "The shared tier": a disk hit says ``detail="disk"``; "Caching rules": the
     detail names the rules (``detail="bypass-cookie; rules=wp"``). Quick start config with a
@@ -57,12 +48,12 @@ async def test_a_disk_hit_under_rules_says_disk_then_the_rules(
         extra='[[domains.rules]]\nname = "r"\nedge_ttl = "5m"',
     )
     node = await Node.start(config)
-    started.append(node)
+    nodes.append(node)
     assert await get(node, "/page") == (200, 'cdn-proxy; fwd=uri-miss; stored; detail="rules=r"')
     node.process.terminate()
     assert await node.process.wait() == 0
     node = await Node.start(config)
-    started.append(node)
+    nodes.append(node)
     assert await get(node, "/page") == (200, 'cdn-proxy; hit; detail="disk; rules=r"')
     assert origin.count("/page") == 1
 
@@ -74,7 +65,7 @@ def _closed_port() -> int:
 
 
 async def test_one_origin_down_is_not_retried_on_another_server(
-    tmp_path: Path, started: list[Node]
+    tmp_path: Path, nodes: list[Node]
 ) -> None:
     """The quick start with the demo origin stopped: one request logged ``example.com:
     origin unreachable (...) (http://127.0.0.1:9000); retrying on another origin server``
@@ -82,7 +73,7 @@ async def test_one_origin_down_is_not_retried_on_another_server(
     log = tmp_path / "node.log"
     config = write_config(tmp_path, f"http://127.0.0.1:{_closed_port()}")
     node = await Node.start(config, log=log)
-    started.append(node)
+    nodes.append(node)
     assert (await get(node, "/"))[0] == 502
     node.process.terminate()
     assert await node.process.wait() == 0

@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -25,16 +24,8 @@ pytestmark = pytest.mark.slow  # a node of two workers, and a second start of it
 HOST = {"Host": "example.com"}
 
 
-@pytest.fixture
-async def started() -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    yield nodes
-    for node in nodes:
-        await node.kill()
-
-
 async def test_a_second_start_of_a_running_node_leaves_it_working(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     async def page(request: web.Request) -> web.StreamResponse:
         return web.Response(text="cached", headers={"Cache-Control": "max-age=600"})
@@ -46,7 +37,7 @@ async def test_a_second_start_of_a_running_node_leaves_it_working(
     )
     assert status == 0, err
     node = await Node.start(config)
-    started.append(node)
+    nodes.append(node)
 
     # Before the fix the second process also hangs (its Valkey's socket is gone too), so it
     # runs in a session of its own, ended with everything it started whatever happens.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -37,16 +36,8 @@ def config(tmp_path: Path, origin: Origin, *, lock_timeout: float | None = None)
     return write_config(tmp_path, origin.url, workers=2, cache=cache, extra=extra)
 
 
-@pytest.fixture
-async def started() -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    yield nodes
-    for node in nodes:
-        await node.kill()
-
-
 async def test_concurrent_misses_on_two_workers_make_one_origin_request(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     async def slow(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(SLOW)  # the origin's pace, not a synchronisation
@@ -54,7 +45,7 @@ async def test_concurrent_misses_on_two_workers_make_one_origin_request(
 
     origin.route("/slow", slow)
     node = await Node.start(config(tmp_path, origin))
-    started.append(node)
+    nodes.append(node)
     answers = await asyncio.gather(*(get_fresh(node, "/slow") for _ in range(CLIENTS)))
     assert origin.count("/slow") == 1, answers
     assert {(status, body) for status, _, body in answers} == {(200, "the one body")}
@@ -71,7 +62,7 @@ async def test_concurrent_misses_on_two_workers_make_one_origin_request(
 
 
 async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_the_lock_timeout(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     asked = asyncio.Event()
     release = asyncio.Event()
@@ -84,7 +75,7 @@ async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_th
 
     origin.route("/hang", hangs_first)
     node = await Node.start(config(tmp_path, origin, lock_timeout=LOCK_TIMEOUT))
-    started.append(node)
+    nodes.append(node)
     leader = asyncio.ensure_future(get_fresh(node, "/hang"))
     await asyncio.wait_for(asked.wait(), 10)  # the leader's request is at the origin
 
@@ -117,7 +108,7 @@ async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_th
 
 
 async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_timeout(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     """Issue 23 §2: the in-process rule (follow a slow leader while its body makes progress)
     holds across workers. The body takes three lock timeouts to come, piece by piece: the
@@ -136,7 +127,7 @@ async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_t
 
     origin.route("/trickle", trickle)
     node = await Node.start(config(tmp_path, origin, lock_timeout=LOCK_TIMEOUT))
-    started.append(node)
+    nodes.append(node)
     began = time.monotonic()
     answers = await asyncio.gather(*(get_fresh(node, "/trickle") for _ in range(CLIENTS)))
     assert time.monotonic() - began >= 3 * LOCK_TIMEOUT  # the body did outlast the timeout

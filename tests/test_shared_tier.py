@@ -12,7 +12,6 @@ import asyncio
 import json
 import shutil
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -80,17 +79,9 @@ async def post(node: Node, secret: str, path: str, body: dict[str, Any]) -> int:
         return response.status
 
 
-@pytest.fixture
-async def started() -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    yield nodes
-    for node in nodes:
-        await node.kill()
-
-
-async def start(started: list[Node], config: Path) -> Node:
+async def start(nodes: list[Node], config: Path) -> Node:
     node = await Node.start(config)
-    started.append(node)
+    nodes.append(node)
     return node
 
 
@@ -101,11 +92,11 @@ async def stop(node: Node) -> None:
 
 
 async def test_two_workers_fill_each_object_once_and_both_serve_it(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     targets = [f"/o{i}" for i in range(20)]
     serve(origin, *targets)
-    node = await start(started, tiered_config(tmp_path, origin, workers=2))
+    node = await start(nodes, tiered_config(tmp_path, origin, workers=2))
     statuses = []
     for target in targets:
         for _ in range(FRESH_REQUESTS):
@@ -123,19 +114,19 @@ async def test_two_workers_fill_each_object_once_and_both_serve_it(
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("how", ["sigterm", "kill -9"])
 async def test_stored_objects_are_hits_after_a_restart(
-    tmp_path: Path, origin: Origin, started: list[Node], workers: int, how: str
+    tmp_path: Path, origin: Origin, nodes: list[Node], workers: int, how: str
 ) -> None:
     targets = [f"/r{i}" for i in range(10)]
     serve(origin, *targets)
     config = tiered_config(tmp_path, origin, workers=workers)
-    node = await start(started, config)
+    node = await start(nodes, config)
     for target in targets:
         assert (await get_fresh(node, target))[0] == 200
     if how == "sigterm":
         await stop(node)
     else:
         await node.kill()  # every process of the node, at once
-    node = await start(started, config)
+    node = await start(nodes, config)
     for target in targets:
         status, cache_status, body = await get_fresh(node, target)
         assert (status, cache_status, body) == (
@@ -155,14 +146,14 @@ async def test_stored_objects_are_hits_after_a_restart(
 
 
 async def test_a_disk_hit_is_then_served_from_memory_by_the_fast_path(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     serve(origin, "/hot")
     config = tiered_config(tmp_path, origin, workers=1)
-    node = await start(started, config)
+    node = await start(nodes, config)
     assert (await get_fresh(node, "/hot"))[0] == 200
     await stop(node)
-    node = await start(started, config)  # its memory tier empty, the shared tier warm
+    node = await start(nodes, config)  # its memory tier empty, the shared tier warm
     async with aiohttp.ClientSession() as client:  # one keep-alive connection: the fast path
         answers = []
         for _ in range(3):
@@ -195,19 +186,19 @@ PURGES: dict[str, tuple[str, dict[str, Any]]] = {
 @pytest.mark.parametrize("kind", sorted(PURGES))
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_purge_answered_200_holds_after_a_kill_right_behind_it(
-    tmp_path: Path, origin: Origin, started: list[Node], kind: str, workers: int
+    tmp_path: Path, origin: Origin, nodes: list[Node], kind: str, workers: int
 ) -> None:
     serve(origin, "/p/x", tag="t1")
     serve(origin, "/keep")
     config = tiered_config(tmp_path, origin, workers=workers)
     secret = await token(tmp_path)
-    node = await start(started, config)
+    node = await start(nodes, config)
     for target in ("/p/x", "/keep"):
         assert (await get_fresh(node, target))[0] == 200
     path, body = PURGES[kind]
     assert await post(node, secret, path, body) == 200
     await node.kill()  # at once: nothing written behind the 200 gets a chance
-    node = await start(started, config)
+    node = await start(nodes, config)
     status, cache_status, text = await get_fresh(node, "/p/x")
     assert (status, text) == (200, "body of /p/x")
     assert "hit" not in cache_status.split("; ")[1:], cache_status  # the origin was asked
@@ -218,9 +209,9 @@ async def test_a_purge_answered_200_holds_after_a_kill_right_behind_it(
 
 
 async def test_a_second_node_on_the_same_directory_exits_2_naming_it(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
-    first = await start(started, tiered_config(tmp_path, origin, workers=1))
+    first = await start(nodes, tiered_config(tmp_path, origin, workers=1))
     other = tmp_path / "other"
     other.mkdir()
     second = write_config(
@@ -242,10 +233,10 @@ async def test_a_second_node_on_the_same_directory_exits_2_naming_it(
 
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_deleted_directory_costs_no_5xx_and_readyz_says_degraded(
-    tmp_path: Path, origin: Origin, started: list[Node], workers: int
+    tmp_path: Path, origin: Origin, nodes: list[Node], workers: int
 ) -> None:
     serve(origin, "/before", "/after")
-    node = await start(started, tiered_config(tmp_path, origin, workers=workers))
+    node = await start(nodes, tiered_config(tmp_path, origin, workers=workers))
     assert (await get_fresh(node, "/before"))[0] == 200
     shutil.rmtree(tmp_path / "cache")
     for target in ["/before", "/after"] * 6:
@@ -271,7 +262,7 @@ def metric(lines: list[str], name: str) -> float:
 
 
 async def test_a_purge_flood_keeps_the_tiers_purge_records_within_the_budget(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     """Issue 24 §2 on the shared tier: 40 purges of 256 distinct 100-character URLs (about
     4 MB of records without the fold); the purged object is not served after a kill -9."""
@@ -284,7 +275,7 @@ async def test_a_purge_flood_keeps_the_tiers_purge_records_within_the_budget(
         f"purge_state_max_bytes = {PURGE_BUDGET}",
     )
     secret = await token(tmp_path)
-    node = await start(started, config)
+    node = await start(nodes, config)
     assert (await get_fresh(node, "/p/x"))[0] == 200
     assert (await get_fresh(node, "/other"))[0] == 200
     purged = {"domain": "example.com", "urls": ["/p/x"]}
@@ -299,7 +290,7 @@ async def test_a_purge_flood_keeps_the_tiers_purge_records_within_the_budget(
     assert metric(metrics, "cdn_proxy_shared_tier_purge_state_max_bytes") == PURGE_BUDGET
     assert metric(metrics, "cdn_proxy_shared_tier_purge_folds_total") >= 1
     await node.kill()
-    node = await start(started, config)
+    node = await start(nodes, config)
     status, cache_status, text = await get_fresh(node, "/p/x")
     assert (status, text) == (200, "body of /p/x")
     assert "hit" not in cache_status.split("; ")[1:], cache_status  # the origin was asked

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,6 @@ pytestmark = pytest.mark.slow  # nodes of real processes
 
 MISS = "cdn-proxy; fwd=uri-miss; stored"
 CONNECTIONS = 200  # fresh connections to reach both workers (the kernel spreads them)
-
-
-@pytest.fixture
-async def started() -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    yield nodes
-    for node in nodes:
-        await node.kill()
 
 
 async def trace(node: Node, secret: str, target: str) -> dict[str, Any]:
@@ -60,12 +51,12 @@ def outcome_of(cache_status: str) -> str:
 
 
 async def test_memory_only_workers_are_asked_and_the_next_request_agrees(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     serve(origin, "/page")
     secret = await token_for(tmp_path, origin)
     node = await Node.start(tmp_path / "proxy.toml")
-    started.append(node)
+    nodes.append(node)
     # Nothing stored: every worker says miss, and so does the next request.
     answer = await trace(node, secret, "/page")
     assert answer["outcome"] == "miss", answer
@@ -114,13 +105,13 @@ async def token_for(tmp_path: Path, origin: Origin) -> str:
 
 
 async def test_a_shared_tier_node_traces_from_the_tier_and_the_next_request_agrees(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     serve(origin, "/page")
     tiered_config(tmp_path, origin, workers=2)
     secret = await token(tmp_path)
     node = await Node.start(tmp_path / "proxy.toml")
-    started.append(node)
+    nodes.append(node)
     answer = await trace(node, secret, "/page")
     assert answer["outcome"] == "miss" and "workers" not in answer, answer
     assert (await get_fresh(node, "/page"))[1] == MISS
@@ -142,12 +133,12 @@ async def test_a_shared_tier_node_traces_from_the_tier_and_the_next_request_agre
 
 
 async def test_a_stuck_worker_is_named_unknown_and_the_trace_still_answers(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     serve(origin, "/page")
     secret = await token_for(tmp_path, origin)
     node = await Node.start(tmp_path / "proxy.toml")
-    started.append(node)
+    nodes.append(node)
     stuck, *_ = sorted(node.worker_pids())
     os.kill(stuck, signal.SIGSTOP)  # it reads no question and answers none
     try:

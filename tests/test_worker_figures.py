@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +34,6 @@ SLOW = 0.5  # seconds the collapsing test's origin takes to answer
 CLIENTS = 16  # concurrent misses: the chance that all reach one worker is 2**-15
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-@pytest.fixture
-async def started() -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    yield nodes
-    for node in nodes:
-        await node.kill()
 
 
 async def scrape(node: Node) -> Samples:
@@ -86,12 +78,12 @@ def plain(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 async def test_metrics_sum_both_workers_hits_by_tier(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     targets = [f"/t{i}" for i in range(8)]
     serve(origin, *targets)
     node = await Node.start(tiered_config(tmp_path, origin, workers=2))
-    started.append(node)
+    nodes.append(node)
     statuses = [(await get_fresh(node, t))[1] for t in targets for _ in range(6)]
     assert {t: origin.count(t) for t in targets} == dict.fromkeys(targets, 1)
     disk = statuses.count(DISK_HIT)
@@ -113,7 +105,7 @@ async def test_metrics_sum_both_workers_hits_by_tier(
 
 
 async def test_metrics_count_misses_collapsed_across_workers(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     async def slow(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(SLOW)  # the origin's pace, not a synchronisation
@@ -121,7 +113,7 @@ async def test_metrics_count_misses_collapsed_across_workers(
 
     origin.route("/slow", slow)
     node = await Node.start(tiered_config(tmp_path, origin, workers=2))
-    started.append(node)
+    nodes.append(node)
     answers = await asyncio.gather(*(get_fresh(node, "/slow") for _ in range(CLIENTS)))
     assert origin.count("/slow") == 1, answers
     across = [
@@ -140,11 +132,11 @@ async def test_metrics_count_misses_collapsed_across_workers(
 
 
 async def test_a_workers_write_errors_reach_metrics_and_readyz(
-    tmp_path: Path, origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     serve(origin, "/before", "/after")
     node = await Node.start(tiered_config(tmp_path, origin, workers=2))
-    started.append(node)
+    nodes.append(node)
     assert (await get_fresh(node, "/before"))[0] == 200
     shutil.rmtree(tmp_path / "cache")
     for _ in range(6):  # a fill on each worker meets the deleted directory: no 5xx
@@ -176,7 +168,7 @@ async def second_origin(aiohttp_server: Callable[..., Awaitable[TestServer]]) ->
 
 
 async def test_origin_server_figures_are_summed_over_the_workers(
-    tmp_path: Path, origin: Origin, second_origin: Origin, started: list[Node]
+    tmp_path: Path, origin: Origin, second_origin: Origin, nodes: list[Node]
 ) -> None:
     """Issue 25 §2 with workers: each server's requests in /metrics and /readyz are what it
     was asked, whichever worker asked it; a server refusing connections is down."""
@@ -190,7 +182,7 @@ async def test_origin_server_figures_are_summed_over_the_workers(
     )
     config.write_text(text)
     node = await Node.start(config)
-    started.append(node)
+    nodes.append(node)
     for n in range(30):
         status, _, _ = await get_fresh(node, f"/p{n}")
         assert status == 200
