@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,35 @@ class Traced:
         return response.status, await response.json(content_type=None)
 
 
+@asynccontextmanager
+async def tracing(
+    tmp_path: Path,
+    make_edge: EdgeFactory,
+    aiohttp_client: AiohttpClient,
+    domains: list[dict[str, Any]],
+) -> AsyncIterator[Traced]:
+    """An edge for ``domains`` and the API in front of its store, with a token for every
+    domain and one scoped to other.test."""
+    edge = await make_edge(domains=domains)
+    config = make_config(tmp_path, str(domains[0]["origin"]), domains=domains)
+    state = await AsyncState.open(config.api_role()[1].path, audit_max_rows=100)
+    try:
+        app = create_api_app(
+            config=config,
+            state=state,
+            purger=LocalPurger(edge.store),
+            clock=edge.clock,
+            telemetry=edge.telemetry,
+            inspect=edge.store.inspect,
+        )
+        client = await aiohttp_client(app)
+        token = await state.create_token("ops", Scope.everything(), START)
+        other = await state.create_token("other", Scope(False, frozenset({"other.test"})), START)
+        yield Traced(edge, client, token, other)
+    finally:
+        await state.close()
+
+
 @pytest.fixture
 async def traced(
     tmp_path: Path, origin: Origin, make_edge: EdgeFactory, aiohttp_client: AiohttpClient
@@ -59,22 +89,8 @@ async def traced(
         {"name": "example.com", "origin": origin.url, "read_timeout": 5, "rules": RULES},
         {"name": "other.test", "origin": origin.url, "read_timeout": 5},
     ]
-    edge = await make_edge(domains=domains)
-    config = make_config(tmp_path, origin.url, domains=domains)
-    state = await AsyncState.open(config.api_role()[1].path, audit_max_rows=100)
-    app = create_api_app(
-        config=config,
-        state=state,
-        purger=LocalPurger(edge.store),
-        clock=edge.clock,
-        telemetry=edge.telemetry,
-        inspect=edge.store.inspect,
-    )
-    client = await aiohttp_client(app)
-    token = await state.create_token("ops", Scope.everything(), START)
-    other = await state.create_token("other", Scope(False, frozenset({"other.test"})), START)
-    yield Traced(edge, client, token, other)
-    await state.close()
+    async with tracing(tmp_path, make_edge, aiohttp_client, domains) as traced:
+        yield traced
 
 
 async def traffic(t: Traced) -> list[str]:
@@ -268,23 +284,8 @@ async def test_a_fetch_from_an_unreachable_origin_is_worded_as_the_edge_words_it
     and 502 say."""
     dead = Refusing()
     domains = [{"name": "example.com", "origin": dead.url, "read_timeout": 5}]
-    edge = await make_edge(domains=domains)
-    config = make_config(tmp_path, dead.url, domains=domains)
-    state = await AsyncState.open(config.api_role()[1].path, audit_max_rows=100)
-    try:
-        app = create_api_app(
-            config=config,
-            state=state,
-            purger=LocalPurger(edge.store),
-            clock=edge.clock,
-            telemetry=edge.telemetry,
-            inspect=edge.store.inspect,
-        )
-        token = await state.create_token("ops", Scope.everything(), START)
-        traced = Traced(edge, await aiohttp_client(app), token, token)
+    async with tracing(tmp_path, make_edge, aiohttp_client, domains) as traced:
         status, answer = await traced.trace("http://example.com/x", fetch=True)
-    finally:
-        await state.close()
     assert status == 200
     why = answer["fetched"]["why_not"]
     assert why.startswith(f"origin failed: {dead.url}: origin unreachable ("), why

@@ -743,4 +743,5 @@ async def test_plain_writer_is_the_request_writer_only_for_a_body_sent_as_writte
                 assert await reader.readexactly(5) == b"hello"
     finally:
         writer.close()
+        await writer.wait_closed()
     assert seen == ([True, 5] if coding == "plain" else [None])
