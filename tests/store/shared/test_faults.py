@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,22 +215,6 @@ def test_a_directory_that_cannot_be_opened_is_a_clear_error(tmp_path: Path, unde
 
 
 # -- a full disk --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs (this sandbox lets root mount one)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_full_disk_drops_fills_and_keeps_serving(small_disk: Path) -> None:
