@@ -137,3 +137,44 @@ async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_t
     statuses = [cache_status for _, cache_status, _ in answers]
     assert not any("lock-timeout" in cs for cs in statuses), statuses
     assert 'cdn-proxy; fwd=uri-miss; collapsed; detail="disk"' in statuses, statuses
+
+
+async def test_a_stale_entry_is_revalidated_once_for_the_node(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    """A stale entry with a validator, asked for at once on both workers, costs the origin one
+    conditional request: the revalidation is led for the node as a fill is, and the other
+    worker serves the entry its 304 refreshed (after a Valkey loss every entry of the tier is
+    stale in this way)."""
+    conditional: list[str] = []
+
+    async def validated(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"v1"':
+            conditional.append(request.headers["If-None-Match"])
+            await asyncio.sleep(SLOW)  # the origin's pace, not a synchronisation
+            return web.Response(status=304, headers={"Cache-Control": "max-age=600"})
+        # Stored, and stale at once: each later request must be revalidated.
+        return web.Response(text="v1 body", headers={"Cache-Control": "max-age=0", "ETag": '"v1"'})
+
+    origin.route("/validated", validated)
+    node = await Node.start(config(tmp_path, origin))
+    nodes.append(node)
+    status, cache_status, body = await get_fresh(node, "/validated")
+    assert (status, body) == (200, "v1 body") and "stored" in cache_status, cache_status
+    answers = await asyncio.gather(*(get_fresh(node, "/validated") for _ in range(CLIENTS)))
+    assert {(status, body) for status, _, body in answers} == {(200, "v1 body")}
+    assert conditional == ['"v1"'], [cs for _, cs, _ in answers]
+    assert origin.count("/validated") == 2  # the fill, and the one revalidation
+    statuses = [cache_status for _, cache_status, _ in answers]
+    # The other worker's requests waited for the revalidation and were served its entry.
+    assert 'cdn-proxy; fwd=stale; collapsed; detail="disk"' in statuses, statuses
+    assert set(statuses) <= {
+        "cdn-proxy; fwd=stale; stored",
+        "cdn-proxy; fwd=stale",
+        "cdn-proxy; fwd=stale; collapsed",
+        'cdn-proxy; fwd=stale; collapsed; detail="disk"',
+    }, statuses
+    # And it is fresh now, on either worker, with no further origin request.
+    later = await asyncio.gather(*(get_fresh(node, "/validated") for _ in range(4)))
+    assert {(status, body) for status, _, body in later} == {(200, "v1 body")}
+    assert origin.count("/validated") == 2

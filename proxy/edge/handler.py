@@ -347,7 +347,7 @@ class Edge:
         flight, leading = self.flights.join(key)
         if leading:
             job = Fill(request, config, key, target, stale, fwd, flight, rules)
-            if stale is None and not partial and self._tiered is not None:
+            if (stale is None or fwd == "stale") and not partial and self._tiered is not None:
                 return await self._fill_for_node(job, coding, obey)
             return await self._fill(job)
         job = Fill(request, config, key, target, stale, fwd, None, rules)
@@ -402,8 +402,8 @@ class Edge:
         return filled.response
 
     async def _fill_for_node(self, job: Fill, coding: str, obey: bool) -> web.StreamResponse:
-        """Lead the key's fill for the node, or wait for the worker that leads it and serve
-        its entry (edge/node_fills.py). The marker goes when the flight lands."""
+        """Lead the key's fill or revalidation for the node, or wait for the worker that leads
+        it and serve its entry (edge/node_fills.py). The marker goes when the flight lands."""
         tiered = self._tiered
         assert tiered is not None
         domain, _, target = job.key

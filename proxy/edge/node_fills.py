@@ -1,12 +1,16 @@
 """Waiting for another worker's fill of the same key (issue 23 §2, nginx's proxy_cache_lock).
 
-A worker that leads a cacheable miss in its process (edge/flights.py) claims the key for the
-node (``proxy/store/shared/markers.py``). When another worker holds it, this worker waits for
-that fill's entry to appear in the shared tier: it looks the key up again with a short
-backoff (each look is one read transaction on the shared map, in this thread; the event loop
-sleeps between them). The wait ends:
+A worker that leads a cacheable miss in its process (edge/flights.py), or the revalidation of
+a stale entry, claims the key for the node (``proxy/store/shared/markers.py``). A stale entry
+is then revalidated once for the node: after a Valkey loss every entry of the tier is stale
+(distrusted), and each costs the origin one conditional request, not one per worker. When
+another worker holds it, this worker waits for that fill's entry to appear in the shared
+tier: it looks the key up again with a short backoff (each look is one read transaction on
+the shared map, in this thread; the event loop sleeps between them; a stale copy in its own
+memory tier gives way to a fresh one there: store/tiered.py). The wait ends:
 
-- with the entry, once a lookup finds a response it may serve (served: a collapsed request);
+- with the entry, once a lookup finds a response it may serve (served: a collapsed request;
+  the stale entry a revalidation waits on is not one, its refreshed copy is);
 - with nothing, once the other worker's marker is gone without one (its response was not
   storable, or its fetch failed): this worker fetches by itself;
 - with nothing and ``timed_out``, once the marker is stale: ``[cache] lock_timeout`` has

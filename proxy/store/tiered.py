@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -50,7 +51,14 @@ from proxy.core.cache.trace import Held
 from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
 from proxy.store.memory import MemoryStore
-from proxy.store.shared import Fill, SharedEntry, SharedHit, SharedStats, SharedTier
+from proxy.store.shared import (
+    Fill,
+    SharedEntry,
+    SharedHit,
+    SharedLookup,
+    SharedStats,
+    SharedTier,
+)
 from proxy.store.shared.bodies import Verified
 from proxy.store.shared.fill import AsyncFill
 from proxy.store.shared.large import BodyFile, FileBacked
@@ -68,6 +76,12 @@ def _as_stored(domain: str, target: str, response: StoredResponse) -> StoredResp
     return response.lean()
 
 
+def _fill_of(response: StoredResponse, length: int) -> tuple[object, ...]:
+    """What tells one fill of a URL from another, in either tier: its age's origin, status,
+    validators and body length (a refresh by a 304 keeps the body and validators)."""
+    return (response.birth, response.status, response.etag, response.last_modified, length)
+
+
 TOKENS_MAX = 8192  # lookups whose shared purge number is remembered for their put
 MEMORY_SHARE = 8  # with a shared tier, the memory tier holds objects up to max_bytes / 8
 CHUNK = 1 << 16  # bytes per append of a shared fill
@@ -81,8 +95,10 @@ class TieredStore:
         *,
         memory_object_max: int | None = None,
         sendfile: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.memory = memory
+        self._clock = clock  # wall clock, as the memory tier's: whether what it holds is fresh
         self.tier = tier
         self.memory_object_max = (
             memory.max_bytes // MEMORY_SHARE if memory_object_max is None else memory_object_max
@@ -122,16 +138,47 @@ class TieredStore:
     async def lookup(self, domain: str, target: str) -> Lookup:
         found = await self.memory.lookup(domain, target)
         if found.variants:
-            self.hits["memory"] += 1
-            return found
+            now = self._clock()
+            if any(response.is_fresh(now) for response in found.variants):
+                self.hits["memory"] += 1
+                return found
+            return await self._behind_stale(domain, target, found)
         shared = self.tier.lookup(domain, target)
-        tokens = self._tokens
-        known = tokens.get(found.key)
-        tokens[found.key] = shared.token if known is None else min(known, shared.token)
-        if len(tokens) > TOKENS_MAX:
-            tokens.popitem(last=False)
+        self._remember(found.key, shared.token)
         if not shared.variants:
             return found
+        return await self._from_shared(found, shared)
+
+    def _remember(self, key: CacheKey, token: int) -> None:
+        """The shared purge number a put of ``key`` stores under: the lowest of its lookups'."""
+        tokens = self._tokens
+        known = tokens.get(key)
+        tokens[key] = token if known is None else min(known, token)
+        if len(tokens) > TOKENS_MAX:
+            tokens.popitem(last=False)
+
+    async def _behind_stale(self, domain: str, target: str, found: Lookup) -> Lookup:
+        """The memory tier holds only stale variants of the URL, and another worker may have
+        refilled or revalidated it in the shared tier since (edge/node_fills.py). A fresh
+        variant in the shared tier answers instead (and is kept in the memory tier). Else
+        the memory tier's answer stands; and when the shared tier holds one of those very
+        fills, not covered by any purge, its purge number is remembered, so that the entry
+        the revalidation refreshes is stored there too, for every worker. A stale variant
+        the shared tier no longer holds (purged, evicted) gets no number: its refresh stays
+        in this process."""
+        shared = self.tier.lookup(domain, target)
+        now = self._clock()
+        if any(entry.response.is_fresh(now) for entry in shared.variants):
+            self._remember(found.key, shared.token)
+            return await self._from_shared(found, shared)
+        held = {_fill_of(response, len(response.body)) for response in found.variants}
+        if any(_fill_of(entry.response, entry.length) in held for entry in shared.variants):
+            self._remember(found.key, shared.token)
+        self.hits["memory"] += 1
+        return found
+
+    async def _from_shared(self, found: Lookup, shared: SharedLookup) -> Lookup:
+        """The shared tier's variants, read whole, kept in the memory tier, as a disk hit."""
         variants = [r for r in [await self._whole(e) for e in shared.variants] if r is not None]
         if not variants:
             return found
