@@ -87,7 +87,7 @@ class Tunnels:
         config: Config,
         telemetry: Telemetry,
         upstreams: Upstreams,
-        tls: EdgeTls | None = None,
+        tls: EdgeTls,
     ) -> None:
         self._telemetry = telemetry
         self._upstreams = upstreams  # which of the domain's servers (decision 0034)
@@ -241,7 +241,7 @@ class Tunnels:
         (EdgeTls.origin), else the system's trust store."""
         if not domain.origin.startswith("https://"):
             return None
-        own = self._edge_tls.origin(domain.name) if self._edge_tls is not None else True
+        own = self._edge_tls.origin(domain.name)
         if isinstance(own, ssl.SSLContext):
             return own
         if self._tls is None:

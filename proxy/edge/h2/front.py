@@ -7,7 +7,9 @@ in flight finishing within ``shutdown_timeout``, then what is left closed (``shu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 
@@ -15,30 +17,27 @@ from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.connection import H2Connection
 from proxy.edge.h2.limits import H2Limits
 
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
-AccessLog = Callable[[web.BaseRequest, web.StreamResponse, float], None]
+
+# Callback protocols, not Callable aliases: mypy reads a dataclass field of a Callable type
+# as read-only, which the connection's ``Front`` (settable members) would refuse.
+class Handler(Protocol):
+    def __call__(self, request: web.BaseRequest, /) -> Awaitable[web.StreamResponse]: ...
 
 
+class AccessLog(Protocol):
+    def __call__(
+        self, request: web.BaseRequest, response: web.StreamResponse, seconds: float, /
+    ) -> None: ...
+
+
+@dataclass(eq=False, kw_only=True)
 class H2Front:
-    def __init__(
-        self,
-        *,
-        handler: Handler,
-        limits: H2Limits,
-        guard: ConnectionGuard,
-        tls: bool,
-        log: AccessLog | None = None,
-    ) -> None:
-        self.handler = handler
-        self.limits = limits
-        self.guard = guard
-        self._tls = tls
-        self.log = log
-        self._connections: set[H2Connection] = set()
-
-    @property
-    def tls(self) -> bool:
-        return self._tls
+    handler: Handler
+    limits: H2Limits
+    guard: ConnectionGuard
+    tls: bool  # served to TLS connections whose ALPN chose h2 (else: h2c, by prior knowledge)
+    log: AccessLog | None = None
+    _connections: set[H2Connection] = field(default_factory=set, init=False, repr=False)
 
     @property
     def open(self) -> int:
