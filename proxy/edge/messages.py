@@ -5,8 +5,6 @@ entry (respond.from_stored, with the domain's rules and a Range applied)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
-
 from aiohttp import hdrs, web
 
 from proxy.config.model import DomainConfig
@@ -16,8 +14,8 @@ from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.http.fields import Headers
 from proxy.core.http.forwarded import TrustedProxies, request_client
 from proxy.core.http.headers import to_origin
-from proxy.edge import bodies, ranges, respond
-from proxy.edge.origin import OriginResponse
+from proxy.edge import ranges, respond
+from proxy.edge.forward import AskOrigin
 from proxy.edge.upstreams import Upstreams
 
 
@@ -31,20 +29,10 @@ class Messages:
         self._capability = surrogate_capability(name)
         self._via = via
         self.trusted = trusted
-        self._upstreams = upstreams
-
-    def ask(
-        self,
-        config: DomainConfig,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        data: bytes | bodies.Streamed | None = None,
-    ) -> AbstractAsyncContextManager[OriginResponse]:
-        """One request to one of the domain's origin servers (edge/upstreams.py), with
-        everything every such request shares: the session, the server's connection slots,
-        the telemetry and the domain's TLS trust."""
-        return self._upstreams.request(config, method, target, headers, data)
+        # One request to one of the domain's origin servers (edge/upstreams.py), with
+        # everything every such request shares: the session, the server's connection slots,
+        # the telemetry and the domain's TLS trust.
+        self.ask: AskOrigin = upstreams.request
 
     def headers(
         self,

@@ -92,7 +92,7 @@ class FleetMember:
         self._node = node
         self._worker = worker
         self._address = address
-        self._clock = clock
+        self.clock = clock  # what the deadline is measured by (FleetStore reads it too)
         # The process's own figures (traffic, store), sent with every sync so the control
         # plane can show the whole fleet (proxy/fleet/figures.py).
         self._report = report
@@ -110,7 +110,7 @@ class FleetMember:
 
     @property
     def fenced(self) -> bool:
-        return not may_serve(self.deadline, self._clock())
+        return not may_serve(self.deadline, self.clock())
 
     def set_domains(self, domains: Sequence[str]) -> None:
         """The domains this process serves, after a config reload (decision 0020). An added
@@ -155,7 +155,7 @@ class FleetMember:
     async def sync(self) -> bool:
         """One sync (0014 "Sync"): register and read, apply, extend the deadline, ack."""
         assert self._scripts is not None, "start() first"
-        sent_at = self._clock()
+        sent_at = self.clock()
         self._next_sync = sent_at + self.settings.renew
         try:
             result = await self._scripts.sync(
@@ -307,7 +307,7 @@ class FleetMember:
     async def _sync_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, self._next_sync - self._clock())):
+                async with asyncio.timeout(max(0.0, self._next_sync - self.clock())):
                     await self._hint.wait()
             self._hint.clear()
             hints, self._hints = self._hints, []
@@ -315,7 +315,7 @@ class FleetMember:
             if (
                 hints
                 and not must_sync
-                and self._clock() < self._next_sync
+                and self.clock() < self._next_sync
                 and await self.apply_hints(hints)
             ):
                 continue

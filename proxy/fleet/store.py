@@ -14,7 +14,6 @@ fleet-wide clear goes through ``FleetPurger``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -26,25 +25,25 @@ FENCED = "fenced"
 
 
 class Fence(Protocol):
-    """What the store reads from the member: its monotonic lease deadline."""
+    """What the store reads from the member: its lease deadline, and the monotonic clock that
+    deadline is measured by."""
 
     @property
     def deadline(self) -> float: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
 
 class FleetStore:
     """Implements ``proxy.store.base.Store``."""
 
-    def __init__(
-        self,
-        local: Store,
-        fence: Fence,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, local: Store, fence: Fence) -> None:
         self.local = local
         self._fence = fence
-        self._clock = clock
+        # The member's own clock, read once: a clock of the store's could disagree with the
+        # one the deadline was set by.
+        self._clock = fence.clock
 
     @property
     def fenced(self) -> bool:

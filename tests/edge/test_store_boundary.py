@@ -150,10 +150,15 @@ async def test_a_fill_that_began_before_a_clear_is_not_stored(
 
 
 class Lease:
-    """What a FleetStore reads of its fleet member: the monotonic deadline of its lease."""
+    """What a FleetStore reads of its fleet member: the deadline of its lease, and the clock
+    that deadline is measured by (here one the test sets)."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
 
 
 async def test_a_fenced_store_sends_every_request_to_the_origin_and_says_why(
@@ -165,7 +170,7 @@ async def test_a_fenced_store_sends_every_request_to_the_origin_and_says_why(
     stores nothing; the origin answers, with Cache-Status saying why."""
     config = make_config(tmp_path, origin.url)
     memory = MemoryStore(max_bytes=config.edge_role()[1].max_bytes)
-    lease = Lease(deadline=float("inf"))
+    lease = Lease(deadline=100.0)
     session = new_session()
     edge = Edge(config=config, store=FleetStore(memory, lease), session=session)
     server = await aiohttp_raw_server(edge.handle)
@@ -180,7 +185,7 @@ async def test_a_fenced_store_sends_every_request_to_the_origin_and_says_why(
 
             assert await get() == ("cdn-proxy; fwd=uri-miss; stored", b"one")
             assert await get() == ("cdn-proxy; hit", b"one")
-            lease.deadline = float("-inf")  # the lease has run out
+            lease.now = 100.0  # the member's clock reaches its deadline: the lease has run out
             fenced = ('cdn-proxy; fwd=bypass; detail="fenced"', b"one")
             assert [await get(), await get()] == [fenced, fenced]
             assert origin.count("/a") == 3
