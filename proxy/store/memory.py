@@ -313,7 +313,7 @@ class MemoryStore:
     async def domain_stats(self, domain: str) -> DomainStats:
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
         if bucket is None:
-            return DomainStats(entries=0, bytes=0)
+            return DomainStats()
         return DomainStats(entries=bucket.entries, bytes=bucket.bytes)
 
     async def stats(self) -> StoreStats:
