@@ -225,20 +225,24 @@ def ack_threshold(number: int, epoch_at_clear: str, view: FleetView) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
-    """Answer 200: every live member applied the clear or can no longer serve."""
+class Progress:
+    """How far a clear has got, as every wait decision reports it: ``acked`` of the
+    ``live`` members have applied it."""
 
     acked: int
     live: int
 
 
 @dataclass(frozen=True, slots=True)
-class Wait:
+class Done(Progress):
+    """Answer 200: every live member applied the clear or can no longer serve."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait(Progress):
     """Ask again after at most ``seconds``, or sooner: once an ack hint says the members
     waited for (``pending``) have acked a number of at least ``threshold`` (``hints_cover``)."""
 
-    acked: int
-    live: int
     seconds: float
     pending: tuple[str, ...] = ()
     threshold: int = 0
@@ -252,13 +256,11 @@ def hints_cover(wait: Wait, hinted: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class GiveUp:
+class GiveUp(Progress):
     """The 200 cannot be made true before the deadline: answer 503 with Retry-After. The
     clear is recorded; the ``live - acked`` others apply it when they next sync or stop
     serving from cache when their lease runs out, by ``retry_after`` seconds from now."""
 
-    acked: int
-    live: int
     retry_after: int
 
 

@@ -45,8 +45,8 @@ class ClearResult:
 
 @dataclass(frozen=True, slots=True)
 class DomainStats:
-    entries: int
-    bytes: int
+    entries: int = 0  # DomainStats(): nothing stored for the domain
+    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

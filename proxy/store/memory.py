@@ -245,19 +245,8 @@ class MemoryStore:
             return self.purge_now(domain, purge)
         started = time.perf_counter()
         entries, size, sample = await self._dry_run(domain, purge)
-        return PurgeResult(
-            domain=domain,
-            kind=purge.kind,
-            items=purge.items,
-            soft=purge.soft,
-            dry_run=True,
-            number=self._number(domain),
-            generation=self._generations.get(domain, 0),
-            entries=entries,
-            bytes=size,
-            exact=True,
-            seconds=time.perf_counter() - started,
-            sample=sample,
+        return self._receipt(
+            domain, purge, self._number(domain), entries, size, True, started, sample
         )
 
     def purge_now(self, domain: str, purge: Purge) -> PurgeResult:
@@ -296,24 +285,31 @@ class MemoryStore:
                     self._on_clear()
             if self.purge_budget.held > self.purge_budget.max_bytes:
                 self._fold()
-        return PurgeResult(
-            domain=domain,
-            kind=purge.kind,
-            items=purge.items,
-            soft=purge.soft,
-            dry_run=False,
-            number=number,
-            generation=self._generations.get(domain, 0),
-            entries=entries,
-            bytes=size,
-            exact=exact,
-            seconds=time.perf_counter() - started,
-        )
+        return self._receipt(domain, purge, number, entries, size, exact, started)
+
+    def _receipt(
+        self,
+        domain: str,
+        purge: Purge,
+        number: int,
+        entries: int,
+        size: int,
+        exact: bool,
+        started: float,
+        sample: tuple[str, ...] = (),
+    ) -> PurgeResult:
+        """The receipt of ``purge`` (applied, or a dry run) begun at ``started`` (perf_counter),
+        with the domain's generation now, after it (as core/purge/fleet.py's receipts)."""
+        # In PurgeResult's order: what was asked, then what came of it.
+        asked = (domain, purge.kind, purge.items, purge.soft, purge.dry_run)
+        generation = self._generations.get(domain, 0)
+        came = (number, generation, entries, size, exact, time.perf_counter() - started, sample)
+        return PurgeResult(*(asked + came))
 
     async def domain_stats(self, domain: str) -> DomainStats:
         bucket = self._buckets.get((domain, self._generations.get(domain, 0)))
         if bucket is None:
-            return DomainStats(entries=0, bytes=0)
+            return DomainStats()
         return DomainStats(entries=bucket.entries, bytes=bucket.bytes)
 
     async def stats(self) -> StoreStats:

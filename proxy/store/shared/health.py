@@ -79,13 +79,7 @@ class Health:
         degraded = self.degraded
         if degraded is None and self._shown is not None and self._clock() < self._shown_until:
             degraded = self._shown
-        return TierStatus(
-            degraded=degraded,
-            stuck=self.stuck,
-            faults=self.faults,
-            corrupt=self.corrupt,
-            dropped_fills=self.dropped_fills,
-        )
+        return TierStatus(degraded, self.stuck, self.faults, self.corrupt, self.dropped_fills)
 
     def _log(self, level: int) -> None:
         now = self._clock()

@@ -41,19 +41,26 @@ def boot_id() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Holder:
+    """Who holds the lock, as the lock file records it: one JSON object, written by ``record``
+    and read back by ``read``."""
+
     pid: int
     instance: str
 
+    @classmethod
+    def read(cls, path: Path) -> Holder | None:
+        """The holder the lock file at ``path`` names, None when it names none."""
+        try:
+            record = json.loads(path.read_text())
+            return cls(pid=int(record["pid"]), instance=str(record["instance"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def record(self) -> bytes:
+        return json.dumps({"pid": self.pid, "instance": self.instance}).encode()
+
     def describe(self) -> str:
         return f"pid {self.pid} (instance {self.instance})"
-
-
-def _read_holder(path: Path) -> Holder | None:
-    try:
-        record = json.loads(path.read_text())
-        return Holder(pid=int(record["pid"]), instance=str(record["instance"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 class NodeLock:
@@ -72,13 +79,13 @@ class NodeLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            held = _read_holder(path)
+            held = Holder.read(path)
             raise CacheDirectoryLocked(
                 str(directory), held.describe() if held else "another process"
             ) from None
         holder = Holder(pid=os.getpid(), instance=secrets.token_hex(8))
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": holder.pid, "instance": holder.instance}).encode(), 0)
+        os.pwrite(fd, holder.record(), 0)
         return cls(directory, fd, holder)
 
     def release(self) -> None:
@@ -91,7 +98,7 @@ def check_member(directory: Path, instance: str) -> None:
     """Raise ``CacheDirectoryLocked`` unless the directory is held, by the node ``instance``
     names."""
     path = directory / LOCK_FILE
-    held = _read_holder(path)
+    held = Holder.read(path)
     if held is None or held.instance != instance:
         holder = held.describe() if held else "no node"
         raise CacheDirectoryLocked(str(directory), f"{holder}, not instance {instance}")

@@ -159,23 +159,21 @@ class SharedTier:
         except OSError as error:
             raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
         try:
-            if unclean_since_boot(path) or (path / DISTRUST_FILE).exists():
-                shutil.rmtree(path / "entries", ignore_errors=True)
-                shutil.rmtree(path / "bodies", ignore_errors=True)
-                (path / DISTRUST_FILE).unlink(missing_ok=True)
-            shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
-            (path / "bodies" / bodies.TMP).mkdir(parents=True)
-            write_boot(path, "open")
-            return cls(
-                path,
-                max_bytes=max_bytes,
-                lock=lock,
-                evictor=evictor,
-                purge_max_bytes=purge_max_bytes,
-            )
-        except (OSError, lmdb.Error) as error:
-            lock.release()
-            raise DiskTierError(f"cache directory {path}: {error}") from None
+            with _opening(path):
+                if unclean_since_boot(path) or (path / DISTRUST_FILE).exists():
+                    shutil.rmtree(path / "entries", ignore_errors=True)
+                    shutil.rmtree(path / "bodies", ignore_errors=True)
+                    (path / DISTRUST_FILE).unlink(missing_ok=True)
+                shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
+                (path / "bodies" / bodies.TMP).mkdir(parents=True)
+                write_boot(path, "open")
+                return cls(
+                    path,
+                    max_bytes=max_bytes,
+                    lock=lock,
+                    evictor=evictor,
+                    purge_max_bytes=purge_max_bytes,
+                )
         except BaseException:
             lock.release()
             raise
@@ -195,7 +193,7 @@ class SharedTier:
         LMDB refuses a second environment on the same files in one process.)"""
         path = Path(directory)
         check_member(path, instance)
-        try:
+        with _opening(path):
             return cls(
                 path,
                 max_bytes=max_bytes,
@@ -203,8 +201,6 @@ class SharedTier:
                 evictor=evictor,
                 purge_max_bytes=purge_max_bytes,
             )
-        except (OSError, lmdb.Error) as error:
-            raise DiskTierError(f"cache directory {path}: {error}") from None
 
     @property
     def instance(self) -> str | None:
@@ -479,6 +475,16 @@ class SharedTier:
         self.health.fault("stopped", OSError(reason), stuck=True)
         with contextlib.suppress(OSError):
             (self.directory / DISTRUST_FILE).touch()
+
+
+@contextlib.contextmanager
+def _opening(path: Path) -> Iterator[None]:
+    """Opening the directory at ``path``: what the disk or LMDB refuses is a DiskTierError
+    naming the directory."""
+    try:
+        yield
+    except (OSError, lmdb.Error) as error:
+        raise DiskTierError(f"cache directory {path}: {error}") from None
 
 
 def _read_u64(value: bytes | None) -> int:

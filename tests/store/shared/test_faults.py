@@ -214,6 +214,23 @@ def test_a_directory_that_cannot_be_opened_is_a_clear_error(tmp_path: Path, unde
     )
 
 
+def test_a_directory_that_fails_once_locked_is_a_clear_error_and_left_unlocked(
+    tmp_path: Path,
+) -> None:
+    """Past the lock (here LMDB cannot make its environment: a file stands where it goes),
+    the error names the directory, and the lock is released: the next open takes it."""
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / "entries").write_text("not a directory")
+    with pytest.raises(DiskTierError) as raised:
+        SharedTier.open_node(directory, max_bytes=1 << 20)
+    assert str(raised.value).startswith(f"cache directory {directory}: ")
+    assert "Not a directory" in str(raised.value)
+    (directory / "entries").unlink()
+    tier = SharedTier.open_node(directory, max_bytes=1 << 20)
+    tier.close()
+
+
 # -- a full disk --------------------------------------------------------------------------------
 
 
