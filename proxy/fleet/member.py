@@ -40,7 +40,7 @@ from proxy.core.lease import (
 )
 from proxy.core.purge.fleet import PurgeRecord, PurgeStep
 from proxy.errors import FleetUnavailable, NotReplicated, WireError
-from proxy.fleet.scripts import CLEARS, DRY, FleetScripts, connect
+from proxy.fleet.scripts import CLEARS, DRY, FleetScripts
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult, Store
 from proxy.wire.fleet import (
@@ -126,10 +126,7 @@ class FleetMember:
     async def start(self) -> None:
         """Connect, try a first sync (a failure leaves the member fenced, and the loop keeps
         trying), and start the sync loop and the hint listener."""
-        client = connect(self.settings.url, timeout=self.settings.timeout)
-        self._scripts = FleetScripts(
-            client, timeout=self.settings.timeout, replicas=self.settings.replicas
-        )
+        self._scripts = FleetScripts.of(self.settings, replicated=True)
         await self.sync()
         self._tasks.append(asyncio.create_task(self._sync_loop(), name=f"fleet-sync {self.name}"))
         self._restart_listener()

@@ -34,7 +34,7 @@ from proxy.core.lease import (
 from proxy.core.purge.fleet import merge_dry_answers, purge_receipt
 from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, WireError
-from proxy.fleet.scripts import ACKED, ClearRecord, FleetScripts, MembersView, connect
+from proxy.fleet.scripts import ACKED, ClearRecord, FleetScripts, MembersView
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult
 from proxy.wire.fleet import pack_dry_request, unpack_ack_hint, unpack_dry_answer
@@ -140,14 +140,8 @@ class FleetPurger:
         name: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings = settings
-        self.name = name
-        self._clock = clock
-        self._scripts = FleetScripts(
-            connect(settings.url, timeout=settings.timeout),
-            timeout=settings.timeout,
-            replicas=settings.replicas,
-        )
+        self.settings, self.name, self._clock = settings, name, clock
+        self._scripts = FleetScripts.of(settings, replicated=True)
         self._hints = AckHints(self._scripts, settings) if settings.hints else None
 
     async def aclose(self) -> None:

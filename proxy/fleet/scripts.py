@@ -33,6 +33,7 @@ from proxy.core.purge.purges import Purge
 from proxy.errors import FleetUnavailable, NotReplicated, PurgeUnsupported, WireError
 from proxy.fleet import lua
 from proxy.fleet.lua import ACKED as ACKED
+from proxy.fleet.settings import FleetSettings
 from proxy.wire.fleet import (
     pack_dry_ask,
     pack_record,
@@ -133,6 +134,17 @@ class FleetScripts:
         # replicas before the client gives up on the connection.
         self._wait_ms = max(1, round(timeout * 500))
         self._registered = {s: client.register_script(s.source()) for s in lua.SCRIPTS}
+
+    @classmethod
+    def of(cls, settings: FleetSettings, *, replicated: bool = False) -> FleetScripts:
+        """A new connection to the fleet's Valkey, each call bounded by the settings'
+        timeout. ``replicated``: clears and purges wait for ``settings.replicas`` replicas
+        (the member's and the control plane's; a reader's need not)."""
+        return cls(
+            connect(settings.url, timeout=settings.timeout),
+            timeout=settings.timeout,
+            replicas=settings.replicas if replicated else 0,
+        )
 
     async def clear(self, domain: str, *, by: str, figures: bool = False) -> ClearRecord:
         """``figures``: the members' acks of this clear carry their figures (a purge of all)."""

@@ -39,7 +39,7 @@ from proxy.edge.access_log import check_destination
 from proxy.errors import WireError
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.purger import FleetPurger
-from proxy.fleet.scripts import FleetScripts, connect
+from proxy.fleet.scripts import FleetScripts
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
@@ -168,10 +168,7 @@ def _control_purger(
 def _fleet_figures(fleet: FleetConfig, settings: FleetSettings) -> FleetFigures:
     """The fleet's figures (every edge process's report) for /metrics and the dashboard,
     refreshed from now on."""
-    scripts = FleetScripts(
-        connect(settings.url, timeout=settings.timeout), timeout=settings.timeout
-    )
-    figures = FleetFigures(scripts, lease=fleet.lease)
+    figures = FleetFigures(FleetScripts.of(settings), lease=fleet.lease)
     figures.start()
     return figures
 

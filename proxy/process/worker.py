@@ -27,7 +27,7 @@ from proxy.edge.access_log import EdgeAccess
 from proxy.errors import FleetUnavailable, WireError
 from proxy.fleet.figures import edge_report
 from proxy.fleet.member import FleetMember
-from proxy.fleet.scripts import FleetScripts, connect
+from proxy.fleet.scripts import FleetScripts
 from proxy.fleet.settings import FleetSettings
 from proxy.fleet.store import FleetStore
 from proxy.observe.telemetry import Telemetry
@@ -163,10 +163,7 @@ async def _tier_applied(config: Config, store: TieredStore, member: FleetMember)
     assert config.fleet is not None
     if applied is None or config.fleet.url is not None:
         return applied
-    scripts = FleetScripts(
-        connect(member.settings.url, timeout=member.settings.timeout),
-        timeout=member.settings.timeout,
-    )
+    scripts = FleetScripts.of(member.settings)
     try:
         epoch = (await scripts.pending()).epoch
     except (FleetUnavailable, WireError):
