@@ -58,12 +58,22 @@ def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -
 
 
 # What each figure of ``ConnectionGuard.figures()`` counts: its metric family, by listener;
-# or, for the two refusal counts, their reason label under connections_refused.
+# or, for the two refusal counts, their reason label under connections_refused. Every
+# family takes three lines (kind, name, help), short or long, so that the table reads as
+# columns.
 _Family = tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str]
 _FIGURES: tuple[_Family | str, ...] = (
     # The guard's own: connections, tunnels, the per-client limit.
-    (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
-    (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
+    (
+        GaugeMetricFamily,
+        "connections_open",
+        "Client connections open, by listener.",
+    ),
+    (
+        GaugeMetricFamily,
+        "connections_max",
+        "The limit on open client connections.",
+    ),
     "limit",
     (
         CounterMetricFamily,
@@ -75,8 +85,16 @@ _FIGURES: tuple[_Family | str, ...] = (
         "bad_requests",
         "Malformed requests answered 400 by the HTTP parser, by listener.",
     ),
-    (GaugeMetricFamily, "tunnels_open", "Upgraded connections (tunnels) open, by listener."),
-    (CounterMetricFamily, "tunnels", "Upgraded connections (tunnels) opened, by listener."),
+    (
+        GaugeMetricFamily,
+        "tunnels_open",
+        "Upgraded connections (tunnels) open, by listener.",
+    ),
+    (
+        CounterMetricFamily,
+        "tunnels",
+        "Upgraded connections (tunnels) opened, by listener.",
+    ),
     "per_client",
     (
         GaugeMetricFamily,
@@ -105,8 +123,16 @@ _FIGURES: tuple[_Family | str, ...] = (
         "Request bodies cut off (408) for arriving slower than edge.body_min_rate.",
     ),
     # HTTP/2's (decision 0036).
-    (GaugeMetricFamily, "http2_connections_open", "HTTP/2 connections open, by listener."),
-    (CounterMetricFamily, "http2_connections", "HTTP/2 connections opened, by listener."),
+    (
+        GaugeMetricFamily,
+        "http2_connections_open",
+        "HTTP/2 connections open, by listener.",
+    ),
+    (
+        CounterMetricFamily,
+        "http2_connections",
+        "HTTP/2 connections opened, by listener.",
+    ),
     (
         CounterMetricFamily,
         "http2_streams",
