@@ -13,9 +13,6 @@ from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-# The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
-CONNECTION_FIGURES = 17
-
 
 class ListenerFigures(Protocol):
     """A listener's connection figures: ``ConnectionGuard`` (proxy/edge/connections.py)."""
@@ -45,26 +42,39 @@ def connection_metrics(rows: Iterable[tuple[str, Sequence[int]]], prefix: str) -
         "listener's limit, or the per-client-address limit.",
         labels=["listener", "reason"],
     )
+    reasons = [(index, row) for index, row in enumerate(_FIGURES) if isinstance(row, str)]
     for listener, figures in rows:
-        refused.add_metric([listener, "limit"], figure(figures, 2))
-        refused.add_metric([listener, "per_client"], figure(figures, 7))
+        for index, reason in reasons:
+            refused.add_metric([listener, reason], figure(figures, index))
     yield refused
-    for index, (kind, name, text) in enumerate(_FAMILIES):
-        if kind is None:
+    for index, row in enumerate(_FIGURES):
+        if isinstance(row, str):
             continue  # connections_refused, above
+        kind, name, text = row
         family = kind(prefix + name, text, labels=["listener"])
         for listener, figures in rows:
             family.add_metric([listener], figure(figures, index))
         yield family
 
 
-# ConnectionGuard.figures(), in order: each one's metric (None: connections_refused, by reason).
-_FAMILIES: tuple[
-    tuple[type[GaugeMetricFamily] | type[CounterMetricFamily] | None, str, str], ...
-] = (
-    (GaugeMetricFamily, "connections_open", "Client connections open, by listener."),
-    (GaugeMetricFamily, "connections_max", "The limit on open client connections."),
-    (None, "", ""),
+# What each figure of ``ConnectionGuard.figures()`` counts: its metric family, by listener;
+# or, for the two refusal counts, their reason label under connections_refused. Every
+# family takes three lines (kind, name, help), short or long, so that the table reads as
+# columns.
+_Family = tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str]
+_FIGURES: tuple[_Family | str, ...] = (
+    # The guard's own: connections, tunnels, the per-client limit.
+    (
+        GaugeMetricFamily,
+        "connections_open",
+        "Client connections open, by listener.",
+    ),
+    (
+        GaugeMetricFamily,
+        "connections_max",
+        "The limit on open client connections.",
+    ),
+    "limit",
     (
         CounterMetricFamily,
         "header_timeouts",
@@ -75,14 +85,23 @@ _FAMILIES: tuple[
         "bad_requests",
         "Malformed requests answered 400 by the HTTP parser, by listener.",
     ),
-    (GaugeMetricFamily, "tunnels_open", "Upgraded connections (tunnels) open, by listener."),
-    (CounterMetricFamily, "tunnels", "Upgraded connections (tunnels) opened, by listener."),
-    (None, "", ""),
+    (
+        GaugeMetricFamily,
+        "tunnels_open",
+        "Upgraded connections (tunnels) open, by listener.",
+    ),
+    (
+        CounterMetricFamily,
+        "tunnels",
+        "Upgraded connections (tunnels) opened, by listener.",
+    ),
+    "per_client",
     (
         GaugeMetricFamily,
         "connections_per_client_max",
         "The limit on one client address's open connections (0: none), per process.",
     ),
+    # The request bodies' (``BodyFigures.figures``, decision 0032).
     (
         GaugeMetricFamily,
         "request_buffer_bytes",
@@ -103,8 +122,17 @@ _FAMILIES: tuple[
         "request_bodies_too_slow",
         "Request bodies cut off (408) for arriving slower than edge.body_min_rate.",
     ),
-    (GaugeMetricFamily, "http2_connections_open", "HTTP/2 connections open, by listener."),
-    (CounterMetricFamily, "http2_connections", "HTTP/2 connections opened, by listener."),
+    # HTTP/2's (decision 0036).
+    (
+        GaugeMetricFamily,
+        "http2_connections_open",
+        "HTTP/2 connections open, by listener.",
+    ),
+    (
+        CounterMetricFamily,
+        "http2_connections",
+        "HTTP/2 connections opened, by listener.",
+    ),
     (
         CounterMetricFamily,
         "http2_streams",
@@ -117,3 +145,6 @@ _FAMILIES: tuple[
         "(Rapid Reset, floods, HPACK bombs).",
     ),
 )
+
+# The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
+CONNECTION_FIGURES = len(_FIGURES)

@@ -14,13 +14,18 @@ scrape time.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import accumulate
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-from proxy.core.observe.responses import BUCKETS, CLASSES, Responses
+from proxy.core.observe.responses import BUCKETS, CLASSES, DomainResponses, Responses
+
+# The histogram's bucket bounds, as its samples' ``le`` label gives them.
+_BOUNDS = (*map(str, BUCKETS), "+Inf")
 
 
 def response_metrics(responses: Responses, prefix: str) -> Iterable[Metric]:
+    domains = sorted(responses.domains.items())
     by_class = CounterMetricFamily(
         prefix + "responses",
         "Edge responses sent, by domain and status class.",
@@ -31,25 +36,31 @@ def response_metrics(responses: Responses, prefix: str) -> Iterable[Metric]:
         "Bytes the edge sent in its responses, heads included, by domain.",
         labels=["domain"],
     )
-    seconds = HistogramMetricFamily(
-        prefix + "request_duration_seconds",
-        "Seconds from an edge request's head to the last byte of its answer, by domain.",
-        labels=["domain"],
-    )
-    for domain, figures in sorted(responses.domains.items()):
+    for domain, figures in domains:
         for index, name in enumerate(CLASSES, start=1):
             by_class.add_metric([domain, name], figures.classes[index])
         sent.add_metric([domain], figures.sent)
-        cumulative, buckets = 0, []
-        for bound, count in zip((*map(str, BUCKETS), "+Inf"), figures.buckets, strict=True):
-            cumulative += count
-            buckets.append((bound, cumulative))
-        seconds.add_metric([domain], buckets, figures.seconds)
     yield by_class
     yield sent
-    yield seconds
+    yield _durations(domains, prefix)
     yield CounterMetricFamily(
         prefix + "access_log_lost",
         "Access log lines dropped (the writer fell behind) or not written (write errors).",
         responses.log_lost,
     )
+
+
+def _durations(
+    domains: Iterable[tuple[str, DomainResponses]], prefix: str
+) -> HistogramMetricFamily:
+    """The request durations: the figures count each bucket's requests, a Prometheus
+    histogram's buckets count those up to their bound (cumulative)."""
+    seconds = HistogramMetricFamily(
+        prefix + "request_duration_seconds",
+        "Seconds from an edge request's head to the last byte of its answer, by domain.",
+        labels=["domain"],
+    )
+    for domain, figures in domains:
+        buckets = list(zip(_BOUNDS, accumulate(figures.buckets), strict=True))
+        seconds.add_metric([domain], buckets, figures.seconds)
+    return seconds

@@ -112,8 +112,6 @@ def tier_metrics(snapshot: StoreSnapshot, hits: int, prefix: str) -> Iterable[Me
             shared.purge_state_max_bytes,
         ),
     )
-    for name, text, value in gauges:
-        yield GaugeMetricFamily(prefix + name, text, value)
     counters = (
         ("shared_tier_evictions", "Objects evicted from the shared tier.", shared.evictions),
         ("shared_tier_write_errors", "Fills dropped by a fault.", status.dropped_fills),
@@ -129,8 +127,9 @@ def tier_metrics(snapshot: StoreSnapshot, hits: int, prefix: str) -> Iterable[Me
             shared.purge_folds,
         ),
     )
-    for name, text, value in counters:
-        yield CounterMetricFamily(prefix + name, text, value)
+    for kind, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
+        for name, text, value in rows:
+            yield kind(prefix + name, text, value)
 
 
 def _purge_state_metrics(stats: StoreStats, prefix: str) -> Iterable[Metric]:

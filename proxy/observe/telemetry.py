@@ -222,27 +222,23 @@ class Telemetry:
 
     def _register_origin_metrics(self) -> None:
         """The edge's requests to its origins: their time, failures and refusals."""
-        self._origin_seconds = _histogram(
-            self.registry,
+        self._origin_seconds = self._histogram(
             "origin_request_duration_seconds",
             "Time to the origin's response headers, or to the failure when none came.",
             ORIGIN_BUCKETS,
             ["domain"],
         )
-        self._origin_errors = _counter(
-            self.registry,
+        self._origin_errors = self._counter(
             "origin_errors",
             "Origin requests that failed, by kind: timeout, unreachable, protocol.",
             ["domain", "kind"],
         )
-        self._origin_busy = _counter(
-            self.registry,
+        self._origin_busy = self._counter(
             "origin_busy",
             "Requests answered 503 without asking the origin: queue_timeout or uploads.",
             ["domain", "reason"],
         )
-        self._body_timeouts = _counter(
-            self.registry,
+        self._body_timeouts = self._counter(
             "request_body_timeouts",
             "Request bodies that stopped arriving for edge.body_timeout seconds.",
             ["domain"],
@@ -250,39 +246,42 @@ class Telemetry:
 
     def _register_control_metrics(self) -> None:
         """The control plane's clears and purges, and the node's worker restarts."""
-        self._clears = _counter(
-            self.registry, "clears", "Clear-cache attempts, by audit outcome.", ["outcome"]
+        self._clears = self._counter(
+            "clears", "Clear-cache attempts, by audit outcome.", ["outcome"]
         )
-        self._clear_seconds = _histogram(
-            self.registry,
+        self._clear_seconds = self._histogram(
             "clear_duration_seconds",
             "Duration of clear-cache attempts, as written to the audit log.",
             CLEAR_BUCKETS,
         )
-        self._purges = _counter(
-            self.registry,
-            "purges",
-            "Purge attempts, by kind and audit outcome.",
-            ["kind", "outcome"],
+        self._purges = self._counter(
+            "purges", "Purge attempts, by kind and audit outcome.", ["kind", "outcome"]
         )
-        self._purge_seconds = _histogram(
-            self.registry,
+        self._purge_seconds = self._histogram(
             "purge_duration_seconds",
             "Duration of purge attempts, as written to the audit log.",
             CLEAR_BUCKETS,
         )
-        self._ack_seconds = _histogram(
-            self.registry,
+        self._ack_seconds = self._histogram(
             "purge_ack_duration_seconds",
             "From a fleet clear to the last live edge process's acknowledgement.",
             CLEAR_BUCKETS,
         )
-        self._worker_restarts = _counter(
-            self.registry,
+        self._worker_restarts = self._counter(
             "worker_restarts",
             "Edge worker processes started again after they exited, by worker index.",
             ["worker"],
         )
+
+    # The rare events' instruments, in this Telemetry's own registry (never the default one).
+
+    def _counter(self, name: str, text: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(PREFIX + name, text, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, text: str, buckets: Sequence[float], labels: Sequence[str] = ()
+    ) -> Histogram:
+        return Histogram(PREFIX + name, text, labels, buckets=buckets, registry=self.registry)
 
     # -- what the edge, the origin client and the API report ---------------------------------
 
@@ -414,22 +413,6 @@ class Telemetry:
             if self._snapshot.shared is not None:
                 hits = sum(by.get(HIT, 0) for by in counts.values())
                 yield from tier_metrics(self._snapshot, hits, PREFIX)
-
-
-def _counter(
-    registry: CollectorRegistry, name: str, text: str, labels: Sequence[str] = ()
-) -> Counter:
-    return Counter(PREFIX + name, text, labels, registry=registry)
-
-
-def _histogram(
-    registry: CollectorRegistry,
-    name: str,
-    text: str,
-    buckets: Sequence[float],
-    labels: Sequence[str] = (),
-) -> Histogram:
-    return Histogram(PREFIX + name, text, labels, buckets=buckets, registry=registry)
 
 
 def _summed(
