@@ -104,7 +104,7 @@ class NoCredentials:
 class MalformedCredentials:
     """An Authorization header that is not ``Bearer <token68>`` (RFC 6750 invalid_request)."""
 
-    reason: str
+    reason: str  # the 400 answer's detail: what is wrong with the header
 
 
 @dataclass(frozen=True, slots=True)

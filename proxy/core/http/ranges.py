@@ -47,7 +47,7 @@ _RANGE_SPEC = re.compile(r"([0-9]*)-([0-9]*)")
 class Whole:
     """Send the whole response, ignoring the Range; ``reason`` says why (for tests and logs)."""
 
-    reason: str
+    reason: str  # no-range, method, status, invalid, if-range, empty or multiple
 
 
 @dataclass(frozen=True, slots=True)
