@@ -39,7 +39,6 @@ from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH
 CLEAR_TIMEOUT = 10.0  # seconds; a clear is O(1) on the server, so this is only the network
 PURGE_TIMEOUT = 60.0  # a dry run reads the domain's keys: longer for a large domain
 MAX_RECEIPT = 16 * 1024**2  # a receipt echoes up to 256 items of 8 KiB
-KIND_OPTIONS = (("url", "urls"), ("prefix", "prefixes"), ("tag", "tags"))
 
 
 HELP = "purge URLs, prefixes, tags or a whole domain through the API"
@@ -47,14 +46,20 @@ DESCRIPTION = (
     "With no --url, --prefix or --tag: the whole domain. Repeat an option to purge several "
     "items of its kind (one kind per purge)."
 )
+# The kinds of purge, one option each: the option, the purge request's field its values go
+# in, and its metavar and help.
+KIND_OPTIONS = (
+    ("url", "urls", "PATH", "a path (and query)"),
+    ("prefix", "prefixes", "P", "a path prefix"),
+    ("tag", "tags", "T", "a tag the origin set"),
+)
 
 
 def add_arguments(purge: argparse.ArgumentParser) -> None:
     purge.add_argument("domain", help="the CDN domain to purge")
     kinds = purge.add_mutually_exclusive_group()
-    kinds.add_argument("--url", action="append", metavar="PATH", help="a path (and query)")
-    kinds.add_argument("--prefix", action="append", metavar="P", help="a path prefix")
-    kinds.add_argument("--tag", action="append", metavar="T", help="a tag the origin set")
+    for option, _, metavar, text in KIND_OPTIONS:
+        kinds.add_argument(f"--{option}", action="append", metavar=metavar, help=text)
     purge.add_argument("--soft", action="store_true", help="mark stale instead of dropping")
     purge.add_argument("--dry-run", action="store_true", help="only say what would be purged")
     purge.add_argument("--json", action="store_true", help="print the receipt as JSON")
@@ -74,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         )
     url, token = api_settings(args)
     body: dict[str, object] = {"domain": args.domain}
-    for option, field in KIND_OPTIONS:
+    for option, field, _, _ in KIND_OPTIONS:
         if getattr(args, option):
             body[field] = getattr(args, option)
     if len(body) == 1 and not (args.soft or args.dry_run or args.json):
