@@ -401,8 +401,11 @@ class Filler:
             # served again nor revalidated again (each time costing the origin up to
             # max_object_bytes of a chunked body: decision 0031), as after a 304 (_refresh).
             await self._store.invalidate(job.config.name, job.target)
+        if job.background:  # there is no one to send it to: the origin response is dropped
+            origin.close()
+            return Filled(web.Response(status=origin.status), None)
         status = cache_status(self._name, fwd=job.fwd, detail=job.detail(reason))
-        if origin.status == 200 and not job.background and ranges.asked(job.request):
+        if origin.status == 200 and ranges.asked(job.request):
             # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by
             # its Content-Length, or by what arrived) is not read further: a range of part of
             # it goes to the origin (AskOrigin), while for bytes=0- it is what the client
@@ -424,7 +427,6 @@ class Filler:
             via=self._via,
             max_object=self.whole_max,  # read whole up to this; a larger body streams
             prefix=prefix,
-            background=job.background,
         )
         return Filled(relayed, None)
 

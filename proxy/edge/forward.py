@@ -164,15 +164,10 @@ async def relay(
     via: str,
     max_object: int,
     prefix: bytes | None = None,
-    background: bool = False,
 ) -> web.StreamResponse:
     """Send the origin's response on: whole when its body ends within ``max_object`` bytes
     (``prefix``: what was read of it already), else streamed. Raises OriginError only before
-    anything was sent; after that, a broken origin aborts the client's connection. In the
-    background there is no one to send it to: the origin response is dropped."""
-    if background:
-        origin.close()
-        return web.Response(status=origin.status)
+    anything was sent; after that, a broken origin aborts the client's connection."""
     if origin.status < 200:
         # A switch (101) or other interim answer as the final one, to a request that asked for
         # no upgrade (or was not tunnelled: core/http/upgrade.py): not HTTP the client can use.
