@@ -89,7 +89,6 @@ class GuardedRequestHandler(web.RequestHandler):
 
     __slots__ = (
         "_admitted",
-        "_guard",
         "_h2c_first",
         "_head_begun",
         "_head_timer",
@@ -99,6 +98,7 @@ class GuardedRequestHandler(web.RequestHandler):
         "_preadmitted",
         "_refusing",
         "_tunnel",
+        "guard",
     )
 
     def __init__(
@@ -112,7 +112,7 @@ class GuardedRequestHandler(web.RequestHandler):
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
-        self._guard = guard
+        self.guard = guard
         self._http2 = http2
         self._h2c_first = False  # the next bytes are the connection's first, h2c is on
         self._preadmitted = admitted  # by _TlsAccepted, before the handshake
@@ -123,10 +123,6 @@ class GuardedRequestHandler(web.RequestHandler):
         self._refusing: asyncio.Transport | None = None  # refused at the limit
         self._lingering = False
         self._tunnel = False  # switched protocols: a tunnel's bytes (take_over)
-
-    @property
-    def guard(self) -> ConnectionGuard:
-        return self._guard
 
     @property
     def connected(self) -> bool:
@@ -144,7 +140,7 @@ class GuardedRequestHandler(web.RequestHandler):
                 return
         if not self._preadmitted:
             self._peer = peer_of(transport)
-            if not self._guard.admit(self._peer):
+            if not self.guard.admit(self._peer):
                 self._refuse(cast(asyncio.Transport, transport))  # uvloop's is not a subclass
                 return
         self._h2c_first = http2 is not None and not http2.tls
@@ -152,7 +148,7 @@ class GuardedRequestHandler(web.RequestHandler):
         self._admitted = True
         # A new connection must bring a whole request head in time, as nginx's
         # client_header_timeout: aiohttp's own timer would wait keepalive_timeout.
-        self._head_timer = self._loop.call_later(self._guard.header_timeout, self._head_late)
+        self._head_timer = self._loop.call_later(self.guard.header_timeout, self._head_late)
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         """Answer 503 without reading the request, and close. Closed at once, a socket with
@@ -167,7 +163,7 @@ class GuardedRequestHandler(web.RequestHandler):
             transport.close()
             return
         self._lingering = True
-        self._guard.linger(self, transport.close)
+        self.guard.linger(self, transport.close)
         transport.write_eof()
         self._head_timer = self._loop.call_later(REFUSED_LINGER, transport.close)
 
@@ -178,20 +174,20 @@ class GuardedRequestHandler(web.RequestHandler):
         if self._refusing is not None:  # never handed to aiohttp
             if self._lingering:
                 self._lingering = False
-                self._guard.lingered(self)
+                self.guard.lingered(self)
             self._refusing = None
             return
         if self._admitted:
             self._admitted = False
-            self._guard.release(self._peer)
+            self.guard.release(self._peer)
         if self._tunnel:
             self._tunnel = False
-            self._guard.tunnel_closed()
+            self.guard.tunnel_closed()
         super().connection_lost(exc)
 
     def tunnel_opened(self) -> None:
         self._tunnel = True
-        self._guard.tunnel_opened()
+        self.guard.tunnel_opened()
 
     def close(self) -> None:
         if self._tunnel:
@@ -246,15 +242,13 @@ class GuardedRequestHandler(web.RequestHandler):
             # (not a body's, which come while a request is handled and _waiter is None).
             self._head_begun = True
             if self._head_timer is None:
-                self._head_timer = self._loop.call_later(
-                    self._guard.header_timeout, self._head_late
-                )
+                self._head_timer = self._loop.call_later(self.guard.header_timeout, self._head_late)
 
     def _head_late(self) -> None:
         self._head_timer = None
         if self._messages or self._waiter is None or self.transport is None:
             return  # a head came, or a request is being handled
-        self._guard.header_timed_out()
+        self.guard.header_timed_out()
         if self._head_begun:
             self.transport.write(HEAD_TIMED_OUT)
         self.force_close()
@@ -271,7 +265,7 @@ class GuardedRequestHandler(web.RequestHandler):
                 refused = web.Response(status=505, text=H2C_REFUSED)
                 refused.force_close()
                 return refused
-            self._guard.bad_request(request.remote, message or exc.message)
+            self.guard.bad_request(request.remote, message or exc.message)
         super().handle_error(request, status, exc, message)  # its logging, and its refusal
         return error_page(status)
 

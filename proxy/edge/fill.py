@@ -222,14 +222,10 @@ class Filler:
             return await self._compressed(job, verdict, fields, body, origin.tags, response_time)
         entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags), job.rules)
         stored = await self._store.put(job.key, entry)
-        status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
         # This client gets the origin's fields in full (its own Set-Cookie included); only
         # the stored copy drops those that no-cache="..." or private="..." name (§5.2.2.4,
         # §5.2.2.7) and Set-Cookie, so no hit or collapsed waiter ever gets them.
-        response = self._from_stored(
-            job.request, entry, response_time, status, headers=fields, rules=job.rules
-        )
-        return Filled(response, entry)
+        return self._filled(job, entry, stored, response_time, fields)
 
     async def _streamed(
         self,
@@ -333,11 +329,7 @@ class Filler:
             kept.append((coding, entry, await self._store.put(job.key, entry)))
         coding, entry, stored = next((k for k in kept if k[0] == wanted), kept[0])
         out = encoded_fields(fields, coding, len(entry.body))
-        status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
-        response = self._from_stored(
-            job.request, entry, response_time, status, headers=out, rules=job.rules
-        )
-        return Filled(response, entry)
+        return self._filled(job, entry, stored, response_time, out)
 
     async def _refresh(
         self,
@@ -367,8 +359,22 @@ class Filler:
                 stored = await self._store.put(job.key, entry)
             else:
                 entry, stored = await self._relink(job.key, entry, file)
+        return self._filled(job, entry, stored, response_time)
+
+    def _filled(
+        self,
+        job: Fill,
+        entry: StoredResponse,
+        stored: bool,
+        response_time: float,
+        fields: Headers | None = None,
+    ) -> Filled:
+        """The fill's answer from ``entry``, with ``fields`` in place of its stored ones when
+        given; Cache-Status says whether it was ``stored``."""
         status = cache_status(self._name, fwd=job.fwd, stored=stored, detail=job.detail())
-        response = self._from_stored(job.request, entry, response_time, status, rules=job.rules)
+        response = self._from_stored(
+            job.request, entry, response_time, status, headers=fields, rules=job.rules
+        )
         return Filled(response, entry)
 
     async def _relink(
@@ -395,8 +401,11 @@ class Filler:
             # served again nor revalidated again (each time costing the origin up to
             # max_object_bytes of a chunked body: decision 0031), as after a 304 (_refresh).
             await self._store.invalidate(job.config.name, job.target)
+        if job.background:  # there is no one to send it to: the origin response is dropped
+            origin.close()
+            return Filled(web.Response(status=origin.status), None)
         status = cache_status(self._name, fwd=job.fwd, detail=job.detail(reason))
-        if origin.status == 200 and not job.background and ranges.asked(job.request):
+        if origin.status == 200 and ranges.asked(job.request):
             # Cut from the whole 200 when it ends within max_object_bytes. A larger one (by
             # its Content-Length, or by what arrived) is not read further: a range of part of
             # it goes to the origin (AskOrigin), while for bytes=0- it is what the client
@@ -418,7 +427,6 @@ class Filler:
             via=self._via,
             max_object=self.whole_max,  # read whole up to this; a larger body streams
             prefix=prefix,
-            background=job.background,
         )
         return Filled(relayed, None)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import InitVar, dataclass
 
 from aiohttp import hdrs, web
 
@@ -40,27 +41,23 @@ AskOrigin = Callable[
 ]
 
 
+@dataclass(eq=False, kw_only=True)
 class Forwarder:
-    """Sends the requests the cache does not answer to their origin, and their answers back."""
+    """Sends the requests the cache does not answer to their origin, and their answers back:
+    ``config`` gives its domains and limits, the rest is the edge's (edge/handler.py)."""
 
-    def __init__(
-        self,
-        *,
-        config: Config,
-        name: str,
-        store: Store,
-        telemetry: Telemetry,
-        ask_origin: AskOrigin,
-    ) -> None:
-        self._name = name
-        self._store = store
-        self._telemetry = telemetry
-        self._ask_origin = ask_origin
-        self._uploads = bodies.UploadShares({d.name: d.origin_connections for d in config.domains})
-        self._limits(config)
+    config: InitVar[Config]
+    name: str  # the cache's, in Cache-Status
+    store: Store
+    telemetry: Telemetry
+    ask_origin: AskOrigin
+
+    def __post_init__(self, config: Config) -> None:
+        self._uploads = bodies.UploadShares({})
+        self.reconfigure(config)
 
     def reconfigure(self, config: Config) -> None:
-        """A reloaded config's domains and limits (proxy/process/reload.py)."""
+        """The config's domains and limits; a reload's too (proxy/process/reload.py)."""
         self._uploads.reconfigure({d.name: d.origin_connections for d in config.domains})
         self._limits(config)
 
@@ -84,7 +81,7 @@ class Forwarder:
     ) -> web.StreamResponse:
         """Ask the origin, with ``headers`` (the request's, as the origin gets them), and
         answer with what it says; Cache-Status says ``fwd`` (RFC 9211) and ``detail``."""
-        status = cache_status(self._name, fwd=fwd, detail=detail)
+        status = cache_status(self.name, fwd=fwd, detail=detail)
         if not request.body_exists:
             return await self._send(request, config, target, headers, None, status, fwd)
         try:
@@ -102,13 +99,13 @@ class Forwarder:
                     streamed = body.streamed(data)
                     return await self._send(request, config, target, headers, streamed, status, fwd)
         except bodies.UploadsBusy as exc:
-            self._telemetry.origin_busy(config.name, "uploads")
+            self.telemetry.origin_busy(config.name, "uploads")
             return self._refused(config, exc, status)
         except RequestBodyError as exc:
             response = self._refused(config, exc, status)
             if isinstance(exc, RequestBodyTimeout):
                 # Nothing came for body_timeout: close now, not after lingering on the body.
-                self._telemetry.body_timeout(config.name)
+                self.telemetry.body_timeout(config.name)
                 with contextlib.suppress(ConnectionError):
                     await answer_and_close(request, response)
             return response
@@ -118,7 +115,7 @@ class Forwarder:
     ) -> web.StreamResponse:
         """The request's body was not (all) read: answer, and keep the connection no longer
         (aiohttp reads and drops what is still coming, for at most lingering_time)."""
-        self._telemetry.request(config.name, ERROR)
+        self.telemetry.request(config.name, ERROR)
         response = respond.failed(exc, cache_status=status)
         response.force_close()
         return response
@@ -134,7 +131,7 @@ class Forwarder:
         fwd: str,
     ) -> web.StreamResponse:
         try:
-            async with self._ask_origin(config, request.method, target, headers, data) as origin:
+            async with self.ask_origin(config, request.method, target, headers, data) as origin:
                 if request.method not in SAFE_METHODS:
                     for stale_target in invalidation_targets(
                         domain=config.name,
@@ -142,14 +139,14 @@ class Forwarder:
                         status=origin.status,
                         response_headers=origin.headers,
                     ):
-                        await self._store.invalidate(config.name, stale_target)
+                        await self.store.invalidate(config.name, stale_target)
                 response = await relay(
                     request, origin, status, via=self._via, max_object=self._max_object
                 )
-                self._telemetry.request(config.name, outcome_of_fwd(fwd))
+                self.telemetry.request(config.name, outcome_of_fwd(fwd))
                 return response
         except OriginError as exc:
-            self._telemetry.request(config.name, ERROR)
+            self.telemetry.request(config.name, ERROR)
             response = respond.origin_failed(exc, cache_status=status)
             if isinstance(data, bodies.Streamed):
                 response.force_close()  # the rest of the body is unread
@@ -164,15 +161,10 @@ async def relay(
     via: str,
     max_object: int,
     prefix: bytes | None = None,
-    background: bool = False,
 ) -> web.StreamResponse:
     """Send the origin's response on: whole when its body ends within ``max_object`` bytes
     (``prefix``: what was read of it already), else streamed. Raises OriginError only before
-    anything was sent; after that, a broken origin aborts the client's connection. In the
-    background there is no one to send it to: the origin response is dropped."""
-    if background:
-        origin.close()
-        return web.Response(status=origin.status)
+    anything was sent; after that, a broken origin aborts the client's connection."""
     if origin.status < 200:
         # A switch (101) or other interim answer as the final one, to a request that asked for
         # no upgrade (or was not tunnelled: core/http/upgrade.py): not HTTP the client can use.

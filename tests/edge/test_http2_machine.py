@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from proxy.edge.h2.events import (
     DataReceived,
+    GoneAway,
     H2Error,
     RequestReceived,
     ServerReset,
@@ -205,6 +206,8 @@ def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCod
         (raw(DataFrame(1, data=b"x")), ErrorCodes.PROTOCOL_ERROR),  # an idle stream
         (raw(RstStreamFrame(9, error_code=0)), ErrorCodes.PROTOCOL_ERROR),  # idle
         (raw(PushPromiseFrame(1, promised_stream_id=2, data=b"")), ErrorCodes.PROTOCOL_ERROR),
+        (b"\x00\x00\x04\x07\x00\x00\x00\x00\x00" + bytes(4), ErrorCodes.PROTOCOL_ERROR),
+        (b"\x00\x00\x08\x07\x00\x00\x00\x00\x01" + bytes(8), ErrorCodes.PROTOCOL_ERROR),
         (raw(ContinuationFrame(1, data=b"")), ErrorCodes.PROTOCOL_ERROR),
         (raw(HeadersFrame(2, data=block(GET), flags={"END_HEADERS"})), ErrorCodes.PROTOCOL_ERROR),
         (raw(HeadersFrame(1, data=block(GET)), DataFrame(1, data=b"x")), ErrorCodes.PROTOCOL_ERROR),
@@ -222,6 +225,8 @@ def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCod
         "data-idle",
         "rst-idle",
         "push-promise",
+        "goaway-short",
+        "goaway-on-a-stream",
         "lone-continuation",
         "even-stream",
         "frame-inside-a-head",
@@ -298,6 +303,17 @@ def test_a_ping_is_answered_and_frames_on_a_reset_stream_are_ignored() -> None:
     assert server.receive(raw(DataFrame(1, data=b"late"), OPEN)) == []  # in flight: ignored
     assert server.data_to_send() == b""  # its 4 bytes given back with the next half window
     assert server.control == 1  # the PING
+
+
+def test_a_goaway_is_reported_and_an_unknown_frame_ignored() -> None:
+    """RFC 9113 §6.8: a client's GOAWAY says the last stream it will act on, and its code;
+    §5.5: a frame of an unknown type is ignored (but counted as work that asked nothing)."""
+    server, client = connected()
+    assert server.receive(b"\x00\x00\x03\xfa\x00\x00\x00\x00\x00abc") == []
+    assert server.control == 1
+    client.close_connection(error_code=ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=5)
+    assert server.receive(client.data_to_send()) == [GoneAway(5, ErrorCodes.ENHANCE_YOUR_CALM)]
+    assert server.data_to_send() == b""
 
 
 @settings(max_examples=300, deadline=None)

@@ -238,6 +238,27 @@ async def test_a_stale_while_revalidate_hit_answers_the_range(
     await until(lambda: origin.count("/w") == 2)  # revalidated in the background
 
 
+async def test_a_background_revalidation_not_stored_is_dropped_whole(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """RFC 5861 §3: the revalidation behind a stale-while-revalidate hit is answered with a
+    200 that may not be stored: the stale entry goes, the answer is dropped unread, and no
+    Range of the client's reaches the origin on its account."""
+    swr = {"Cache-Control": "max-age=10, stale-while-revalidate=60"}
+    origin.reply("/n", b"0123456789", headers=swr)
+    await edge.get("/n")
+    edge.clock.advance(20)
+    origin.reply("/n", b"abcdefghij", headers={"Cache-Control": "no-store"})
+    response, body = await edge.get("/n", headers={"Range": "bytes=5-"})
+    assert (response.status, body) == (206, b"56789")
+    # Revalidated in the background, and the stale entry dropped.
+    await until(lambda: edge.store.peek("example.com", "/n") is None)
+    response, body = await edge.get("/n")
+    assert (response.status, body) == (200, b"abcdefghij")
+    assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="no-store"'
+    assert ranges_seen(origin, "/n") == [None, None, None]
+
+
 async def test_a_revalidated_entry_answers_the_range(edge: EdgeUnderTest, origin: Origin) -> None:
     """A stale entry revalidated with a 304 (RFC 9111 §4.3.4): the range is cut from the
     stored body under the refreshed fields; the origin never sees the Range."""

@@ -22,7 +22,9 @@ the ones it sends. A stream past SETTINGS_MAX_CONCURRENT_STREAMS is refused
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from h2.errors import ErrorCodes
 from hpack import Decoder
@@ -63,6 +65,8 @@ MAX_CONTINUATIONS = 64  # of one head (h2's bound, and the 2024 CONTINUATION flo
 HEAD_CACHE = 16
 HEAD_CACHE_BLOCK = 512
 HEAD_CACHE_FIELDS = 4096
+# A frame's reader: (the machine, flags, stream id, payload, the events it adds to).
+_Reader = Callable[["ServerMachine", int, int, bytes, list[Event]], None]
 
 
 @dataclass(slots=True)
@@ -140,31 +144,11 @@ class ServerMachine(StreamTable):
     ) -> None:
         if self._pending is not None and kind != FrameType.CONTINUATION:
             raise H2Error(ErrorCodes.PROTOCOL_ERROR, "a frame inside a header block")
-        if kind == FrameType.HEADERS:
-            self._headers(flags, stream_id, payload, events)
-        elif kind == FrameType.DATA:
-            self._data(flags, stream_id, payload, events)
-        elif kind == FrameType.WINDOW_UPDATE:
-            self._window_update(stream_id, payload, events)
-        elif kind == FrameType.RST_STREAM:
-            self._rst_stream(stream_id, payload, events)
-        elif kind == FrameType.SETTINGS:
-            self._settings(flags, stream_id, payload, events)
-        elif kind == FrameType.PING:
-            self._ping(flags, stream_id, payload)
-        elif kind == FrameType.PRIORITY:
-            self._priority(stream_id, payload, events)
-        elif kind == FrameType.CONTINUATION:
-            self._continuation(flags, stream_id, payload, events)
-        elif kind == FrameType.GOAWAY:
-            if stream_id or len(payload) < 8:
-                raise H2Error(ErrorCodes.PROTOCOL_ERROR, "a malformed GOAWAY")
-            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
-            events.append(GoneAway(last, int.from_bytes(payload[4:8], "big")))
-        elif kind == FrameType.PUSH_PROMISE:
-            raise H2Error(ErrorCodes.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
-        else:
+        reader = self._READERS.get(kind)
+        if reader is None:
             self.control += 1  # an unknown frame type: ignored (§5.5), but not free
+        else:
+            reader(self, flags, stream_id, payload, events)
 
     # -- heads -------------------------------------------------------------------------------
 
@@ -323,7 +307,9 @@ class ServerMachine(StreamTable):
         if stream.local_closed:
             del self.streams[stream_id]
 
-    def _window_update(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
+    def _window_update(
+        self, flags: int, stream_id: int, payload: bytes, events: list[Event]
+    ) -> None:
         if len(payload) != 4:
             raise H2Error(ErrorCodes.FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
         self.control += 1
@@ -351,7 +337,7 @@ class ServerMachine(StreamTable):
 
     # -- control -----------------------------------------------------------------------------
 
-    def _rst_stream(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
+    def _rst_stream(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
             raise H2Error(ErrorCodes.FRAME_SIZE_ERROR, "a RST_STREAM not of 4 bytes")
         if not stream_id or stream_id > self.highest:
@@ -396,7 +382,7 @@ class ServerMachine(StreamTable):
             if stream.send_window > MAX_WINDOW:
                 raise H2Error(ErrorCodes.FLOW_CONTROL_ERROR, "a stream's window too large")
 
-    def _ping(self, flags: int, stream_id: int, payload: bytes) -> None:
+    def _ping(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 8:
             raise H2Error(ErrorCodes.FRAME_SIZE_ERROR, "a PING not of 8 bytes")
         if stream_id:
@@ -405,7 +391,7 @@ class ServerMachine(StreamTable):
         if not flags & ACK:
             self.out += frame(FrameType.PING, ACK, 0, payload)
 
-    def _priority(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
+    def _priority(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if not stream_id:
             raise H2Error(ErrorCodes.PROTOCOL_ERROR, "PRIORITY on stream 0")
         if len(payload) != 5:
@@ -414,6 +400,31 @@ class ServerMachine(StreamTable):
         depends = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
         if depends == stream_id and stream_id in self.streams:
             self._stream_error(stream_id, ErrorCodes.PROTOCOL_ERROR, events)
+
+    def _goaway(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
+        if stream_id or len(payload) < 8:
+            raise H2Error(ErrorCodes.PROTOCOL_ERROR, "a malformed GOAWAY")
+        last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+        events.append(GoneAway(last, int.from_bytes(payload[4:8], "big")))
+
+    def _push_promise(
+        self, flags: int, stream_id: int, payload: bytes, events: list[Event]
+    ) -> None:
+        raise H2Error(ErrorCodes.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+
+    # Each frame type's reader, all called alike; a type not named here is unknown (§5.5).
+    _READERS: ClassVar[dict[int, _Reader]] = {
+        FrameType.HEADERS: _headers,
+        FrameType.DATA: _data,
+        FrameType.WINDOW_UPDATE: _window_update,
+        FrameType.RST_STREAM: _rst_stream,
+        FrameType.SETTINGS: _settings,
+        FrameType.PING: _ping,
+        FrameType.PRIORITY: _priority,
+        FrameType.CONTINUATION: _continuation,
+        FrameType.GOAWAY: _goaway,
+        FrameType.PUSH_PROMISE: _push_promise,
+    }
 
     # -- sending -----------------------------------------------------------------------------
 
