@@ -23,6 +23,9 @@ from proxy.observe.telemetry import Telemetry
 from proxy.store.memory import MemoryStore
 from tests.nodes import Node
 
+# Sockets a module leaves open are found when it ends, not in a later test (tests/leaks.py).
+pytest_plugins = ("tests.leaks",)
+
 # Property tests judge behaviour, not speed: a per-example deadline only makes them flaky on
 # a loaded 2-core machine. Speed is measured in benchmarks/.
 settings.register_profile("cdn-proxy", deadline=None)
