@@ -56,14 +56,16 @@ def test_shared_hits_are_disk_hits_for_cdn_proxy_and_hits_for_nginx() -> None:
 
 def test_shared_replay_counts_what_the_origin_sent() -> None:
     """Each system fetched every distinct object at least once and never more bytes than the
-    trace asked for; cdn-proxy never held more than C."""
-    out = run("benchmarks.shared_replay", "--requests", "300", "--objects", "100")
+    trace asked for; cdn-proxy never held more than C. (A slack this large never makes the held
+    nginx wait for its manager: a smoke run of seconds, not of nginx's 10 s passes.)"""
+    args = ("--requests", "300", "--objects", "100", "--slack", "100")
+    out = run("benchmarks.shared_replay", *args)
     trace = re.search(r"working set ([\d,]+) B, requested ([\d,]+) B; .* = ([\d,]+) B$", out, re.M)
     assert trace is not None, out
     working_set, requested, capacity = (number(g) for g in trace.groups())
     rows = re.findall(
-        r"^\| (cdn-proxy|nginx, max_size = C|cdn-proxy, nginx's mean) \| ([\d,]+) \| ([\d,]+) "
-        r"\| ([\d,]+) \| [\d.]+ \| ([\d.]+) \|",
+        r"^\| (cdn-proxy|nginx, max_size = C|cdn-proxy, nginx's mean|nginx, held to C) "
+        r"\| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| [\d.]+ \| ([\d.]+) \|",
         out,
         re.M,
     )
@@ -71,13 +73,21 @@ def test_shared_replay_counts_what_the_origin_sent() -> None:
         "cdn-proxy",
         "nginx, max_size = C",
         "cdn-proxy, nginx's mean",
+        "nginx, held to C",
     ]
     for name, limit, requests, sent, largest in rows:
         assert working_set <= number(sent) <= requested, (name, out)
         assert 0 < number(requests) <= 300, (name, out)
         if name == "cdn-proxy":
             assert number(limit) == capacity and float(largest) <= 1.0, out
-    assert re.search(r"^cdn-proxy's origin bytes <= nginx's, both at C: (not )?met$", out, re.M)
+    for label in (
+        "both at max_size C, nginx unheld",
+        "at the bytes the unheld nginx held",
+        r"both held to C \(nginx with the slack\)",
+    ):
+        verdict = rf"^cdn-proxy's origin bytes <= nginx's, {label}: (not )?met \([\d.]+x\)$"
+        assert re.search(verdict, out, re.M), (label, out)
+    assert re.search(r"^nginx, held to C: held: .*; 0 waits for its manager", out, re.M), out
 
 
 def test_startup_serves_a_stored_object_as_a_disk_hit() -> None:
