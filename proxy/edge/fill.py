@@ -207,6 +207,9 @@ class Filler:
             streamed = await self._streamed(job, verdict, fields, origin, b"", response_time)
             if streamed is not None:
                 return streamed
+            # The tier does not take it now: mostly its eviction's refusal of a first fill of
+            # over half the tier (remembered: the next is kept), else a stopped tier.
+            return await self._pass_on(job, origin, "not-admitted")
         progress = job.flight.progress if job.flight is not None else None
         body, complete = await origin.read_up_to(self.whole_max, progress)
         if not complete and len(body) <= self.max_object:
@@ -243,7 +246,9 @@ class Filler:
         )
         entry = with_lines(entry, ())  # its body is not in hand: never a fast hit
         fenced = bool(getattr(self._store, "fenced", False))  # FleetStore: past its lease
-        sink = None if self._tiered is None or fenced else self._tiered.stream(job.key, entry)
+        length = origin.content_length  # when known: a body the tier would refuse is not written
+        tiered = None if fenced else self._tiered
+        sink = None if tiered is None else tiered.stream(job.key, entry, length)
         if sink is None:
             return None
         # Cache-Status is sent before the body: ``stored`` is said when the body's length is

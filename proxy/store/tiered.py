@@ -255,15 +255,25 @@ class TieredStore:
                 return False
         return fill.commit()
 
-    def stream(self, key: CacheKey, response: StoredResponse) -> StreamedFill | None:
+    def stream(
+        self, key: CacheKey, response: StoredResponse, length: int | None = None
+    ) -> StreamedFill | None:
         """A fill of the shared tier whose body the caller appends as it arrives (its
         ``response.body`` is ignored); None when it cannot be stored (no lookup recorded its
-        purge number, or the tier is stopped)."""
+        purge number, or the tier is stopped), or when the eviction policy would refuse a
+        body of ``length`` bytes (when known): a first fill of over half the tier is then
+        not written at all, and remembered, so that its next fill is kept."""
         token = self._tokens.get(key)
         if token is None or self.tier.health.stuck:
             return None
         domain, _, target = key
-        return StreamedFill(self, AsyncFill(self.tier, domain, target, response, token), key)
+        fill = AsyncFill(self.tier, domain, target, response, token)
+        if length is not None and not fill.fill.kept_if_filled(length):
+            remembered = asyncio.ensure_future(self.tier.run(lambda: fill.fill.remember(length)))
+            self._fills.add(remembered)
+            remembered.add_done_callback(self._fills.discard)
+            return None
+        return StreamedFill(self, fill, key)
 
     async def relink(
         self, key: CacheKey, response: StoredResponse, file: BodyFile

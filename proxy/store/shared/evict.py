@@ -45,6 +45,15 @@ class Evictor(Protocol):
         """A fill of ``cost`` bytes is committed under ``key`` (a key stored already: its new
         record replaces the old, which the policy knows as held)."""
 
+    def kept_if_filled(self, txn: lmdb.Transaction, key: bytes, cost: int) -> bool:
+        """Whether a fill of about ``cost`` bytes under ``key`` would be kept if it were
+        committed now (read only): a large body the policy would refuse is then not written
+        at all (store/shared/fill.py, ``would_keep``)."""
+
+    def remember(self, txn: lmdb.Transaction, key: bytes, cost: int) -> None:
+        """A fill ``kept_if_filled`` refused, and so never written, is remembered as ``admit``
+        remembers one it refuses: its next fill is kept."""
+
     def removed(self, txn: lmdb.Transaction, key: bytes) -> None:
         """The entry at ``key`` was removed for another reason than this policy's choice (a
         key not held: nothing to do)."""
@@ -66,6 +75,12 @@ class OldestFirst:
 
     def admit(self, txn: lmdb.Transaction, key: bytes, sequence: int, cost: int) -> Admission:
         return Admission(True, [])
+
+    def kept_if_filled(self, txn: lmdb.Transaction, key: bytes, cost: int) -> bool:
+        return True  # the fill itself stops past the tier's size
+
+    def remember(self, txn: lmdb.Transaction, key: bytes, cost: int) -> None:
+        pass
 
     def removed(self, txn: lmdb.Transaction, key: bytes) -> None:
         pass

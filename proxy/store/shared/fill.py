@@ -128,6 +128,29 @@ class Fill:
         tier.health.recovered()
         return kept
 
+    def kept_if_filled(self, length: int) -> bool:
+        """Whether the tier's eviction would keep this fill with a body of ``length`` bytes,
+        were it committed now: a read transaction, in the caller's thread (True on a fault:
+        the fill finds out). A body it would refuse (a first fill of over half the tier) is
+        then never written (``TieredStore.stream``), and ``remember`` has its next one kept."""
+        cost = len(self.key) + length + 4 * -(-length // 65536)  # its record aside
+        try:
+            with self._tier._env.begin() as txn:
+                return self._tier.evictor.kept_if_filled(txn, self.key, cost)
+        except lmdb.Error:
+            return True
+
+    def remember(self, length: int) -> bool:
+        """The fill ``kept_if_filled`` refused, remembered by the eviction policy (as a commit
+        it refuses is), so that the next fill of the key is kept. In the writer thread."""
+        cost = len(self.key) + length + 4 * -(-length // 65536)
+        try:
+            with self._tier._env.begin(write=True) as txn:
+                self._tier.evictor.remember(txn, self.key, cost)
+        except lmdb.Error as error:
+            self._tier.health.fault("fill", error)
+        return False
+
     def _admissible(self) -> bool:
         """Whether no clear or hard purge since the fill's lookup covers it."""
         state = self._tier.purges.current(self._domain)

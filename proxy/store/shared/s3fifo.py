@@ -33,7 +33,9 @@ fetches a download twice expects the second to be a hit, and the first fill's co
 requests are answered from what it stored), so here an object up to half the capacity
 (``LARGE_AT_ONCE``) is admitted at its first fill straight into the main queue, as any key the
 ghost remembers. A larger one's first fill is not kept but its key is remembered in the ghost,
-and its next fill within the ghost's memory is admitted into the main queue. Size the tier at
+and its next fill within the ghost's memory is admitted into the main queue. When the body's
+length is known, the edge asks first (``kept_if_filled``, read only) and writes nothing of a fill
+that would be refused; ``remember`` then puts its key in the ghost. Size the tier at
 twice the largest object or more. (``S3FIFO(..., remember_large=True)`` is the same rule in the
 pure policy, for the benchmark and the tests.)
 """
@@ -114,6 +116,23 @@ class S3FifoEvictor:
             return Admission(True, [])
         return admission
 
+    def kept_if_filled(self, txn: lmdb.Transaction, key: bytes, cost: int) -> bool:
+        """``admit``'s rule for one large object, read only: refused when over half the tier
+        (``LARGE_AT_ONCE``) unless held already or remembered by the ghost."""
+        if cost > self.capacity:
+            return False
+        if cost <= LARGE_AT_ONCE * self.capacity or txn.get(key, db=self.db_place) is not None:
+            return True
+        return txn.get(digest(key), db=self.db_ghost_keys) is not None
+
+    def remember(self, txn: lmdb.Transaction, key: bytes, cost: int) -> None:
+        try:
+            queues = _Queues(self, txn)
+            queues.remember(digest(key), cost)
+            queues.save()
+        except (struct.error, ValueError) as error:
+            self._reset(txn, error)
+
     def removed(self, txn: lmdb.Transaction, key: bytes) -> None:
         try:
             queues = _Queues(self, txn)
@@ -166,7 +185,7 @@ class _Queues:
             return Admission(False, [])
         if not remembered and cost >= policy.small_capacity:
             if cost > LARGE_AT_ONCE * policy.capacity:  # kept at its next fill, if remembered
-                self._remember(key_digest, cost)
+                self.remember(key_digest, cost)
                 return Admission(False, [])
             remembered = True  # large: straight into the main queue
         victims: list[tuple[bytes, int]] = []
@@ -282,7 +301,7 @@ class _Queues:
             self.txn.delete(key, db=self.policy.db_place)
             self._release(sequence)
             victims.append((key, sequence))
-            self._remember(digest(key), cost)
+            self.remember(digest(key), cost)
             return True
         return False
 
@@ -306,7 +325,7 @@ class _Queues:
 
     # -- the ghost -------------------------------------------------------------------------------
 
-    def _remember(self, key_digest: bytes, cost: int) -> None:
+    def remember(self, key_digest: bytes, cost: int) -> None:
         policy, txn = self.policy, self.txn
         if cost > policy.ghost_capacity:
             return

@@ -271,3 +271,27 @@ def test_a_damaged_eviction_state_is_emptied_and_the_bound_still_holds(
         assert tier.status().corrupt == 1
     finally:
         tier.close()
+
+
+def test_a_refused_first_fill_is_known_before_a_byte_is_written_and_remembered(
+    tmp_path: Path,
+) -> None:
+    """``Fill.kept_if_filled`` answers ``admit``'s rule for a large object from a read
+    transaction (the edge then writes nothing of a body the tier would refuse), and
+    ``remember`` has the next fill kept, as a refused commit would."""
+    tier = SharedTier.open_node(tmp_path, max_bytes=1_000_000)
+    try:
+        token = tier.lookup(DOMAIN, "/larger").token
+        larger = Fill(tier, DOMAIN, "/larger", response(), token)
+        assert Fill(tier, DOMAIN, "/big", response(), token).kept_if_filled(300_000)
+        assert not larger.kept_if_filled(600_000)  # over half the tier, never seen
+        assert not list((tmp_path / "bodies").glob("*.body"))
+        larger.remember(600_000)
+        assert larger.kept_if_filled(600_000)
+        assert store(tier, "/larger", 600_000, token)[0] is True
+        assert tier.lookup(DOMAIN, "/larger").variants
+        huge = Fill(tier, DOMAIN, "/huge", response(), token)
+        huge.remember(950_000)  # larger than the ghost: never remembered, never kept
+        assert not huge.kept_if_filled(950_000)
+    finally:
+        tier.close()
