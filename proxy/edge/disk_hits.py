@@ -154,7 +154,12 @@ class DiskHits:
         if labels is None:
             return None
         store = self._store
-        found = store.peek_shared(config.name, target)
+        # ``TieredStore.peek_shared``, without its call: on every hit from disk.
+        found = (
+            None
+            if store.memory.holds(config.name, target)
+            else store.tier.peek(config.name, target)
+        )
         if found is None or not found.hit_lines:
             return None
         now = self._clock()

@@ -136,7 +136,10 @@ class MemoryStore:
     def holds(self, domain: str, target: str) -> bool:
         """Whether anything is stored for the URL (a purge may cover it yet), changing
         nothing: the shared tier answers the fast path only when not (tiered.py)."""
-        return f"{domain} {self._generations.get(domain, 0)} {target}" in self._index
+        prefix = self._prefixes.get(domain)  # as ``peek`` has it, when it has it
+        if prefix is None:
+            prefix = f"{domain} {self._generations.get(domain, 0)} "
+        return prefix + target in self._index
 
     def inspect(self, domain: str, target: str) -> Held:
         """What ``lookup`` would find for the URL, changing nothing: no recency, no purge

@@ -274,7 +274,8 @@ class SharedTier:
         a variant a hard purge covers is never returned, and is removed by the next write."""
         try:
             state = self.purges.current(domain)
-            if not self._serving():
+            # ``_serving``, its call made only when it has something to do (every hit).
+            if (self.health.stuck or time.monotonic() >= self._next_check) and not self._serving():
                 return None
             prefix = entry_prefix(domain, target)
             txn = self._env.begin(db=self.db_entries, buffers=True)
@@ -300,6 +301,9 @@ class SharedTier:
         # an outstanding purge of the domain (``judge`` reads them only then), which costs a
         # response built; anything that covers it (a soft purge, a distrust) is lookup's.
         mark = hit.mark
+        if mark >= state.top and mark >= state.cleared and mark >= state.distrusted:
+            self.evictor.hit(sequence)  # ``judge``'s usual case (nothing covers it), no call
+            return hit
         tags: tuple[str, ...] = ()
         if state.cleared <= mark < state.top:
             response = hit.response()
