@@ -79,6 +79,8 @@ def test_every_key_can_be_set(tmp_path: Path) -> None:
     ]
     config = parse_config(data, base_dir=tmp_path)
     assert config.edge == EdgeConfig(Listen("::1", 80), 5.0, "edge-1")
+    # Written back as it was given: an error naming it reads as a host and a port.
+    assert str(Listen("::1", 80)) == "[::1]:80" and str(Listen("0.0.0.0", 0)) == "0.0.0.0:0"
     assert config.api == ApiConfig(Listen("0.0.0.0", 0), 1024, 3, 0.5, 2.0)
     assert config.cache == CacheConfig(10_000, 2000, "c.1", 4 * 1024**2)
     assert config.state == StateConfig(Path("/abs/state.db"), 7)

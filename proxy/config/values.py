@@ -51,7 +51,9 @@ class Listen:
     port: int
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        """As it is written in the config: an IPv6 host in brackets (``[::1]:8080``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
 
 def listen(key: str, value: object) -> Listen:
