@@ -45,6 +45,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.cache.trace import Held
@@ -106,7 +107,7 @@ class TieredStore:
         # The hit path: the memory tier's own bound method, no call of ours in between.
         self.peek = memory.peek  # type: ignore[method-assign]
         self._tokens: OrderedDict[CacheKey, int] = OrderedDict()
-        self._fills: set[asyncio.Future[bool]] = set()
+        self._fills: set[asyncio.Future[Any]] = set()  # shared fills, and refusals remembered
         self.hits = {"memory": 0, "disk": 0}  # lookups answered by each tier (not peeks)
         self.not_durable = 0  # purges the shared tier could not make durable
         # Fill-in-progress markers, for one origin request per key across workers (§2).

@@ -133,23 +133,26 @@ class Fill:
         were it committed now: a read transaction, in the caller's thread (True on a fault:
         the fill finds out). A body it would refuse (a first fill of over half the tier) is
         then never written (``TieredStore.stream``), and ``remember`` has its next one kept."""
-        cost = len(self.key) + length + 4 * -(-length // 65536)  # its record aside
+        cost = self._cost(length)
         try:
             with self._tier._env.begin() as txn:
                 return self._tier.evictor.kept_if_filled(txn, self.key, cost)
         except lmdb.Error:
             return True
 
-    def remember(self, length: int) -> bool:
+    def remember(self, length: int) -> None:
         """The fill ``kept_if_filled`` refused, remembered by the eviction policy (as a commit
         it refuses is), so that the next fill of the key is kept. In the writer thread."""
-        cost = len(self.key) + length + 4 * -(-length // 65536)
         try:
             with self._tier._env.begin(write=True) as txn:
-                self._tier.evictor.remember(txn, self.key, cost)
+                self._tier.evictor.remember(txn, self.key, self._cost(length))
         except lmdb.Error as error:
             self._tier.health.fault("fill", error)
-        return False
+
+    def _cost(self, length: int) -> int:
+        """What the tier counts for a body of ``length`` bytes in a file under this key, its
+        record aside (a few hundred bytes, known only once it is packed)."""
+        return len(self.key) + length + 4 * -(-length // 65536)
 
     def _admissible(self) -> bool:
         """Whether no clear or hard purge since the fill's lookup covers it."""
