@@ -138,10 +138,14 @@ class BodyReader:
     than the buffer or the budget allows, ``streamed`` for the rest. Used as an async
     context manager: what it buffered stays counted in the budget until it is left."""
 
-    __slots__ = ("_budget", "_content", "_counted", "_limits", "_pace")
+    __slots__ = ("_budget", "_content", "_counted", "_length", "_limits", "_pace")
 
     def __init__(self, request: web.BaseRequest, limits: BodyLimits) -> None:
         self._content = request.content
+        # The length the client declared, which its protocol's parser holds the body to
+        # (llhttp for HTTP/1.1, the end-of-stream hook for HTTP/2): a streamed body is sent
+        # to the origin under it; None (chunked, or HTTP/2 without one): sent chunked.
+        self._length = request.content_length
         self._limits = limits
         self._budget = budget_of(request)
         self._counted = 0
@@ -186,7 +190,7 @@ class BodyReader:
         return b"".join(parts), False
 
     def streamed(self, prefix: bytes) -> Streamed:
-        return Streamed(prefix, self)
+        return Streamed(prefix, self, self._length)
 
     async def piece(self, most: int = -1) -> bytes:
         """The next piece of the body, at most ``most`` bytes (b"" at its end), waited for as
@@ -224,11 +228,12 @@ class Streamed:
     read, then each piece as it arrives. A failure is kept in ``failed``: the origin client
     reports it as its own connection error, and the handler answers with this one instead."""
 
-    __slots__ = ("_prefix", "_reader", "failed")
+    __slots__ = ("_prefix", "_reader", "failed", "length")
 
-    def __init__(self, prefix: bytes, reader: BodyReader) -> None:
+    def __init__(self, prefix: bytes, reader: BodyReader, length: int | None = None) -> None:
         self._prefix = prefix
         self._reader = reader
+        self.length = length  # the whole body's, when the client's framing fixed it
         self.failed: RequestBodyError | None = None
 
     async def pieces(self) -> AsyncIterator[bytes]:

@@ -257,7 +257,14 @@ async def _origin_request(
         sock_read=domain.read_timeout,
     )
     started, answered = time.perf_counter(), False
-    body = data.pieces() if isinstance(data, Streamed) else data
+    # The origin client frames the body it sends (headers.to_origin passes no client
+    # framing): bytes by their length, a stream by the length the client's parser held it to,
+    # else chunked; no body, no framing.
+    body: Any = data
+    if isinstance(data, Streamed):
+        body = data.pieces()
+        if data.length is not None:
+            headers = [*headers, ("Content-Length", str(data.length))]
     try:
         async with session.request(
             method,

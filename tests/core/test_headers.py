@@ -116,6 +116,9 @@ def test_to_origin_without_via_or_host_from_the_client() -> None:
         "X-Original-URI",
         "X-HTTP-Host-Override",
         "Content_Length",  # framing read from an underscore spelling (issue 24)
+        "Content-Length",  # framing is the origin client's, never the client's (issue 30)
+        "content-length",
+        "Transfer-Encoding",
         "X-Forwarded-User",
         "X_Forwarded_Client_Cert",
         "X-Forwarded",

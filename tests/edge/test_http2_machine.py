@@ -140,6 +140,52 @@ def test_a_body_and_its_end() -> None:
     assert events[1:] == [DataReceived(1, b"abc", 3), StreamEnded(1)]
 
 
+@pytest.mark.parametrize(
+    ("lengths", "body"),
+    [
+        (["57"], None),  # HEADERS with END_STREAM: no body behind the claim
+        (["5"], b"hell"),
+        (["5", "5"], b"hello"),  # repeated, even equal
+        (["5", "6"], b"hello"),
+        (["9" * 5000], b"hello"),  # past int()'s digit limit: refused before reading it
+        (["1" * 19], b"hello"),
+        (["-5"], b"hello"),
+    ],
+    ids=["ended-head", "short", "repeated", "differing", "5000-digits", "19-digits", "sign"],
+)
+def test_a_length_the_frames_do_not_carry_is_malformed(
+    lengths: list[str], body: bytes | None
+) -> None:
+    """RFC 9113 §8.1.1: a content-length that differs from the DATA is malformed, the
+    stream ended by HEADERS included (issue 30, hole 1); no request is ever reported for
+    it, or its end is never (so nothing is sent on with the claim)."""
+    server, _ = connected()
+    fields = [*GET, *(("content-length", value) for value in lengths)]
+    frames: list[Frame] = [HeadersFrame(1, data=block(fields), flags={"END_HEADERS", "END_STREAM"})]
+    if body is not None:
+        frames = [
+            HeadersFrame(1, data=block(fields), flags={"END_HEADERS"}),
+            DataFrame(1, data=body, flags={"END_STREAM"}),
+        ]
+    events = server.receive(raw(*frames))
+    assert ServerReset(1, ErrorCodes.PROTOCOL_ERROR) in events
+    assert StreamEnded(1) not in events
+    assert all(not (isinstance(e, RequestReceived) and e.ended) for e in events)
+    # The connection lives: the next stream is a request.
+    after = server.receive(raw(HeadersFrame(3, data=block(GET), flags={"END_HEADERS"})))
+    assert [type(e) for e in after] == [RequestReceived]
+
+
+def test_a_zero_length_on_a_head_that_ends_the_stream_is_a_request() -> None:
+    server, _ = connected()
+    fields = [*GET, ("content-length", "0")]
+    events = server.receive(
+        raw(HeadersFrame(1, data=block(fields), flags={"END_HEADERS", "END_STREAM"}))
+    )
+    [event] = events
+    assert isinstance(event, RequestReceived) and event.ended
+
+
 # -- the head cache --------------------------------------------------------------------------
 
 

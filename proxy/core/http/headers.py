@@ -13,10 +13,18 @@
   write them; from any other peer they are removed (issue 24).
 - Method-override fields are removed from cacheable requests, so a GET cannot be turned into
   something else behind the cache's back.
+- Message framing (Content-Length, Transfer-Encoding) is never the client's: the edge reads
+  the client's body by the client's framing, then the origin client frames the body it
+  actually sends (bytes: their length; a stream: the length the edge checked, else chunked;
+  nothing: none). A client's length passed on with no body behind it made the origin read
+  the next request on a pooled connection as that body (issue 30, hole 1: an HTTP/2 HEADERS
+  frame with END_STREAM and ``content-length: 57``).
 - Names are compared with '_' read as '-': CGI and WSGI origins map both to '_', so
-  ``X_Forwarded_Host`` would reach them as X-Forwarded-Host (the CVE-2015-0219 class). For
-  the same reason a framing field spelled with '_' (``Content_Length``) is removed: such an
-  origin would read it as the message's framing.
+  ``X_Forwarded_Host`` would reach them as X-Forwarded-Host (the CVE-2015-0219 class); a
+  framing field spelled with '_' (``Content_Length``) is removed with the rest of them.
+
+``to_origin`` is the one function that builds a request head sent to an origin: the fill,
+the forward, the tunnel and the trace's fetch all take theirs from it.
 """
 
 from __future__ import annotations
@@ -87,7 +95,7 @@ FRONT_END = frozenset(
     }
 )
 
-# Message framing: never taken from a name spelled with '_' (``field_name``).
+# Message framing: never passed on from a client, in any spelling (``field_name``).
 FRAMING = frozenset({"content-length", "transfer-encoding"})
 
 METHOD_OVERRIDE = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
@@ -154,7 +162,7 @@ def to_origin(
     ``trusted_peer``: the request came from a trusted proxy, whose ``from_front_end`` fields
     are passed on."""
     items = list(headers)
-    drop = HOP_BY_HOP | CLIENT_FORWARDING | connection_tokens(items) | {"host"}
+    drop = HOP_BY_HOP | CLIENT_FORWARDING | FRAMING | connection_tokens(items) | {"host"}
     if cacheable:
         drop = drop | METHOD_OVERRIDE | CLIENT_CONDITIONALS
     if accept_encoding is not None:
@@ -163,8 +171,6 @@ def to_origin(
     for name, value in items:
         field = field_name(name)
         if field in drop or (not trusted_peer and from_front_end(field)):
-            continue
-        if field in FRAMING and "_" in name:
             continue
         out.append((name, value))
     if accept_encoding is not None:

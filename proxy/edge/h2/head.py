@@ -65,11 +65,29 @@ _CONNECTION = frozenset(
 )
 
 
+# A content-length the edge reads as a number: 1 to 18 digits (nothing real is an exabyte;
+# a longer one is refused before int() is asked to read it).
+_LENGTH = re.compile(rb"[0-9]{1,18}")
+
+
+def content_length(fields: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """The request's declared content-length, once ``malformed`` has passed its head."""
+    for name, value in fields:
+        if name == b"content-length":
+            return int(value)
+    return None
+
+
 def malformed(fields: Sequence[tuple[bytes, bytes]], *, trailers: bool = False) -> str | None:
-    """Why a request's head (or its trailers) is malformed (RFC 9113 §8.1.1), or None."""
+    """Why a request's head (or its trailers) is malformed (RFC 9113 §8.1.1), or None.
+
+    This is the head's one check, as nghttp2's ``http_request_on_header``: every rule about a
+    single field or the set of them lives here. The rule that needs the body as well (a
+    content-length equal to the DATA received) is the machine's end-of-stream hook."""
     pseudo: dict[bytes, bytes] = {}
     regular = False
     host: bytes | None = None
+    length: bytes | None = None
     for name, value in fields:
         if name[:1] == b":":
             if trailers or regular:
@@ -85,6 +103,13 @@ def malformed(fields: Sequence[tuple[bytes, bytes]], *, trailers: bool = False) 
                 return "a connection-specific field"
             if name == b"host":
                 host = value
+            elif name == b"content-length":
+                # Framing is the frames'; the field is a claim checked against them, and a
+                # second copy (equal or not) or a value that is no number is refused, as
+                # nghttp2 does: an origin must never be told a length the edge did not check.
+                if length is not None or trailers or not _LENGTH.fullmatch(value):
+                    return "a content-length repeated or not a number"
+                length = value
         if _BAD_VALUE.search(value):
             return "a field value with CR, LF, NUL or white space at its ends"
     if trailers:

@@ -55,7 +55,7 @@ from proxy.edge.h2.frames import (
     settings,
     window_update,
 )
-from proxy.edge.h2.head import Head, malformed, read_head
+from proxy.edge.h2.head import Head, content_length, malformed, read_head
 from proxy.edge.h2.limits import CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW, H2Limits
 from proxy.edge.h2.streams import OpenStream, StreamTable
 
@@ -206,13 +206,10 @@ class ServerMachine(StreamTable):
             events.append(StreamRefused(stream_id))
             return
         stream = OpenStream(STREAM_WINDOW, self.initial_send, remote_closed=ended)
-        if not ended:
-            length = head.headers.get("Content-Length")
-            if length is not None:
-                if not (length.isascii() and length.isdigit()):
-                    self._stream_error(stream_id, ErrorCodes.PROTOCOL_ERROR, events)
-                    return
-                stream.length = int(length)
+        stream.length = content_length(head.raw)
+        if ended and not self._framed(stream):
+            self._stream_error(stream_id, ErrorCodes.PROTOCOL_ERROR, events)
+            return
         self.streams[stream_id] = stream
         events.append(RequestReceived(stream_id, head, ended))
 
@@ -298,8 +295,17 @@ class ServerMachine(StreamTable):
         if flags & END_STREAM:
             self._remote_end(stream_id, stream, events)
 
+    @staticmethod
+    def _framed(stream: OpenStream) -> bool:
+        """The end-of-stream hook (nghttp2's ``on_remote_end_stream``): every rule that needs
+        the whole request to judge it. Called wherever a request ends, on HEADERS, DATA or
+        trailers: a content-length that differs from the DATA received is malformed (RFC
+        9113 §8.1.1), a HEADERS frame that ends the stream included, so a length is never
+        passed on with no body behind it (issue 30, hole 1)."""
+        return stream.length is None or stream.received == stream.length
+
     def _remote_end(self, stream_id: int, stream: OpenStream, events: list[Event]) -> None:
-        if stream.length is not None and stream.received != stream.length:
+        if not self._framed(stream):
             self._stream_error(stream_id, ErrorCodes.PROTOCOL_ERROR, events)
             return
         stream.remote_closed = True
