@@ -33,12 +33,16 @@ from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.api.readiness import READINESS
 from proxy.api.trace_workers import ASK_WORKERS, traced_by_workers
-from proxy.config.model import DomainConfig
+from proxy.config.model import Config, DomainConfig, EdgeConfig
 from proxy.core.auth.tokens import Scope
 from proxy.core.cache.policy import DontStore, Storable, assess_response
 from proxy.core.cache.rules import Applied
+from proxy.core.cache.targeted import surrogate_capability
 from proxy.core.cache.trace import Held, Server, TraceHeaders, trace
 from proxy.core.domains import normalise_domain
+from proxy.core.http.compression import codings_of
+from proxy.core.http.encodings import preferred
+from proxy.core.http.headers import to_origin
 from proxy.edge.origin import origin_error
 
 EXAMPLE = '{"url": "https://<cdn domain>/path?query", "headers": {"Cookie": "a=1"}}'
@@ -46,6 +50,8 @@ FIELDS = ("url", "headers", "fetch", "method")
 # RFC 9110 §5.1 field names (tokens) and §5.5 values (no controls but tab)
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# The name in Via of a node without an edge (an API-only node): the edge's default.
+DEFAULT_VIA: str = EdgeConfig.__dataclass_fields__["via"].default  # type: ignore[assignment]
 FETCH_TIMEOUT = 10.0  # seconds for the one origin request of a fetch
 
 
@@ -83,7 +89,15 @@ async def trace_route(request: web.Request) -> web.Response:
     asked = wanted[0]
     config = ctx.config.by_name[domain]
     inspect = request.app.get(INSPECT)
-    answer = await traced(request.app, config, asked, inspect, ctx.clock)
+    answer = await traced(
+        request.app,
+        config,
+        asked,
+        inspect,
+        ctx.clock,
+        client_address=request.remote or "",
+        via=via_of(ctx.config),
+    )
     body = json.dumps(answer, ensure_ascii=True).encode("ascii")
     response = web.Response(body=body, content_type="application/json")
     response.headers["Cache-Control"] = "no-store"
@@ -96,8 +110,12 @@ async def traced(
     asked: TraceRequest,
     inspect: Inspect | None,
     clock: Callable[[], float],
+    *,
+    client_address: str,
+    via: str,
 ) -> dict[str, object]:
-    """The trace of ``asked`` with this process's store and origin states."""
+    """The trace of ``asked`` with this process's store and origin states; a fetch is sent
+    as from ``client_address`` (whoever asked for the trace) through a proxy named ``via``."""
     path = asked.target.partition("?")[0]
     applied = None if config.rules is None else config.rules.match(path)
     # The request as the edge would see it, traced twice: first alone (for its key), then
@@ -109,7 +127,16 @@ async def traced(
     servers = _servers(app, config)
     fetched = None
     if asked.fetch:
-        fetched = await _fetch(config, asked, str(probe["key"]), servers, applied, clock)
+        fetched = await _fetch(
+            config,
+            asked,
+            str(probe["key"]),
+            servers,
+            applied,
+            clock,
+            client_address=client_address,
+            via=via,
+        )
     answer = explain(
         held=held, now=clock(), servers=servers, balance=config.balance, fetched=fetched
     )
@@ -149,6 +176,27 @@ def _servers(app: web.Application | ChainMapProxy, config: DomainConfig) -> list
     return primary + [Server(url, True, True) for url in config.backup_origins]
 
 
+def fill_head(
+    config: DomainConfig, asked: TraceRequest, *, client_address: str, via: str
+) -> list[tuple[str, str]]:
+    """The head a fill of ``asked`` sends the origin, built as the edge builds every origin
+    request's (``to_origin``): the trace's fields are a client's, never a trusted proxy's, so
+    forwarding claims, framing and hop-by-hop fields are dropped and the proxy's own set."""
+    codings = codings_of(config.encodings, config.compress)
+    asked_codings = [value for name, value in asked.headers if name.lower() == "accept-encoding"]
+    head = to_origin(
+        asked.headers,
+        domain=config.name,
+        client_address=client_address,
+        scheme="https" if asked.https else "http",
+        via=via,
+        cacheable=True,
+        accept_encoding=preferred(asked_codings, codings),
+    )
+    head.append(("Surrogate-Capability", surrogate_capability(config.name)))
+    return head
+
+
 async def _fetch(
     config: DomainConfig,
     asked: TraceRequest,
@@ -156,12 +204,15 @@ async def _fetch(
     servers: list[Server],
     applied: Applied | None,
     clock: Callable[[], float],
+    *,
+    client_address: str,
+    via: str,
 ) -> Storable | DontStore:
     """One GET to the first up origin server, assessed as a fill would be, never stored."""
     server = next((s for s in servers if s.up), servers[0] if servers else None)
     if server is None:
         return DontStore("no origin server")
-    fields = {**dict(asked.headers), "Host": config.name}
+    fields = fill_head(config, asked, client_address=client_address, via=via)
     timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT)
     started = clock()
     try:
@@ -169,7 +220,8 @@ async def _fetch(
             aiohttp.ClientSession(auto_decompress=False, timeout=timeout) as session,
             session.get(server.url + key, headers=fields, allow_redirects=False) as response,
         ):
-            await response.read()
+            # Only the answer's head is assessed: its body is never read (the connection is
+            # closed with it unread), so a trace holds no object in memory, however large.
             status, reason = response.status, response.reason or ""
             got = tuple(response.headers.items())
     except ValueError:  # a field the client library would not send
@@ -187,6 +239,11 @@ async def _fetch(
         heuristic=config.heuristic_freshness,
         rules=applied,
     )
+
+
+def via_of(config: Config) -> str:
+    """The name this node's edge gives itself in Via (the default on an API-only node)."""
+    return DEFAULT_VIA if config.edge is None else config.edge.via
 
 
 # -- the body --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from proxy.api.app import create_api_app
 from proxy.core.auth.tokens import Scope
@@ -176,6 +177,59 @@ async def test_fetch_asks_the_origin_once_and_stores_nothing(
     assert origin.count("/c") == 1
     _, again = await traced.trace("http://example.com/c")
     assert again["outcome"] == "miss"
+
+
+async def test_a_fetch_sends_the_head_a_fill_sends(traced: Traced, origin: Origin) -> None:
+    """Issue 30, hole 7: the fetch's head is built as every origin request's is
+    (``headers.to_origin``): the trace's fields are a client's, so forwarding claims and
+    framing are dropped, and the proxy's own Via and X-Forwarded-* are set. A fill of the
+    same URL sends the same fields."""
+    origin.reply("/h", b"h", headers={"Cache-Control": "max-age=60"})
+    claims = {
+        "X-Forwarded-User": "admin",
+        "Forwarded": "for=10.0.0.1",
+        "X-Real-IP": "10.0.0.1",
+        "Content-Length": "5",
+        "Transfer-Encoding": "chunked",
+        "Accept": "text/html",
+    }
+    status, _ = await traced.trace("http://example.com/h", headers=claims, fetch=True)
+    assert status == 200
+    framing = ("Content-Length", "Transfer-Encoding")  # a real client's would frame a body
+    await traced.edge.get("/h", headers={k: v for k, v in claims.items() if k not in framing})
+    fetch, fill = (seen for seen in origin.seen if seen.target == "/h")
+    for seen in (fetch, fill):
+        names = {name.lower() for name in seen.headers}
+        assert not names & {"x-forwarded-user", "forwarded", "x-real-ip", "transfer-encoding"}
+        assert "content-length" not in names and seen.body == b""
+        assert seen.headers["Accept"] == "text/html"
+        assert seen.headers["Via"] == "1.1 cdn-proxy"
+        assert seen.headers["X-Forwarded-Host"] == "example.com"
+    assert sorted(name.lower() for name in fetch.headers if name.lower() != "x-forwarded-for") == (
+        sorted(name.lower() for name in fill.headers if name.lower() != "x-forwarded-for")
+    )
+
+
+async def test_a_fetch_reads_only_the_answers_head(traced: Traced, origin: Origin) -> None:
+    """Issue 32, item 6: the fetch assesses the answer's head and never reads its body, so
+    an endless (or 150 MB) object costs the process nothing and the trace answers at once."""
+    left = asyncio.Event()
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "max-age=60"})
+        await response.prepare(request)
+        try:
+            while True:
+                await response.write(b"x" * 65536)
+        except ConnectionError:
+            return response
+        finally:  # the edge closed the connection: a write failed, or the handler was cancelled
+            left.set()
+
+    origin.route("/endless", endless)
+    status, answer = await traced.trace("http://example.com/endless", fetch=True)
+    assert status == 200 and answer["fetched"]["storable"] is True
+    await asyncio.wait_for(left.wait(), 5)
 
 
 async def test_scope_and_bad_input(traced: Traced) -> None:

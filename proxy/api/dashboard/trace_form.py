@@ -24,7 +24,7 @@ from proxy.api import gate
 from proxy.api.dashboard.auth import action
 from proxy.api.dashboard.context import DASHBOARD, Session
 from proxy.api.dashboard.pages import render
-from proxy.api.trace import INSPECT, TraceRequest, read_trace, traced
+from proxy.api.trace import INSPECT, TraceRequest, read_trace, traced, via_of
 
 # What a line of the textarea may be wrapped in: a browser sends CRLF, people paste spaces.
 _LINE_PADDING = " \t\r"
@@ -92,7 +92,15 @@ async def trace_page(
     # The dashboard is a sub-application: the store's inspect and the edge's origin health
     # are the API app's, which config_dict reaches.
     inspect = request.config_dict.get(INSPECT)
-    answer = await traced(request.config_dict, config, asked, inspect, ctx.clock)
+    answer = await traced(
+        request.config_dict,
+        config,
+        asked,
+        inspect,
+        ctx.clock,
+        client_address=request.remote or "",
+        via=via_of(ctx.config),
+    )
     return _page(request, session, fill, answer=answer)
 
 
