@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("proxy.core.http",),
     ("proxy.core.cache",),
     ("proxy.core.purge",),
-    ("proxy.core.lease",),
+    ("proxy.core.lease", "proxy.core.peer"),
     ("proxy.core.auth",),
     ("proxy.core.observe",),
     ("proxy.config",),

@@ -1,0 +1,107 @@
+"""The rules of peer fills (issue 33): which node of a fleet owns a cache key, when a miss may
+ask that owner instead of the origin, and when the owner's answer may be used. No I/O.
+
+Theory of operation. A fleet behind a load balancer is N caches unless a miss on one node
+asks the key's *owner* first: the owner answers from its cache, or fills from the origin once
+for the whole fleet (collapsing as it does across its workers). groupcache, the Varnish shard
+director and Traffic Server's consistent-hash parents work this way.
+
+- **Owners** (``owner_of``) are chosen by rendezvous hashing (highest random weight) of the
+  cache key after normalisation, never of the raw URL: two spellings the cache keys alike have
+  one owner (Traffic Server's issue 1553 was the raw URL). Each node scores every key; the
+  highest score owns it. A node that joins or leaves moves only the keys it wins or held:
+  about 1/N of them, and no other key changes owner.
+- **The loop guard** (``peer_route``): a peer request carries ``CDN-Loop`` (RFC 8586) with the
+  fleet's name. An owner never sends such a request on to another peer, and a node that finds
+  itself the owner goes to the origin. So a request costs at most one peer hop and one
+  origin request, whatever the member lists of the nodes say while they disagree.
+- **The purge label** (``usable``). Fastly documents the race peer fills bring: an edge that
+  was already purged asks a shield that was not yet purged, and stores the old object again.
+  Our owner labels each answer with the fleet purge position it had applied when it made it
+  (its epoch and the highest purge number applied for the key's domain), and the asking node
+  uses the answer only when that position covers every purge of the domain the asking node
+  has applied. Otherwise it neither stores nor serves it: it goes to the origin. No second
+  purge is needed: a purge answered 200 was applied by every live member first, so any node
+  that knows of it refuses answers made before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+def _score(node: str, key: bytes) -> int:
+    """The node's weight for the key: 64 bits of BLAKE2b over both (a node name holds no NUL:
+    config checks it as a token)."""
+    digest = hashlib.blake2b(node.encode() + b"\0" + key, digest_size=8, person=b"cdn-owner")
+    return int.from_bytes(digest.digest(), "big")
+
+
+def owner_of(key: bytes, nodes: Iterable[str]) -> str | None:
+    """The node that owns ``key`` among ``nodes`` (None when there are none): the highest
+    score, ties broken by the name, so every node computes the same owner from the same list
+    whatever its order."""
+    best: tuple[int, str] | None = None
+    for node in nodes:
+        candidate = (_score(node, key), node)
+        if best is None or candidate > best:
+            best = candidate
+    return None if best is None else best[1]
+
+
+class Route(Enum):
+    """Where a miss goes first."""
+
+    PEER = "peer"  # ask the owner; on failure, the origin
+    ORIGIN = "origin"  # the origin only
+
+
+def peer_route(*, owner: str | None, me: str, marked: bool) -> Route:
+    """Where a miss goes: to the owner when there is one, it is another node, and the request
+    is not itself a peer's (the loop guard)."""
+    if marked or owner is None or owner == me:
+        return Route.ORIGIN
+    return Route.PEER
+
+
+def loop_marked(cdn_loop: Sequence[str], fleet: str) -> bool:
+    """Whether a request's CDN-Loop values (RFC 8586: a list of cdn-ids, each maybe with
+    parameters) name this fleet: a request a peer of ours sent."""
+    for value in cdn_loop:
+        for member in value.split(","):
+            cdn_id = member.split(";", 1)[0].strip()
+            if cdn_id == fleet:
+                return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeLabel:
+    """The fleet purge position an owner had applied when it made an answer: its Valkey
+    epoch, and the highest purge number it had applied for the answer's domain."""
+
+    epoch: str
+    number: int
+
+
+def usable(label: PurgeLabel | None, *, epoch: str | None, applied: int) -> bool:
+    """May an asking node serve, and store, an owner's answer labelled ``label``? Only when
+    the owner worked in the same epoch as this node (``epoch``), and had applied every purge
+    of the domain this node has applied (``applied``: the highest such number). An answer
+    without a label, or from another epoch, is never used: the node asks the origin."""
+    if label is None or epoch is None or label.epoch != epoch:
+        return False
+    return label.number >= applied
+
+
+def moved_share(before: Sequence[str], after: Sequence[str], keys: Iterable[bytes]) -> float:
+    """The share of ``keys`` whose owner differs between two member lists (for tests and the
+    benchmark: a join or a leave should move about 1/N)."""
+    total = moved = 0
+    for key in keys:
+        total += 1
+        moved += owner_of(key, before) != owner_of(key, after)
+    return moved / total if total else 0.0
