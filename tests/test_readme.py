@@ -223,3 +223,12 @@ async def test_try_it_and_the_deploy_hook_run_as_written(tmp_path: Path, nodes: 
         found = ran.stdout.find(text, at)
         assert found >= 0, f"{text!r} not in what the commands printed:\n{ran.stdout}"
         at = found + len(text)
+
+
+def test_the_glossary_defines_each_word_that_carries_state() -> None:
+    """Issue 34: docs/architecture.md defines the words the code and the docs lean on."""
+    page = PAGES[ROOT / "docs" / "architecture.md"]
+    glossary = page.split("## Glossary", 1)[1]
+    defined = re.findall(r"^- \*\*(.+?)\.\*\*", glossary, flags=re.MULTILINE)
+    words = ["Generation", "Purge number", "Mark", "Epoch", "Floor", "Fence", "Lease"]
+    assert sorted(defined) == sorted(words)
