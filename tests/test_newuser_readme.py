@@ -29,7 +29,7 @@ def test_purge_numbers_with_workers_are_the_fleets() -> None:
         assert "math.max(tonumber(previous) + 1, nowus)" in lua
         assert re.search(r"local previous = redis.call\('GET', KEYS\[2\]\)", lua)
     assert "numbers purges in each domain's sequence from 1, a clear taking the next" in API_PAGE
-    assert "with workers or a fleet the number is the fleet's: one sequence for every" in API_PAGE
+    assert "With workers or a fleet the number is the fleet's: one sequence for every" in API_PAGE
     assert "Purges are numbered in each domain's sequence from 1." not in API_PAGE
 
 
