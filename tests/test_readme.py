@@ -6,10 +6,15 @@ README's own commands are run as written, and every link between the pages resol
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import pty
 import re
+import select
 import socket
 import subprocess
 import sys
+import termios
 import tomllib
 from pathlib import Path
 
@@ -19,7 +24,7 @@ from proxy.core.cache.policy import HEURISTIC_FRACTION, HEURISTIC_MAX
 from proxy.core.purge.purges import PurgeResult
 from proxy.core.purge.receipts import describe, receipt
 from proxy.state.admins import MIN_PASSWORD_LENGTH
-from tests.nodes import ENV, Node
+from tests.nodes import ENV, Node, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -137,6 +142,39 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def _typed_on_a_terminal(argv: list[str], answers: list[tuple[str, str]]) -> tuple[int, str]:
+    """Run ``argv`` with a terminal of its own (a pty as its controlling terminal, as a shell
+    gives), typing each answer once its prompt has appeared; its exit status and output."""
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    with subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, env=ENV, preexec_fn=own_terminal
+    ) as process:
+        os.close(slave)
+        seen, at = "", 0
+        try:
+            while True:
+                ready, _, _ = select.select([master], [], [], 30)
+                assert ready, f"no prompt came: {seen!r}"
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child has closed its terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk.decode()
+                if answers and (found := seen.find(answers[0][0], at)) >= 0:
+                    at = found + len(answers[0][0])
+                    os.write(master, answers.pop(0)[1].encode() + b"\n")
+        finally:
+            os.close(master)
+        return process.wait(timeout=30), seen
+
+
 def _minimal_config() -> str:
     [block] = [
         block
@@ -208,6 +246,17 @@ async def test_try_it_and_the_deploy_hook_run_as_written(tmp_path: Path, nodes: 
         demo.terminate()
         await demo.communicate()
     assert ran.returncode == 0, ran.stderr
+
+    [admin] = [line for line in shell_lines() if line.startswith(".venv/bin/cdn-proxy admin")]
+    argv = admin.replace(".venv/bin/cdn-proxy", f"{sys.executable} -m proxy")
+    argv = argv.replace("config/proxy.toml", str(config))
+    password = "correct horse battery"
+    status, typed = await asyncio.to_thread(
+        _typed_on_a_terminal, argv.split(), [("Password: ", password), ("Again: ", password)]
+    )
+    assert status == 0, typed
+    listed = await cli("admin", "list", "--config", str(config))
+    assert listed[0] == 0 and "alice" in listed[1], listed
     expected = [
         line.removeprefix("#   ").split("<-")[0].strip()
         for line in script.splitlines()
