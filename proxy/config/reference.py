@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -317,18 +318,29 @@ def render() -> str:
         "The annotated example is [config/proxy.toml](../config/proxy.toml).",
         "",
     ]
+    tables = list(dict.fromkeys(key.table for key in entries()))
+    lines += [f"- [`{_heading(t)}`](#{_anchor(_heading(t))})" for t in tables] + [""]
     current = ""
     for key in entries():
         if key.table != current:
             current = key.table
-            heading = f"[[{current}]]" if current in ("domains", RULES) else f"[{current}]"
-            lines += [f"## {heading}", "", f"More: {_PAGES[current]}.", ""]
+            lines += [f"## {_heading(current)}", "", f"More: {_PAGES[current]}.", ""]
         facts = [f"type: {key.type}"]
         if key.unit:
             facts.append(f"unit: {key.unit}")
         facts += [f"default: {key.default}", key.reload]
         lines += [f"### `{key.full}`", "", key.meaning, "", " · ".join(facts), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _heading(table: str) -> str:
+    """A table as the file writes it: ``[edge]``, ``[[domains]]``."""
+    return f"[[{table}]]" if table in ("domains", RULES) else f"[{table}]"
+
+
+def _anchor(heading: str) -> str:
+    """The anchor a Markdown renderer gives a heading (GitHub's: punctuation dropped)."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 # -- walking the tables -------------------------------------------------------------------------
