@@ -40,6 +40,20 @@ def collect_what_the_module_left(request: pytest.FixtureRequest) -> Iterator[Non
         sys.unraisablehook = previous
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands what it found to the controller, which prints the run's
+    summary (``workeroutput`` is xdist's channel back; absent in a run without workers)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["left_open"] = list(LEFT_OPEN)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the controller: a worker's findings join the summary."""
+    LEFT_OPEN.extend(getattr(node, "workeroutput", {}).get("left_open", []))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if LEFT_OPEN:
         terminalreporter.section("left open by a test module (found when it ended)")
