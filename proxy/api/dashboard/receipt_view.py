@@ -42,6 +42,7 @@ class ReceiptView:
     sample: tuple[str, ...]
     acked: int | None
     live: int | None
+    reported: int | None  # a fleet dry run: the processes that answered in time
     seconds: float | None
     summary: str  # describe(): one line (and a sample line for a dry run)
 
@@ -66,10 +67,15 @@ class ReceiptView:
 
     @property
     def edge(self) -> str | None:
-        """Edge processes that applied it, when a fleet answered."""
+        """Edge processes that applied it (a dry run: that counted it), when a fleet
+        answered; in the words of ``describe`` and so of ``cdn-proxy purge``."""
         if self.live is None:
             return None
-        return f"{self.acked} of {self.live} live edge processes"
+        if self.dry_run:
+            counted = "?" if self.reported is None else self.reported
+            return f"counted in the caches of {counted} of {self.live} live edge processes"
+        applied = "?" if self.acked is None else self.acked
+        return f"applied by {applied} of {self.live} live edge processes"
 
     @property
     def items_kept(self) -> bool:
@@ -106,6 +112,7 @@ def receipt_view(fields: Mapping[str, object]) -> ReceiptView:
         sample=_strings(fields.get("sample")),
         acked=_int(fields.get("acked")),
         live=_int(fields.get("live")),
+        reported=_int(fields.get("reported")),
         seconds=_seconds(fields.get("seconds")),
         summary=describe(fields),
     )
@@ -142,6 +149,19 @@ class HistoryRow:
         if self.receipt is not None and not self.receipt.exact and not self.dry_run:
             return f"≤ {count}"
         return str(count)
+
+    @property
+    def edge(self) -> str:
+        """The Edge processes cell: "2 of 2" applied a purge or clear, "2 of 2 counted" a
+        dry run (its record keeps no ``acked``: nothing was applied), "—" without a fleet."""
+        live = self.record.live
+        if live is None:
+            return "—"
+        if self.dry_run:
+            reported = self.receipt.reported if self.receipt is not None else None
+            return f"{'?' if reported is None else reported} of {live} counted"
+        acked = self.record.acked
+        return f"{'?' if acked is None else acked} of {live}"
 
 
 def history_row(record: AuditRecord) -> HistoryRow:

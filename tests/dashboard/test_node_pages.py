@@ -1,0 +1,117 @@
+"""The dashboard's pages on a real node with ``workers = 2`` (issue 34 §3): History after a dry
+run (B1: it answered 500), the purge preview's words for the edge processes (B5: they must
+agree with ``cdn-proxy purge``'s), and the Domains page (B8).
+
+Real processes: the node (``cdn-proxy serve``) with its workers and embedded Valkey, an admin
+made with ``cdn-proxy admin create``, a real origin; the dashboard is read over HTTP with a
+cookie jar, as a browser signs in and posts its forms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import Origin
+from tests.dashboard.support import ADMIN, PASSWORD, Element, parse_html
+from tests.nodes import ENV, Node, write_config
+from tests.test_shared_tier import get_fresh, serve
+
+pytestmark = pytest.mark.slow  # a node of real processes
+CLI = (sys.executable, "-m", "proxy")
+
+
+@dataclass
+class Browser:
+    """A signed-in dashboard session: GET and POST return the status and the parsed page."""
+
+    client: aiohttp.ClientSession
+    node: Node
+
+    @property
+    def api(self) -> str:
+        return self.node.api
+
+    async def get(self, path: str) -> tuple[int, Element]:
+        async with self.client.get(self.api + path) as response:
+            return response.status, parse_html(await response.text())
+
+    async def post(self, path: str, fields: dict[str, str]) -> tuple[int, Element]:
+        csrf = await self.csrf()
+        async with self.client.post(self.api + path, data={"csrf": csrf, **fields}) as response:
+            return response.status, parse_html(await response.text())
+
+    async def csrf(self, path: str = "/dashboard/domains") -> str:
+        status, page = await self.get(path)
+        assert status == 200, page.text
+        return page.find_all("input", name="csrf")[0].attrs["value"]
+
+
+async def admin(config: Path) -> None:
+    made = await asyncio.create_subprocess_exec(
+        *CLI,
+        "admin",
+        "create",
+        ADMIN,
+        "--password-stdin",
+        "--config",
+        str(config),
+        stdin=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ENV,
+    )
+    _, err = await made.communicate((PASSWORD + "\n").encode())
+    assert made.returncode == 0, err.decode()
+
+
+@pytest.fixture
+async def signed_in(tmp_path: Path, origin: Origin, nodes: list[Node]) -> AsyncIterator[Browser]:
+    serve(origin, *(f"/page/{n}" for n in range(4)))
+    config = write_config(
+        tmp_path,
+        origin.url,
+        workers=2,
+        cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"',
+    )
+    await admin(config)
+    node = await Node.start(config)
+    nodes.append(node)
+    jar = aiohttp.CookieJar(unsafe=True)  # cookies of 127.0.0.1
+    async with aiohttp.ClientSession(cookie_jar=jar) as client:
+        async with client.get(node.api + "/dashboard/sign-in") as response:
+            form = parse_html(await response.text())
+        signin = {
+            "csrf": form.find("input", name="csrf").attrs["value"],
+            "username": ADMIN,
+            "password": PASSWORD,
+        }
+        async with client.post(node.api + "/dashboard/sign-in", data=signin) as response:
+            assert response.status == 200, await response.text()
+        yield Browser(client, node)
+
+
+async def test_history_shows_a_dry_run_of_a_node_with_workers(signed_in: Browser) -> None:
+    """B1 and B5: the purge preview names the edge processes that counted, in the words of
+    ``cdn-proxy purge`` ("counted in the caches of 2 of 2 live edge processes"), and History
+    shows the dry run (it answered 500: the record has no ``acked``)."""
+    node = signed_in.node
+    for n in range(4):
+        assert (await get_fresh(node, f"/page/{n}"))[0] == 200
+    status, page = await signed_in.post(
+        "/dashboard/domains/purge",
+        {"domain": "example.com", "kind": "prefix", "items": "/page/"},
+    )
+    assert status == 200, page.text
+    edge = page.find(data_testid="edge").text
+    assert edge == "counted in the caches of 2 of 2 live edge processes", edge
+    status, page = await signed_in.get("/dashboard/history")
+    assert status == 200, page.text
+    [row] = page.find("table", class_="history").find("tbody").find_all("tr")
+    assert "dry run" in row.find(data_testid="kind").text
+    assert row.find(data_testid="edge").text == "2 of 2 counted"
