@@ -118,6 +118,45 @@ def test_a_bad_rule_is_one_line_naming_the_key(rule: dict[str, Any], message: st
     assert "\n" not in text
 
 
+@pytest.mark.parametrize(
+    ("key", "example"),
+    [
+        ("bypass_cookies", '["wordpress_logged_in_*"]'),
+        ("query_ignore", '["utm_*", "fbclid"]'),
+        ("query_only", '["page", "q"]'),
+    ],
+)
+def test_a_name_list_error_shows_names_not_a_path(key: str, example: str) -> None:
+    """Issue 34 B6: the error for a cookie or parameter list showed ``["/static/*"]``."""
+    with pytest.raises(ConfigError) as raised:
+        config({key: "utm_source"})
+    text = str(raised.value)
+    assert text.startswith(f"domains[0].rules[0].{key}: must be a list of")
+    assert example in text and "/static/" not in text
+    assert "[] lifts" in text
+
+
+def test_an_empty_name_list_lifts_what_an_earlier_rule_set() -> None:
+    """Issue 34 B6: ``bypass_cookies = []`` in a later rule lifts a catch-all's bypass for
+    static files; ``query_ignore = []`` or ``query_only = []`` lifts a query filter."""
+    rules = (
+        config(
+            {"name": "wp", "bypass_cookies": ["wordpress_logged_in_*"], "query_ignore": ["utm_*"]},
+            {"name": "static", "paths": ["/static/*"], "bypass_cookies": [], "query_only": []},
+        )
+        .domains[0]
+        .rules
+    )
+    assert rules is not None
+    page = rules.match("/post")
+    assert page is not None and page.bypassed(["wordpress_logged_in_1=a"])
+    assert page.query is not None
+    static = rules.match("/static/app.css")
+    assert static is not None and static.names == ("wp", "static")
+    assert static.bypass is None and not static.bypassed(["wordpress_logged_in_1=a"])
+    assert static.query is None
+
+
 def test_two_rules_of_one_name_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"rules\[1\].name: 'a' names two rules"):
         config({"name": "a", "cache": False}, {"name": "a", "edge_ttl": 5})
