@@ -17,8 +17,8 @@ from proxy.errors import ConfigError
 ORIGIN = "http://127.0.0.1:9000"
 
 
-def config(*rules: object, base_dir: Path = Path("/srv")) -> Config:
-    domain: dict[str, Any] = {"name": "example.com", "origin": ORIGIN, "rules": list(rules)}
+def config(*rules: object, base_dir: Path = Path("/srv"), origin: str = ORIGIN) -> Config:
+    domain: dict[str, Any] = {"name": "example.com", "origin": origin, "rules": list(rules)}
     return parse_config(
         {
             "edge": {"listen": "127.0.0.1:8080"},
@@ -170,8 +170,14 @@ def test_a_reload_that_changes_keys_says_so_and_one_that_changes_ttls_keeps_entr
     assert retimed.retuned == ("example.com",) and retimed.cleared == ()
     rekeyed = diff(before, config({"query_ignore": ["utm_*", "fbclid"], "edge_ttl": "1h"}))
     assert rekeyed.cleared == ("example.com",)
-    assert "cache keys changed by rules (old entries unreachable) example.com" in (
-        rekeyed.summary()
+    # Issue 34 B7: no origin changed, so the line says why the domain was cleared, once.
+    assert rekeyed.summary() == (
+        "cleared (its rules changed the cache keys) example.com; 0 domains unchanged"
+    )
+    # Another origin and other keys: re-pointed, which says it all.
+    elsewhere = config({"query_ignore": ["fbclid"]}, origin="http://127.0.0.1:9001")
+    assert diff(before, elsewhere).summary() == (
+        "re-pointed (cleared) example.com; 0 domains unchanged"
     )
     # A rule without query normalisation changes no key, whatever its paths.
     moved = diff(
