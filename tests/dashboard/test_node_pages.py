@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import Origin
 from tests.dashboard.support import ADMIN, PASSWORD, Element, parse_html
 from tests.nodes import ENV, Node, write_config
+from tests.polling import until
 from tests.test_shared_tier import get_fresh, serve
 
 pytestmark = pytest.mark.slow  # a node of real processes
@@ -78,6 +79,7 @@ async def signed_in(tmp_path: Path, origin: Origin, nodes: list[Node]) -> AsyncI
         origin.url,
         workers=2,
         cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"',
+        extra='backup_origins = ["http://127.0.0.1:9"]',
     )
     await admin(config)
     node = await Node.start(config)
@@ -115,3 +117,38 @@ async def test_history_shows_a_dry_run_of_a_node_with_workers(signed_in: Browser
     [row] = page.find("table", class_="history").find("tbody").find_all("tr")
     assert "dry run" in row.find(data_testid="kind").text
     assert row.find(data_testid="edge").text == "2 of 2 counted"
+
+
+def cell(page: Element, domain: str, test_id: str) -> str:
+    row = page.find("tr", data_domain=domain)
+    return row.find(data_testid=test_id).text
+
+
+async def test_the_domains_page_after_a_clear_shows_what_can_still_answer(
+    signed_in: Browser, origin: Origin
+) -> None:
+    """B8: right after its own "Cache cleared" banner the Domains page showed the entries of
+    the edge processes' last reports, made before the clear ("12 entries, 112.0 KiB"). What a
+    report made before the clear counts can never answer again: it now counts none. The page
+    also names every origin server, and says where the shared tier (disk) is counted."""
+    node = signed_in.node
+
+    async def stored() -> bool:
+        for n in range(4):
+            await get_fresh(node, f"/page/{n}")
+        _, page = await signed_in.get("/dashboard/domains")
+        return int(cell(page, "example.com", "entries")) >= 4
+
+    await until(stored, within=30, every=0.2)
+    csrf = await signed_in.csrf()
+    async with signed_in.client.post(
+        node.api + "/dashboard/domains/clear", data={"csrf": csrf, "domain": "example.com"}
+    ) as response:
+        assert response.status == 200 and "cleared=" in str(response.url)
+        page = parse_html(await response.text())
+    assert page.find("p", class_="notice").text == "Cache cleared for example.com."
+    assert cell(page, "example.com", "entries") == "0"
+    assert cell(page, "example.com", "bytes") == "0 B"
+    origins = cell(page, "example.com", "origins")
+    assert origin.url in origins and "http://127.0.0.1:9 (backup)" in origins
+    assert "shared tier" in page.find(data_testid="disk-note").text
