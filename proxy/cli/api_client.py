@@ -26,7 +26,7 @@ NO_URL = (
     "no API URL: pass --api URL, or --config FILE (the node's config: its [api] listen"
     " address), or set CDN_PROXY_URL"
 )
-NO_TOKEN = (
+NO_BEARER = (
     "no API token: set CDN_PROXY_TOKEN, or pass --token TOKEN (other users see it in `ps`);"
     " make one with `cdn-proxy token create NAME --config FILE`"
 )
@@ -81,7 +81,7 @@ def api_settings(args: argparse.Namespace) -> tuple[str, str]:
     if not settings.url:
         raise Failed(NO_URL, code=2)
     if not settings.token:
-        raise Failed(NO_TOKEN, code=2)
+        raise Failed(NO_BEARER, code=2)
     if not settings.url.startswith(("http://", "https://")):
         raise Failed(f"the API URL must start with http:// or https://: {settings.url}", code=2)
     return settings.url, settings.token
