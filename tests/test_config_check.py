@@ -168,3 +168,27 @@ def test_an_error_nothing_can_answer_ends_the_check_and_says_so(
         f"cdn-proxy: {config}: 1 error"
         " (the check stopped at the last one: fix it and check again for more)"
     )
+
+
+SHIPPED = Path(__file__).parent.parent / "config"
+
+
+def test_the_shipped_config_reads_back_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    path = SHIPPED / "proxy.toml"
+    code, out, lines = check(capsys, path)
+    assert code == 0, lines
+    assert parse_config(tomllib.loads(out), base_dir=path.parent) == load_config(path)
+
+
+def test_the_production_example_names_each_missing_tls_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its certificates are not on this machine: each is named once, the edge's and every
+    domain's (a certificate set aside takes its key and listener with it)."""
+    path = SHIPPED / "production.toml"
+    code, _, lines = check(capsys, path)
+    assert code == 2
+    files = [line.split(": ")[3].split(" cannot be read")[0] for line in lines[:-1]]
+    assert all(file.startswith("/etc/cdn-proxy/tls/") for file in files), lines
+    assert len(files) == len(set(files)) == 4, lines
+    assert lines[-1] == f"cdn-proxy: {path}: 4 errors"

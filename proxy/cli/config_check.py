@@ -136,6 +136,9 @@ class _SetAside:
         if last in parent and key not in self.removed:
             del parent[last]
             self.removed.add(key)
+            for companion in _COMPANIONS.get(last, ()):  # keys that need this one
+                if parent.pop(companion, None) is not None:
+                    self.removed.add(key.removesuffix(last) + companion)
             return True
         stand_in = _stand_in(last, self.data)
         if stand_in is None:
@@ -170,6 +173,10 @@ def _free_name(data: dict[str, Any]) -> str:
     names = (f"check-{n}.invalid" for n in range(len(taken) + 1))
     return next(name for name in names if name not in taken)
 
+
+# Keys that mean nothing without another, removed with it: a certificate without its key
+# (or the reverse), a TLS listener without a certificate.
+_COMPANIONS = {"tls_cert": ("tls_key", "tls_listen"), "tls_key": ("tls_cert", "tls_listen")}
 
 # Tables that stand in for a bad table of a list: a domain, a rule.
 _NEUTRAL_TABLES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
