@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn, Protocol, TypeAlias
 
 from proxy import __version__
-from proxy.cli import config_check
+from proxy.cli import completion, config_check
 from proxy.cli import purge as purge_client
 from proxy.cli import trace as trace_client
 from proxy.cli.api_client import Failed
@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=client.HELP, description=client.DESCRIPTION)
         client.add_arguments(command)
         command.set_defaults(run=client.run)
+    completion.add_parser(commands, parser)  # last: it lists the commands above
     return parser
 
 
