@@ -39,6 +39,7 @@ from proxy.core.cache.policy import DontStore, Storable, assess_response
 from proxy.core.cache.rules import Applied
 from proxy.core.cache.trace import Held, Server, TraceHeaders, trace
 from proxy.core.domains import normalise_domain
+from proxy.core.http.compression import codings_of
 from proxy.edge.origin import origin_error
 
 EXAMPLE = '{"url": "https://<cdn domain>/path?query", "headers": {"Cookie": "a=1"}}'
@@ -102,7 +103,13 @@ async def traced(
     applied = None if config.rules is None else config.rules.match(path)
     # The request as the edge would see it, traced twice: first alone (for its key), then
     # with what the store holds under that key, the origins and the fetch.
-    explain = partial(trace, domain=config.name, rules=config.rules, asked=asked)
+    explain = partial(
+        trace,
+        domain=config.name,
+        rules=config.rules,
+        asked=asked,
+        codings=codings_of(config.encodings, config.compress),
+    )
     probe = explain(held=None, now=clock())
     key_target = str(probe["key_target"])
     held = None if inspect is None else inspect(config.name, key_target)
