@@ -13,6 +13,7 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -152,3 +153,28 @@ async def test_the_domains_page_after_a_clear_shows_what_can_still_answer(
     origins = cell(page, "example.com", "origins")
     assert origin.url in origins and "http://127.0.0.1:9 (backup)" in origins
     assert "shared tier" in page.find(data_testid="disk-note").text
+
+
+async def test_the_nodes_page_says_clear_numbers_as_the_times_they_stand_for(
+    signed_in: Browser,
+) -> None:
+    """B3 (in part): the Nodes page showed each process's last clear as a 16-digit number
+    (a fleet numbers its clears by Valkey's clock in microseconds). It says the time that
+    number stands for, to the millisecond, with the number itself in the cell's title."""
+    csrf = await signed_in.csrf()
+    async with signed_in.client.post(
+        signed_in.api + "/dashboard/domains/clear", data={"csrf": csrf, "domain": "example.com"}
+    ) as response:
+        assert response.status == 200
+
+    async def shown() -> list[Element]:
+        _, page = await signed_in.get("/dashboard/nodes")
+        cells = page.find_all(data_testid="applied")
+        return cells if len(cells) == 2 and all("UTC" in c.text for c in cells) else []
+
+    cells = await until(shown, within=30, every=0.2)
+    for cell in cells:
+        number = int(cell.attrs["title"].removeprefix("clear number "))
+        assert number > 10**15
+        stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
+        assert cell.text == stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
