@@ -85,15 +85,18 @@ def when(at: float | None) -> str:
 _CLOCK_NUMBERS = 10**15
 
 
-def clear_number(number: int) -> str:
-    """A clear's number for people: the time a fleet's number stands for, to the
-    millisecond; "none yet" for 0; a small number as it is."""
-    if number <= 0:
-        return "none yet"
+def clock_number(number: int) -> str:
+    """A clear's or purge's number for people: the time a fleet's number stands for, to
+    the millisecond; a small number (one process's own count) as it is."""
     if number < _CLOCK_NUMBERS:
         return str(number)
     stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
     return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def clear_number(number: int) -> str:
+    """The last clear a process applied: ``clock_number``, or "none yet" for 0."""
+    return "none yet" if number <= 0 else clock_number(number)
 
 
 def size(count: int) -> str:

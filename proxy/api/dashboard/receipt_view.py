@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from proxy.api.dashboard.pages import clock_number
 from proxy.api.purge import UNKNOWN_KIND
 from proxy.core.purge.receipts import amount_text, describe, duration_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
@@ -60,6 +61,21 @@ class ReceiptView:
             text = f"{self.entries} {'entry' if self.entries == 1 else 'entries'}"
             return text if self.exact else f"not counted, among the domain's {text}"
         return amount_text(self.entries, self.bytes, exact=self.exact, dry_run=self.dry_run)
+
+    @property
+    def number_text(self) -> str:
+        """The purge's number for people (``clock_number``). A fleet's dry run numbers
+        nothing: the number its processes answered is each one's own count, of another
+        series than the purge's (issue 34 B3), so none is shown."""
+        if self.number is None:
+            return "—"
+        if self.dry_run and self.live is not None:
+            return "given with the purge"
+        return clock_number(self.number)
+
+    @property
+    def generation_text(self) -> str:
+        return "—" if self.generation is None else clock_number(self.generation)
 
     @property
     def took(self) -> str:
