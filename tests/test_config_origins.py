@@ -55,6 +55,24 @@ def test_every_origin_key_can_be_set(tmp_path: Path) -> None:
     assert domain(tmp_path, origin=A, health_check={"interval": "1m"}).health_check.interval == 60
 
 
+@pytest.mark.parametrize(("timeout", "effective"), [("2s", 2.0), ("5s", 2.0), ("1s", 1.0)])
+def test_a_timeout_not_shorter_than_the_interval_is_clamped_to_it(
+    tmp_path: Path, timeout: str, effective: float
+) -> None:
+    """Issue 34: ``timeout = interval`` was refused. As HAProxy does, a probe's timeout is
+    at most the interval: a longer one is clamped to it (docs/operations.md)."""
+    checked = domain(tmp_path, origin=A, health_check={"interval": "2s", "timeout": timeout})
+    assert checked.health_check is not None
+    assert (checked.health_check.interval, checked.health_check.timeout) == (2.0, effective)
+
+
+def test_the_probe_method_is_get_by_default_or_head(tmp_path: Path) -> None:
+    default = domain(tmp_path, origin=A, health_check={}).health_check
+    assert default is not None and default.method == "GET"
+    head = domain(tmp_path, origin=A, health_check={"method": "head"}).health_check
+    assert head is not None and head.method == "HEAD"
+
+
 BAD = [
     ({}, "domains[0].origin: is required and must be a URL such as"),
     ({"origin": A, "origins": [B]}, "domains[0].origins: give either origin or origins, not both"),
@@ -75,8 +93,8 @@ BAD = [
     ({"origin": A, "health_check": {"interval": "0s"}}, "health_check.interval: '0s' is not a dur"),
     ({"origin": A, "health_check": {"interval": -1}}, "health_check.interval: must be a number of"),
     (
-        {"origin": A, "health_check": {"timeout": "5s"}},
-        "health_check.timeout: must be shorter than",
+        {"origin": A, "health_check": {"method": "POST"}},
+        "domains[0].health_check.method: must be GET or HEAD",
     ),
     ({"origin": A, "health_check": {"fails": 0}}, "domains[0].health_check.fails: must be a whole"),
     ({"origin": A, "health_check": {"passes": 1.5}}, "health_check.passes: must be a whole number"),

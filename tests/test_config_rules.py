@@ -17,8 +17,8 @@ from proxy.errors import ConfigError
 ORIGIN = "http://127.0.0.1:9000"
 
 
-def config(*rules: object, base_dir: Path = Path("/srv")) -> Config:
-    domain: dict[str, Any] = {"name": "example.com", "origin": ORIGIN, "rules": list(rules)}
+def config(*rules: object, base_dir: Path = Path("/srv"), origin: str = ORIGIN) -> Config:
+    domain: dict[str, Any] = {"name": "example.com", "origin": origin, "rules": list(rules)}
     return parse_config(
         {
             "edge": {"listen": "127.0.0.1:8080"},
@@ -118,6 +118,45 @@ def test_a_bad_rule_is_one_line_naming_the_key(rule: dict[str, Any], message: st
     assert "\n" not in text
 
 
+@pytest.mark.parametrize(
+    ("key", "example"),
+    [
+        ("bypass_cookies", '["wordpress_logged_in_*"]'),
+        ("query_ignore", '["utm_*", "fbclid"]'),
+        ("query_only", '["page", "q"]'),
+    ],
+)
+def test_a_name_list_error_shows_names_not_a_path(key: str, example: str) -> None:
+    """Issue 34 B6: the error for a cookie or parameter list showed ``["/static/*"]``."""
+    with pytest.raises(ConfigError) as raised:
+        config({key: "utm_source"})
+    text = str(raised.value)
+    assert text.startswith(f"domains[0].rules[0].{key}: must be a list of")
+    assert example in text and "/static/" not in text
+    assert "[] lifts" in text
+
+
+def test_an_empty_name_list_lifts_what_an_earlier_rule_set() -> None:
+    """Issue 34 B6: ``bypass_cookies = []`` in a later rule lifts a catch-all's bypass for
+    static files; ``query_ignore = []`` or ``query_only = []`` lifts a query filter."""
+    rules = (
+        config(
+            {"name": "wp", "bypass_cookies": ["wordpress_logged_in_*"], "query_ignore": ["utm_*"]},
+            {"name": "static", "paths": ["/static/*"], "bypass_cookies": [], "query_only": []},
+        )
+        .domains[0]
+        .rules
+    )
+    assert rules is not None
+    page = rules.match("/post")
+    assert page is not None and page.bypassed(["wordpress_logged_in_1=a"])
+    assert page.query is not None
+    static = rules.match("/static/app.css")
+    assert static is not None and static.names == ("wp", "static")
+    assert static.bypass is None and not static.bypassed(["wordpress_logged_in_1=a"])
+    assert static.query is None
+
+
 def test_two_rules_of_one_name_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"rules\[1\].name: 'a' names two rules"):
         config({"name": "a", "cache": False}, {"name": "a", "edge_ttl": 5})
@@ -131,8 +170,14 @@ def test_a_reload_that_changes_keys_says_so_and_one_that_changes_ttls_keeps_entr
     assert retimed.retuned == ("example.com",) and retimed.cleared == ()
     rekeyed = diff(before, config({"query_ignore": ["utm_*", "fbclid"], "edge_ttl": "1h"}))
     assert rekeyed.cleared == ("example.com",)
-    assert "cache keys changed by rules (old entries unreachable) example.com" in (
-        rekeyed.summary()
+    # Issue 34 B7: no origin changed, so the line says why the domain was cleared, once.
+    assert rekeyed.summary() == (
+        "cleared (its rules changed the cache keys) example.com; 0 domains unchanged"
+    )
+    # Another origin and other keys: re-pointed, which says it all.
+    elsewhere = config({"query_ignore": ["fbclid"]}, origin="http://127.0.0.1:9001")
+    assert diff(before, elsewhere).summary() == (
+        "re-pointed (cleared) example.com; 0 domains unchanged"
     )
     # A rule without query normalisation changes no key, whatever its paths.
     moved = diff(

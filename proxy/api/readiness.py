@@ -14,8 +14,9 @@ answer is a failure, named in the row. The probe runs on the control plane, so i
 same with edge workers.
 
 Every origin server of a domain (``origins`` and ``backup_origins``, decision 0034) is probed,
-with the domain's health check when it has one (``GET path``, 2xx or 3xx passes, bounded by
-its timeout), and the domain is ready while any of them passes: the edge fails over to it.
+with the domain's health check when it has one (``GET path``, or ``HEAD`` as its ``method``
+says; 2xx or 3xx passes, bounded by its timeout), and the domain is ready while any of them
+passes: the edge fails over to it.
 Its row keeps the first passing server's fields (or the first server's), and lists each
 server under ``origins``: ok, status, error, since when, its last failure, and, where the edge
 shares this process, the edge's own view (``edge``: up, requests, errors, active).
@@ -260,8 +261,8 @@ class Readiness:
         bounded = _bounded(domain)
         headers = [("Host", domain.name), ("Via", f"1.1 {self._via}"), ("User-Agent", "cdn-proxy")]
         health = domain.health_check
-        # The domain's health check when it has one (GET path, 2xx/3xx), else HEAD /.
-        method, path = ("HEAD", "/") if health is None else ("GET", health.path)
+        # The domain's health check when it has one (its method and path, 2xx/3xx), else HEAD /.
+        method, path = ("HEAD", "/") if health is None else (health.method, health.path)
         passing = (0, 500) if health is None else (200, 400)
         status: int | None = None
         error: str | None = None

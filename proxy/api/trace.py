@@ -120,7 +120,13 @@ async def traced(
     applied = None if config.rules is None else config.rules.match(path)
     # The request as the edge would see it, traced twice: first alone (for its key), then
     # with what the store holds under that key, the origins and the fetch.
-    explain = partial(trace, domain=config.name, rules=config.rules, asked=asked)
+    explain = partial(
+        trace,
+        domain=config.name,
+        rules=config.rules,
+        asked=asked,
+        codings=codings_of(config.encodings, config.compress),
+    )
     probe = explain(held=None, now=clock())
     key_target = str(probe["key_target"])
     held = None if inspect is None else inspect(config.name, key_target)

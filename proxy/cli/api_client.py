@@ -21,6 +21,15 @@ from proxy.config.model import client_settings, load_config
 from proxy.errors import ConfigError
 
 MAX_BODY_SHOWN = 2000  # bytes of an error answer worth showing
+# What is missing, and every way to give it (issue 34 §4), in the order they are read.
+NO_URL = (
+    "no API URL: pass --api URL, or --config FILE (the node's config: its [api] listen"
+    " address), or set CDN_PROXY_URL"
+)
+NO_BEARER = (
+    "no API token: set CDN_PROXY_TOKEN, or pass --token TOKEN (other users see it in `ps`);"
+    " make one with `cdn-proxy token create NAME --config FILE`"
+)
 
 
 class Failed(Exception):
@@ -70,9 +79,9 @@ def api_settings(args: argparse.Namespace) -> tuple[str, str]:
     api = args.api if args.config is None else api_url_of(args.config)
     settings = client_settings(api, args.token)
     if not settings.url:
-        raise Failed("no API URL: pass --api or set CDN_PROXY_URL", code=2)
+        raise Failed(NO_URL, code=2)
     if not settings.token:
-        raise Failed("no API token: set CDN_PROXY_TOKEN (or pass --token)", code=2)
+        raise Failed(NO_BEARER, code=2)
     if not settings.url.startswith(("http://", "https://")):
         raise Failed(f"the API URL must start with http:// or https://: {settings.url}", code=2)
     return settings.url, settings.token

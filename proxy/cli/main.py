@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn, Protocol, TypeAlias
 
 from proxy import __version__
+from proxy.cli import completion, config_check
 from proxy.cli import purge as purge_client
 from proxy.cli import trace as trace_client
 from proxy.cli.api_client import Failed
@@ -86,12 +87,14 @@ def _parser() -> argparse.ArgumentParser:
 
     _token_parser(commands, with_config)
     _admin_parser(commands, with_config)
+    config_check.add_parser(commands)
 
     clients: tuple[tuple[str, _ApiClient], ...] = (("purge", purge_client), ("trace", trace_client))
     for name, client in clients:
         command = commands.add_parser(name, help=client.HELP, description=client.DESCRIPTION)
         client.add_arguments(command)
         command.set_defaults(run=client.run)
+    completion.add_parser(commands, parser)  # last: it lists the commands above
     return parser
 
 

@@ -90,7 +90,8 @@ class ConfigChange:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     repointed: tuple[str, ...] = ()  # still configured; their entries are cleared
-    # re-pointed by rules that change cache keys: their old entries are unreachable (cleared)
+    # Those of ``repointed`` cleared only because their rules changed cache keys (no origin
+    # nor other stored-entry key changed): the summary says so, not "re-pointed".
     rekeyed: tuple[str, ...] = ()
     retuned: tuple[str, ...] = ()  # still configured, entries kept, some setting changed
     unchanged: tuple[str, ...] = ()
@@ -111,14 +112,16 @@ class ConfigChange:
         return f"reload refused: {keys} changed, which needs a restart (the running config stays)"
 
     def summary(self) -> str:
-        """One line for the log and for ``cdn-proxy reload``: what the reload did."""
+        """One line for the log and for ``cdn-proxy reload``: what the reload did. A domain is
+        named once, with the reason it was cleared (issue 34 B7)."""
+        rekeyed = set(self.rekeyed)
         parts = [
             f"{label} {', '.join(names)}"
             for label, names in (
                 ("added", self.added),
                 ("removed", self.removed),
-                ("re-pointed (cleared)", self.repointed),
-                ("cache keys changed by rules (old entries unreachable)", self.rekeyed),
+                ("re-pointed (cleared)", tuple(n for n in self.repointed if n not in rekeyed)),
+                ("cleared (its rules changed the cache keys)", self.rekeyed),
                 ("retuned", self.retuned),
             )
             if names
@@ -140,7 +143,7 @@ def diff(old: Config, new: Config) -> ConfigChange:
             retuned.append(name)
         else:
             repointed.append(name)
-            if "rules" in changed:
+            if changed - KEEPS_ENTRIES == {"rules"}:
                 rekeyed.append(name)
     return ConfigChange(
         added=tuple(sorted(after.keys() - before.keys())),

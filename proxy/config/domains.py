@@ -82,6 +82,9 @@ class HealthCheckConfig:
     timeout: Annotated[float, _duration] = 2.0
     fails: Annotated[int, check.count] = 2  # consecutive failures that mark a server down
     passes: Annotated[int, check.count] = 2  # consecutive probe successes that bring it back
+    # GET (the default: what an origin's health page is written for; its body is not read)
+    # or HEAD (the headers only, as /readyz's own checks ask).
+    method: Annotated[str, _probe_method] = "GET"
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -131,13 +134,20 @@ def _probe_path(key: str, value: object) -> str:
     return value
 
 
+def _probe_method(key: str, value: object) -> str:
+    if not isinstance(value, str) or value.upper() not in ("GET", "HEAD"):
+        raise ConfigError(key, f"must be GET or HEAD (default GET), not {value!r}")
+    return value.upper()
+
+
 def _health_check(key: str, value: object) -> HealthCheckConfig:
+    """The table, with a ``timeout`` longer than the ``interval`` clamped to it, as HAProxy
+    clamps its check timeout to ``inter`` (issue 34; docs/operations.md "Health checks"): a
+    probe never waits longer than the period it belongs to."""
     if not isinstance(value, dict):
         raise ConfigError(key, "must be a table")
     health = build(HealthCheckConfig, key, value)
-    if health.timeout >= health.interval:
-        raise ConfigError(f"{key}.timeout", "must be shorter than the interval")
-    return health
+    return dataclasses.replace(health, timeout=min(health.timeout, health.interval))
 
 
 def build_domains(raw: object) -> tuple[DomainConfig, ...]:

@@ -46,9 +46,23 @@ def duration(key: str, value: object) -> float:
     return seconds
 
 
+# What each list of names holds, and an example of it, for its error (issue 34 B6).
+_NAME_LISTS = {
+    "bypass_cookies": 'cookie names such as ["wordpress_logged_in_*"]',
+    "query_ignore": 'query parameter names such as ["utm_*", "fbclid"]',
+    "query_only": 'query parameter names such as ["page", "q"]',
+}
+
+
 def _globs(key: str, value: object, *, paths: bool) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+    listed = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if paths and not (listed and value):
         raise ConfigError(key, 'must be a non-empty list of strings such as ["/static/*"]')
+    if not isinstance(value, list) or not listed:
+        names = _NAME_LISTS.get(key.rpartition(".")[2], "names")
+        raise ConfigError(
+            key, f"must be a list of {names} ([] lifts what an earlier rule set for these paths)"
+        )
     for index, glob in enumerate(value):
         where = f"{key}[{index}]"
         if paths:

@@ -14,9 +14,10 @@ does not mark it down, nor does a busy queue (OriginBusy: the edge's own limit).
 
 Active detection: for each domain with a ``[domains.health_check]``, one background task
 probes every server each ``interval`` (with ±10 % jitter, so a fleet's processes spread their
-probes: decision 0034), ``GET path`` with the domain's Host, bounded by ``timeout``; a 2xx or
-3xx passes. Tasks are created by ``start`` and cancelled by ``close`` (Edge's lifecycle), and
-a reload restarts them for the new domains. Pools of unchanged servers keep their state.
+probes: decision 0034), ``GET path`` (or ``HEAD``: ``method``) with the domain's Host,
+bounded by ``timeout``; a 2xx or 3xx passes. Tasks are created by ``start`` and cancelled by
+``close`` (Edge's lifecycle), and a reload restarts them for the new domains. Pools of
+unchanged servers keep their state.
 
 ``/metrics`` gets ``origin_server_up``, ``origin_server_requests_total`` and
 ``origin_server_errors_total``, each ``{domain, origin}``, from a collector read at scrape
@@ -281,7 +282,7 @@ class Upstreams:
                 origin_request(
                     self._session,
                     domain,
-                    "GET",
+                    health.method,
                     health.path,
                     headers,
                     tls=self._tls.origin(domain.name),

@@ -87,6 +87,7 @@ from proxy.core.observe.traffic import (
     MinuteCounts,
     Traffic,
 )
+from proxy.core.purge.purges import KINDS as PURGE_KINDS
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.origin_metrics import origin_server_metrics
@@ -108,6 +109,12 @@ __all__ = [
 
 METRICS_PATH = "/metrics"
 PREFIX = "cdn_proxy_"
+
+# The label values known in advance, each exported at zero from the start (issue 34): a
+# counter with no sample reads as "no data" to rate() and to alerts, not as 0.
+ORIGIN_ERROR_KINDS = ("timeout", "unreachable", "protocol")
+BUSY_REASONS = ("queue_timeout", "uploads", "tunnels")
+PURGE_OUTCOMES_AT_ZERO = ("purged", "dry_run")  # the others are errors, rare and many
 
 # Origin answers take milliseconds to seconds (the response buckets from a millisecond up);
 # clears take tens of microseconds in the store plus a SQLite round trip or two for the token
@@ -218,7 +225,23 @@ class Telemetry:
         self.origin_servers: OriginRows | None = None
         self._register_origin_metrics()
         self._register_control_metrics()
+        self._at_zero(self._domains)
+        for kind in PURGE_KINDS:
+            for outcome in PURGE_OUTCOMES_AT_ZERO:
+                self._purges.labels(kind, outcome)
         self.registry.register(_ScrapeCollector(self))
+
+    def _at_zero(self, domains: Iterable[str]) -> None:
+        """Each domain's edge counters at zero, where this process serves the edge: with
+        ``remote``, the edge processes count them, not this one."""
+        if self._remote is not None:
+            return
+        for domain in domains:
+            for kind in ORIGIN_ERROR_KINDS:
+                self._origin_errors.labels(domain, kind)
+            for reason in BUSY_REASONS:
+                self._origin_busy.labels(domain, reason)
+            self._body_timeouts.labels(domain)
 
     def _register_origin_metrics(self) -> None:
         """The edge's requests to its origins: their time, failures and refusals."""
@@ -235,7 +258,7 @@ class Telemetry:
         )
         self._origin_busy = self._counter(
             "origin_busy",
-            "Requests answered 503 without asking the origin: queue_timeout or uploads.",
+            "Requests answered 503 without asking the origin: queue_timeout, uploads or tunnels.",
             ["domain", "reason"],
         )
         self._body_timeouts = self._counter(
@@ -331,6 +354,12 @@ class Telemetry:
         """The domains whose series a scrape shows, after a config reload (proxy/process/reload.py).
         A removed domain's counters stay in the registry but are no longer listed."""
         self._domains = tuple(domains)
+        self._at_zero(self._domains)
+
+    def expect_workers(self, count: int) -> None:
+        """``worker_restarts_total`` at zero for each of a node's ``count`` edge workers."""
+        for index in range(count):
+            self._worker_restarts.labels(str(index))
 
     # -- what the dashboard reads --------------------------------------------------------------
 

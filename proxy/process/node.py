@@ -243,6 +243,7 @@ async def edge_workers(
         workers = Workers(
             args.argv, edge.workers, on_restart=telemetry.worker_restarted, pass_fds=(stdout,)
         )
+        telemetry.expect_workers(edge.workers)  # their restarts, at zero until one
         await workers.start()
         if started is not None:
             started.append(workers)

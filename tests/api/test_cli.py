@@ -366,6 +366,27 @@ def test_purge_and_trace_need_a_url_and_a_token(
 @pytest.mark.parametrize(
     ("command", "asked"), [("purge", DOMAIN), ("trace", f"http://{DOMAIN}/page")]
 )
+@pytest.mark.parametrize(
+    ("argv", "ways"),
+    [
+        (["--token", "t"], ["--api URL", "--config FILE", "CDN_PROXY_URL"]),
+        (["--api", "http://127.0.0.1:1"], ["CDN_PROXY_TOKEN", "--token", "cdn-proxy token create"]),
+    ],
+)
+def test_a_missing_setting_names_every_way_to_give_it(
+    capsys: pytest.CaptureFixture[str], command: str, asked: str, argv: list[str], ways: list[str]
+) -> None:
+    """Issue 34 §4: "pass --api or set CDN_PROXY_URL" did not name --config, which the docs
+    offer; the token's error now names where a token comes from, too."""
+    code, out, err = run(capsys, command, asked, *argv)
+    assert (code, out) == (2, "")
+    assert all(way in err for way in ways), err
+    assert err.count("\n") == 1  # one line
+
+
+@pytest.mark.parametrize(
+    ("command", "asked"), [("purge", DOMAIN), ("trace", f"http://{DOMAIN}/page")]
+)
 async def test_a_client_at_the_edge_says_the_status_once_and_what_to_check(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, origin: Origin, command: str, asked: str
 ) -> None:

@@ -181,7 +181,8 @@ async def test_metrics_count_what_the_edge_origin_and_api_did(
         assert value(samples, latency + "_bucket", domain=domain, le="+Inf") == count
         assert value(samples, latency + "_sum", domain=domain) > 0
     assert value(samples, latency + "_sum", domain="slow.test") >= 0.2  # read_timeout
-    assert by_label(samples, "cdn_proxy_origin_errors_total") == {
+    errors = by_label(samples, "cdn_proxy_origin_errors_total")
+    assert {labels: count for labels, count in errors.items() if count} == {
         (("domain", "down.test"), ("kind", "unreachable")): 1.0,
         (("domain", "slow.test"), ("kind", "timeout")): 1.0,
         (("domain", "cut.test"), ("kind", "protocol")): 1.0,
@@ -320,3 +321,33 @@ def test_each_telemetry_has_its_own_registry() -> None:
     )
     default = {metric.name for metric in prometheus_client.REGISTRY.collect()}
     assert not any(name.startswith("cdn_proxy") for name in default)
+
+
+async def test_the_counters_the_readme_names_are_at_zero_before_their_first_event(
+    tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
+) -> None:
+    """Issue 34: origin_errors_total, origin_busy_total, request_body_timeouts_total and
+    purges_total had no sample until their first event, so a dashboard's rate() or an alert
+    on them saw "no data" instead of 0. Each known series is exported at zero from the start,
+    and a domain added by a reload gets its own."""
+    domains: list[dict[str, Any]] = [{"name": "example.com", "origin": origin.url}]
+    async with running(make_config(tmp_path, origin.url, domains=domains)) as service:
+        samples = await scrape(client, service)
+        for kind in ("timeout", "unreachable", "protocol"):
+            assert (
+                value(samples, "cdn_proxy_origin_errors_total", domain="example.com", kind=kind)
+                == 0
+            )
+        for reason in ("queue_timeout", "uploads", "tunnels"):
+            busy = value(
+                samples, "cdn_proxy_origin_busy_total", domain="example.com", reason=reason
+            )
+            assert busy == 0
+        assert value(samples, "cdn_proxy_request_body_timeouts_total", domain="example.com") == 0
+        for kind in ("url", "prefix", "tag", "all"):
+            for outcome in ("purged", "dry_run"):
+                purges = value(samples, "cdn_proxy_purges_total", kind=kind, outcome=outcome)
+                assert purges == 0
+        service.telemetry.set_domains(["example.com", "new.test"])
+        samples = await scrape(client, service)
+        assert value(samples, "cdn_proxy_request_body_timeouts_total", domain="new.test") == 0

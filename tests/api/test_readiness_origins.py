@@ -111,3 +111,23 @@ async def test_origin_servers_added_and_removed_by_a_reload_take_traffic_without
     assert not any(t.startswith("/two") for t in a.seen) and "/" not in a.seen  # unprobed
     row = {r["domain"]: r for r in body["domains"]}["multi.test"]
     assert [r["origin"] for r in row["origins"]] == [b.url]
+
+
+async def test_readyz_asks_with_the_health_checks_method(
+    tmp_path: Path, origin: Origin, client: aiohttp.ClientSession, servers: list[Killable]
+) -> None:
+    """Issue 34 §4: ``method = "HEAD"`` is the method of /readyz's probes too, not only of
+    the edge's (the edge probes once at its start, then not for an hour)."""
+    a = servers[0]
+    extra = multi([a.url], []) + (
+        '[domains.health_check]\npath = "/healthz"\nmethod = "HEAD"\ninterval = "1h"\n'
+    )
+    node = await Node.start(write_config(tmp_path, origin.url, extra=extra))
+    try:
+        before = a.health_methods.copy()
+        status, body = await readyz(client, node)
+    finally:
+        await node.kill()
+    assert status == 200 and body["ready"], body
+    assert sum((a.health_methods - before).values()) >= 1  # /readyz's probe
+    assert set(a.health_methods) == {"HEAD"}

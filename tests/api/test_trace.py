@@ -344,3 +344,43 @@ async def test_a_fetch_from_an_unreachable_origin_is_worded_as_the_edge_words_it
     why = answer["fetched"]["why_not"]
     assert why.startswith(f"origin failed: {dead.url}: origin unreachable ("), why
     assert "Client" not in why
+
+
+# Accept-Encoding as browsers and curl send it (Chrome and Firefox, Safari, curl --compressed,
+# a client asking for gzip only, and one asking for none).
+BROWSER_CODINGS = [
+    "gzip, deflate, br, zstd",
+    "gzip, deflate, br",
+    "deflate, gzip, br, zstd",
+    "gzip",
+    "identity",
+]
+
+
+@pytest.mark.parametrize("compress", [["br", "gzip"], []])
+async def test_the_trace_reads_accept_encoding_as_the_edge_does(
+    tmp_path: Path,
+    origin: Origin,
+    make_edge: EdgeFactory,
+    aiohttp_client: AiohttpClient,
+    compress: list[str],
+) -> None:
+    """Issue 34 B2: on a domain with ``compress`` the trace said ``miss (vary-miss)`` for
+    what the next request got as a hit: it matched the raw Accept-Encoding against the
+    stored variants, which the edge keys by the one coding it reduces it to. For every
+    Accept-Encoding a browser or curl sends, the trace agrees with the next request."""
+    page = b"<html>" + b"a page worth compressing " * 40 + b"</html>"
+    origin.reply(
+        "/page", page, headers={"Cache-Control": "max-age=600", "Content-Type": "text/html"}
+    )
+    domains = [{"name": "example.com", "origin": origin.url, "compress": compress}]
+    async with tracing(tmp_path, make_edge, aiohttp_client, domains) as traced:
+        for coding in BROWSER_CODINGS:
+            await traced.edge.get("/page", headers={"Accept-Encoding": coding})
+            status, answer = await traced.trace(
+                "http://example.com/page", headers={"Accept-Encoding": coding}
+            )
+            assert status == 200, answer
+            response, _ = await traced.edge.get("/page", headers={"Accept-Encoding": coding})
+            assert is_hit(response), (coding, response.headers.get("Cache-Status"))
+            assert (answer["outcome"], answer["why"]) == ("hit", "stored and fresh"), coding

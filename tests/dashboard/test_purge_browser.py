@@ -8,7 +8,10 @@ module's service do not purge each other's entries."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import urllib.request
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -27,6 +30,8 @@ from tests.dashboard.test_browser import (  # noqa: F401  (fixtures, shared)
 # slow: a real Chromium; not in the quick subset (README)
 pytestmark = pytest.mark.slow
 
+# Where screenshots go, to be looked at (CDN_PROXY_SCREENSHOTS, else the temporary directory).
+SCREENSHOTS = Path(os.environ.get("CDN_PROXY_SCREENSHOTS") or tempfile.gettempdir())
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -152,3 +157,35 @@ def test_items_with_markup_are_shown_as_text(page: Page, live: Live) -> None:
     expect(page.locator("table.history tbody tr").first).to_contain_text('/b4"><svg')
     assert dialogs == []
     assert page.locator("svg").count() == 0
+
+
+def test_history_fits_a_1280_px_window(page: Page, live: Live) -> None:
+    """Issue 34: the History table ran 70 px past a 1280 px window (a horizontal scroll bar
+    on a laptop). With a purge, its dry run and a soft purge in it, nothing passes the
+    window's right edge."""
+    Counter(live, "/w1/aVeryLongStylesheetNameWithNoPlaceToBreakIt.min.css", "/w1/b.js")
+    warm(live, "/w1/aVeryLongStylesheetNameWithNoPlaceToBreakIt.min.css", "/w1/b.js")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    row = purge_form(signed_in(page))
+    fill(
+        row, "URLs", "/w1/aVeryLongStylesheetNameWithNoPlaceToBreakIt.min.css\n/w1/b.js", soft=True
+    )
+    page.get_by_role("button", name="Confirm purge").click()
+    expect(page.get_by_role("heading", name="Purge receipt")).to_be_visible()
+    page.get_by_role("link", name="History").click()
+    expect(page.locator("table.history tbody tr").first.get_by_test_id("kind")).to_contain_text(
+        "url"
+    )
+    page.screenshot(path=str(SCREENSHOTS / "history-1280.png"), full_page=True)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    # The table within the page's column too (main's content box), not only the window.
+    spill = page.evaluate(
+        """() => {
+            const table = document.querySelector('table.history');
+            const main = table.closest('main');
+            const inner = main.getBoundingClientRect().right
+                - parseFloat(getComputedStyle(main).paddingRight);
+            return table.getBoundingClientRect().right - inner;
+        }"""
+    )
+    assert width <= 1280 and spill <= 0.5, (width, spill)

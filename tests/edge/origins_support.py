@@ -19,6 +19,7 @@ class Killable:
         self.url = f"http://127.0.0.1:{self.port}"
         self.seen: Counter[str] = Counter()  # request target -> times answered
         self.methods: Counter[str] = Counter()
+        self.health_methods: Counter[str] = Counter()  # the probes' methods
         self.health_hangs = False
         self.health_status = 200
         self._runner: web.AppRunner | None = None
@@ -44,6 +45,7 @@ class Killable:
         await request.read()
         if request.raw_path == "/healthz":
             self.seen["/healthz"] += 1
+            self.health_methods[request.method] += 1
             if self.health_hangs:
                 await asyncio.Event().wait()  # never answers
             return web.Response(status=self.health_status, text="ok")

@@ -148,6 +148,31 @@ async def test_a_bypass_cookie_goes_to_the_origin_uncached(
     assert body == b"anon 5" and not is_hit(response)
 
 
+async def test_an_empty_bypass_cookies_lifts_a_catch_all_for_static_files(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """Issue 34 B6: a later rule's ``bypass_cookies = []`` lifts the catch-all's, so a
+    logged-in user's stylesheet is a hit; their pages still go to the origin."""
+    origin.reply("/static/app.css", b"css", headers={"Cache-Control": "max-age=600"})
+    origin.reply("/post", b"post", headers={"Cache-Control": "max-age=600"})
+    edge = await with_rules(
+        make_edge,
+        origin,
+        {"name": "wp", "bypass_cookies": ["wordpress_logged_in_*"]},
+        {"name": "static", "paths": ["/static/*"], "bypass_cookies": []},
+    )
+    logged_in = {"Cookie": "wordpress_logged_in_abc=alice"}
+    for _ in range(2):
+        await edge.get("/static/app.css", headers=logged_in)
+        await edge.get("/post", headers=logged_in)
+    response, body = await edge.get("/static/app.css", headers=logged_in)
+    assert is_hit(response) and body == b"css"
+    assert origin.count("/static/app.css") == 1
+    response, _ = await edge.get("/post", headers=logged_in)
+    assert status_of(response)["fwd"] == "bypass"
+    assert origin.count("/post") == 3
+
+
 async def test_cache_false_is_never_stored_nor_served(
     make_edge: EdgeFactory, origin: Origin
 ) -> None:

@@ -95,6 +95,19 @@ async def test_a_killed_origin_comes_back_when_its_probes_pass(
     assert a.requests >= 5 and b.requests >= 5  # traffic returned to a
 
 
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+async def test_probes_use_the_method_the_health_check_names(
+    make_edge: EdgeFactory, servers: list[Killable], method: str
+) -> None:
+    """Issue 34 §4: probes GET the path by default (the body is not read); ``method = "HEAD"``
+    asks for the headers only, as /readyz's own checks do."""
+    a, b, _ = servers
+    keys = {} if method == "GET" else {"method": method}
+    await make_edge(domains=domain([a.url, b.url], health_check=health(**keys)))
+    await until(lambda: a.seen["/healthz"] >= 2 and b.seen["/healthz"] >= 2)
+    assert set(a.health_methods) == set(b.health_methods) == {method}
+
+
 async def test_backups_get_requests_only_while_every_origin_is_down(
     make_edge: EdgeFactory, servers: list[Killable]
 ) -> None:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from proxy.api.dashboard.pages import clear_number
 from proxy.core.observe.traffic import HIT, MISS
 from proxy.fleet.figures import FleetFigures, edge_report
 from proxy.fleet.member import FleetMember
@@ -90,7 +91,9 @@ async def test_the_nodes_page_lists_every_edge_process(
         cells = [cell.text for cell in row.find_all("td")]
         assert cells[0] == "edge-7"
         assert cells[7] == "serving"
-        assert cells[5] == str(member.applied.seq)
+        # The clear's number as the time it stands for, the number itself in the title.
+        assert cells[5] == clear_number(member.applied.seq) != str(member.applied.seq)
+        assert row.find_all("td")[5].attrs["title"] == f"clear number {member.applied.seq}"
     finally:
         await member.close()
 

@@ -27,7 +27,14 @@ from argon2 import PasswordHasher
 from proxy.api.clear_cache import PurgeContext
 from proxy.api.dashboard import auth, purge_form, tokens, trace_form, views
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, DummyHash
-from proxy.api.dashboard.pages import error_pages, percent, security_headers, size, when
+from proxy.api.dashboard.pages import (
+    clear_number,
+    error_pages,
+    percent,
+    security_headers,
+    size,
+    when,
+)
 from proxy.core.auth.ratelimit import DoublingDelay, FailureThrottle
 from proxy.core.auth.sessions import SessionPolicy
 from proxy.observe.telemetry import StoreFigures, Telemetry
@@ -83,7 +90,7 @@ def create_dashboard(
         loader=jinja2.PackageLoader("proxy.api.dashboard", "templates"),
         default_helpers=False,
         undefined=jinja2.StrictUndefined,
-        filters={"when": when, "size": size, "percent": percent},
+        filters={"when": when, "size": size, "percent": percent, "clear_number": clear_number},
     )
     app.router.add_get("/sign-in", auth.sign_in_page)
     app.router.add_post("/sign-in", auth.sign_in)

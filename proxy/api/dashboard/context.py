@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from argon2 import PasswordHasher
 
 from proxy.api.clear_cache import PurgeContext
+from proxy.api.dashboard.domain_figures import ClearFloors
 from proxy.config.model import Config
 from proxy.core.auth.ratelimit import FailureThrottle
 from proxy.core.auth.sessions import SessionPolicy
@@ -57,6 +58,8 @@ class DashboardContext:
     failed_names: FailureThrottle
     failed_addresses: FailureThrottle
     hashing: asyncio.Semaphore  # argon2 takes 64 MiB a verification: a few at a time
+    # With workers: the reports made before the page's own clears, not counted (B8).
+    clear_floors: ClearFloors = field(default_factory=ClearFloors)
 
     @property
     def config(self) -> Config:

@@ -79,6 +79,26 @@ def when(at: float | None) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# A fleet numbers its clears by Valkey's clock in microseconds (proxy/fleet/lua/prelude.lua:
+# each number is the later of the last one + 1 and the time), so a number from 10**15 up
+# stands for the time it was made; below, it is a count (one process's own).
+_CLOCK_NUMBERS = 10**15
+
+
+def clock_number(number: int) -> str:
+    """A clear's or purge's number for people: the time a fleet's number stands for, to
+    the millisecond; a small number (one process's own count) as it is."""
+    if number < _CLOCK_NUMBERS:
+        return str(number)
+    stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def clear_number(number: int) -> str:
+    """The last clear a process applied: ``clock_number``, or "none yet" for 0."""
+    return "none yet" if number <= 0 else clock_number(number)
+
+
 def size(count: int) -> str:
     """Bytes for people: 1023 B, 1.0 KiB, 12.3 MiB."""
     value = float(count)

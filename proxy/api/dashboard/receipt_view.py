@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from proxy.api.dashboard.pages import clock_number
 from proxy.api.purge import UNKNOWN_KIND
 from proxy.core.purge.receipts import amount_text, describe, duration_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
@@ -42,6 +43,7 @@ class ReceiptView:
     sample: tuple[str, ...]
     acked: int | None
     live: int | None
+    reported: int | None  # a fleet dry run: the processes that answered in time
     seconds: float | None
     summary: str  # describe(): one line (and a sample line for a dry run)
 
@@ -61,15 +63,35 @@ class ReceiptView:
         return amount_text(self.entries, self.bytes, exact=self.exact, dry_run=self.dry_run)
 
     @property
+    def number_text(self) -> str:
+        """The purge's number for people (``clock_number``). A fleet's dry run numbers
+        nothing: the number its processes answered is each one's own count, of another
+        series than the purge's (issue 34 B3), so none is shown."""
+        if self.number is None:
+            return "—"
+        if self.dry_run and self.live is not None:
+            return "given with the purge"
+        return clock_number(self.number)
+
+    @property
+    def generation_text(self) -> str:
+        return "—" if self.generation is None else clock_number(self.generation)
+
+    @property
     def took(self) -> str:
         return duration_text(self.seconds) if self.seconds is not None else "—"
 
     @property
     def edge(self) -> str | None:
-        """Edge processes that applied it, when a fleet answered."""
+        """Edge processes that applied it (a dry run: that counted it), when a fleet
+        answered; in the words of ``describe`` and so of ``cdn-proxy purge``."""
         if self.live is None:
             return None
-        return f"{self.acked} of {self.live} live edge processes"
+        if self.dry_run:
+            counted = "?" if self.reported is None else self.reported
+            return f"counted in the caches of {counted} of {self.live} live edge processes"
+        applied = "?" if self.acked is None else self.acked
+        return f"applied by {applied} of {self.live} live edge processes"
 
     @property
     def items_kept(self) -> bool:
@@ -106,6 +128,7 @@ def receipt_view(fields: Mapping[str, object]) -> ReceiptView:
         sample=_strings(fields.get("sample")),
         acked=_int(fields.get("acked")),
         live=_int(fields.get("live")),
+        reported=_int(fields.get("reported")),
         seconds=_seconds(fields.get("seconds")),
         summary=describe(fields),
     )
@@ -142,6 +165,19 @@ class HistoryRow:
         if self.receipt is not None and not self.receipt.exact and not self.dry_run:
             return f"≤ {count}"
         return str(count)
+
+    @property
+    def edge(self) -> str:
+        """The Edge processes cell: "2 of 2" applied a purge or clear, "2 of 2 counted" a
+        dry run (its record keeps no ``acked``: nothing was applied), "—" without a fleet."""
+        live = self.record.live
+        if live is None:
+            return "—"
+        if self.dry_run:
+            reported = self.receipt.reported if self.receipt is not None else None
+            return f"{'?' if reported is None else reported} of {live} counted"
+        acked = self.record.acked
+        return f"{'?' if acked is None else acked} of {live}"
 
 
 def history_row(record: AuditRecord) -> HistoryRow:

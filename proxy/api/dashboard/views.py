@@ -19,13 +19,15 @@ from proxy.api.clear_cache import OUTCOMES, as_admin, audited_clear
 from proxy.api.dashboard.activity import changed_at, with_changes
 from proxy.api.dashboard.auth import action, see_other, signed_in
 from proxy.api.dashboard.chart import build_chart
-from proxy.api.dashboard.context import DASHBOARD, PREFIX, Session
+from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, Session
 from proxy.api.dashboard.pages import PageError, render
 from proxy.api.dashboard.receipt_view import HISTORY_KINDS, KIND_LABELS, history_row
 from proxy.api.dashboard.tiers import process_tiers, tiers_view
 from proxy.api.readiness import READINESS, ServerView
 from proxy.core.domains import normalise_domain
 from proxy.state.sqlite import MAX_AUDIT_TEXT
+from proxy.store.base import DomainStats
+from proxy.store.shared import SharedStats
 
 log = logging.getLogger("proxy.dashboard")
 
@@ -68,7 +70,7 @@ class PurgeFill:
 @dataclass(frozen=True, slots=True)
 class DomainRow:
     name: str
-    origin: str
+    origins: tuple[str, ...]  # every origin server, backups last with " (backup)"
     entries: int | None
     bytes: int | None
     hits: int | None
@@ -100,12 +102,12 @@ async def render_domains(
     readiness = request.config_dict.get(READINESS)
     rows = []
     for domain in ctx.config.domains:
-        stats = await ctx.store.domain_stats(domain.name) if ctx.store is not None else None
+        stats = await _domain_stats(ctx, domain.name)
         counts = ctx.telemetry.domain_counts(domain.name) if ctx.telemetry is not None else None
         rows.append(
             DomainRow(
                 name=domain.name,
-                origin=domain.origin,
+                origins=(*domain.origins, *(f"{b} (backup)" for b in domain.backup_origins)),
                 entries=stats.entries if stats else None,
                 bytes=stats.bytes if stats else None,
                 hits=counts.hits if counts else None,
@@ -124,10 +126,28 @@ async def render_domains(
             "notice": notice,
             "purge": purge,
             "kinds": KIND_LABELS,
+            "shared": _shared_tier(ctx),
         },
         session=session,
         status=status,
     )
+
+
+async def _domain_stats(ctx: DashboardContext, domain: str) -> DomainStats | None:
+    """A domain's entries and bytes in the memory tier (with workers, summed over them, not
+    counting reports made before the page's own last clear of it: domain_figures.py)."""
+    if ctx.fleet is not None:
+        floored = ctx.clear_floors.domain_stats(ctx.fleet, domain)
+        if floored is not None:
+            return floored
+    return await ctx.store.domain_stats(domain) if ctx.store is not None else None
+
+
+def _shared_tier(ctx: DashboardContext) -> SharedStats | None:
+    """The node's shared tier (disk), which keeps no count per domain: the page gives its
+    whole figures beside the domains' memory-tier ones."""
+    tier = ctx.telemetry.tier if ctx.telemetry is not None else None
+    return tier.shared_stats() if tier is not None else None
 
 
 @action
@@ -141,6 +161,8 @@ async def clear_domain(
     )
     if not answer.cleared:
         raise PageError(answer.status, f"The cache was not cleared: {answer.detail}.")
+    if ctx.fleet is not None and answer.domain is not None:
+        await ctx.clear_floors.cleared(ctx.fleet, answer.domain)
     log.info(
         "dashboard: %s cleared %s (%d entries)",
         session.admin,

@@ -9,7 +9,8 @@ rules": a domain without rules, or a path no rule names, takes exactly today's p
 Merging follows Cloudflare's Cache Rules: every matching rule applies, in order, and a field
 set by a later rule replaces the same field of an earlier one. ``query_ignore`` and
 ``query_only`` are one field (the query filter): a later rule's either replaces an earlier
-rule's either.
+rule's either. An empty list lifts the field: ``bypass_cookies = []`` bypasses for no cookie,
+``query_ignore = []`` or ``query_only = []`` leaves the query as it came (issue 34 B6).
 
 What a rule may override, and what it never can (the README's "Caching rules" says the same):
 
@@ -269,7 +270,9 @@ def merged(rules: tuple[Rule, ...]) -> Applied:
             query_filter = ("keep", rule.query_only)
         if rule.query_sort is not None:
             sort = rule.query_sort
-    bypass = values.pop("bypass_cookies", None)
+    if query_filter is not None and not query_filter[1]:
+        query_filter = None  # query_ignore = [] or query_only = []: lifts an earlier filter
+    bypass = values.pop("bypass_cookies", None)  # () lifts an earlier rule's
     by_status = values.pop("edge_ttl_by_status", ())
     query = None
     if query_filter is not None or sort:

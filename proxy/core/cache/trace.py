@@ -34,6 +34,7 @@ from proxy.core.cache.policy import (
     explicit_lifetime,
 )
 from proxy.core.cache.rules import Applied, RuleSet, normalised_target
+from proxy.core.http.encodings import preferred
 from proxy.core.http.requests import CACHEABLE_METHODS
 
 
@@ -152,12 +153,20 @@ def _entry_row(entry: StoredResponse, applied: Applied | None, now: float) -> di
 
 
 def _lookup(
-    held: Held | None, request: TraceHeaders, applied: Applied | None, now: float
+    held: Held | None,
+    request: TraceHeaders,
+    applied: Applied | None,
+    now: float,
+    codings: tuple[str, ...] | None,
 ) -> tuple[str, str, dict[str, object] | None]:
     """The edge's decision with what is held: (``hit``/``revalidate``/``miss``, why, the
-    entry it would use)."""
+    entry it would use). ``codings``: the domain's (``codings_of``): Accept-Encoding is read
+    as the edge reads it, reduced to the one coding its variants are keyed by (issue 34 B2:
+    the raw field never matches a variant of a domain that compresses)."""
     obey = applied is None or not applied.ignore_client_no_cache
-    decision = decide_lookup(() if held is None else held.variants, request, now, obey_request=obey)
+    variants = () if held is None else held.variants
+    coding = None if codings is None else preferred(request.getall("accept-encoding", []), codings)
+    decision = decide_lookup(variants, request, now, coding, obey_request=obey)
     if isinstance(decision, Serve):
         return "hit", "stored and fresh", _entry_row(decision.response, applied, now)
     if isinstance(decision, Revalidate):
@@ -187,9 +196,11 @@ def trace(
     servers: Sequence[Server] = (),
     balance: str = "round_robin",
     fetched: Storable | DontStore | None = None,
+    codings: tuple[str, ...] | None = None,
 ) -> dict[str, object]:
     """The trace of the request ``asked`` (see the module's docstring). ``held``: what the
-    store holds under the normalised key."""
+    store holds under the normalised key; ``codings``: the domain's content codings
+    (``compression.codings_of``), which its variants are keyed by."""
     method, target = asked.method, asked.target
     request = TraceHeaders(asked.headers)
     path = target.partition("?")[0]
@@ -208,7 +219,7 @@ def trace(
     if bypass is not None:
         outcome, why, entry = "bypass", bypass, None
     else:
-        outcome, why, entry = _lookup(held, request, applied, now)
+        outcome, why, entry = _lookup(held, request, applied, now, codings)
     answer.update(outcome=outcome, why=why, entry=entry)
     if held is not None:
         answer["store"] = _store_row(held)
