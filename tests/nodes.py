@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from proxy.config.model import load_config
 
 ENV = {**os.environ, "CDN_PROXY_URL": "", "CDN_PROXY_TOKEN": ""}
@@ -190,3 +192,11 @@ async def start(nodes: list[Node], config: Path) -> Node:
     node = await Node.start(config)
     nodes.append(node)
     return node
+
+
+# A node of one process, and one of two workers: the second starts three processes, so it is
+# left out of the quick subset (``-m "not slow"``), where the first still covers the test.
+WORKER_COUNTS = [
+    pytest.param(1, id="one-process"),
+    pytest.param(2, id="two-workers", marks=pytest.mark.slow),
+]

@@ -23,6 +23,7 @@ from benchmarks.hit_ratio import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.7, 1.1])
 def test_ours_agree_with_libcachesim_within_two_percent(alpha: float) -> None:
     trace = zipf_trace(alpha=alpha, requests=30_000, objects=3_000, seed=5)
@@ -79,6 +80,7 @@ def test_the_trace_has_its_one_hit_wonders_and_its_scan() -> None:
     assert zipf_trace(alpha=0.9, requests=20_000, objects=1_000, seed=1) == trace
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_table() -> None:
     result = subprocess.run(
         [
@@ -109,6 +111,7 @@ def test_the_command_prints_the_table() -> None:
     assert "largest gap to libCacheSim: 0.00%" in result.stdout
 
 
+@pytest.mark.slow
 def test_an_unknown_policy_is_refused() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.hit_ratio", "--policies", "lru,nope"],
@@ -122,6 +125,7 @@ def test_an_unknown_policy_is_refused() -> None:
     assert table([]).count("\n") == 1  # an empty run is a header only
 
 
+@pytest.mark.slow
 def test_every_hit_cost_case_runs_and_hits_held_keys() -> None:
     cases = hit_cases()
     assert "loop alone" in cases and "sieve.hit" in cases and "s3fifo.hit" in cases

@@ -52,6 +52,7 @@ def complete(script: Path, line: str, cwd: Path | None = None) -> list[str]:
     return sorted(line for line in done.stdout.splitlines() if line)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "offered"),
     [
@@ -74,6 +75,7 @@ def test_files_complete_after_config(script: Path, tmp_path: Path) -> None:
     assert complete(script, "cdn-proxy config check pr", cwd=tmp_path) == ["proxy.toml"]
 
 
+@pytest.mark.slow
 def test_every_command_of_the_parser_is_offered(
     script: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

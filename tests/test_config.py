@@ -394,6 +394,7 @@ def test_fleet_settings_carry_every_fleet_key(tmp_path: Path) -> None:
     assert settings.replicas == 0  # a single Valkey: no WAIT
 
 
+@pytest.mark.slow
 def test_fleet_replicas_reach_the_settings(tmp_path: Path) -> None:
     """[fleet] replicas (0014 "Failover") with a Valkey of the operator's, which has them."""
     data = base()

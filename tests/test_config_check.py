@@ -180,6 +180,7 @@ def test_the_shipped_config_reads_back_as_printed(capsys: pytest.CaptureFixture[
     assert parse_config(tomllib.loads(out), base_dir=path.parent) == load_config(path)
 
 
+@pytest.mark.slow
 def test_the_production_example_names_each_missing_tls_file(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -117,6 +117,7 @@ def test_a_bad_origin_key_is_one_line_naming_it(
     assert "\n" not in text
 
 
+@pytest.mark.slow
 def test_the_operations_pages_example_loads(tmp_path: Path) -> None:
     page = (Path(__file__).parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
     section = page.split("## Several origin servers", 1)[1]

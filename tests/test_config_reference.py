@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from proxy.config import reference
 from proxy.config.diff import RELOADABLE
 
@@ -37,6 +39,7 @@ def test_the_page_is_what_the_generator_prints() -> None:
     )
 
 
+@pytest.mark.slow
 def test_the_command_at_the_top_of_the_page_prints_it() -> None:
     """The page names its command; run as written, it prints the page."""
     assert reference.COMMAND in PAGE.read_text(encoding="utf-8").split("\n## ", 1)[0]
@@ -68,6 +71,7 @@ def test_reload_or_restart_is_the_reload_rules() -> None:
     assert shown["domains.rules.edge_ttl"] == "reload: keeps the domain's entries"
 
 
+@pytest.mark.slow
 def test_defaults_are_the_models() -> None:
     shown = {key.full: key.default for key in reference.entries()}
     assert shown["edge.body_min_rate"] == '`"1KiB"`'

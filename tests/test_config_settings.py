@@ -99,6 +99,7 @@ def test_h2_limits_carry_every_http2_key_and_the_edge_timeouts(tmp_path: Path) -
     assert limits == H2Limits(7, 3000, 11, 13, 17, 19, 2.5, 3.5, 4.5)
 
 
+@pytest.mark.slow
 def test_fleet_settings_carry_every_key_and_keep_the_test_only_ones(tmp_path: Path) -> None:
     fleet: dict[str, Any] = {"lease": 3.0, "renew": 1.0, "clear_timeout": 4.0, "poll_interval": 0.2}
     fleet |= {"timeout": 0.25, "replicas": 2, "url": "redis://127.0.0.1:1/0"}

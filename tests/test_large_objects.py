@@ -178,6 +178,7 @@ async def test_a_256_mib_object_is_byte_exact_on_a_miss_hits_and_ranges_in_bound
     assert peak - idle < RSS_BOUND, (idle // MIB, peak // MIB)
 
 
+@pytest.mark.slow
 async def test_the_first_client_is_streamed_the_body_while_the_origin_sends_it_and_others_wait(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -232,6 +233,7 @@ async def test_the_first_client_is_streamed_the_body_while_the_origin_sends_it_a
     assert await fetch(node.edge, "/gated") == (200, DISK_HIT, body.sha256(), body.size)
 
 
+@pytest.mark.slow
 async def test_the_fill_goes_on_when_its_first_client_leaves(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -334,6 +336,7 @@ def file_sha256(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), path.stat().st_size
 
 
+@pytest.mark.slow
 async def test_hits_over_http2_and_head_are_sent_from_the_file_checked(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -358,6 +361,7 @@ async def test_hits_over_http2_and_head_are_sent_from_the_file_checked(
     assert origin.count("/h2") == 1
 
 
+@pytest.mark.slow
 async def test_a_stale_large_object_refreshed_by_a_304_keeps_its_body_file(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -397,6 +401,7 @@ async def test_a_stale_large_object_refreshed_by_a_304_keeps_its_body_file(
     assert seen[-1].headers.get("If-None-Match") == '"v1"'
 
 
+@pytest.mark.slow
 async def test_clients_leaving_in_the_middle_of_hits_leave_the_node_serving(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -422,6 +427,7 @@ async def test_clients_leaving_in_the_middle_of_hits_leave_the_node_serving(
     assert "Traceback" not in log.read_text()
 
 
+@pytest.mark.slow
 async def test_a_range_from_zero_that_misses_is_the_whole_200_streamed_and_stored(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -441,6 +447,7 @@ async def test_a_range_from_zero_that_misses_is_the_whole_200_streamed_and_store
     assert origin.count("/r") == 1
 
 
+@pytest.mark.slow
 async def test_large_answers_that_are_not_stored_are_relayed_without_being_held_whole(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -474,6 +481,7 @@ async def test_large_answers_that_are_not_stored_are_relayed_without_being_held_
     assert peak - idle < 64 * MIB, (idle // MIB, peak // MIB)
 
 
+@pytest.mark.slow
 async def test_hits_over_tls_never_take_sendfile_and_are_byte_exact(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -502,6 +510,7 @@ async def test_hits_over_tls_never_take_sendfile_and_are_byte_exact(
     assert origin.count("/tls") == 1
 
 
+@pytest.mark.slow
 async def test_a_body_file_gone_from_disk_is_a_cut_connection_then_a_miss(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -523,6 +532,7 @@ async def test_a_body_file_gone_from_disk_is_a_cut_connection_then_a_miss(
     assert origin.count("/lost") == 2
 
 
+@pytest.mark.slow
 async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -544,6 +554,7 @@ async def test_a_corrupted_body_file_is_never_sent_whole_and_is_filled_again(
     assert await fetch(node.edge, "/c") == (200, DISK_HIT, body.sha256(), body.size)
 
 
+@pytest.mark.slow
 async def test_a_chunked_body_past_max_object_bytes_is_relayed_whole_and_not_stored(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -558,6 +569,7 @@ async def test_a_chunked_body_past_max_object_bytes_is_relayed_whole_and_not_sto
     assert not list((tmp_path / "cache" / "bodies").glob("*.body"))
 
 
+@pytest.mark.slow
 def test_max_object_bytes_may_reach_a_gibibyte_with_a_disk_tier_only(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,

@@ -172,6 +172,7 @@ def problems(source: Path, layers: Sequence[Sequence[str]] = LAYERS) -> list[str
     return list(dict.fromkeys(found))  # one line per import statement, however many names
 
 
+@pytest.mark.slow
 def test_proxy_imports_point_down_without_cycles() -> None:
     assert problems(SOURCE) == []
 
@@ -214,6 +215,7 @@ def test_a_tree_that_keeps_its_layers_has_no_problems(tmp_path: Path) -> None:
     assert fake_problems(tmp_path, files) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "expected"),
     [

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from proxy.observe.telemetry import Telemetry
 from proxy.process.listeners import Draining, ProcessContext
 from proxy.store.memory import MemoryStore
@@ -23,6 +25,7 @@ def test_a_process_shutdown_is_bounded_by_edge_shutdown_timeout_else_30_seconds(
     assert Draining.of(dataclasses.replace(config, edge=None)).timeout == 30.0
 
 
+@pytest.mark.slow
 def test_listeners_join_the_process_shutdown_or_each_make_their_own(tmp_path: Path) -> None:
     config = make_config(
         tmp_path, "http://127.0.0.1:9", edge={"listen": "127.0.0.1:0", "shutdown_timeout": 7}

@@ -21,6 +21,7 @@ def _no_proxies_or_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CDN_PROXY_TOKEN", raising=False)
 
 
+@pytest.mark.slow
 async def test_trace_at_the_edge_says_the_status_once_and_what_to_check(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, origin: Origin
 ) -> None:

@@ -90,6 +90,7 @@ def test_a_finite_number_of_seconds_is_still_taken(tmp_path: Path) -> None:
     assert (domain.read_timeout, domain.stale_if_error) == (1e6, 0.0)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_nan_timeout_before_serving(tmp_path: Path) -> None:
     """What the operator sees: `cdn-proxy serve` exits 2 with one line, and nothing starts
     (the same file used to start, then answer every miss 500 with a traceback in the log;
@@ -256,6 +257,7 @@ def test_a_fleet_url_path_is_a_database_number(tmp_path: Path, url: str) -> None
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "url", ["redis://h:6379/0", "redis://h:6379", "redis://h/", "rediss://h/15"]
 )

@@ -70,5 +70,6 @@ def test_every_toml_sample_of_the_readme_loads(tmp_path: Path, index: int) -> No
     parse_config(_merged(fragment), base_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_the_readme_has_toml_samples() -> None:
     assert len(_toml_blocks()) >= 8  # the parametrized test above is not vacuous

@@ -43,6 +43,7 @@ def test_a_fleet_table_written_with_the_workers_is_still_named(tmp_path: Path) -
     assert change.restart == ("[fleet]", "edge.workers")
 
 
+@pytest.mark.slow
 def test_a_fleet_table_added_to_one_process_is_named(tmp_path: Path) -> None:
     old, new = base(), base()
     new["fleet"] = {}

@@ -210,6 +210,7 @@ async def test_scripts_serve_installs_only_when_pyproject_changed(tmp_path: Path
     assert shutil.which("cdn-proxy", path=str(venv / "bin"))
 
 
+@pytest.mark.slow
 async def test_the_production_example_serves_https_through_workers(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -262,6 +263,7 @@ async def test_the_production_example_serves_https_through_workers(
     assert "Traceback" not in (tmp_path / "node.log").read_text()
 
 
+@pytest.mark.slow
 def test_the_https_steps_write_files_git_ignores() -> None:
     """Issue 22 item 8: the HTTPS steps (README then, docs/operations.md now) write a private
     key into config/, which .gitignore did not cover: one ``git add config`` from committing

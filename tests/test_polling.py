@@ -32,6 +32,7 @@ async def test_an_async_condition_is_awaited() -> None:
     assert await until(third_time) == 3
 
 
+@pytest.mark.slow
 async def test_it_fails_after_its_bound_and_says_so() -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()

@@ -185,6 +185,7 @@ def _minimal_config() -> str:
     return str(block)
 
 
+@pytest.mark.slow
 async def test_try_it_and_the_deploy_hook_run_as_written(tmp_path: Path, nodes: list[Node]) -> None:
     """The README's minimal config, its "Try it" and its deploy-hook lines, run with only the
     ports and paths moved: each output its comments show comes, in order."""
@@ -274,6 +275,7 @@ async def test_try_it_and_the_deploy_hook_run_as_written(tmp_path: Path, nodes: 
         at = found + len(text)
 
 
+@pytest.mark.slow
 def test_the_glossary_defines_each_word_that_carries_state() -> None:
     """Issue 34: docs/architecture.md defines the words the code and the docs lean on."""
     page = PAGES[ROOT / "docs" / "architecture.md"]

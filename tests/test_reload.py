@@ -126,6 +126,7 @@ async def clear(node: Node, config: Path, domain: str) -> int:
 # -- one process --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sighup_adds_a_domain_while_a_hit_stays_a_hit_on_the_same_connection(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -156,6 +157,7 @@ async def test_sighup_adds_a_domain_while_a_hit_stays_a_hit_on_the_same_connecti
     assert await clear(node, config, "new.test") == 200
 
 
+@pytest.mark.slow
 async def test_reload_command_repoints_a_domain_and_its_old_entry_never_answers_again(
     tmp_path: Path, origin: Origin, second: Origin, nodes: list[Node]
 ) -> None:
@@ -182,6 +184,7 @@ async def test_reload_command_repoints_a_domain_and_its_old_entry_never_answers_
     assert origin.count("/kept") == 1
 
 
+@pytest.mark.slow
 async def test_a_removed_domain_gets_421_and_its_clears_404(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -201,6 +204,7 @@ async def test_a_removed_domain_gets_421_and_its_clears_404(
     assert await clear(node, config, "other.test") == 404
 
 
+@pytest.mark.slow
 async def test_a_bad_config_is_refused_in_one_line_and_the_old_one_keeps_serving(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -231,6 +235,7 @@ async def test_a_bad_config_is_refused_in_one_line_and_the_old_one_keeps_serving
     assert node.process.returncode is None
 
 
+@pytest.mark.slow
 async def test_a_change_that_needs_a_restart_is_refused_and_reload_exits_non_zero(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -270,6 +275,7 @@ async def from_both_workers(node: Node, origin: Origin, path: str, host: str) ->
     raise AssertionError("the connections all reached one worker")
 
 
+@pytest.mark.slow
 async def test_with_two_workers_every_worker_reloads(
     tmp_path: Path, origin: Origin, second: Origin, nodes: list[Node]
 ) -> None:

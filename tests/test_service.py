@@ -20,7 +20,7 @@ from aiohttp import web
 from proxy.core.auth.tokens import Scope
 from proxy.process.service import Service, StartError, running
 from tests.conftest import Origin, make_config
-from tests.nodes import ENV, Node, alive, cli, write_config
+from tests.nodes import ENV, WORKER_COUNTS, Node, alive, cli, write_config
 
 CACHEABLE = {"Cache-Control": "max-age=60"}
 JSON = {"Content-Type": "application/json"}
@@ -177,6 +177,7 @@ async def test_a_port_in_use_stops_start_up_and_leaves_nothing_listening(
 # -- the command line, as an operator runs it --------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -211,7 +212,7 @@ async def test_a_broken_config_stops_start_up_with_one_message(
     assert "Traceback" not in err
 
 
-@pytest.fixture(params=[1, 2], ids=["one-process", "two-workers"])
+@pytest.fixture(params=WORKER_COUNTS)
 async def server(
     request: pytest.FixtureRequest, tmp_path: Path, origin: Origin
 ) -> AsyncIterator[Node]:
@@ -222,6 +223,7 @@ async def server(
     await node.kill()  # the node, and anything of its group still running
 
 
+@pytest.mark.slow
 async def test_sigterm_drains_in_flight_requests_and_exits_cleanly(
     server: Node, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
@@ -251,7 +253,11 @@ async def test_sigterm_drains_in_flight_requests_and_exits_cleanly(
     assert not any(map(alive, workers))  # the node stopped them, and waited for them
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_the_process_exits_at_once_after_logging_stopped(
     tmp_path: Path, origin: Origin, workers: int
 ) -> None:
@@ -290,6 +296,7 @@ async def test_the_process_exits_at_once_after_logging_stopped(
     assert took < 0.25, f"exited {took:.2f} s after logging stopped"
 
 
+@pytest.mark.slow
 async def test_tokens_from_the_cli_work_at_once_in_a_running_server(
     server: Node, tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:

@@ -118,6 +118,7 @@ async def test_a_disk_hit_takes_the_fast_path_and_sends_what_the_full_path_sends
     assert reader.store.peek("example.com", "/a") is None  # too large for its memory tier
 
 
+@pytest.mark.slow
 async def test_a_disk_hit_that_fits_is_kept_in_memory_and_its_next_hit_is_a_memory_hit(
     worker: WorkerFactory, origin: Origin
 ) -> None:
@@ -132,6 +133,7 @@ async def test_a_disk_hit_that_fits_is_kept_in_memory_and_its_next_hit_is_a_memo
     assert reader.store.hits["disk"] == 1 and origin.count("/a") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "purge",
     [Purge("url", ("/a",)), Purge("prefix", ("/",)), Purge("tag", ("t",)), Purge("all", ())],
@@ -216,6 +218,7 @@ async def test_a_rules_detail_is_said_as_the_full_path_says_it(
     assert fast.field("Cache-Status") == 'cdn-proxy; hit; detail="disk; rules=objects"'
 
 
+@pytest.mark.slow
 async def test_a_restart_with_a_new_via_never_serves_the_old_line_from_disk(
     tmp_path: Path, origin: Origin
 ) -> None:

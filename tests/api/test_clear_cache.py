@@ -258,6 +258,7 @@ MEDIA_TYPE_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "headers"), MEDIA_TYPE_CASES)
 async def test_body_must_be_json(api: ApiUnderTest, case: Case, headers: dict[str, str]) -> None:
     answer = await api.post(case.body, content_type=case.content_type, headers=case.headers)

@@ -104,6 +104,7 @@ def _fill(template: str, tokens: dict[str, str]) -> str:
     return template
 
 
+@pytest.mark.slow
 @settings(
     max_examples=300,
     deadline=None,

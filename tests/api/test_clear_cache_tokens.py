@@ -166,6 +166,7 @@ class BrokenPurger:
         raise ConnectionError("backend down")
 
 
+@pytest.mark.slow
 async def test_failed_purge_is_a_503_and_is_audited(
     make_api: ApiFactory, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -424,6 +424,7 @@ _exit_now(3)
 """
 
 
+@pytest.mark.slow
 def test_a_stopped_server_runs_the_exit_functions_and_skips_the_teardown() -> None:
     """``_exit_now`` (issue 22 item 8: a stopped server exits at once): the exit functions
     libraries registered still run, last registered first; what is buffered on stdout and

@@ -323,6 +323,7 @@ def test_each_telemetry_has_its_own_registry() -> None:
     assert not any(name.startswith("cdn_proxy") for name in default)
 
 
+@pytest.mark.slow
 async def test_the_counters_the_readme_names_are_at_zero_before_their_first_event(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:

@@ -206,6 +206,7 @@ KINDS: list[tuple[dict[str, Any], set[str]]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])
 async def test_after_the_200_no_request_gets_pre_purge_content(
     tmp_path: Path, aiohttp_server: Served, soft: bool
@@ -224,6 +225,7 @@ async def test_after_the_200_no_request_gets_pre_purge_content(
             await assert_purged(node, covered, served, fetched, body)
 
 
+@pytest.mark.slow
 async def test_a_dry_run_on_a_node_changes_nothing(tmp_path: Path, aiohttp_server: Served) -> None:
     async with purge_node(tmp_path, aiohttp_server) as node:
         served = await warm(node)

@@ -27,6 +27,7 @@ SIZE = r"\d+(\.\d)? (B|KiB|MiB)"
 TOOK = r" in \d+\.\d+ m?s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["http://127.0.0.1:8081", "HTTPS://api.example/"])
 async def test_an_api_url_given_to_url_is_refused(aiohttp_server: Served, value: str) -> None:
     """The old spelling (``--url`` for the base) must never purge the wrong thing."""
@@ -41,6 +42,7 @@ async def test_an_api_url_given_to_url_is_refused(aiohttp_server: Served, value:
     assert seen == []
 
 
+@pytest.mark.slow
 async def test_a_page_url_given_to_url_is_refused_as_what_it_is(aiohttp_server: Served) -> None:
     """Issue 22 item 8: ``--url https://a.test/x`` was blamed on --api, though it was a
     page's URL. The message now says what was given, and the path to give instead."""
@@ -56,6 +58,7 @@ async def test_a_page_url_given_to_url_is_refused_as_what_it_is(aiohttp_server: 
     assert seen == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -113,6 +116,7 @@ async def test_a_refused_purge_prints_the_problem(
     assert message in err
 
 
+@pytest.mark.slow
 async def test_receipts_read_by_people_and_as_json_from_a_real_node(
     tmp_path: Path, aiohttp_server: Served
 ) -> None:
@@ -176,6 +180,7 @@ def with_api_listen(config: Path, listen: str) -> Path:
     return config
 
 
+@pytest.mark.slow
 async def test_purge_finds_the_api_in_the_nodes_config(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -201,6 +206,7 @@ async def test_purge_finds_the_api_in_the_nodes_config(
     assert origin.count("/page") == 2  # the purge took the entry away
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("listen", "extra", "message"),
     [
@@ -221,6 +227,7 @@ async def test_purge_config_refusals(
     assert message in err
 
 
+@pytest.mark.slow
 async def test_purge_config_names_a_bad_file(tmp_path: Path) -> None:
     code, out, err = await cli("purge", DOMAIN, "--config", str(tmp_path / "none.toml"))
     assert (code, out) == (2, "")

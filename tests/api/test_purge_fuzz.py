@@ -112,6 +112,7 @@ async def purge_api(make_api: ApiFactory) -> ApiUnderTest:
     return await make_api(auth_failures_allowed=1_000_000_000)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=300,
     deadline=None,

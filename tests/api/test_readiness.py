@@ -17,7 +17,7 @@ from aiohttp import web
 
 from proxy.api.readiness import PROBE_INTERVAL, Readiness
 from tests.conftest import FakeClock, Origin, make_config
-from tests.nodes import Node, cli, write_config
+from tests.nodes import WORKER_COUNTS, Node, cli, write_config
 
 
 @pytest.fixture
@@ -42,7 +42,11 @@ async def healthz(client: aiohttp.ClientSession, node: Node) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_ready_when_every_origin_answers(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession, workers: int
 ) -> None:
@@ -64,6 +68,7 @@ async def test_ready_when_every_origin_answers(
     assert (probe.target, probe.headers["Host"]) == ("/", "example.com")
 
 
+@pytest.mark.slow
 async def test_not_ready_names_the_failing_origins_while_healthz_stays_ok(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
@@ -89,6 +94,7 @@ async def test_not_ready_names_the_failing_origins_while_healthz_stays_ok(
     assert "origin unreachable" in rows["down.test"]["error"]
 
 
+@pytest.mark.slow
 async def test_probes_are_rate_limited_however_often_readyz_is_asked(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
@@ -144,7 +150,11 @@ async def test_reconfigure_keeps_unchanged_domains_and_probes_new_ones(
         await readiness.close()
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_a_domain_added_by_reload_is_probed(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession, workers: int
 ) -> None:

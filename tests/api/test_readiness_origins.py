@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import Origin
 from tests.edge.origins_support import Killable, Refusing
-from tests.nodes import Node, cli, write_config
+from tests.nodes import WORKER_COUNTS, Node, cli, write_config
 
 
 @pytest.fixture
@@ -49,6 +49,7 @@ async def get(client: aiohttp.ClientSession, node: Node, path: str) -> tuple[int
         return response.status, await response.text()
 
 
+@pytest.mark.slow
 async def test_readyz_shows_each_origin_server_with_the_edges_view(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession, servers: list[Killable]
 ) -> None:
@@ -81,7 +82,11 @@ async def test_readyz_shows_each_origin_server_with_the_edges_view(
     assert rows[c.url]["edge"]["requests"] == 0
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_origin_servers_added_and_removed_by_a_reload_take_traffic_without_restart(
     tmp_path: Path,
     origin: Origin,
@@ -113,6 +118,7 @@ async def test_origin_servers_added_and_removed_by_a_reload_take_traffic_without
     assert [r["origin"] for r in row["origins"]] == [b.url]
 
 
+@pytest.mark.slow
 async def test_readyz_asks_with_the_health_checks_method(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession, servers: list[Killable]
 ) -> None:

@@ -11,6 +11,7 @@ from tests.api.support import DOMAIN, ApiUnderTest, ServerFactory, assert_reject
 from tests.nodes import cli
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["--api", "--token"])
 async def test_purge_refuses_an_option_given_twice(
     aiohttp_server: ServerFactory, option: str

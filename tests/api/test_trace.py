@@ -261,6 +261,7 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 async def test_the_cli_prints_the_trace_and_its_json(traced: Traced, origin: Origin) -> None:
     origin.reply("/p", b"p", headers={"Cache-Control": "max-age=60"})
     await traced.edge.get("/p")
@@ -357,6 +358,7 @@ BROWSER_CODINGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compress", [["br", "gzip"], []])
 async def test_the_trace_reads_accept_encoding_as_the_edge_does(
     tmp_path: Path,

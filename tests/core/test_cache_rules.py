@@ -171,6 +171,7 @@ _RULES = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     fields=_FIELDS,

@@ -146,6 +146,7 @@ def test_parse_cache_control_never_raises(value: str) -> None:
         assert name == name.strip().lower()
 
 
+@pytest.mark.slow
 @given(st.one_of(st.none(), st.text(), st.text(alphabet="0123456789", min_size=1)))
 def test_delta_seconds_never_raises(argument: str | None) -> None:
     """Property: whatever the argument, delta_seconds gives -1 or 0..2^31."""

@@ -50,6 +50,7 @@ def test_origin_form_is_kept_verbatim(path: str) -> None:
     assert request_target("/" + path, DOMAIN) == "/" + path
 
 
+@pytest.mark.slow
 @given(st.text())
 def test_request_target_never_raises(raw: str) -> None:
     """Property: any request-target gives None or an origin-form target."""

@@ -281,6 +281,7 @@ def test_hints_never_cover_a_wait_with_nobody_pending() -> None:
     assert not hints_cover(Wait(acked=1, live=1, seconds=1.5), 900)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("lease", "retry_after"),
     [(0.2, 1), (0.6, 1), (1.0, 2), (2.0, 2), (2.6, 3), (30.0, 30)],

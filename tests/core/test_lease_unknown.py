@@ -39,6 +39,7 @@ def test_domains_whose_records_were_dropped_are_unknown(
     assert (plan.clear_all, plan.clear, plan.unknown) == (False, clear, unknown)
 
 
+@pytest.mark.slow
 def test_a_new_epoch_clears_everything_and_names_nothing_unknown() -> None:
     """A new epoch is the store's ``clear_all``: distrusted as a whole, not per domain."""
     plan = plan_sync(APPLIED, SyncResult("f", 20, {"a.test": 0}))

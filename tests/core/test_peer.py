@@ -38,6 +38,7 @@ def test_keys_spread_evenly() -> None:
     assert all(abs(count - mean) / mean < 0.05 for count in counts.values()), counts
 
 
+@pytest.mark.slow
 def test_a_fifth_node_takes_about_a_fifth_and_moves_nothing_else() -> None:
     """Issue 33: adding a node moves at most 25% of keys (here about 20%), each to the new
     node; removing one moves only its own keys."""
@@ -87,6 +88,7 @@ def test_loop_marked(values: list[str], marked: bool) -> None:
     assert loop_marked(values, "fleet-a") is marked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("label", "epoch", "applied", "ok"),
     [

@@ -333,6 +333,7 @@ def test_if_modified_since_without_a_stored_last_modified() -> None:
 # -- §4.4: invalidation ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("status", "headers", "expected"),
     [

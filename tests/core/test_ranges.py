@@ -212,6 +212,7 @@ def test_coalesced(spans: list[tuple[int, int]], expected: list[tuple[int, int]]
     assert coalesced(spans) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("ranges", "whole"),
     [

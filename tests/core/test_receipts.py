@@ -56,6 +56,7 @@ def test_an_old_audit_records_dry_run_names_the_one_process_asked() -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [

@@ -107,6 +107,7 @@ def test_a_role_added_needs_a_restart() -> None:
     assert "[api]" in diff(without_api, config()).restart
 
 
+@pytest.mark.slow
 def test_the_refusal_and_the_summary_are_one_line_each() -> None:
     refused = diff(config(), config(edge={"listen": "127.0.0.1:1"}, cache={"name": "x"}))
     assert refused.refusal() == (

@@ -18,6 +18,7 @@ def servers(**keys: Any) -> dict[str, Any]:
     return {"name": "example.com", **keys}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("before", "after", "repointed"),
     [

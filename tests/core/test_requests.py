@@ -30,6 +30,7 @@ def test_may_use_cache(method: str, fields: dict[str, str], has_body: bool, expe
     assert may_use_cache(method, CIMultiDict(fields), has_body=has_body) is expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "fields", "has_body", "expected"),
     [

@@ -107,6 +107,7 @@ def test_retire_upto_keeps_every_ban_that_could_cover_a_held_entry(
     assert retire_upto(number, oldest_mark) == upto
 
 
+@pytest.mark.slow
 def test_costs_count_every_item_and_its_characters() -> None:
     urls = purge_request("url", ["/a", "/" + "x" * 3999])
     assert purge_bytes(urls) == PURGE_BYTES + 2 * ITEM_BYTES + 2 + 4000

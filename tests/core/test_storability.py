@@ -199,6 +199,7 @@ def test_authorization_needs_an_explicit_permission(directives: list[str]) -> No
     assert result in (None, "authorization")
 
 
+@pytest.mark.slow
 @given(st.text(max_size=60), st.integers(100, 599))
 def test_any_cache_control_gets_a_verdict(cache_control: str, status: int) -> None:
     """Whatever the origin sends, the table answers (no exception) with a known reason."""

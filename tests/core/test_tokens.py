@@ -85,6 +85,7 @@ def test_parse_authorization_never_raises(value: str | None) -> None:
         assert result.token.isascii() and " " not in result.token
 
 
+@pytest.mark.slow
 @given(st.from_regex(r"[A-Za-z0-9._~+/-]{1,100}={0,3}", fullmatch=True))
 def test_every_token68_is_accepted(token: str) -> None:
     assert parse_authorization(f"Bearer {token}") == BearerToken(token)
@@ -165,6 +166,7 @@ def test_damaged_stored_scope_is_refused(stored: str) -> None:
         Scope.from_stored(stored)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("all_domains", "domains"),
     [(True, frozenset({"example.com"})), (False, frozenset())],

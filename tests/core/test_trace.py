@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.cache.keys import cache_target
 from proxy.core.cache.rules import Rule, RuleSet
@@ -123,6 +125,7 @@ async def test_inspect_changes_nothing_and_reports_the_purges() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_scheme_of_the_request_asked_is_in_its_key_target() -> None:
     """A request over TLS has its own key (keys.cache_target): the trace says which."""
     plain = trace(domain=DOMAIN, rules=None, asked=Asked("GET", "/k"), held=None, now=NOW)

@@ -204,6 +204,7 @@ def test_a_smaller_ring() -> None:
         Traffic(minutes=0)
 
 
+@pytest.mark.slow
 def test_an_event_from_an_earlier_minute_goes_to_that_minute() -> None:
     """The wall clock can step back (NTP); each event still lands in its own minute."""
     traffic = Traffic()

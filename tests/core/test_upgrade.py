@@ -138,6 +138,7 @@ def test_a_101_is_relayed_without_its_hop_by_hop_fields() -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("offered", "chosen", "relayed"),
     [

@@ -41,6 +41,7 @@ def stored_hash(config_file: Path, name: str) -> str | None:
         return db.admins.password_hash(name)
 
 
+@pytest.mark.slow
 def test_create_stores_an_argon2id_hash_of_the_password_from_stdin(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], config_file: Path
 ) -> None:
@@ -64,6 +65,7 @@ def test_create_stores_an_argon2id_hash_of_the_password_from_stdin(
         assert PASSWORD not in "\n".join(db.iterdump())
 
 
+@pytest.mark.slow
 def test_list_shows_admins_and_no_hashes(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], config_file: Path
 ) -> None:
@@ -80,6 +82,7 @@ def test_list_shows_admins_and_no_hashes(
     assert "$argon2" not in out
 
 
+@pytest.mark.slow
 def test_set_password_replaces_the_hash_and_ends_sessions(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], config_file: Path
 ) -> None:
@@ -101,6 +104,7 @@ def test_set_password_replaces_the_hash_and_ends_sessions(
         assert db.admins.session("d" * 64) is None
 
 
+@pytest.mark.slow
 def test_remove(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], config_file: Path
 ) -> None:
@@ -128,6 +132,7 @@ def test_a_terminal_is_asked_twice(
     assert (code, err) == (2, "cdn-proxy: the passwords differ\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "stdin", "code", "message"),
     [

@@ -263,6 +263,7 @@ async def test_removing_an_admin_or_changing_the_password_ends_their_sessions(
     assert (await signed_in.get("/dashboard")).status == 303
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["", "short", "A" * 43 + ";", "é" * 43, "A" * 44])
 async def test_malformed_session_cookies_are_not_looked_up(
     dashboard: Dashboard, value: str

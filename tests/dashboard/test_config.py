@@ -63,6 +63,7 @@ def test_a_dashboard_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
         parse_config({**BASE, "dashboard": 1}, base_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_the_example_config_loads_with_the_documented_defaults() -> None:
     example = Path(__file__).parents[2] / "config" / "proxy.toml"
     assert load_config(example).dashboard == DashboardConfig()

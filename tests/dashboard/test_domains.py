@@ -322,6 +322,7 @@ async def test_the_chart_counts_purges_and_they_survive_a_restart(
         assert later.html.find(data_testid="total-clears").text == "1"
 
 
+@pytest.mark.slow
 async def test_without_a_store_the_page_says_it_does_not_know(
     tmp_path: Path, aiohttp_client: AiohttpClient
 ) -> None:

@@ -3,9 +3,12 @@ probed, then up or down with the last failure, from /readyz's last round (no pro
 
 from __future__ import annotations
 
+import pytest
+
 from tests.dashboard.support import Dashboard
 
 
+@pytest.mark.slow
 async def test_each_domain_lists_its_origin_servers_and_their_state(signed_in: Dashboard) -> None:
     page = await signed_in.get("/dashboard/domains")
     table = page.html.find("tr", data_origins_for="example.com")

@@ -383,6 +383,7 @@ KINDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])
 async def test_on_a_node_the_preview_changes_nothing_and_confirm_leaves_no_old_content(
     tmp_path: Path, aiohttp_server: Served, soft: bool
@@ -412,6 +413,7 @@ async def test_on_a_node_the_preview_changes_nothing_and_confirm_leaves_no_old_c
         assert len(history_rows(history)) == 2
 
 
+@pytest.mark.slow
 async def test_a_purge_that_named_no_kind_shows_as_unknown_not_as_a_clear(
     filled: Dashboard,
 ) -> None:

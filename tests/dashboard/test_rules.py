@@ -186,6 +186,7 @@ def test_the_chart_puts_now_at_the_right_and_scales_to_the_busiest_minute() -> N
     assert chart.hit_ratio == 11 / 14
 
 
+@pytest.mark.slow
 def test_an_empty_hour_still_draws() -> None:
     chart = build_chart([Minute()] * 60)
     assert chart.hit_ratio is None

@@ -223,6 +223,7 @@ async def test_unknown_tokens_are_a_404(signed_in: Dashboard, path: str) -> None
     assert "There is no token" in page.words
 
 
+@pytest.mark.slow
 async def test_a_failing_state_database_is_a_503_page(signed_in: Dashboard) -> None:
     await signed_in.state.close()
     page = await signed_in.get("/dashboard/tokens")

@@ -104,6 +104,7 @@ async def test_a_bad_form_does_not_count_as_a_failure(dashboard: Dashboard) -> N
     assert (await dashboard.sign_in(ADMIN, PASSWORD)).status == 303
 
 
+@pytest.mark.slow
 async def test_guesses_sent_in_parallel_are_counted_before_they_are_checked(
     dashboard: Dashboard,
 ) -> None:

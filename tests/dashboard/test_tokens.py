@@ -133,6 +133,7 @@ async def test_revoke_removes_the_token_and_says_so(signed_in: Dashboard) -> Non
     assert "No tokens yet." in shown.words
 
 
+@pytest.mark.slow
 async def test_the_revoked_notice_only_ever_names_a_token(signed_in: Dashboard) -> None:
     page = await signed_in.get("/dashboard/tokens", params={"revoked": "<b>all your base</b>"})
     assert page.status == 200

@@ -195,6 +195,7 @@ async def test_signed_out_the_trace_is_refused(traced: Traced) -> None:
     assert page.status == 403 and "not signed in" in page.words
 
 
+@pytest.mark.slow
 async def test_a_script_url_and_headers_are_echoed_escaped(traced: Traced) -> None:
     url = "http://example.com/<script>alert(1)</script>?q=\"'><img src=x>"
     page = await traced.trace(url, "X-Test: <script>alert(2)</script>")

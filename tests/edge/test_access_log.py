@@ -47,6 +47,7 @@ def parsed(line: str) -> dict[str, str]:
     return match.groupdict()
 
 
+@pytest.mark.slow
 async def test_every_response_has_its_combined_line(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -84,6 +85,7 @@ async def test_every_response_has_its_combined_line(
     assert malformed["status"] == "400"
 
 
+@pytest.mark.slow
 async def test_json_lines_with_the_forwarded_client(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -110,6 +112,7 @@ async def test_json_lines_with_the_forwarded_client(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["time"])
 
 
+@pytest.mark.slow
 async def test_sigusr1_reopens_the_file(tmp_path: Path, origin: Origin, nodes: list[Node]) -> None:
     """logrotate: the file is renamed, the process told; new lines go to a new file."""
     answer_everything(origin, b"r")
@@ -128,6 +131,7 @@ async def test_sigusr1_reopens_the_file(tmp_path: Path, origin: Origin, nodes: l
     assert len(rotated.read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
 async def test_workers_share_the_file_and_reopen_it(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -154,6 +158,7 @@ async def test_workers_share_the_file_and_reopen_it(
     assert len((tmp_path / "access.log.1").read_text().splitlines()) == 60
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("value", "message"),
     [
@@ -205,6 +210,7 @@ async def test_reconfigure_turns_the_log_on_moves_it_and_off(tmp_path: Path) -> 
     assert access.responses.of("example.com").classes[2] == 4
 
 
+@pytest.mark.slow
 async def test_a_stalled_destination_drops_lines_and_never_blocks(tmp_path: Path) -> None:
     """Standard output is a pipe nobody reads: the writer blocks, the queue fills, the hook
     counts what it cannot queue and returns at once."""

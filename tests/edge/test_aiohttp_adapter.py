@@ -191,6 +191,7 @@ async def test_the_request_writer_has_sent_nothing_when_a_response_is_prepared(
     assert seen == [(0, 0)]
 
 
+@pytest.mark.slow
 async def test_drain_waits_while_the_client_reads_nothing(
     aiohttp_raw_server: RawServer,
 ) -> None:
@@ -577,6 +578,7 @@ async def closed_by_server(port: int, within: float) -> bool:
             await writer.wait_closed()
 
 
+@pytest.mark.slow
 async def test_a_handshake_timed_site_serves_tls_and_drops_a_silent_client(
     tmp_path: Path,
 ) -> None:
@@ -699,6 +701,7 @@ async def test_a_body_reader_pauses_its_flow_past_twice_its_limit_and_resumes_it
     assert await reader.read() == b"x" * 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("coding", ["plain", "chunked", "compressed"])
 async def test_plain_writer_is_the_request_writer_only_for_a_body_sent_as_written(
     aiohttp_raw_server: RawServer, coding: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import EdgeUnderTest, Origin
 
 CACHEABLE = {"Cache-Control": "max-age=60", "Content-Type": "text/plain"}
@@ -122,6 +124,7 @@ async def test_via_and_forwarding_headers_are_set_by_the_proxy(
     assert response.headers["Via"] == "1.1 origin-lb, 1.1 cdn-proxy"
 
 
+@pytest.mark.slow
 async def test_hop_by_hop_headers_are_removed_both_ways(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:

@@ -121,6 +121,7 @@ def test_body_min_rate_values(value: object, expected: int) -> None:
     assert values.rate("edge.body_min_rate", value) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [-5, False, "fast"])
 def test_bad_body_min_rate_values(value: object) -> None:
     with pytest.raises(ConfigError, match="body_min_rate"):

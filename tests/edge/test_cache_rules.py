@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import http_sf
+import pytest
 from aiohttp import web
 
 from tests.conftest import EdgeFactory, EdgeUnderTest, Origin, make_config
@@ -317,6 +318,7 @@ async def test_stale_overrides_apply_unless_the_origin_forbids_stale(
     assert not is_hit(response) and status_of(response)["fwd"] == "stale"
 
 
+@pytest.mark.slow
 async def test_the_json_access_log_names_the_rules_of_misses_and_fast_hits(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -419,6 +421,7 @@ async def test_the_readmes_wordpress_example(make_edge: EdgeFactory, origin: Ori
     assert [seen.target for seen in origin.seen].count("/hello/") == 3
 
 
+@pytest.mark.slow
 async def test_rules_apply_to_every_compressed_copy(make_edge: EdgeFactory, origin: Origin) -> None:
     """With edge compression (decision 0035), a page with no cache headers is stored by the
     rule's edge_ttl once per coding; each client's copy is a hit naming the rule."""

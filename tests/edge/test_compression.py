@@ -228,6 +228,7 @@ async def test_conditional_requests_match_each_copy(edge: EdgeUnderTest, origin:
     assert response.headers["ETag"] == 'W/"v1"'
 
 
+@pytest.mark.slow
 async def test_a_large_body_does_not_block_the_loop(make_edge: EdgeFactory, origin: Origin) -> None:
     """While 4 MiB are compressed to br and gzip (about half a second of CPU), other
     requests are answered: a blocked loop would answer none until the compressing ended."""
@@ -308,6 +309,7 @@ async def test_bytes_on_the_wire(edge: EdgeUnderTest, origin: Origin) -> None:
     assert len(body) < len(BODY) // 2
 
 
+@pytest.mark.slow
 async def test_a_304_refreshes_each_copy_and_keeps_it_apart(
     edge: EdgeUnderTest, origin: Origin
 ) -> None:

@@ -233,6 +233,7 @@ def test_lines_are_shared_by_entries_that_repeat_them() -> None:
     assert all(a is b for a, b in zip(one, two, strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "entry",
     [

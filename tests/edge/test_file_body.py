@@ -132,6 +132,7 @@ async def test_a_file_is_read_and_checked_until_one_send_has_read_it_whole(
     assert await get(file) == BODY
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("chunk", "seen"),
     [

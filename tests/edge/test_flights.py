@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from proxy.core.cache.collapsing import LEADER_FIRST
 from proxy.edge.flights import Flight, Flights
 from proxy.errors import OriginTimeout
@@ -21,6 +23,7 @@ def waiting(flight: Flight) -> asyncio.Task[object]:
     return asyncio.create_task(flight.wait(connect_timeout=CONNECT, read_timeout=READ))
 
 
+@pytest.mark.slow
 async def test_a_waiter_follows_a_leader_that_keeps_moving_past_the_old_total_patience() -> None:
     flight, leading = Flights().join(KEY)
     assert leading
@@ -49,6 +52,7 @@ async def test_a_waiter_gives_up_on_a_leader_that_never_gets_headers() -> None:
     assert flight.waiters == 0
 
 
+@pytest.mark.slow
 async def test_a_waiter_gives_up_one_read_timeout_after_the_leader_stops_moving() -> None:
     flight = Flight()
     loop = asyncio.get_running_loop()
@@ -66,6 +70,7 @@ async def test_a_waiter_gives_up_one_read_timeout_after_the_leader_stops_moving(
     assert loop.time() >= stopped + READ + LEADER_FIRST
 
 
+@pytest.mark.slow
 async def test_a_waiter_that_goes_away_leaves_the_flight_to_the_others() -> None:
     flight = Flight()
     gone, staying = waiting(flight), waiting(flight)

@@ -233,6 +233,7 @@ async def test_broken_origin_framing_is_502(
     assert (await edge.store.stats()).entries == 0
 
 
+@pytest.mark.slow
 async def test_broken_framing_after_streaming_started_aborts_the_connection(
     make_edge: EdgeFactory, raw_origin: Callable[[bytes], Awaitable[str]]
 ) -> None:

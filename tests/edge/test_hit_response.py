@@ -228,6 +228,7 @@ def test_a_hit_s_message_cannot_be_changed() -> None:
 STARTED = web.ResponseKey("started", float)
 
 
+@pytest.mark.slow
 def test_a_hit_keeps_what_handlers_store_on_it() -> None:
     response = hit()
     response[STARTED] = 1.5

@@ -262,6 +262,7 @@ async def test_curl_http2(service: Service, origin: Origin, certs: Certificates)
     assert origin.count("/curl") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (nghttp2-client) is missing")
 async def test_h2load(service: Service, origin: Origin) -> None:
     """h2load's 2,000 requests on 4 connections, 10 streams each at once: every one a 200."""
@@ -297,6 +298,7 @@ def h2c_node_config(tmp_path: Path, domains: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_a_reload_keeps_http2_connections_open(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:

@@ -397,6 +397,7 @@ async def test_graceful_shutdown_finishes_streams_in_flight(
         await drain
 
 
+@pytest.mark.slow
 async def test_extended_connect_is_refused(
     tmp_path: Path, origin: Origin, certs: Certificates
 ) -> None:

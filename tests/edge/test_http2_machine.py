@@ -362,6 +362,7 @@ def test_a_goaway_is_reported_and_an_unknown_frame_ignored() -> None:
     assert server.data_to_send() == b""
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -430,6 +431,7 @@ def test_windows_are_given_back_by_halves() -> None:
     assert server.data_to_send() == raw(WindowUpdateFrame(0, window_increment=540_671))
 
 
+@pytest.mark.slow
 def test_only_small_heads_are_kept() -> None:
     """A block that leaves the HPACK table alone (literals without indexing, as frames.py
     encodes) is read once and its head reused; one past 512 bytes is read each time, so a

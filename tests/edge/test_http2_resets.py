@@ -67,6 +67,7 @@ def data_after_end_stream(encoder: Encoder, stream_id: int) -> bytes:
     return head + DataFrame(stream_id, data=b"x").serialize()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "provoke",
     [window_update_of_zero, malformed_head, content_length_overrun, data_after_end_stream],

@@ -59,6 +59,7 @@ async def load(edge: EdgeUnderTest, clients: int, each: int, prefix: str) -> lis
     return [status for statuses in results for status in statuses]
 
 
+@pytest.mark.slow
 async def test_killing_one_of_two_origins_under_load_costs_no_client_error(
     make_edge: EdgeFactory, servers: list[Killable]
 ) -> None:
@@ -128,6 +129,7 @@ async def test_backups_get_requests_only_while_every_origin_is_down(
     assert c.seen["/all-down"] == 1
 
 
+@pytest.mark.slow
 async def test_hash_sends_each_key_to_one_origin(
     make_edge: EdgeFactory, servers: list[Killable]
 ) -> None:

@@ -430,6 +430,7 @@ async def test_a_range_of_a_stale_entry_when_the_origin_fails(
 # -- the node as an operator runs it -------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_running_node_seeks_in_a_cached_video_while_the_origin_is_down(
     tmp_path: Path, aiohttp_server: Callable[..., Awaitable[TestServer]]
 ) -> None:

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Origin
 from tests.edge.access_support import get, keep_alive_get, node_config
-from tests.nodes import Node
+from tests.nodes import WORKER_COUNTS, Node
 from tests.polling import until
 
 CACHEABLE = {"Cache-Control": "max-age=600"}
@@ -50,7 +50,7 @@ async def until_counted(node: Node, name: str, expected: float, **labels: str) -
     return found
 
 
-@pytest.fixture(params=[1, 2], ids=["one-process", "two-workers"])
+@pytest.fixture(params=WORKER_COUNTS)
 async def node(
     request: pytest.FixtureRequest, tmp_path: Path, origin: Origin
 ) -> AsyncIterator[Node]:
@@ -65,6 +65,7 @@ async def node(
     await started.kill()
 
 
+@pytest.mark.slow
 async def test_responses_bytes_and_durations(node: Node) -> None:
     answers: list[bytes] = []  # every answer for example.com, head and body, as received
     for index in range(20):  # misses: new connections, spread over the workers

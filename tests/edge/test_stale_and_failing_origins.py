@@ -62,6 +62,7 @@ async def metric(client: aiohttp.ClientSession, api: str, name: str) -> float:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["timeout", "unreachable"])
 async def test_collapsed_requests_to_a_failing_origin_log_and_count_each_attempt_once(
     tmp_path: Path, client: aiohttp.ClientSession, failure: str
@@ -96,6 +97,7 @@ async def test_collapsed_requests_to_a_failing_origin_log_and_count_each_attempt
     assert failed == 10
 
 
+@pytest.mark.slow
 async def test_a_stale_while_revalidate_hit_is_one_request_on_metrics(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
@@ -149,6 +151,7 @@ async def test_a_domains_stale_if_error_covers_the_origins_5xx(
     assert (response.status, body) == (status, b"origin error")
 
 
+@pytest.mark.slow
 async def test_a_domains_stale_if_error_leaves_other_statuses_alone(
     make_edge: EdgeFactory, origin: Origin
 ) -> None:

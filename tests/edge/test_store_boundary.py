@@ -161,6 +161,7 @@ class Lease:
         return self.now
 
 
+@pytest.mark.slow
 async def test_a_fenced_store_sends_every_request_to_the_origin_and_says_why(
     tmp_path: Path,
     origin: Origin,

@@ -266,6 +266,7 @@ async def test_a_trusted_proxys_https_is_keyed_as_https(
     assert [seen.headers["X-Forwarded-Proto"] for seen in origin.seen] == ["https", "http"]
 
 
+@pytest.mark.slow
 async def test_a_client_that_never_finishes_its_handshake_is_closed_after_header_timeout(
     tmp_path: Path, origin: Origin, certs: Certificates
 ) -> None:
@@ -676,6 +677,7 @@ async def curl(url: str, certs: Certificates, name: str, *args: str) -> tuple[in
     return process.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_cdn_proxy_serve_answers_curl_over_tls(
     tmp_path: Path, origin: Origin, certs: Certificates, workers: int
@@ -726,6 +728,7 @@ async def connections_open(api: str) -> float:
     return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
 
 
+@pytest.mark.slow
 async def test_cdn_proxy_serve_counts_handshakes_against_max_connections(
     tmp_path: Path, origin: Origin, certs: Certificates
 ) -> None:
@@ -781,6 +784,7 @@ def certificate_der(path: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_reload_serves_the_new_certificate_to_new_connections(
     tmp_path: Path, origin: Origin, certs: Certificates, workers: int

@@ -29,6 +29,7 @@ async def seen_by_origin(
     return seen[0].headers
 
 
+@pytest.mark.slow
 async def test_a_trusted_peer_names_the_client(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -45,6 +46,7 @@ async def test_a_trusted_peer_names_the_client(
     assert headers["X-Forwarded-Host"] == "example.com"
 
 
+@pytest.mark.slow
 async def test_an_untrusted_peer_is_the_client_whatever_it_says(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -65,6 +67,7 @@ async def test_an_untrusted_peer_is_the_client_whatever_it_says(
     assert "Forwarded" not in headers
 
 
+@pytest.mark.slow
 async def test_a_spoofed_chain_yields_the_first_untrusted_hop(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -81,6 +84,7 @@ async def test_a_spoofed_chain_yields_the_first_untrusted_hop(
     assert headers["X-Forwarded-For"] == "10.1.1.1"
 
 
+@pytest.mark.slow
 async def test_forwarded_when_configured_and_only_then(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
@@ -101,6 +105,7 @@ async def test_forwarded_when_configured_and_only_then(
     assert "Forwarded" not in headers  # the proxy sets the X-Forwarded trio only, as before
 
 
+@pytest.mark.slow
 async def test_a_bad_cidr_is_refused_at_start(tmp_path: Path, origin: Origin) -> None:
     config = node_config(tmp_path, origin.url, edge='trusted_proxies = ["10.0.0.1/8"]')
     status, _, err = await cli("serve", "--config", str(config))
@@ -120,6 +125,7 @@ async def wrong_token(node: Node, forwarded_for: str) -> int:
         return response.status
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trusted", [True, False])
 async def test_api_rate_limits_count_the_forwarded_client(
     tmp_path: Path, origin: Origin, nodes: list[Node], trusted: bool

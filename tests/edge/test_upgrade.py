@@ -140,6 +140,7 @@ async def test_a_silent_tunnel_is_closed_at_the_idle_timeout(tmp_path: Path) -> 
             await edge.guard.none_open()
 
 
+@pytest.mark.slow
 async def test_a_busy_tunnel_outlives_the_idle_timeout_and_ends_at_its_lifetime(
     tmp_path: Path,
 ) -> None:
@@ -308,6 +309,7 @@ async def test_connection_limits_leave_a_live_tunnel_alone_and_count_it(tmp_path
             writer.close()
 
 
+@pytest.mark.slow
 async def test_a_drain_keeps_a_tunnel_working_until_its_deadline(tmp_path: Path) -> None:
     async with raw_origin() as origin:
         async with running_edge(tmp_path, origin.url, shutdown_timeout=2) as edge:
@@ -331,6 +333,7 @@ async def test_a_drain_keeps_a_tunnel_working_until_its_deadline(tmp_path: Path)
             await origin.ended.wait()
 
 
+@pytest.mark.slow
 async def test_sigterm_with_an_open_tunnel_exits_within_the_shutdown_timeout(
     tmp_path: Path,
 ) -> None:
@@ -350,6 +353,7 @@ async def test_sigterm_with_an_open_tunnel_exits_within_the_shutdown_timeout(
             assert "Traceback" not in proxy.log_text()
 
 
+@pytest.mark.slow
 async def test_a_node_with_two_workers_tunnels_websockets(tmp_path: Path, origin: Origin) -> None:
     origin.route("/ws", websocket_echo)
     node = await Node.start(write_config(tmp_path, origin.url, workers=2))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from proxy.observe.telemetry import Telemetry
@@ -102,6 +103,7 @@ async def test_round_robin_spreads_tunnels_over_the_origin_servers(tmp_path: Pat
             await server.stop()
 
 
+@pytest.mark.slow
 async def test_an_upgrade_with_every_origin_server_refusing_gets_a_5xx_not_a_tunnel(
     tmp_path: Path,
 ) -> None:

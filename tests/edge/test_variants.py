@@ -130,6 +130,7 @@ async def test_accept_language_keys_by_its_exact_value_within_the_variant_bound(
     assert "hit" in status
 
 
+@pytest.mark.slow
 async def test_a_served_node_fetches_once_per_coding(
     tmp_path: Path, origin: Origin, client: aiohttp.ClientSession
 ) -> None:

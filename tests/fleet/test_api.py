@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.api.support import ApiFactory
 from tests.fleet.conftest import Fleet, Node
 from tests.polling import until
 
 
+@pytest.mark.slow
 async def test_a_clear_the_fleet_cannot_confirm_in_time_is_a_503_and_audited(
     fleet: Fleet, make_api: ApiFactory
 ) -> None:

@@ -47,6 +47,7 @@ async def test_clear_waits_for_every_live_members_ack(fleet: Fleet) -> None:
     assert all(node.read("b.test", "/x") == b"v1" for node in nodes)  # only the domain
 
 
+@pytest.mark.slow
 async def test_hints_make_the_ack_fast(fleet: Fleet) -> None:
     """With hints, a clear does not wait for a renewal: members sync on the published
     number and ack at once (the purger is woken by the ack hint)."""
@@ -123,6 +124,7 @@ async def test_clear_timeout_answers_not_confirmed_with_counts(fleet: Fleet) -> 
     assert alive.member.applied.generations["a.test"] == error.number
 
 
+@pytest.mark.slow
 async def test_clear_without_valkey_is_unavailable() -> None:
     """A clear that cannot be recorded says so (FleetUnavailable), fast."""
     url = "redis://127.0.0.1:9/0"  # the discard port: nothing listens there
@@ -179,6 +181,7 @@ async def test_members_view_for_the_nodes_page(fleet: Fleet) -> None:
     assert fenced == [False, False]
 
 
+@pytest.mark.slow
 async def test_members_apply_hints_and_ack_without_a_sync(fleet: Fleet) -> None:
     """0014 "Applying hints": a hint that continues the member's chain of applied clears is
     applied and acked at once, with no sync (no renewal, no read of every generation).
@@ -224,6 +227,7 @@ async def test_a_lost_hint_makes_the_member_sync(fleet: Fleet) -> None:
     assert_true_everywhere([node], "a.test", int(reply[0]))
 
 
+@pytest.mark.slow
 async def test_a_hint_that_cannot_be_read_is_logged_and_the_member_goes_on(
     fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -272,6 +276,7 @@ async def test_one_ack_hint_per_clear(fleet: Fleet) -> None:
     assert hints == [str(result.generation).encode()]
 
 
+@pytest.mark.slow
 async def test_the_purger_resubscribes_after_losing_its_ack_connection(fleet: Fleet) -> None:
     """Protection: the control plane's one ack subscription is made again after it breaks
     (else every later clear waits a poll interval for want of the hint)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
+
 from proxy.core.purge.purges import purge_request
 from proxy.fleet import lua
 from tests.fleet.conftest import Fleet, Node
@@ -40,6 +42,7 @@ def synced(node: Node, count: int) -> bool:
     return node.member.syncs >= count
 
 
+@pytest.mark.slow
 async def test_a_plain_clear_is_acked_without_figures_and_a_purge_of_all_with_them(
     fleet: Fleet,
 ) -> None:

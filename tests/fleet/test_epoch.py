@@ -72,6 +72,7 @@ async def test_a_clear_in_a_new_epoch_waits_for_the_grace(fleet: Fleet, how: str
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [RESTART, FLUSH])
 async def test_numbers_never_go_back(fleet: Fleet, how: str) -> None:
     """Protection: clear numbers start from Valkey's clock in microseconds. Without it, the
@@ -91,6 +92,7 @@ async def test_numbers_never_go_back(fleet: Fleet, how: str) -> None:
     assert local_after > local_before
 
 
+@pytest.mark.slow
 async def test_an_epoch_change_during_the_wait(fleet: Fleet) -> None:
     """An epoch change while a clear waits, end to end: the live member adopts the new epoch
     (dropping its cache) and is counted once it acks in it; the grace and the cut-off

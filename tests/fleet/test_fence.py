@@ -15,6 +15,7 @@ from tests.fleet.conftest import Fleet
 from tests.polling import until
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", [DROP, BLACKHOLE])
 async def test_a_cut_off_member_is_fenced_before_the_clear_answers(
     fleet: Fleet, fault: str
@@ -44,6 +45,7 @@ async def test_a_cut_off_member_is_fenced_before_the_clear_answers(
     assert other.read("a.test", "/x") is None and other.read("b.test", "/x") == b"v1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", [DROP, BLACKHOLE])
 async def test_a_healed_member_applies_the_clears_it_missed(fleet: Fleet, fault: str) -> None:
     """Protection: a fenced member serves from cache again only after a sync, which reads
@@ -84,6 +86,7 @@ async def test_a_member_that_never_synced_serves_nothing(fleet: Fleet) -> None:
     assert node.read("a.test", "/x") == b"v1"
 
 
+@pytest.mark.slow
 async def test_a_stopped_member_is_fenced_on_its_first_request(fleet: Fleet) -> None:
     """Protection: the fence is a clock comparison per request, not a timer. A member whose
     loop does not run (SIGSTOP; here its tasks are stopped) is fenced on the first request

@@ -98,6 +98,7 @@ async def test_the_nodes_page_lists_every_edge_process(
         await member.close()
 
 
+@pytest.mark.slow
 async def test_without_a_fleet_the_nodes_page_says_so(make_dashboard: DashboardFactory) -> None:
     dashboard = await make_dashboard()
     await dashboard.sign_in()

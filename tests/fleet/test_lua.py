@@ -142,6 +142,7 @@ def test_luacheck_finds_nothing_in_any_script(tmp_path: Path) -> None:
     assert f"0 warnings / 0 errors in {len(lua.SCRIPTS)} files" in checked.stdout
 
 
+@pytest.mark.slow
 def test_luacheck_fails_on_a_warning(tmp_path: Path) -> None:
     """The check above can fail: a script that reads a global Valkey does not have."""
     source = lua.CLEAR.source().replace("local hint = id", "local hint = nowhere .. id")

@@ -95,6 +95,7 @@ async def test_members_without_hints_apply_purges_at_their_sync(fleet: Fleet) ->
         assert served(node, "a.test", "/index.html") == "fresh"  # applied, not a clear
 
 
+@pytest.mark.slow
 async def test_a_member_cut_off_syncs_the_purges_it_missed(fleet: Fleet) -> None:
     """A member whose link to Valkey is cut misses the hints; the purge waits until its
     lease has run out (it is fenced meanwhile). Healed, it syncs, applies the purges in
@@ -120,6 +121,7 @@ async def test_a_member_cut_off_syncs_the_purges_it_missed(fleet: Fleet) -> None
     assert cut.member.purges_applied == 2
 
 
+@pytest.mark.slow
 async def test_a_member_that_needs_a_dropped_record_clears_the_domain(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,6 +165,7 @@ async def test_a_dry_run_counts_every_members_cache_and_changes_nothing(fleet: F
     assert served(nodes[1], "a.test", "/assets/a.css") == "fresh"
 
 
+@pytest.mark.slow
 async def test_a_dry_run_stops_waiting_for_a_member_whose_lease_ran_out(fleet: Fleet) -> None:
     """A member cut off without a word (its packets go nowhere) cannot answer; once its
     lease has run out it serves nothing from its cache, and the dry run answers without it,
@@ -181,6 +184,7 @@ async def test_a_dry_run_stops_waiting_for_a_member_whose_lease_ran_out(fleet: F
     assert (result.entries, result.exact, result.live, result.reported) == (1, True, 1, 1)
 
 
+@pytest.mark.slow
 async def test_a_dry_run_asks_a_member_whose_info_cannot_be_read(fleet: Fleet) -> None:
     """Decision 0027: a live member whose info is not JSON (registered by the real sync
     script) is asked too, as one whose fencing is unknown; it does not answer, and the dry

@@ -128,6 +128,7 @@ async def test_a_new_epoch_distrusts_the_tier_instead_of_emptying_it(
     assert not tier_node.on_disk("b.test", "/etag")
 
 
+@pytest.mark.slow
 async def test_dropped_records_distrust_only_their_domain(
     fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +151,7 @@ async def test_dropped_records_distrust_only_their_domain(
     assert await cut.served("b.test", "/etag") == "fresh"
 
 
+@pytest.mark.slow
 async def test_a_member_cut_off_brings_the_purges_it_missed_to_the_tier_first(
     fleet: Fleet, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ BODY = json.dumps({"domain": DOMAIN}).encode()
 WRONG = "cdnp_" + "A" * 43  # the shape of a token, but no token's value
 
 
+@pytest.mark.slow
 async def test_a_valid_token_is_not_refused_for_its_address_s_failures(tmp_path: Path) -> None:
     """Failure 5: ten wrong tokens from an address (a CI NAT, a proxy), then a right one."""
     async with served(tmp_path) as node, aiohttp.ClientSession() as session:
@@ -37,6 +38,7 @@ async def test_a_valid_token_is_not_refused_for_its_address_s_failures(tmp_path:
         assert status == 401  # a missing header is still answered for what it is
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("coding", "body"),
     [
@@ -79,6 +81,7 @@ BODY_TIMEOUT = 1.0
 MARGIN = 2.0  # the node's scheduling on a busy 2-core machine
 
 
+@pytest.mark.slow
 async def test_a_short_body_is_answered_408_within_the_body_timeout(tmp_path: Path) -> None:
     """Failure 7d: Content-Length larger than the bytes sent, then the client waits."""
     async with served(tmp_path, api_extra=f"body_timeout = {BODY_TIMEOUT}") as node:
@@ -92,6 +95,7 @@ async def test_a_short_body_is_answered_408_within_the_body_timeout(tmp_path: Pa
     assert "Traceback" not in log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("headers", "body"),
     [
@@ -108,6 +112,7 @@ async def test_a_body_of_crlfs_is_answered_400(tmp_path: Path, headers: str, bod
     assert "Traceback" not in log
 
 
+@pytest.mark.slow
 async def test_a_chunked_body_of_crlfs_is_answered_400(tmp_path: Path) -> None:
     """No chunk size at all: aiohttp's parser refuses the framing before the API sees it.
     (Its log line for that is task A's, failure 7b.)"""

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.nodes import WORKER_COUNTS
 from tests.reliability.api_support import clear, served, start_node
 
 CLEARS = 60
@@ -35,7 +36,11 @@ async def confirmed_clears(api: str, token: str, count: int) -> None:
         assert [status for status, _, _ in answers] == [200] * rest
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_every_confirmed_clear_is_in_the_audit_log_after_kill_9(
     tmp_path: Path, workers: int
 ) -> None:

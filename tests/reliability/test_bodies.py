@@ -51,6 +51,7 @@ async def get(node: Node, path: str, seconds: float = 5.0) -> tuple[int, bytes]:
         return response.status, await response.read()
 
 
+@pytest.mark.slow
 async def test_stalled_bodies_do_not_block_the_domains_misses(
     tmp_path: Path, origin: RawOrigin
 ) -> None:
@@ -76,6 +77,7 @@ async def test_stalled_bodies_do_not_block_the_domains_misses(
         await node.kill()
 
 
+@pytest.mark.slow
 async def test_a_stalled_body_is_answered_408_and_closed(tmp_path: Path, origin: RawOrigin) -> None:
     """A body that stops arriving for edge.body_timeout seconds gets 408 and a close; the
     origin is never asked, and the timeout is counted."""
@@ -95,6 +97,7 @@ async def test_a_stalled_body_is_answered_408_and_closed(tmp_path: Path, origin:
         await node.kill()
 
 
+@pytest.mark.slow
 async def test_waiting_for_an_origin_connection_is_bounded(
     tmp_path: Path, origin: RawOrigin
 ) -> None:
@@ -128,6 +131,7 @@ async def test_waiting_for_an_origin_connection_is_bounded(
         await node.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 async def test_a_body_longer_than_the_buffer_streams_through(
     tmp_path: Path, origin: RawOrigin, framing: str
@@ -152,6 +156,7 @@ async def test_a_body_longer_than_the_buffer_streams_through(
         await node.kill()
 
 
+@pytest.mark.slow
 async def test_a_stalled_streamed_body_frees_its_origin_connection(
     tmp_path: Path, origin: RawOrigin
 ) -> None:
@@ -179,6 +184,7 @@ async def test_a_stalled_streamed_body_frees_its_origin_connection(
         await node.kill()
 
 
+@pytest.mark.slow
 async def test_streamed_uploads_keep_to_their_share_of_the_connections(
     tmp_path: Path, origin: RawOrigin
 ) -> None:
@@ -210,6 +216,7 @@ async def test_streamed_uploads_keep_to_their_share_of_the_connections(
         await node.kill()
 
 
+@pytest.mark.slow
 async def test_expect_continue_is_answered_by_the_edge(tmp_path: Path, origin: RawOrigin) -> None:
     """The edge reads the body before asking the origin, so it answers Expect: 100-continue
     itself (a client would otherwise wait for a 100 that never comes), and the origin gets

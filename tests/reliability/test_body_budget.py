@@ -14,6 +14,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.bodies_support import (
     RawConnection,
     connect,
@@ -48,6 +50,7 @@ async def stalled_body(edge: str) -> RawConnection:
     return connection
 
 
+@pytest.mark.slow
 async def test_buffered_bodies_never_hold_more_than_the_budget(tmp_path: Path) -> None:
     """Two stalled bodies are buffered whole (160 KiB); the third takes the last 40 KiB and
     streams the rest; the fourth finds the budget spent and streams from its first byte: the
@@ -92,6 +95,7 @@ async def test_buffered_bodies_never_hold_more_than_the_budget(tmp_path: Path) -
     assert "Traceback" not in proxy.log_text()
 
 
+@pytest.mark.slow
 async def test_a_trickling_body_is_cut_off_at_the_minimum_rate(tmp_path: Path) -> None:
     """body_timeout = 2 and body_min_rate = 1000: each 2 s of a body must bring 2,000 bytes.
     The issue's trickle, scaled down: a head announcing 1 MiB, 10 bytes, then one byte every
@@ -133,6 +137,7 @@ async def test_a_trickling_body_is_cut_off_at_the_minimum_rate(tmp_path: Path) -
         assert await metric(proxy.api, HELD) == 0
 
 
+@pytest.mark.slow
 async def test_a_slow_but_steady_body_above_the_rate_is_forwarded(tmp_path: Path) -> None:
     """The same limits, a body of 6,000 bytes sent 1,500 bytes every 0.5 s (3,000 bytes/s):
     above the rate in every window, it reaches the origin whole."""
@@ -154,6 +159,7 @@ async def test_a_slow_but_steady_body_above_the_rate_is_forwarded(tmp_path: Path
         connection.close()
 
 
+@pytest.mark.slow
 async def test_each_worker_takes_its_share_of_the_budget(tmp_path: Path) -> None:
     """Two workers: each enforces half the node's budget and of its per-client limit, and
     /metrics (the workers' reports, summed) shows the node's totals."""

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Origin
 from tests.edge.tls_support import Certificates
 from tests.edge.upgrade_support import UPGRADE_ECHO, echoed
@@ -93,6 +95,7 @@ async def until_open(api: str, count: int) -> None:
     raise AssertionError(f"connections_open never became {count}")
 
 
+@pytest.mark.slow
 async def test_one_address_is_refused_past_its_limit_while_another_is_served(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -160,6 +163,7 @@ async def tls_page(source: str, port: int, certs: Certificates) -> bytes:
     return await answer_of(connection)
 
 
+@pytest.mark.slow
 async def test_stalled_tls_handshakes_of_one_address_leave_room_for_others(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -188,6 +192,7 @@ async def test_stalled_tls_handshakes_of_one_address_leave_room_for_others(
         assert answer.startswith(b"HTTP/1.1 200 "), answer
 
 
+@pytest.mark.slow
 async def test_tunnels_are_held_to_the_per_client_limit_and_to_max_tunnels(
     tmp_path: Path,
 ) -> None:

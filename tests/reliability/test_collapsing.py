@@ -80,6 +80,7 @@ async def trickle(request: web.Request, pieces: int, headers: dict[str, str]) ->
     return response
 
 
+@pytest.mark.slow
 async def test_a_trickling_body_makes_one_origin_request(
     node: Node, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
@@ -107,6 +108,7 @@ async def test_a_trickling_body_makes_one_origin_request(
     assert "cdn-proxy; fwd=uri-miss; collapsed" in statuses
 
 
+@pytest.mark.slow
 async def test_a_stalled_origin_releases_the_waiters_with_the_leaders_error(
     node: Node, origin: Origin, client: aiohttp.ClientSession
 ) -> None:
@@ -134,6 +136,7 @@ async def test_a_stalled_origin_releases_the_waiters_with_the_leaders_error(
     assert elapsed < 2 + 1 + 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("node", [5], indirect=True)
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 async def test_waiters_are_released_once_the_body_is_known_too_large_to_share(

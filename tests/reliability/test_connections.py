@@ -34,6 +34,7 @@ TIMEOUTS = "header_timeout = 1\nkeepalive_timeout = 2\n"
 NO_PER_CLIENT = "max_connections_per_client = 0\n"
 
 
+@pytest.mark.slow
 async def test_a_silent_connection_is_closed_after_the_header_timeout(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -49,6 +50,7 @@ async def test_a_silent_connection_is_closed_after_the_header_timeout(
             assert await metric(proxy, name) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "partial",
     [
@@ -71,6 +73,7 @@ async def test_half_a_request_head_is_closed_after_the_header_timeout(
             writer.close()
 
 
+@pytest.mark.slow
 async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeout(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -88,6 +91,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeo
         writer.close()
 
 
+@pytest.mark.slow
 async def test_a_slow_but_steady_client_is_served_within_the_timeouts(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -107,6 +111,7 @@ async def test_a_slow_but_steady_client_is_served_within_the_timeouts(
         writer.close()
 
 
+@pytest.mark.slow
 async def test_at_the_fd_limit_the_edge_refuses_and_the_api_still_answers(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -156,6 +161,7 @@ async def test_at_the_fd_limit_the_edge_refuses_and_the_api_still_answers(
             assert response.status == 200
 
 
+@pytest.mark.slow
 async def test_the_open_files_limit_is_raised_to_the_hard_limit(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -164,6 +170,7 @@ async def test_the_open_files_limit_is_raised_to_the_hard_limit(
         assert any("open files limit raised from 256 to 512" in line for line in proxy.log_lines())
 
 
+@pytest.mark.slow
 async def test_each_worker_enforces_its_share_of_max_connections(
     tmp_path: Path, origin: Origin
 ) -> None:

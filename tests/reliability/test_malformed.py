@@ -37,6 +37,7 @@ async def send(address: tuple[str, int], message: bytes) -> bytes:
     return answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("listener", "workers"),
     [("edge", 1), ("api", 1), ("edge", 2)],

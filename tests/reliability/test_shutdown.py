@@ -16,13 +16,18 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import Origin
+from tests.nodes import WORKER_COUNTS
 from tests.reliability.connections_support import HOST, config_text, served
 
 SHUTDOWN_TIMEOUT = 3.0
 MARGIN = 1.0
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_sigterm_with_a_request_that_never_ends_exits_within_the_timeout(
     tmp_path: Path, origin: Origin, workers: int
 ) -> None:

@@ -54,6 +54,7 @@ async def node(tmp_path: Path, origin: RawOrigin) -> AsyncIterator[Node]:
     await started.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("coding", sorted(ENCODED))
 async def test_an_encoded_upload_reaches_the_origin_as_sent(
     node: Node, origin: RawOrigin, coding: str
@@ -80,6 +81,7 @@ async def test_an_encoded_upload_reaches_the_origin_as_sent(
         assert length is None or int(length) == len(body)
 
 
+@pytest.mark.slow
 async def test_encoded_responses_reach_the_client_as_sent(node: Node, origin: RawOrigin) -> None:
     """gzip and br responses pass through undecoded: on a miss, on the hit after it, and
     streamed (longer than cache.max_object_bytes, so neither stored nor held whole)."""

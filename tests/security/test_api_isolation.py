@@ -155,6 +155,7 @@ async def test_absolute_form_naming_the_api_listener_is_refused(
     await assert_nothing_cleared(service)
 
 
+@pytest.mark.slow
 async def test_the_api_itself_works_on_its_own_listener(
     service: Service, client: aiohttp.ClientSession, token: str
 ) -> None:

@@ -97,6 +97,7 @@ async def test_protected_answer_is_never_served_to_another_client(
     assert (await edge.store.stats()).entries == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protection", ["private", "set-cookie", "authorization"])
 async def test_a_waiter_never_gets_the_leader_s_protected_answer(
     edge: EdgeUnderTest, origin: Site, protection: str

@@ -181,6 +181,7 @@ async def test_error_statuses_are_never_cached_heuristically(
     assert len(origin.seen) == 2
 
 
+@pytest.mark.slow
 async def test_an_origin_failure_is_never_stored(edge: EdgeUnderTest, origin: Site) -> None:
     """The proxy's own 502 for a dropped connection is never stored: the next request goes to
     the origin again."""

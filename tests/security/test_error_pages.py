@@ -21,6 +21,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("listener", ["edge", "api"])
 @pytest.mark.parametrize("request_bytes", MALFORMED)
 async def test_a_malformed_request_gets_our_400_without_its_bytes(

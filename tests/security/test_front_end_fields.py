@@ -87,6 +87,7 @@ async def test_a_trusted_proxy_names_the_user_to_the_origin(
     assert seen.headers["X-Forwarded-For"] == "198.51.100.4"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["GET", "POST"])
 async def test_framing_fields_spelled_with_an_underscore_are_dropped(
     edge: EdgeUnderTest, origin: Origin, method: str

@@ -138,6 +138,7 @@ async def test_a_get_with_a_body_over_http2_is_forwarded_framed_by_the_edge(
     assert framing(fetched) == [] and fetched.body == b""
 
 
+@pytest.mark.slow
 async def test_a_get_with_a_body_over_http11_is_forwarded_framed_by_the_edge(
     service: Service, server: RawOrigin
 ) -> None:

@@ -129,6 +129,7 @@ UNKNOWN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", UNKNOWN)
 async def test_unknown_host_is_never_proxied(edge: EdgeUnderTest, origin: Site, host: str) -> None:
     origin.default = links_from_host

@@ -93,6 +93,7 @@ async def test_targets_the_origin_tells_apart_are_never_merged(
     assert [seen.target for seen in origin.seen] == [first, second]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", ["example.com.", "EXAMPLE.com", "example.com:8080"])
 async def test_host_spellings_merge_only_because_the_origin_sees_one_host(
     edge: EdgeUnderTest, origin: Site, host: str

@@ -155,6 +155,7 @@ def with_known_pairs(
     return test
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(pair=target_pairs(), hosts=st.tuples(st.sampled_from(HOSTS), st.sampled_from(HOSTS)))
 @with_known_pairs
@@ -307,6 +308,7 @@ async def api_tokens(api_service: Service) -> dict[bytes, bytes]:
     return {b"{deploy}": deploy.encode(), b"{scoped}": scoped.encode()}
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(request=api_requests())
 async def test_any_raw_clear_request_gets_200_or_4xx_and_clears_only_what_it_may(

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import Origin
-from tests.nodes import Node, cli, start, write_config
+from tests.nodes import WORKER_COUNTS, Node, cli, start, write_config
 
 MIB = 1024 * 1024
 BUDGET = 4 * MIB
@@ -84,7 +84,11 @@ async def node_with_budget(tmp_path: Path, origin: Origin, nodes: list[Node], wo
     return await start(nodes, config)
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers",
+    WORKER_COUNTS,
+)
 async def test_a_flood_of_one_domains_purges_stays_within_the_purge_state_budget(
     tmp_path: Path, origin: Origin, nodes: list[Node], workers: int
 ) -> None:

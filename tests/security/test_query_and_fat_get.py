@@ -102,6 +102,7 @@ async def test_fat_get_does_not_replace_a_stored_entry(edge: EdgeUnderTest, orig
     assert "hit" in victim.headers["Cache-Status"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "framing",
     [

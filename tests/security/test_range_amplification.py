@@ -84,6 +84,7 @@ async def counting_origin(
     return origin
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "cache"),
     [

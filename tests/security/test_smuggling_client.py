@@ -163,6 +163,7 @@ async def test_a_buffered_body_that_turns_bad_never_reaches_the_origin(
     assert server.received == []
 
 
+@pytest.mark.slow
 async def test_request_body_is_forwarded_exactly_as_framed(
     edge: EdgeUnderTest, origin: Site
 ) -> None:

@@ -159,6 +159,7 @@ async def test_no_origin_connection_is_reused_after_a_framing_error(
 PARTIAL_HEAD = b"HTTP/1.1 200 OK\r\nContent-Len"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "unsolicited",
     [POISON, POISON + POISON, PARTIAL_HEAD, b"JUNK\r\n\r\n"],

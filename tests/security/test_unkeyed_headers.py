@@ -206,6 +206,7 @@ async def test_connection_cannot_strip_the_proxy_s_own_forwarding_headers(
     assert received["via"] == "1.1 cdn-proxy"
 
 
+@pytest.mark.slow
 async def test_a_field_named_in_connection_cannot_poison_a_variant(
     edge: EdgeUnderTest, origin: Site
 ) -> None:

@@ -71,6 +71,7 @@ async def test_a_protocol_off_the_allowlist_is_not_tunnelled_even_if_the_origin_
     assert all("upgrade" not in value.lower() for value in request.header("Connection"))
 
 
+@pytest.mark.slow
 async def test_a_configured_protocol_is_tunnelled(
     make_edge: EdgeFactory, raw_origin: RawOriginFactory
 ) -> None:

@@ -135,6 +135,7 @@ def test_a_version_1_database_gains_the_admin_tables(state_path: Path) -> None:
     raw.close()
 
 
+@pytest.mark.slow
 def test_passwords_are_argon2id_and_verified_without_raising() -> None:
     stored = hash_password(password_hasher(), "correct horse battery staple")
     assert stored.startswith("$argon2id$v=19$m=65536,t=3,p=4$")

@@ -390,6 +390,7 @@ async def test_a_batch_that_cannot_be_written_is_logged(
     assert "closed" in caplog.records[-1].getMessage()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("under", ["afile/state.db", "afile/deeper/state.db"])
 def test_a_state_path_under_a_file_names_the_file_that_is_not_a_directory(
     tmp_path: Path, under: str

@@ -118,6 +118,7 @@ class Marker:
     """Something a cycle holds, to see (by a weak reference) whether the cycle is freed."""
 
 
+@pytest.mark.slow
 async def test_a_cycle_through_a_stored_entry_is_freed_once_it_is_dropped() -> None:
     """An entry whose Vary values hold a list that holds the entry: once the store drops it,
     only the collector can free the cycle, and it must still see the entry to do so."""
@@ -200,6 +201,7 @@ def responses(draw: st.DrawFn) -> tuple[Headers, CIMultiDict[str], int]:
     return tuple(headers), request, status
 
 
+@pytest.mark.slow
 @given(response=responses(), body=st.binary(max_size=64), stale_if_error=st.booleans())
 async def test_every_entry_the_edge_builds_holds_no_cycle_and_is_untracked(
     response: tuple[Headers, CIMultiDict[str], int], body: bytes, stale_if_error: bool

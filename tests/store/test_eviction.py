@@ -246,6 +246,7 @@ def test_the_bookkeeping_holds_whatever_happens(
 REFERENCES = {"lru": libcachesim.LRU, "sieve": libcachesim.Sieve, "s3fifo": libcachesim.S3FIFO}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(POLICIES))
 @pytest.mark.parametrize(("seed", "sized"), [(2, False), (4, True), (5, True)])
 def test_each_request_is_a_hit_or_a_miss_as_in_libcachesim(
@@ -274,6 +275,7 @@ def test_the_policies_are_the_classes() -> None:
     assert (POLICIES["lru"], POLICIES["sieve"], POLICIES["s3fifo"]) == (LRU, Sieve, S3FIFO)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_no_object_per_key_for_the_garbage_collector(name: str) -> None:
     """A full collection walks every object it tracks (decision 0011): a policy keeps its
@@ -292,6 +294,7 @@ def test_no_object_per_key_for_the_garbage_collector(name: str) -> None:
     assert len(policy) == 5_001
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_a_key_evicted_already_is_not_removed_twice(name: str) -> None:
     """The store drops a dead key (a cleared generation) when it gets to it; by then the

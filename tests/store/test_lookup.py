@@ -3,6 +3,8 @@ and returns the key it used, under which a fill may store (until the next clear)
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.core.cache.entry import StoredResponse
 from proxy.store.memory import MemoryStore
 
@@ -20,6 +22,7 @@ def response(body: bytes) -> StoredResponse:
     )
 
 
+@pytest.mark.slow
 async def test_a_lookup_applies_the_current_generation() -> None:
     store = MemoryStore(max_bytes=1 << 20)
     before = await store.lookup(DOMAIN, "/a")

@@ -415,6 +415,7 @@ async def test_cleared_entries_still_count_and_are_evicted_first() -> None:
     )
 
 
+@pytest.mark.slow
 async def test_clear_of_100_000_entries_deletes_nothing_and_reclaim_works_in_slices() -> None:
     """The clear does no per-entry work: right after it, all 100,000 entries are still in
     place (just unreachable), which is why its cost does not depend on how many there were.
@@ -497,6 +498,7 @@ async def test_keys_dropped_or_stored_twice_are_reclaimed_once() -> None:
     assert store._buckets == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("count", "rounds"), [(50, 200), (2 * KEY_CHUNK + 7, 12)])
 async def test_a_bucket_list_stays_bounded_when_keys_come_and_go(count: int, rounds: int) -> None:
     """Keys stored, invalidated and stored again, forever, without a clear: the list is
@@ -685,6 +687,7 @@ async def test_the_store_misses_as_often_as_the_sieve_policy_on_a_zipf_trace() -
 # -- what the garbage collector visits ---------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_garbage_collector_visits_nothing_per_entry() -> None:
     """A full collection visits every tracked object: stored entries are untracked and a
     bucket's keys are sealed into tuples the collector untracks, so what it visits does not
@@ -774,6 +777,7 @@ def allocated_now() -> int:
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("traced")
 @pytest.mark.parametrize(("body_size", "count"), [(KiB, 4_000), (64, 8_000)])
 async def test_memory_stays_within_max_bytes(body_size: int, count: int) -> None:
@@ -807,6 +811,7 @@ async def measure_per_entry(count: int, *, headers: int) -> tuple[float, float]:
     return real / count, counted / count
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("traced")
 async def test_entry_overhead_covers_the_structures_of_an_entry() -> None:
     """ENTRY_OVERHEAD must cover what an entry costs beyond its body, header and key
@@ -820,6 +825,7 @@ async def test_entry_overhead_covers_the_structures_of_an_entry() -> None:
     assert measured_overhead >= ENTRY_OVERHEAD - 160, f"measured {measured_overhead:.0f} bytes"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("traced")
 async def test_counted_size_covers_an_entry_with_typical_headers() -> None:
     """Each header field of an entry with hit lines costs a line (a bytes object and its slot)
@@ -833,6 +839,7 @@ async def test_counted_size_covers_an_entry_with_typical_headers() -> None:
     assert per_field >= LINE_OVERHEAD - 24, f"measured {per_field:.0f} bytes per field"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("traced")
 async def test_fields_repeated_across_entries_are_shared() -> None:
     """The edge stores one copy of a (name, value) pair that many responses repeat (a site's

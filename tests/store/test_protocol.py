@@ -112,6 +112,7 @@ async def test_clear_now_says_what_it_made_unservable() -> None:
     assert (await store.domain_stats("a.test")).entries == 0
 
 
+@pytest.mark.slow
 async def test_purge_now_applies_a_purge_and_refuses_a_dry_run() -> None:
     store = MemoryStore(max_bytes=1 << 20)
     found = await store.lookup("a.test", "/a")

@@ -367,6 +367,7 @@ async def test_each_kind_covers_a_targets_entries_of_both_schemes(
             assert (held is None) == (target in gone), (target, https)
 
 
+@pytest.mark.slow
 async def test_an_invalidation_drops_both_schemes_entries_and_a_fill_of_either_is_refused() -> None:
     store = MemoryStore(max_bytes=MiB, clock=lambda: PURGED_AT)
     await filled(store, DOMAIN, "/p", entry())

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -253,6 +254,7 @@ async def replay(ops: list[tuple[Any, ...]], budget: int) -> None:
                     assert not model.dead(op[1], op[2], body), (op, body)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(st.lists(_op, min_size=10, max_size=60), st.sampled_from([400, 700, 1500]))
 def test_no_history_serves_what_a_hard_purge_covered(

@@ -139,6 +139,7 @@ def test_a_deleted_directory_stops_the_tier_without_raising(tier: SharedTier) ->
     assert tier.stats().status.faults >= 3
 
 
+@pytest.mark.slow
 def test_a_worker_sees_a_purge_made_after_the_directory_was_deleted(
     tier: SharedTier,
 ) -> None:
@@ -182,6 +183,7 @@ def public_tmp() -> Iterator[Path]:
         yield Path(name)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives the directory to nobody: needs root")
 def test_a_directory_made_read_only_while_running(public_tmp: Path) -> None:
     """As a node not running as root (root writes anyway): files it has open stay writable,
@@ -298,6 +300,7 @@ def test_a_fault_keeps_the_tier_degraded_for_a_while_after_fills_work(fault: str
     assert health.status().corrupt + health.status().faults == 1  # counted for good
 
 
+@pytest.mark.slow
 def test_faults_are_logged_once_per_interval_with_the_count_between(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

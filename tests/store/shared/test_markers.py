@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from proxy.store.shared.markers import GONE, LIVE, STALE, Markers
 
 CLAIM = """
@@ -36,6 +38,7 @@ async def other_process(directory: Path, lifetime: float) -> tuple[asyncio.subpr
     return process, (await process.stdout.readline()).decode().strip()
 
 
+@pytest.mark.slow
 async def test_another_live_process_holds_the_key_until_it_releases_or_dies(
     tmp_path: Path,
 ) -> None:
@@ -77,6 +80,7 @@ def test_a_directory_that_cannot_hold_markers_lets_every_claim_lead(tmp_path: Pa
     markers.release("example.com", "/a", "")
 
 
+@pytest.mark.slow
 def test_renew_moves_only_this_processs_own_marker(tmp_path: Path) -> None:
     now = [1_000.0]
     markers = Markers(tmp_path, clock=lambda: now[0])

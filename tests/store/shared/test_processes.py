@@ -22,6 +22,7 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_fill_by_one_process_is_a_hit_for_another(tier: SharedTier) -> None:
     directory = tier.directory
     assert fill(tier, DOMAIN, "/by-node", body(1, 300_000))
@@ -35,6 +36,7 @@ def test_a_fill_by_one_process_is_a_hit_for_another(tier: SharedTier) -> None:
     assert run_actor("read", directory, tier.instance, DOMAIN, "/nothing") == "miss"
 
 
+@pytest.mark.slow
 def test_a_purge_by_the_node_holds_in_another_process(tier: SharedTier) -> None:
     assert fill(tier, DOMAIN, "/a", b"a")
     assert run_actor("read", tier.directory, tier.instance, DOMAIN, "/a") == f"hit {sha(b'a')}"
@@ -42,6 +44,7 @@ def test_a_purge_by_the_node_holds_in_another_process(tier: SharedTier) -> None:
     assert run_actor("read", tier.directory, tier.instance, DOMAIN, "/a") == "miss"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("purge", ["clear", "tag", "prefix"])
 def test_a_purge_holds_in_a_worker_that_has_read_before(tier: SharedTier, purge: str) -> None:
     """A worker keeps each domain's parsed purge state while nothing is committed: a purge
@@ -73,6 +76,7 @@ def test_warm_after_a_restart(tmp_path: Path) -> None:
         tier.close()
 
 
+@pytest.mark.slow
 def test_warm_after_kill_9_of_the_node(tmp_path: Path) -> None:
     node = Actor("node", tmp_path, DOMAIN, "/big", 1_000_000, 4)
     assert node.line() == "done"
@@ -85,6 +89,7 @@ def test_warm_after_kill_9_of_the_node(tmp_path: Path) -> None:
         tier.close()
 
 
+@pytest.mark.slow
 def test_a_fill_killed_half_way_is_never_served(tier: SharedTier) -> None:
     assert fill(tier, DOMAIN, "/big", body(5, 4_000_000))  # the version before
     writer = Actor("fill-hang", tier.directory, tier.instance, DOMAIN, "/big", 8_000_000, 6)
@@ -100,6 +105,7 @@ def test_a_fill_killed_half_way_is_never_served(tier: SharedTier) -> None:
     assert len(body_files(tier.bodies / "tmp")) == 2  # what the killed writers left
 
 
+@pytest.mark.slow
 def test_the_node_sweeps_what_killed_writers_left(tmp_path: Path) -> None:
     tier = SharedTier.open_node(tmp_path, max_bytes=1 << 30)
     writer = Actor("fill-hang", tmp_path, tier.instance, DOMAIN, "/big", 8_000_000, 9)
@@ -116,6 +122,7 @@ def test_the_node_sweeps_what_killed_writers_left(tmp_path: Path) -> None:
         tier.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("purges", "gone"),
     [
@@ -156,6 +163,7 @@ def test_a_second_node_is_refused_naming_the_directory_and_holder(tier: SharedTi
         SharedTier.open_node(tier.directory, max_bytes=1 << 20)
 
 
+@pytest.mark.slow
 def test_a_worker_must_name_the_node_that_holds_the_directory(tmp_path: Path) -> None:
     tier = SharedTier.open_node(tmp_path, max_bytes=1 << 20)
     instance = tier.instance

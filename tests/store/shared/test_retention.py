@@ -46,6 +46,7 @@ def hit(tier: SharedTier, domain: str, target: str) -> bytes | None:
     return tier.read_all(variants[0]) if variants else None
 
 
+@pytest.mark.slow
 def test_a_url_purge_flood_keeps_the_record_within_the_budget(small: SharedTier) -> None:
     flood(small, 200)  # about 1 MB of URL purges, 16 times the budget
     stats = small.stats()

@@ -70,6 +70,7 @@ class Replay:
                 policy.admit(target, self.costs[target])
 
 
+@pytest.mark.slow
 def test_the_tier_misses_as_often_as_pure_s3fifo_across_a_restart(tmp_path: Path) -> None:
     trace = zipf_trace(12_000, 1_500, seed=23, large=3)
     capacity = 150_000
@@ -273,6 +274,7 @@ def test_a_damaged_eviction_state_is_emptied_and_the_bound_still_holds(
         tier.close()
 
 
+@pytest.mark.slow
 def test_a_refused_first_fill_is_known_before_a_byte_is_written_and_remembered(
     tmp_path: Path,
 ) -> None:

@@ -274,6 +274,7 @@ async def test_async_purges_are_durable_when_they_return(tmp_path: Path) -> None
         tier.close()
 
 
+@pytest.mark.slow
 def test_commit_all_stores_a_batch_in_one_transaction_and_leaves_out_what_a_purge_covers(
     tier: SharedTier,
 ) -> None:

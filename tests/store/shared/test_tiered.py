@@ -203,6 +203,7 @@ async def test_a_purge_that_cannot_be_made_durable_stops_the_tier(
     assert not (await two_tiers(tier).lookup(DOMAIN, "/a")).variants  # the tier: nothing
 
 
+@pytest.mark.slow
 async def test_the_trace_reads_the_shared_tier_without_filling_memory_or_counting(
     tier: SharedTier,
 ) -> None:

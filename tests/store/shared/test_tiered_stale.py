@@ -8,6 +8,8 @@ Each TieredStore stands for one worker: its own memory tier over the one shared 
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import Purge
 from proxy.store.memory import MemoryStore
@@ -75,6 +77,7 @@ async def test_a_refresh_of_a_fill_the_shared_tier_holds_is_stored_there_for_eve
     assert [(v.body, v.is_fresh(LATER)) for v in other.variants] == [(b"body", True)]
 
 
+@pytest.mark.slow
 async def test_a_refresh_of_a_purged_fill_never_reaches_the_shared_tier(tier: SharedTier) -> None:
     """The first worker's memory tier still holds the entry when another worker's purge is
     already in the shared tier (a purge reaches the tiers one after the other): the refresh
