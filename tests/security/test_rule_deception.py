@@ -14,6 +14,7 @@ test below, then the attack as the issue reproduced it, against the real service
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 import re
 from collections.abc import AsyncIterator
@@ -28,6 +29,7 @@ from yarl import URL
 
 from proxy.process.service import Service, running
 from tests.conftest import EdgeFactory, EdgeUnderTest, make_config
+from tests.polling import until
 from tests.security.conftest import Site
 
 STATIC = {
@@ -296,3 +298,30 @@ async def test_a_bypass_cookie_is_found_however_it_is_spelt(
     # Its answer was not stored: the public entry still answers everyone else.
     assert (await edge.get("/page", headers={"Cookie": "session_idx=1"}))[1] == b"anonymous 1"
     assert origin.count("/page") == 2
+
+
+async def test_a_waiter_never_gets_the_victims_page_under_a_rule(
+    make_edge: EdgeFactory, origin: Site
+) -> None:
+    """Request collapsing under a rule's lifetime: the attacker's request joins the victim's
+    fill at the origin; the victim's page is not lent the lifetime, so not handed over."""
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return await php_site(request)
+
+    origin.default = held
+    edge = await make_edge(domains=domains(origin, STATIC, ACCOUNT))
+    path = "/account.php/x.css"
+    victim = asyncio.create_task(edge.get(path, headers=VICTIM))
+    await until(lambda: len(origin.seen) == 1)
+    attacker = asyncio.create_task(edge.get(path))
+    flight = edge.edge.flights.get(("example.com", 0, path))
+    assert flight is not None
+    await until(lambda: flight.waiters == 1)
+    release.set()
+
+    (_, victim_body), (_, attacker_body) = await asyncio.gather(victim, attacker)
+    assert (victim_body, attacker_body) == (ALICE, LOG_IN)
+    assert len(origin.seen) == 2
