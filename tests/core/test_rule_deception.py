@@ -6,6 +6,7 @@ Deception Armor)."""
 from __future__ import annotations
 
 from email.utils import formatdate
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from proxy.core.cache.deception import (
     cookie_names,
     extension_of,
     fits_extension,
+    folded_name,
     percent_normalised,
     rule_path,
 )
@@ -126,9 +128,11 @@ def test_percent_normalisation_keeps_plain_text() -> None:
         (["a=1", "b=2"], ["a", "b"]),  # HTTP/2 sends one field per cookie
         (["session%69d=1"], ["sessionid"]),  # PHP decodes names
         (["session+id=1"], ["session_id"]),
-        (["session.id=1", "session id=1"], ["session_id", "session_id"]),  # PHP: '.', ' '
+        (["session.id=1"], ["session_id"]),  # PHP: '.' and ' ' are '_'
+        (["session id=1"], ["session_id", "session", "id"]),  # and SimpleCookie: two
+        (["a=1 sessionid=2"], ["a", "a", "sessionid"]),  # SimpleCookie splits at spaces
         (["SessionID=1"], ["sessionid"]),  # case folded
-        (["  padded =1"], ["padded"]),
+        (["  padded =1"], ["padded", "padded"]),
         (['a="x;sessionid=1"'], ["a", "sessionid"]),  # a quoted ';' still splits: safe side
         ([";;, ,=1"], []),
         (["novalue"], ["novalue"]),
@@ -136,6 +140,18 @@ def test_percent_normalisation_keeps_plain_text() -> None:
 )
 def test_cookie_names_as_origins_read_them(lines: list[str], names: list[str]) -> None:
     assert list(cookie_names(lines)) == names
+
+
+@given(st.text(alphabet='aAbB=; ,"\\\t.%5f+!$:()[]x\x0b', max_size=24))
+def test_every_name_simple_cookie_reads_is_found(line: str) -> None:
+    """A differential check against Python's SimpleCookie (which aiohttp and others read
+    cookies with): each name it parses is among ``cookie_names``'."""
+    parsed: SimpleCookie = SimpleCookie()
+    try:
+        parsed.load(line)
+    except CookieError:
+        return
+    assert {folded_name(name) for name in parsed} <= set(cookie_names([line]))
 
 
 @pytest.mark.parametrize(

@@ -263,6 +263,7 @@ async def test_an_error_page_under_an_extension_rule_is_still_stored(
         "SESSION_ID=alice",  # frameworks that ignore case
         "a=1, session_id=alice",  # Rack and SimpleCookie split at ','
         "a=1,session_id=alice",
+        "a=1 session_id=alice",  # SimpleCookie also splits at white space
         "_ga=1; Session.Id=alice",
         "PHPSESS%49D=alice",
     ],

@@ -122,14 +122,21 @@ def folded_name(name: str) -> str:
 def cookie_names(lines: Iterable[str]) -> Iterator[str]:
     """Every cookie name the request's Cookie fields may be read as, ``folded_name``: pairs
     split at ';' and at ',' (RFC 2965, Rack, Python's SimpleCookie), so ``a=1, sessionid=2``
-    names ``sessionid`` too. A value holding ',' or ';' may yield a name no origin reads:
-    that only sends the request to the origin uncached."""
+    names ``sessionid`` too; and a pair holding white space is also read as pairs split
+    there (SimpleCookie reads ``a=1 sessionid=2`` as two cookies; PHP reads ``session id``
+    as one name, ``session_id``). A value holding ',', ';' or a space may yield a name no
+    origin reads: that only sends the request to the origin uncached."""
     for line in lines:
         for part in line.split(";"):
             for pair in part.split(","):
                 name = pair.partition("=")[0]
                 if name and not name.isspace():
                     yield folded_name(name)
+                words = pair.split()
+                if len(words) > 1:
+                    for word in words:
+                        if word[0] != "=":
+                            yield folded_name(word.partition("=")[0])
 
 
 # -- what a rule's lifetime is not lent to -------------------------------------------------------
