@@ -99,6 +99,7 @@ def test_globs_match_the_normalised_path(globs: tuple[str, ...], path: str, matc
         ("/a//b", "repeated slashes are merged"),
         ("/a/../b", "dot segments are removed"),
         ("/a/%2e/b", "dot segments are removed"),
+        ("/a/..", "dot segments are removed"),
         ("/a\\b", "'\\' is read as '/'"),
     ],
 )

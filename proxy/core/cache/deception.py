@@ -102,7 +102,7 @@ def never_matched_spelling(glob: str) -> str | None:
         return "'\\' is read as '/' before rules match"
     if "//" in glob:
         return "repeated slashes are merged before rules match"
-    for segment in glob.split("/")[1:-1] if glob.startswith("/") else ():
+    for segment in glob.split("/")[1:] if glob.startswith("/") else ():
         if segment in (".", ".."):
             return "dot segments are removed before rules match"
     return None
