@@ -103,6 +103,19 @@ BAD = [
         "domains[0].rules[0].edge_ttl_by_status.404: '1q' has an unknown unit 'q'",
     ),
     ({"cache": "no"}, "domains[0].rules[0].cache: must be true or false"),
+    (
+        {"cache_with_cookies": "yes", "edge_ttl": "1h"},
+        "domains[0].rules[0].cache_with_cookies: must be true or false",
+    ),
+    (
+        {"paths": ["/account;*"], "cache": False},
+        "domains[0].rules[0].paths[0]: '/account;*' can never match: a path parameter (';...')"
+        " is cut before rules match (decision 0042)",
+    ),
+    (
+        {"paths": ["/a//b"], "cache": False},
+        "domains[0].rules[0].paths[0]: '/a//b' can never match: repeated slashes are merged",
+    ),
     ({"ttl": "1h"}, "domains[0].rules[0].ttl: unknown key (expected one of: browser_ttl"),
     ({"paths": ["/a"]}, "domains[0].rules[0]: sets nothing"),
     ({"name": "a b", "cache": False}, "domains[0].rules[0].name: must be 1-64 letters"),

@@ -240,6 +240,7 @@ MEANINGS = {
     f"{RULES}.edge_ttl": "Freshness lifetime, whatever the origin says.",
     f"{RULES}.edge_ttl_by_status": "Freshness lifetime per status.",
     f"{RULES}.ignore_origin": "Response fields the cache disregards.",
+    f"{RULES}.cache_with_cookies": "A rule lifetime also stores answers to requests with a Cookie.",
     f"{RULES}.browser_ttl": "`max-age` clients get.",
     f"{RULES}.stale_while_revalidate": "Replaces the origin's (RFC 5861).",
     f"{RULES}.stale_if_error": "Replaces the origin's (RFC 5861).",

@@ -118,6 +118,7 @@ _CHECKS: Mapping[str, Callable[[str, object], object]] = {
     "name": _name,
     "paths": _path_globs,
     "bypass_cookies": _name_globs,
+    "cache_with_cookies": check.flag,
     "ignore_client_no_cache": check.flag,
     "query_ignore": _name_globs,
     "query_only": _name_globs,

@@ -76,6 +76,15 @@ def test_rules_matched_and_why_the_others_did_not() -> None:
     assert answer["origin"]["candidates"] == ["http://127.0.0.1:2"]
 
 
+def test_rules_are_traced_on_the_path_they_match() -> None:
+    """Decision 0042: globs match the normalised path, and the trace says which it read."""
+    answer = traced("/%61ccount;x/a.css", None)
+    assert answer["applied"] == ["all", "account"]
+    rows = {row["name"]: row for row in answer["rules"]}
+    assert rows["account"]["why"] == "'/%61ccount;x/a.css (read as /account/a.css)' matches a glob"
+    assert answer["outcome"] == "bypass"
+
+
 def test_the_key_is_normalised_and_a_stored_entry_is_a_hit_with_its_lifetime_source() -> None:
     held = Held(variants=(entry((("Cache-Control", "max-age=60"),)),), generation=0, purge_number=0)
     answer = traced("/p?utm_source=x&b=2&a=1", held)

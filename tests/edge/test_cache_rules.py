@@ -129,7 +129,12 @@ async def test_a_bypass_cookie_goes_to_the_origin_uncached(
     edge = await with_rules(
         make_edge,
         origin,
-        {"name": "wp", "edge_ttl": "1h", "bypass_cookies": ["wordpress_logged_in_*", "sessionid"]},
+        {
+            "name": "wp",
+            "edge_ttl": "1h",
+            "bypass_cookies": ["wordpress_logged_in_*", "sessionid"],
+            "cache_with_cookies": True,  # _ga does not make a page personal (decision 0042)
+        },
     )
     _, anonymous = await edge.get("/post", headers={"Cookie": "_ga=1"})
     assert anonymous == b"anon 1"
@@ -396,6 +401,7 @@ async def test_the_readmes_wordpress_example(make_edge: EdgeFactory, origin: Ori
         {
             "name": "wp",
             "bypass_cookies": ["wordpress_logged_in_*", "wp-postpass_*", "comment_author_*"],
+            "cache_with_cookies": True,  # other cookies (_ga) are not a session's
             "query_ignore": ["utm_*", "fbclid", "gclid"],
             "query_sort": True,
             "edge_ttl": "5m",

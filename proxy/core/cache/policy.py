@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Protocol
 
+from proxy.core.cache.deception import lent_refusal
 from proxy.core.cache.entry import StoredResponse, last_field
 from proxy.core.cache.rules import Applied, overridden
 from proxy.core.cache.storability import (
@@ -247,14 +248,17 @@ def assess_response(
     the domain's cache rules for the request (core/cache/rules.py), explicit inputs that
     set origin fields aside and replace lifetimes, never the headers themselves."""
     lowered = [(name.lower(), value) for name, value in headers]
-    origin_directives, obeyed = _obeyed(lowered, surrogate_name)
-    directives, vary, rule_ttl = origin_directives, _vary(lowered), None
+    origin_directives, origin_obeyed = _obeyed(lowered, surrogate_name)
+    directives, obeyed, vary, rule_ttl = origin_directives, origin_obeyed, _vary(lowered), None
     if rules is not None:
         directives, obeyed, vary = overridden(rules, origin_directives, obeyed, vary)
         rule_ttl = rules.lifetime_for(status)
     refused = _refused(
         method, status, request, (directives, origin_directives), obeyed, vary, rule_ttl
     )
+    if refused is None and rules is not None and (rule_ttl is not None or rules.ignore_origin):
+        origin = (origin_directives, origin_obeyed)
+        refused = _not_lent(rules, status, request, lowered, origin, response_time)
     if refused is not None:
         return DontStore(refused)
     if rule_ttl is not None:
@@ -307,6 +311,31 @@ def _refused(
         and not allows_authorized(origin_directives),
         not_forwarded=not_passed_on_fill(request.getall("connection", [])),
         rule_lifetime=rule_ttl is not None,
+    )
+
+
+def _not_lent(
+    rules: Applied,
+    status: int,
+    request: RequestHeaders,
+    lowered: list[tuple[str, str]],
+    origin: tuple[Directives, list[tuple[str, str]]],
+    response_time: float,
+) -> str | None:
+    """Why rules that give a lifetime or set origin fields aside may not store this answer
+    (``deception.lent_refusal``), or None. Not asked where the origin's own fields (before
+    any rule set them aside) give it a shared lifetime, an explicit one above zero (§4.2.1)
+    with neither private nor no-store: a rule then only changes how long (decision 0042)."""
+    directives, obeyed = origin
+    private = "private" in directives or "no-store" in directives
+    if not private and explicit_lifetime(directives, obeyed, response_time):
+        return None
+    return lent_refusal(
+        status=status,
+        cookie=request.get("cookie") is not None,
+        cache_with_cookies=rules.cache_with_cookies,
+        extension=rules.extension,
+        content_type=last_field(lowered, "content-type"),
     )
 
 

@@ -4,7 +4,9 @@ Theory of operation. A domain has an ordered list of ``Rule``s, compiled once wh
 is loaded (proxy/config/rules.py) into a ``RuleSet``. For each request the edge asks the set
 once, with the request's path (no query): ``RuleSet.match`` returns the merge of every rule
 whose path globs hold (``Applied``), or None when none does, which the edge reads as "no
-rules": a domain without rules, or a path no rule names, takes exactly today's path.
+rules": a domain without rules, or a path no rule names, takes exactly today's path. Globs
+match the path as an origin reads it (``deception.rule_path``: decoded, dot segments and
+';' parameters gone, slashes merged), never as it was spelt (decision 0042).
 
 Merging follows Cloudflare's Cache Rules: every matching rule applies, in order, and a field
 set by a later rule replaces the same field of an earlier one. ``query_ignore`` and
@@ -28,7 +30,9 @@ Never, whatever a rule says: a stored copy or a hit carrying Set-Cookie (``stora
 NOT_STORED); a response to a request with Authorization stored or served under a rule's
 overrides unless the origin said public, s-maxage or must-revalidate (§3.5, ``may_share``);
 partial content or 304s stored (§3 ¶2.2); a Vary: * response stored unless Vary is ignored;
-request no-store.
+request no-store. Nor is a lifetime the origin did not give lent to an answer for a request
+with a Cookie (unless ``cache_with_cookies``), nor to a success whose Content-Type does not
+fit the path's extension (``deception.lent_refusal``, decision 0042).
 
 No I/O, no clock: ``match`` memoises per path (bounded), which is what keeps 20 rules cheap
 on the hit path (benchmarks/README.md).
@@ -42,6 +46,14 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import unquote
 
+from proxy.core.cache.deception import (
+    cookie_names,
+    extension_of,
+    folded_name,
+    glob_normalised,
+    never_matched_spelling,
+    rule_path,
+)
 from proxy.core.http.fields import Headers
 from proxy.core.http.httpdate import Directives
 
@@ -75,6 +87,9 @@ def never_matches(glob: str) -> str | None:
     bad = next((c for c in glob if c.isspace() or ord(c) < 32 or ord(c) == 127 or c == "#"), None)
     if bad is not None:
         return f"{glob!r} can never match: a path holds no {bad!r}"
+    spelling = never_matched_spelling(glob_normalised(glob))
+    if spelling is not None:
+        return f"{glob!r} can never match: {spelling} (decision 0042)"
     return None
 
 
@@ -85,6 +100,7 @@ class Rule:
     name: str
     paths: tuple[str, ...] = ()  # globs; () is every path
     bypass_cookies: tuple[str, ...] | None = None
+    cache_with_cookies: bool | None = None
     ignore_client_no_cache: bool | None = None
     query_ignore: tuple[str, ...] | None = None
     query_only: tuple[str, ...] | None = None
@@ -103,7 +119,8 @@ class Rule:
         rule = Rule(**fields)  # type: ignore[arg-type]
         if not rule.paths:
             return rule
-        return replace(rule, matcher=re.compile(glob_pattern(rule.paths)))
+        globs = tuple(glob_normalised(glob) for glob in rule.paths)  # as rule_path spells
+        return replace(rule, matcher=re.compile(glob_pattern(globs)))
 
     def key_part(self) -> tuple[object, ...]:
         """What of the rule decides cache keys (a reload compares it: decision 0033): its
@@ -135,7 +152,8 @@ class Applied:
 
     names: tuple[str, ...]
     cache: bool = True
-    bypass: re.Pattern[str] | None = None  # cookie names that send a request uncached
+    bypass: re.Pattern[str] | None = None  # cookie names (folded) that send it uncached
+    cache_with_cookies: bool = False  # a rule's lifetime lent to a request with a Cookie
     ignore_client_no_cache: bool = False
     query: QueryRule | None = None
     edge_ttl: float | None = None
@@ -144,6 +162,9 @@ class Applied:
     browser_ttl: float | None = None
     stale_while_revalidate: float | None = None
     stale_if_error: float | None = None
+    # The request path's extension (deception.extension_of): its answers' Content-Type is
+    # checked before a rule's lifetime is lent to them (deception.lent_refusal).
+    extension: str | None = None
 
     @property
     def detail(self) -> str:
@@ -186,15 +207,12 @@ class Applied:
         return None
 
     def bypassed(self, cookies: list[str]) -> bool:
-        """Whether a request with these Cookie fields goes to the origin uncached."""
+        """Whether a request with these Cookie fields goes to the origin uncached: one of
+        its names, as any origin may read it (``deception.cookie_names``), is a bypass
+        cookie's (its glob folded the same way)."""
         if self.bypass is None or not cookies:
             return False
-        for line in cookies:
-            for pair in line.split(";"):
-                name = pair.partition("=")[0].strip()
-                if name and self.bypass.fullmatch(name):
-                    return True
-        return False
+        return any(self.bypass.fullmatch(name) for name in cookie_names(cookies))
 
 
 NO_QUERY = QueryRule(keep=None, drop=None, sort=False)
@@ -237,14 +255,17 @@ class RuleSet:
     )
 
     def match(self, path: str) -> Applied | None:
-        """The merged rules for a request path (no query), or None when no rule matches."""
+        """The merged rules for a request path (no query), or None when no rule matches.
+        Globs match the path as ``deception.rule_path`` reads it (decoded, dot segments and
+        parameters gone); the memo is by the path as sent, so a hit pays for neither."""
         memo = self._memo
         try:
             return memo[path]
         except KeyError:
             pass
-        matched = tuple(r for r in self.rules if r.matcher is None or r.matcher.fullmatch(path))
-        applied = merged(matched) if matched else None
+        normal = rule_path(path)
+        matched = tuple(r for r in self.rules if r.matcher is None or r.matcher.fullmatch(normal))
+        applied = merged(matched, extension_of(normal)) if matched else None
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         memo[path] = applied
@@ -254,8 +275,9 @@ class RuleSet:
         return tuple(part for rule in self.rules if (part := rule.key_part()))
 
 
-def merged(rules: tuple[Rule, ...]) -> Applied:
-    """Every field from the last rule that sets it (Cloudflare's order)."""
+def merged(rules: tuple[Rule, ...], extension: str | None = None) -> Applied:
+    """Every field from the last rule that sets it (Cloudflare's order). ``extension``: the
+    request path's, for ``Applied.extension``."""
     values: dict[str, object] = {}
     query_filter: tuple[str, tuple[str, ...]] | None = None
     sort = False
@@ -282,15 +304,24 @@ def merged(rules: tuple[Rule, ...]) -> Applied:
         query = QueryRule(keep=keep, drop=drop, sort=sort)
     return Applied(
         names=tuple(rule.name for rule in rules),
-        bypass=re.compile(glob_pattern(bypass)) if bypass else None,  # type: ignore[arg-type]
+        bypass=_cookie_pattern(bypass),  # type: ignore[arg-type]
+        extension=extension,
         query=query,
         edge_ttl_by_status=dict(by_status),  # type: ignore[call-overload]
         **values,  # type: ignore[arg-type]
     )
 
 
+def _cookie_pattern(globs: tuple[str, ...] | None) -> re.Pattern[str] | None:
+    """The bypass cookies' globs, folded as the names they are matched with."""
+    if not globs:
+        return None
+    return re.compile(glob_pattern(tuple(folded_name(glob) for glob in globs)))
+
+
 _PLAIN = (
     "bypass_cookies",
+    "cache_with_cookies",
     "ignore_client_no_cache",
     "edge_ttl",
     "edge_ttl_by_status",

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from proxy.core.cache.deception import rule_path
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.cache.keys import cache_target
 from proxy.core.cache.policy import (
@@ -96,16 +97,20 @@ class Server:
 
 
 def rule_rows(rules: RuleSet | None, path: str) -> list[dict[str, object]]:
-    """Each rule in order: its name, whether it matched the path, and why (not)."""
+    """Each rule in order: its name, whether it matched the path, and why (not). Globs
+    match the path as ``deception.rule_path`` reads it, which the words name when it
+    differs from the path as sent."""
     rows: list[dict[str, object]] = []
+    normal = rule_path(path)
+    shown = path if normal == path else f"{path} (read as {normal})"
     for rule in () if rules is None else rules.rules:
         if rule.matcher is None:
             rows.append({"name": rule.name, "matched": True, "why": "no paths: every path"})
-        elif rule.matcher.fullmatch(path):
-            rows.append({"name": rule.name, "matched": True, "why": f"{path!r} matches a glob"})
+        elif rule.matcher.fullmatch(normal):
+            rows.append({"name": rule.name, "matched": True, "why": f"{shown!r} matches a glob"})
         else:
             globs = ", ".join(map(repr, rule.paths))
-            why = f"{path!r} matches none of its paths ({globs})"
+            why = f"{shown!r} matches none of its paths ({globs})"
             rows.append({"name": rule.name, "matched": False, "why": why})
     return rows
 
