@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
+import pytest
 from h2.events import PingAckReceived
 
 from tests.edge.h2_support import RawH2
@@ -29,6 +30,8 @@ from tests.reliability.bodies_support import metric, raw_origin
 KIB = 1024
 MIB = 1024 * KIB
 HELD = "cdn_proxy_request_buffer_bytes"
+
+pytestmark = pytest.mark.slow  # a node in a child process, and tens of MiB sent to it
 UPLOADS = 24  # refused, each holding up to a stream's window (64 KiB) unread: 1.5 MiB
 
 
