@@ -11,7 +11,9 @@ test_aiohttp_adapter.py asserts each assumption.
   edge never calls, two parser limits; a
   ``StreamReader`` asks its protocol only ``pause_reading``, ``resume_reading``,
   ``connected`` and ``_reading_paused`` (``BodyFlow`` is aiohttp's ``BaseProtocol`` with
-  those turned into the stream's flow-control window); ``web.Response`` writes a version
+  those turned into the stream's flow-control window), calls ``resume_reading`` after a
+  read that leaves it below its low-water mark (a read of n bytes raises that mark to n),
+  and holds its unread bytes' count in ``_size`` (``unread``); ``web.Response`` writes a version
   2.0 message through ``write_headers``, ``write`` and ``write_eof`` without a chunk framing
   of its own (``enable_chunking`` is the writer's to ignore). The hand-over of a connection
   to HTTP/2 is aiohttp_server.py's.
@@ -83,8 +85,10 @@ def _url(path: str) -> URL:
 
 class BodyFlow(BaseProtocol):
     """What an HTTP/2 request body's ``StreamReader`` pauses and resumes: the stream's
-    window. ``resumed`` is called when the reader has room again (``pause_reading`` only
-    notes that it is full: the stream's window, not the socket, stops the client)."""
+    window. ``resumed`` is called when the handler may have read some of what the reader
+    holds (the connection then reopens the windows by what was read, ``unread``: never by
+    what merely arrived, issue 32); ``pause_reading`` only notes that bytes are held (the
+    stream's window, not the socket, stops the client)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, resumed: Callable[[], None]) -> None:
         super().__init__(loop)
@@ -103,6 +107,12 @@ class BodyFlow(BaseProtocol):
         self._resumed()
 
 
-def body_reader(flow: BodyFlow, limit: int) -> StreamReader:
-    """A request body's reader: full (``flow`` paused) past twice ``limit`` bytes."""
-    return StreamReader(flow, limit, loop=flow._loop)
+def body_reader(flow: BodyFlow) -> StreamReader:
+    """A request body's reader, whose low-water mark is one byte at first: ``flow`` hears
+    of a read that empties it, at least (``BodyFlow.resume_reading``)."""
+    return StreamReader(flow, 1, loop=flow._loop)
+
+
+def unread(reader: StreamReader) -> int:
+    """The bytes fed to ``reader`` and not yet read from it."""
+    return reader._size

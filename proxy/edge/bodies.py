@@ -18,7 +18,8 @@ Decision 0032 (issue 24) bounds what the bodies being read hold, together:
   edge.request_buffer_total_bytes (a worker's share of it). A body that would take more is
   streamed from there, within the upload shares (503 with Retry-After past them); what was
   buffered stays counted until its request is answered. The budget lives with the edge
-  listener's connection guard (``budget_of``), which reports it in /metrics.
+  listener's connection guard (``budget_of``), which reports it in /metrics; an HTTP/2
+  stream's body counts against it as an HTTP/1.1 connection's does (decision 0045).
 - ``Pace``: each edge.body_timeout seconds spent waiting for a body must bring
   edge.body_min_rate times as many bytes (mod_reqtimeout's MinRate, in windows): one byte
   every 50 s no longer keeps a buffer, or an upload share, for ever. Too slow is answered as
@@ -42,6 +43,7 @@ from aiohttp import web
 
 from proxy.config.model import Config
 from proxy.edge.aiohttp_server import GuardedRequestHandler
+from proxy.edge.h2.stream import StreamProtocol
 from proxy.errors import OriginBusy, RequestBodyError, RequestBodyIncomplete, RequestBodyTimeout
 
 
@@ -92,9 +94,11 @@ class BodyBudget:
 
 
 def budget_of(request: web.BaseRequest) -> BodyBudget | None:
-    """The budget of the listener the request came on (None: a server without a guard)."""
+    """The budget of the listener the request came on, whatever its protocol: an HTTP/1.1
+    connection's or an HTTP/2 stream's (issue 32, hole 1: a stream's bodies had none). None:
+    a server without a guard."""
     protocol = request.protocol
-    if isinstance(protocol, GuardedRequestHandler):
+    if isinstance(protocol, GuardedRequestHandler | StreamProtocol):
         bodies = protocol.guard.bodies
         return bodies if isinstance(bodies, BodyBudget) else None
     return None

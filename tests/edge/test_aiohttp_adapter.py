@@ -37,7 +37,7 @@ from proxy.edge.aiohttp_adapter import (
     sent_beside,
     take_over,
 )
-from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
+from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request, unread
 from proxy.edge.aiohttp_server import (
     H2C_REFUSED,
     GuardedAppRunner,
@@ -687,18 +687,20 @@ async def test_an_h2_request_reads_only_the_connection_fields_it_is_given() -> N
     }
 
 
-async def test_a_body_reader_pauses_its_flow_past_twice_its_limit_and_resumes_it() -> None:
-    """``BodyFlow``: the reader asks it to pause past twice the limit, and to resume (the
-    stream's window reopens) once read below the limit."""
+async def test_a_body_reader_tells_its_flow_of_reads_and_what_it_holds() -> None:
+    """``BodyFlow`` and ``unread``: the reader pauses its flow when fed, calls it back after
+    a read that empties it, and holds its unread bytes' count where ``unread`` reads it:
+    the stream's window reopens by what the handler read (issue 32)."""
     resumed: list[bool] = []
     flow = BodyFlow(asyncio.get_running_loop(), lambda: resumed.append(True))
-    reader = body_reader(flow, 16)
+    reader = body_reader(flow)
     reader.feed_data(b"x" * 40)
     assert flow._reading_paused and not resumed
+    assert unread(reader) == 40
     assert await reader.read(30) == b"x" * 30
-    assert resumed and not flow._reading_paused
-    reader.feed_eof()
-    assert await reader.read() == b"x" * 10
+    assert unread(reader) == 10
+    assert reader.read_nowait(-1) == b"x" * 10
+    assert resumed and not flow._reading_paused and unread(reader) == 0
 
 
 @pytest.mark.slow

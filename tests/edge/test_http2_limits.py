@@ -22,6 +22,7 @@ from aiohttp import web
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hpack import Encoder
+from hpack.hpack import encode_integer
 from hyperframe.frame import (
     ContinuationFrame,
     PingFrame,
@@ -278,6 +279,64 @@ async def test_continuation_flood(tmp_path: Path, origin: Origin, certs: Certifi
         await client.until_closed()
         assert client.goaway is not None
         assert client.goaway.error_code in (ErrorCodes.PROTOCOL_ERROR, ErrorCodes.ENHANCE_YOUR_CALM)
+        await others_still_served(service, certs)
+
+
+def huffman_block(size: int) -> bytes:
+    """A GET's head whose last field is one Huffman-coded literal of ``size`` bytes (8
+    "a"s in each 5): the costliest block to decode for its size."""
+    value = bytes.fromhex("18c6318c63") * (size // 5)
+    length = encode_integer(len(value), 7)
+    length[0] |= 0x80  # Huffman-coded
+    return headers_block(Encoder(), "/") + b"\x00\x05x-big" + bytes(length) + value
+
+
+def block_frames(block: bytes, *, whole: bool = True) -> list[bytes]:
+    """HEADERS and CONTINUATION frames of 16 KiB carrying ``block``; END_HEADERS on the
+    last if ``whole``."""
+    pieces = [block[at : at + 16_384] for at in range(0, len(block), 16_384)]
+    frames = [headers_frame(1, pieces[0], whole=False)]
+    frames += [ContinuationFrame(1, data=piece).serialize() for piece in pieces[1:-1]]
+    last = {"END_HEADERS"} if whole else set()
+    frames.append(ContinuationFrame(1, data=pieces[-1], flags=last).serialize())
+    return frames
+
+
+async def test_a_large_header_block_is_refused_before_it_is_decoded(
+    tmp_path: Path, origin: Origin, certs: Certificates
+) -> None:
+    """Issue 32, hole 4: the encoded block is capped at twice the header list limit (64
+    KiB: 128 KiB) and refused, GOAWAY ENHANCE_YOUR_CALM, as soon as it passes it, before
+    its end and before anything is decoded. Before, 64 frames (1 MiB) were held and a
+    Huffman literal of 1 MiB decoded on the event loop (0.4 s or more), every other client
+    of the process waiting: here hits on another connection, asked while three such blocks
+    arrive, stay fast."""
+    async with edge(tmp_path, origin, certs) as service:
+        other = await connect(service, certs)
+        assert (await other.answer(other.request("/ok"))).status == 200  # a hit from now on
+        frames = block_frames(huffman_block(1024 * 1024 - 1024))
+        assert len(frames) == 64
+        unended = await connect(service, certs)
+        await unended.read_events()  # the server's SETTINGS, acknowledged before the block
+        raw(unended, *block_frames(huffman_block(256 * 1024), whole=False))
+        await goaway_and_close(unended, ErrorCodes.ENHANCE_YOUR_CALM)
+        attackers = [await connect(service, certs) for _ in range(3)]
+        for attacker in attackers:
+            await attacker.read_events()
+            raw(attacker, *frames)
+        refused = asyncio.gather(
+            *(goaway_and_close(a, ErrorCodes.ENHANCE_YOUR_CALM) for a in attackers)
+        )
+        loop = asyncio.get_running_loop()
+        slowest = 0.0
+        while not refused.done():
+            began = loop.time()
+            answer = await other.answer(other.request("/ok"))
+            slowest = max(slowest, loop.time() - began)
+            assert (answer.status, answer.body) == (200, b"still served")
+        await refused
+        assert slowest < 0.3, f"a hit took {slowest:.3f} s"
+        await other.close()
         await others_still_served(service, certs)
 
 

@@ -451,3 +451,30 @@ def test_only_small_heads_are_kept() -> None:
         assert seen[0] == seen[1]
         heads[name] = seen[0] is seen[1]
     assert heads == {"small": True, "large": False}
+
+
+def test_a_header_block_past_its_cap_is_refused_before_it_is_decoded() -> None:
+    """Issue 32, hole 4: the encoded block (HEADERS and CONTINUATION payloads) is held to
+    twice SETTINGS_MAX_HEADER_LIST_SIZE (here 8 KiB: 16 KiB). Past it, ENHANCE_YOUR_CALM at
+    once, before END_HEADERS, so nothing is decoded; before, 64 frames of 16 KiB (1 MiB)
+    were held, then decoded on the event loop."""
+    server, _ = connected(max_header_list_bytes=8192)
+    head = HeadersFrame(1, data=block(GET), flags={"END_STREAM"})
+    server.receive(raw(head, ContinuationFrame(1, data=b"\x00" * 8192)))  # 8 KiB and a bit
+    with pytest.raises(H2Error) as error:
+        server.receive(raw(ContinuationFrame(1, data=b"\x00" * 8192)))
+    assert error.value.code == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_a_head_near_the_list_limit_in_several_frames_is_read() -> None:
+    """A head just within SETTINGS_MAX_HEADER_LIST_SIZE, sent in pieces of 1 KiB, is a
+    request: the cap leaves every head the list limit allows its room."""
+    server, _ = connected(max_header_list_bytes=8192)
+    data = block([*GET, ("x-pad", "a" * 7900)])
+    pieces = [data[at : at + 1024] for at in range(0, len(data), 1024)]
+    frames: list[Frame] = [HeadersFrame(1, data=pieces[0], flags={"END_STREAM"})]
+    frames += [ContinuationFrame(1, data=piece) for piece in pieces[1:-1]]
+    frames.append(ContinuationFrame(1, data=pieces[-1], flags={"END_HEADERS"}))
+    events = server.receive(raw(*frames))
+    assert len(events) == 1 and isinstance(events[0], RequestReceived)
+    assert len(events[0].head.headers["x-pad"]) == 7900

@@ -8,9 +8,9 @@ What it may cost is limits.py's; each limit, when crossed:
 
 - a stream past SETTINGS_MAX_CONCURRENT_STREAMS: refused (RST_STREAM REFUSED_STREAM), as a
   stream error the client caused is reset; both spend the reset budget;
-- a decoded head past SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) or a CONTINUATION
-  flood (64 frames of one head at most), or any other connection error: GOAWAY with the
-  error, and close;
+- a decoded head past SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb), an encoded one past
+  twice that (refused before it is decoded) or a CONTINUATION flood (64 frames of one head
+  at most), or any other connection error: GOAWAY with the error, and close;
 - more new streams in one read than twice the concurrent streams (nginx 1.25.3), streams
   cancelled before their answer or reset for the client's errors past the reset budget
   (Rapid Reset, MadeYouReset), control frames past their rate (SETTINGS, PING, PRIORITY,
@@ -39,7 +39,7 @@ from aiohttp.tcp_helpers import tcp_nodelay
 from h2.errors import ErrorCodes
 
 from proxy.edge.aiohttp_adapter import Prewritten
-from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
+from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request, unread
 from proxy.edge.aiohttp_server import error_page
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.events import (
@@ -57,7 +57,7 @@ from proxy.edge.h2.events import (
 )
 from proxy.edge.h2.frames import encode_block
 from proxy.edge.h2.head import Head
-from proxy.edge.h2.limits import BODY_READ_LIMIT, H2Limits, ResetBudget, TokenBucket
+from proxy.edge.h2.limits import H2Limits, ResetBudget, TokenBucket
 from proxy.edge.h2.machine import ServerMachine
 from proxy.edge.h2.stream import StreamGone, StreamProtocol, StreamTransport, StreamWriter
 
@@ -84,7 +84,7 @@ class Stream:
     writer: StreamWriter
     flow: BodyFlow | None = None
     body: StreamReader | None = None
-    unacked: int = 0  # body bytes read into the reader while it was full
+    unacked: int = 0  # body bytes received, not yet read by the handler, so not acknowledged
     task: asyncio.Task[None] | None = None
     started: bool = False  # its task has begun: the handler may be doing work for it
 
@@ -95,6 +95,7 @@ class H2Connection(asyncio.Protocol):
 
     def __init__(self, front: Front, peer: str | None) -> None:
         self._front = front
+        self.guard = front.guard  # its request bodies' budget (proxy/edge/bodies.py)
         self.peer_address = peer  # what the guard counts the connection against
         self.limits = limits = front.limits
         self._loop = asyncio.get_running_loop()
@@ -262,7 +263,7 @@ class H2Connection(asyncio.Protocol):
         stream = Stream(writer)
         if not ended:
             flow = BodyFlow(self._loop, lambda: self._reopen(stream))
-            stream.flow, stream.body = flow, body_reader(flow, BODY_READ_LIMIT)
+            stream.flow, stream.body = flow, body_reader(flow)
             writer.body_unread = True
         self._streams[stream_id] = stream
         if self._idle is not None:
@@ -332,6 +333,7 @@ class H2Connection(asyncio.Protocol):
     def _finished(self, stream: Stream) -> None:
         writer = stream.writer
         self._streams.pop(writer.stream_id, None)
+        self._give_back(stream)
         if not writer.ended and not writer.gone and not self._closed:
             self.reset(writer, ErrorCodes.INTERNAL_ERROR)  # never answered in full
         elif writer.ended and not writer.gone:
@@ -349,17 +351,37 @@ class H2Connection(asyncio.Protocol):
         if stream is None or stream.body is None or stream.flow is None:
             self._acknowledge(size, event.stream_id)
             return
-        if event.data:
+        held = len(event.data)
+        if size > held:
+            self._acknowledge(size - held, event.stream_id)  # padding: never held
+        if held:
+            # Acknowledged once the handler reads it (_reopen): the windows bound what the
+            # streams hold unread, the connection's (CONNECTION_WINDOW) all of them together.
             stream.body.feed_data(event.data)
-        if stream.flow._reading_paused:
-            stream.unacked += size  # the window reopens as the handler reads (_reopen)
-        else:
-            self._acknowledge(size, event.stream_id)
+            stream.flow.pause_reading()
+            stream.unacked += held
 
     def _reopen(self, stream: Stream) -> None:
+        """The handler read some of the stream's body: its window, and the connection's,
+        reopen by that much."""
+        if stream.body is None:
+            return
+        held = unread(stream.body)
+        size = stream.unacked - held
+        if size > 0 and not self._closed:
+            stream.unacked = held
+            self._acknowledge(size, stream.writer.stream_id)
+            self.flush_soon()
+
+    def _give_back(self, stream: Stream) -> None:
+        """The stream ended or was reset: what its body holds unread will never be read,
+        and the connection's window reopens by it (issue 32, hole 3: else each upload
+        refused before its body was read kept up to a stream's window of the connection's,
+        and after about ten, no body could arrive on it). h2 says so of DATA on a closed
+        stream; the machine does it for DATA that comes after."""
         size, stream.unacked = stream.unacked, 0
         if size and not self._closed:
-            self._acknowledge(size, stream.writer.stream_id)
+            self._acknowledge(size, 0)
             self.flush_soon()
 
     def _acknowledge(self, size: int, stream_id: int) -> None:
@@ -394,6 +416,7 @@ class H2Connection(asyncio.Protocol):
             stream.flow.open = False
         if stream.body is not None and not stream.body.is_eof():
             stream.body.set_exception(ConnectionResetError("the client reset the stream"))
+        self._give_back(stream)
 
     def _wake(self, stream_id: int) -> None:
         if stream_id:

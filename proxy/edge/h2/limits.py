@@ -2,12 +2,16 @@
 
 Memory per connection is bounded by what the edge grants, not by what the client sends:
 
-- request bodies: each stream's window (``STREAM_WINDOW``) is reopened only as the handler
-  reads, so a stream holds at most its window plus its reader's high-water mark
-  (``BODY_READ_LIMIT`` x 2) unread; at most ``max_concurrent_streams`` streams;
+- request bodies (decision 0045): the windows reopen only by what the handler has read out
+  of a stream's reader, never by what merely arrived, so a stream holds at most its window
+  (``STREAM_WINDOW``) unread, and all of a connection's streams together at most the
+  connection's (``CONNECTION_WINDOW``, 1 MiB); what the handler reads into its own buffer
+  counts against the process's edge.request_buffer_total_bytes, as an HTTP/1.1 body does;
+  a stream that ends or is reset gives what it held unread back to the connection's window;
 - request heads: the decoded header list is at most ``max_header_list_bytes`` (HPACK bomb),
-  and the machine holds at most 64 CONTINUATION frames of ``MAX_FRAME`` bytes for one head,
-  and 16 small heads it has read (machine.py's head cache: 72 KiB at most);
+  the encoded block (HEADERS and CONTINUATION payloads) at most twice that, refused before
+  it is decoded (machine.py's ``BLOCK_FACTOR``), and the machine keeps 16 small heads it
+  has read (machine.py's head cache: 72 KiB at most);
 - answers: a stream's DATA waits for the client's window, and frames queued to a socket
   whose client does not read (PING and SETTINGS acknowledgements included) stop the
   connection from being read past the transport's high-water mark, so a flood cannot grow
@@ -23,7 +27,6 @@ from proxy.config.settings import settings_of
 
 STREAM_WINDOW = 65_535  # RFC 9113's initial window: what a stream's body may send unread
 CONNECTION_WINDOW = 1024 * 1024  # all streams' bodies together, reopened as they are read
-BODY_READ_LIMIT = 64 * 1024  # a body's reader stops reopening the window past twice this
 MAX_FRAME = 16_384  # SETTINGS_MAX_FRAME_SIZE, the RFC's minimum and default
 
 

@@ -60,6 +60,9 @@ from proxy.edge.h2.limits import CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW, H2
 from proxy.edge.h2.streams import OpenStream, StreamTable
 
 MAX_CONTINUATIONS = 64  # of one head (h2's bound, and the 2024 CONTINUATION flood's)
+# An encoded block is at most this many times SETTINGS_MAX_HEADER_LIST_SIZE: a list counts
+# 32 bytes a field more than its literals take, so no head within the list limit needs more.
+BLOCK_FACTOR = 2
 # Distinct heads kept per connection while the HPACK table is unchanged, each of a block
 # and a decoded head no larger than these: 72 KiB a connection at most.
 HEAD_CACHE = 16
@@ -77,6 +80,7 @@ class _Pending:
     ended: bool
     self_dependent: bool
     parts: list[bytes] = field(default_factory=list)
+    size: int = 0  # of the parts: the encoded block so far
 
 
 class ServerMachine(StreamTable):
@@ -85,6 +89,7 @@ class ServerMachine(StreamTable):
         self.control = 0  # frames that asked work but no request, since the caller read it
         self._max_streams = limits.max_concurrent_streams
         self._max_list = limits.max_header_list_bytes
+        self._max_block = BLOCK_FACTOR * limits.max_header_list_bytes
         self._buffer = b""
         self._preface = False
         self.highest = 0  # the highest stream the client opened
@@ -168,7 +173,7 @@ class ServerMachine(StreamTable):
         if flags & END_HEADERS:
             self._block(stream_id, ended, self_dependent, payload, events)
         else:
-            self._pending = _Pending(stream_id, ended, self_dependent, [payload])
+            self._pending = _Pending(stream_id, ended, self_dependent, [payload], len(payload))
 
     def _continuation(
         self, flags: int, stream_id: int, payload: bytes, events: list[Event]
@@ -178,6 +183,9 @@ class ServerMachine(StreamTable):
             raise H2Error(ErrorCodes.PROTOCOL_ERROR, "a CONTINUATION out of place")
         if len(pending.parts) > MAX_CONTINUATIONS:
             raise H2Error(ErrorCodes.ENHANCE_YOUR_CALM, "a CONTINUATION flood")
+        pending.size += len(payload)
+        if pending.size > self._max_block:  # refused before decoding (issue 32, hole 4)
+            raise H2Error(ErrorCodes.ENHANCE_YOUR_CALM, "a header block past its cap")
         pending.parts.append(payload)
         if flags & END_HEADERS:
             self._pending = None

@@ -19,6 +19,7 @@ from aiohttp.abc import AbstractStreamWriter
 from h2.errors import ErrorCodes
 from multidict import CIMultiDict
 
+from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.frames import age_field, encode_block
 
 # Fields that belong to an HTTP/1.1 connection, never sent on HTTP/2 (RFC 9113 §8.2.2).
@@ -211,16 +212,18 @@ class StreamTransport(asyncio.Transport):
 class StreamProtocol:
     """What a stream's request reads of its connection (aiohttp_h2.h2_request)."""
 
-    __slots__ = ("peername", "sockname", "ssl_context", "transport")
+    __slots__ = ("guard", "peername", "sockname", "ssl_context", "transport")
 
     def __init__(self, transport: StreamTransport, of: Connection) -> None:
         self.transport = transport
+        self.guard = of.guard  # the listener's: its request bodies' budget (edge/bodies.py)
         self.ssl_context = of.ssl_context
         self.peername = of.peername
         self.sockname = of.sockname
 
 
 class Connection(Protocol):
+    guard: ConnectionGuard
     ssl_context: object | None
     peername: object | None
     sockname: object | None
