@@ -46,6 +46,8 @@ import json
 import mmap
 import os
 import struct
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,9 +58,11 @@ from proxy.core.cache.entry import StoredResponse
 from proxy.core.cache.keys import target_of
 from proxy.core.purge.purges import HARD, Bans, Covered, LastPurges, Purge, covering
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES, Held, plan
+from proxy.store.shared import url_log
 from proxy.store.shared.records import pack_number, read_number
 
 EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
+LAYOUT = 2  # of a domain's record: its URL purges in the URL log (decision 0048)
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
@@ -78,9 +82,10 @@ def _count(txn: lmdb.Transaction, key: bytes) -> int:
 
 
 def _sizes(txn: lmdb.Transaction) -> dict[str, int]:
-    """Every domain's record size (the meta records skipped)."""
+    """Every domain's bytes: its record's, and its live URL log's (the meta records and the
+    log's skipped: their keys start with NUL)."""
     return {
-        bytes(key).decode(): len(value)
+        bytes(key).decode(): DomainState.from_bytes(value).held
         for key, value in txn.cursor().iternext()
         if not bytes(key).startswith(b"\x00")
     }
@@ -101,12 +106,46 @@ def _top(txn: lmdb.Transaction) -> int:
     )
 
 
-def _read_state(txn: lmdb.Transaction, key: bytes) -> DomainState:
-    """A domain's committed state, under the floor of the last distrust of every domain."""
-    record = txn.get(key)
+def _read_state(
+    txn: lmdb.Transaction, domain: str, known: DomainState | None = None, log: bool = True
+) -> DomainState:
+    """A domain's committed state, under the floor of the last distrust of every domain;
+    with its URL log read into ``urls`` unless ``log`` is False (a writer's: it appends).
+    ``known``: the state this process read before, whose URL table is read on from where it
+    stopped when no clear came between (decision 0048): the table is shared, and grows in
+    place, which any holder of the older state may see: only purges committed since, never
+    fewer."""
+    record = txn.get(domain.encode())
     state = DomainState() if record is None else DomainState.from_bytes(record)
+    if log and not state.legacy:
+        if known is not None and known.cleared == state.cleared and known.read_to >= state.cleared:
+            state.urls = known.urls
+            start = known.read_to + 1
+        else:
+            start = state.cleared + 1
+        if state.url_top >= start:
+            url_log.read(txn, domain, start, state.urls)
+    state.read_to = state.number
     floor = txn.get(FLOOR)
     return state if floor is None else state.floored(int(_COUNT.unpack(floor)[0]))
+
+
+def _migrate(txn: lmdb.Transaction, domain: str, state: DomainState) -> None:
+    """A record of the first layout, about to be written in the second: its inline URL
+    purges go to the URL log, one record per number, and whatever log records a downgrade
+    left (all numbered at or under its ``cleared``) are buried."""
+    numbered: dict[tuple[int, bool, float], list[str]] = {}
+    for target, last in state.urls.items():
+        if last.hard > state.cleared:
+            numbered.setdefault((last.hard, False, 0.0), []).append(target)
+        if last.soft > state.cleared:
+            numbered.setdefault((last.soft, True, last.soft_at), []).append(target)
+    for (number, soft, at), targets in sorted(numbered.items()):
+        state.log_bytes += url_log.append(txn, domain, number, url_log.pack(soft, at, targets))
+        state.url_top = max(state.url_top, number)
+    url_log.bury(txn, domain, state.cleared)
+    state.urls = {}
+    state.legacy = False
 
 
 @dataclass(slots=True)
@@ -118,6 +157,14 @@ class DomainState:
     urls: dict[str, LastPurges] = field(default_factory=dict)  # request-target -> purges
     top: int = 0  # the newest outstanding ban or purge: marks at or above it need no check
     distrusted: int = 0  # marks under it are served only once revalidated (decision 0040)
+    # The URL log (url_log.py, decision 0048): the bytes of the domain's live log records
+    # (counted in the budget), the newest URL purge's number, and (a reader's) the number up
+    # to which ``urls`` holds the log, to read on from.
+    log_bytes: int = 0
+    url_top: int = 0
+    read_to: int = 0
+    legacy: bool = False  # read from a record of the first layout: its URL purges inline
+    fleet: tuple[str, int] | None = None  # the fleet's (epoch, number) applied to it (0048)
 
     def clear(self) -> int:
         self.number += 1
@@ -126,6 +173,9 @@ class DomainState:
         self.tags = {}
         self.urls = {}
         self.top = 0
+        self.log_bytes = 0
+        self.url_top = 0
+        self.legacy = False
         return self.number
 
     def distrust(self) -> int:
@@ -145,7 +195,8 @@ class DomainState:
         return self
 
     def add(self, purge: Purge, at: float) -> int:
-        """Record a purge other than a hard ``all`` (a clear): its number."""
+        """Record a purge other than a hard ``all`` (a clear) and a URL purge (``add_url``):
+        its number."""
         self.number += 1
         number = self.number
         if purge.kind == "all":
@@ -159,21 +210,51 @@ class DomainState:
         self.top = number
         return number
 
+    def add_url(self, purge: Purge) -> int:
+        """Number a URL purge, whose targets go to the URL log (the caller's): its number."""
+        self.number += 1
+        self.top = self.url_top = self.number
+        return self.number
+
+    @property
+    def held(self) -> int:
+        """The bytes the domain's purge state holds: its record and its live URL log."""
+        return len(self.to_bytes()) + self.log_bytes
+
     def to_bytes(self) -> bytes:
+        """The record, in the second layout (decision 0048). Its first fields are the first
+        layout's, written so that code of that layout reads it safely: ``cleared`` there is
+        at least the newest URL purge's number (the URL purges it cannot see, in the log,
+        are read by it as a clear), and its inline URL table is empty. The fields of this
+        layout follow, in a versioned object that code reads past."""
+
         def lasts(table: dict[str, LastPurges]) -> list[list[Any]]:
             return [[k, v.hard, v.soft, v.soft_at] for k, v in table.items()]
 
-        body = [self.cleared, self.top, lasts(self.bans.by_prefix), lasts(self.tags)]
-        body.append(lasts(self.urls))
-        if self.distrusted:
-            body.append(self.distrusted)
+        compat = max(self.cleared, self.url_top)
+        body: list[Any] = [compat, self.top, lasts(self.bans.by_prefix), lasts(self.tags), []]
+        layout: dict[str, Any] = {"v": LAYOUT, "cleared": self.cleared, "log": self.log_bytes}
+        layout["url_top"] = self.url_top
+        if self.fleet is not None:
+            layout["fleet"] = list(self.fleet)
+        body += [self.distrusted, layout]
         return pack_number(self.number, json.dumps(body, separators=(",", ":")).encode())
 
     @classmethod
     def from_bytes(cls, record: bytes | memoryview) -> DomainState:
+        """A record of either layout. One of the first layout (or of a layout to come that
+        this code does not know: read by its first fields, which any layout keeps safe for
+        older code) has its URL purges inline (``legacy``)."""
         cleared, top, bans, tags, urls, *rest = json.loads(bytes(record[8:]))
         state = cls(number=read_number(record), cleared=cleared, top=top)
         state.distrusted = int(rest[0]) if rest else 0
+        layout = rest[1] if len(rest) > 1 and isinstance(rest[1], dict) else {}
+        if layout.get("v") == LAYOUT:
+            state.cleared = int(layout["cleared"])
+            state.log_bytes = int(layout["log"])
+            state.url_top = int(layout["url_top"])
+            fleet = layout.get("fleet")
+            state.fleet = None if fleet is None else (str(fleet[0]), int(fleet[1]))
         for prefix, hard, soft, soft_at in bans:
             if hard:
                 state.bans.add(hard, (prefix,), False, 0.0)
@@ -182,6 +263,8 @@ class DomainState:
         for table, rows in ((state.tags, tags), (state.urls, urls)):
             for key, hard, soft, soft_at in rows:
                 table[key] = LastPurges(hard, soft, soft_at)
+        state.legacy = layout.get("v") != LAYOUT
+        state.read_to = state.number
         return state
 
 
@@ -248,6 +331,9 @@ class PurgeStateStore:
         self._env = env
         self.max_bytes = max_bytes
         self._parsed: dict[str, tuple[int, DomainState]] = {}
+        # Catch-ups of one process (its event loop, its writer thread) one at a time: they
+        # grow a domain's URL table in place.
+        self._reading = threading.Lock()
         fd = os.open(epoch_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             if os.fstat(fd).st_size < EPOCH.size:
@@ -261,40 +347,66 @@ class PurgeStateStore:
 
     def current(self, domain: str) -> DomainState:
         """The domain's state as last committed (a fresh default if never purged), under the
-        floor of the last distrust of every domain."""
+        floor of the last distrust of every domain. After a purge, read on from the state
+        read before: O(purges since), not O(purges)."""
         epoch: int = EPOCH.unpack_from(self._epoch)[0]
         cached = self._parsed.get(domain)
         if cached is not None and cached[0] == epoch:
             return cached[1]
-        with self._env.begin(buffers=True) as txn:
-            state = _read_state(txn, domain.encode())
-        self._parsed[domain] = (epoch, state)
+        with self._reading:
+            cached = self._parsed.get(domain)
+            if cached is not None and cached[0] == epoch:
+                return cached[1]
+            with self._env.begin(buffers=True) as txn:
+                state = _read_state(txn, domain, None if cached is None else cached[1])
+            self._parsed[domain] = (epoch, state)
         return state
 
-    def _update(self, domain: str, change: Any) -> int:
-        """Apply ``change`` (DomainState -> number) to the domain's committed state in one
-        synced write transaction, folding the state if it passes the budget, then announce it
-        in the epoch; the new number."""
-        key = domain.encode()
+    def _update(self, domain: str, change: Change) -> int:
+        """Apply ``change`` to the domain's committed state in one synced write transaction,
+        folding the state if it passes the budget, then announce it in the epoch; the new
+        number."""
         with self._env.begin(write=True) as txn:
-            record = txn.get(key)
-            state = _read_state(txn, key)
-            number: int = change(state)
-            written = state.to_bytes()
-            txn.put(key, written)
-            if txn.get(TOTAL) is None:  # a directory from before the count: count it once
-                total = sum(_sizes(txn).values())
-            else:
-                total = _count(txn, TOTAL) + len(written) - (0 if record is None else len(record))
-            highest = state.number
-            if total > self.max_bytes:
-                total, folded = self._fold(txn)
-                highest = max(highest, folded)
-            txn.put(TOTAL, _COUNT.pack(total))
-            txn.put(TOP, _COUNT.pack(max(_top(txn), highest)))
+            number = self._change(txn, domain, change)
+            self._settle(txn, self._top_of(txn, domain))
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
         return number
+
+    def _change(self, txn: lmdb.Transaction, domain: str, change: Change) -> int:
+        """One change of a domain's state in ``txn``, counted in ``TOTAL``: its number. Its
+        record is read without its URL log (a change appends to the log, never reads it)."""
+        key = domain.encode()
+        record = txn.get(key)
+        state = _read_state(txn, domain, log=False)
+        before = 0 if record is None else len(record) + state.log_bytes
+        if state.legacy:
+            _migrate(txn, domain, state)
+        cleared, logged = state.cleared, state.log_bytes
+        number = change(state, txn)
+        if state.cleared != cleared and logged:  # a clear: the log's records are dead
+            url_log.bury(txn, domain, state.cleared)
+        txn.put(key, state.to_bytes())
+        if txn.get(TOTAL) is None:  # a directory from before the count: count it once
+            txn.put(TOTAL, _COUNT.pack(sum(_sizes(txn).values())))
+        else:
+            txn.put(TOTAL, _COUNT.pack(_count(txn, TOTAL) + state.held - before))
+        return number
+
+    def _top_of(self, txn: lmdb.Transaction, domain: str) -> int:
+        record = txn.get(domain.encode())
+        return 0 if record is None else read_number(record)
+
+    def _settle(self, txn: lmdb.Transaction, highest: int) -> None:
+        """The end of every write: fold past the budget, keep ``TOP``, drop some dead log
+        records (decision 0048)."""
+        total = _count(txn, TOTAL)
+        if total > self.max_bytes:
+            total, folded = self._fold(txn)
+            highest = max(highest, folded)
+            txn.put(TOTAL, _COUNT.pack(total))
+        txn.put(TOP, _COUNT.pack(max(_top(txn), highest)))
+        url_log.sweep(txn)
 
     def _fold(self, txn: lmdb.Transaction) -> tuple[int, int]:
         """Clear every domain over its fair share of the budget, in ``txn``: the new total,
@@ -307,11 +419,14 @@ class PurgeStateStore:
         floor, highest = _count(txn, FLOOR), 0
         for fold in folds:
             key = fold.domain.encode()
-            state = DomainState(number=read_number(txn.get(key) or bytes(8))).floored(floor)
+            record = txn.get(key)
+            assert record is not None  # sized above, in this transaction
+            was = DomainState.from_bytes(record)
+            state = DomainState(number=was.number, fleet=was.fleet).floored(floor)
             highest = max(highest, state.clear())  # above the floor: covers entries after it
-            written = state.to_bytes()
-            txn.put(key, written)
-            sizes[fold.domain] = len(written)
+            url_log.bury(txn, fold.domain, state.cleared)
+            txn.put(key, state.to_bytes())
+            sizes[fold.domain] = state.held
         txn.put(FOLDED, _COUNT.pack(_count(txn, FOLDED) + len(folds)))
         return sum(sizes.values()), highest  # recounted: a fold corrects the running total
 
@@ -334,15 +449,46 @@ class PurgeStateStore:
 
     def distrust(self, domain: str) -> int:
         """Distrust one domain's entries (synced): its new number."""
-        return self._update(domain, DomainState.distrust)
+        return self._update(domain, lambda state, txn: state.distrust())
 
     def usage(self) -> tuple[int, int]:
-        """The records' bytes, and how many domains folds have cleared (for /metrics)."""
+        """The purge state's bytes (records and live URL logs), and how many domains folds
+        have cleared (for /metrics)."""
         with self._env.begin() as txn:
             return _count(txn, TOTAL), _count(txn, FOLDED)
 
     def clear(self, domain: str) -> int:
-        return self._update(domain, DomainState.clear)
+        return self._update(domain, lambda state, txn: state.clear())
 
     def add(self, domain: str, purge: Purge, at: float) -> int:
-        return self._update(domain, lambda state: state.add(purge, at))
+        return self._update(domain, _adding(domain, purge, at))
+
+    def add_many(self, domain: str, purges: Sequence[Purge], at: float) -> int:
+        """Several purges of one domain in one synced write (a bulk load: the benchmark's):
+        the last one's number."""
+
+        def change(state: DomainState, txn: lmdb.Transaction) -> int:
+            number = state.number
+            for purge in purges:
+                number = _adding(domain, purge, at)(state, txn)
+            return number
+
+        return self._update(domain, change)
+
+
+Change = Callable[[DomainState, lmdb.Transaction], int]
+
+
+def _adding(domain: str, purge: Purge, at: float) -> Change:
+    """The change that records ``purge`` (not a hard ``all``): a URL purge as one record of
+    the URL log, the others in the domain's record."""
+    if purge.kind != "url":
+        return lambda state, txn: state.add(purge, at)
+
+    def change(state: DomainState, txn: lmdb.Transaction) -> int:
+        number = state.add_url(purge)
+        value = url_log.pack(purge.soft, at, purge.items)
+        state.log_bytes += url_log.append(txn, domain, number, value)
+        return number
+
+    return change
