@@ -7,19 +7,24 @@ an entry is judged at every lookup (``judge``):
 - covered by a prefix ban, a tag purge or a URL purge numbered above its mark: gone (hard), or
   stale from the purge's time (soft). The matching rules are core's (``covering``, ``Bans``,
   ``LastPurges``); a URL purge is a ban of the exact request-target (either scheme).
-Nothing on disk is visited at purge time: a purge is one small record, so it is O(items).
+Nothing on disk is visited at purge time. A URL purge is one record of its own in the URL
+log (url_log.py, decision 0048), the others change the domain's small record (domain_state.py):
+a purge costs O(its items), whatever the number of purges before it.
 
 The records live in their own LMDB environment (``state/``), opened synced: a commit returns
 after fsync, so a clear or a purge is on disk before the caller answers 200, and survives a
 kill -9 and a power loss. Readers keep each domain's parsed state until a purge announces
-itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it.
+itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it; then
+they read its small record again and the URL log on from where they stopped.
 
 Retention (decision 0037). Bans, tag and URL purges are kept until the domain's next clear, so
 the records get a byte budget (``cache.purge_state_max_bytes``, the node's, not divided: one
-tier per node). The bytes counted are the records' own (what each purge rewrites and fsyncs,
-and what a reader parses), summed in a meta record (``TOTAL``) kept by every write in its own
-transaction. A purge that takes the total over the budget also folds, in the same synced
-transaction: ``retention.plan`` over every domain's record size (all *outstanding*, nothing
+tier per node). The bytes counted are the domains' records and their live URL log records
+(``DomainState.held``; a record keeps its log's byte count), summed in a meta record
+(``TOTAL``) kept by every write in its own transaction. A clear takes its domain's log out of
+the count at once; its records are dropped by later writes (``url_log.sweep``). A purge
+that takes the total over the budget also folds, in the same synced transaction:
+``retention.plan`` over every domain's bytes (all *outstanding*, nothing
 remembered) names the domains over the fair level, and each is cleared (``DomainState.clear``:
 its entries' marks are then under ``cleared``, misses). Retiring only the bans older than the
 domain's oldest entry would need that mark, which the tier does not keep (left to its lurker,
@@ -42,27 +47,29 @@ of domains or entries.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import lmdb
 
-from proxy.core.cache.entry import StoredResponse
-from proxy.core.cache.keys import target_of
-from proxy.core.purge.purges import HARD, Bans, Covered, LastPurges, Purge, covering
+from proxy.core.purge.purges import Purge
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES, Held, plan
 from proxy.store.shared import url_log
-from proxy.store.shared.records import pack_number, read_number
+from proxy.store.shared.domain_state import (
+    DISTRUSTED,
+    DomainState,
+    distrusted_copy,
+    judge,
+)
+from proxy.store.shared.records import read_number
+
+__all__ = ["DISTRUSTED", "DomainState", "PurgeStateStore", "distrusted_copy", "judge"]
 
 EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
-LAYOUT = 2  # of a domain's record: its URL purges in the URL log (decision 0048)
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
@@ -146,170 +153,6 @@ def _migrate(txn: lmdb.Transaction, domain: str, state: DomainState) -> None:
     url_log.bury(txn, domain, state.cleared)
     state.urls = {}
     state.legacy = False
-
-
-@dataclass(slots=True)
-class DomainState:
-    number: int = 0
-    cleared: int = 0  # the number the last clear moved it to: older marks are gone
-    bans: Bans = field(default_factory=Bans)
-    tags: dict[str, LastPurges] = field(default_factory=dict)
-    urls: dict[str, LastPurges] = field(default_factory=dict)  # request-target -> purges
-    top: int = 0  # the newest outstanding ban or purge: marks at or above it need no check
-    distrusted: int = 0  # marks under it are served only once revalidated (decision 0040)
-    # The URL log (url_log.py, decision 0048): the bytes of the domain's live log records
-    # (counted in the budget), the newest URL purge's number, and (a reader's) the number up
-    # to which ``urls`` holds the log, to read on from.
-    log_bytes: int = 0
-    url_top: int = 0
-    read_to: int = 0
-    legacy: bool = False  # read from a record of the first layout: its URL purges inline
-    fleet: tuple[str, int] | None = None  # the fleet's (epoch, number) applied to it (0048)
-
-    def clear(self) -> int:
-        self.number += 1
-        self.cleared = self.number
-        self.bans = Bans()
-        self.tags = {}
-        self.urls = {}
-        self.top = 0
-        self.log_bytes = 0
-        self.url_top = 0
-        self.legacy = False
-        return self.number
-
-    def distrust(self) -> int:
-        """Every entry stored so far is to be revalidated before it is served: its number."""
-        self.number += 1
-        self.distrusted = self.number
-        return self.number
-
-    def floored(self, floor: int) -> DomainState:
-        """The state under a distrust of every domain at ``floor``: its number at least the
-        floor (a lookup from now on marks its fill at or above it), its own floor at least
-        the floor (every mark given out before is under it)."""
-        if self.number < floor:
-            self.number = floor
-        if self.distrusted < floor:
-            self.distrusted = floor
-        return self
-
-    def add(self, purge: Purge, at: float) -> int:
-        """Record a purge other than a hard ``all`` (a clear) and a URL purge (``add_url``):
-        its number."""
-        self.number += 1
-        number = self.number
-        if purge.kind == "all":
-            self.bans.add(number, ("",), purge.soft, at)
-        elif purge.kind == "prefix":
-            self.bans.add(number, purge.items, purge.soft, at)
-        else:
-            table = self.tags if purge.kind == "tag" else self.urls
-            for item in purge.items:
-                table.setdefault(item, LastPurges()).add(number, purge.soft, at)
-        self.top = number
-        return number
-
-    def add_url(self, purge: Purge) -> int:
-        """Number a URL purge, whose targets go to the URL log (the caller's): its number."""
-        self.number += 1
-        self.top = self.url_top = self.number
-        return self.number
-
-    @property
-    def held(self) -> int:
-        """The bytes the domain's purge state holds: its record and its live URL log."""
-        return len(self.to_bytes()) + self.log_bytes
-
-    def to_bytes(self) -> bytes:
-        """The record, in the second layout (decision 0048). Its first fields are the first
-        layout's, written so that code of that layout reads it safely: ``cleared`` there is
-        at least the newest URL purge's number (the URL purges it cannot see, in the log,
-        are read by it as a clear), and its inline URL table is empty. The fields of this
-        layout follow, in a versioned object that code reads past."""
-
-        def lasts(table: dict[str, LastPurges]) -> list[list[Any]]:
-            return [[k, v.hard, v.soft, v.soft_at] for k, v in table.items()]
-
-        compat = max(self.cleared, self.url_top)
-        body: list[Any] = [compat, self.top, lasts(self.bans.by_prefix), lasts(self.tags), []]
-        layout: dict[str, Any] = {"v": LAYOUT, "cleared": self.cleared, "log": self.log_bytes}
-        layout["url_top"] = self.url_top
-        if self.fleet is not None:
-            layout["fleet"] = list(self.fleet)
-        body += [self.distrusted, layout]
-        return pack_number(self.number, json.dumps(body, separators=(",", ":")).encode())
-
-    @classmethod
-    def from_bytes(cls, record: bytes | memoryview) -> DomainState:
-        """A record of either layout. One of the first layout (or of a layout to come that
-        this code does not know: read by its first fields, which any layout keeps safe for
-        older code) has its URL purges inline (``legacy``)."""
-        cleared, top, bans, tags, urls, *rest = json.loads(bytes(record[8:]))
-        state = cls(number=read_number(record), cleared=cleared, top=top)
-        state.distrusted = int(rest[0]) if rest else 0
-        layout = rest[1] if len(rest) > 1 and isinstance(rest[1], dict) else {}
-        if layout.get("v") == LAYOUT:
-            state.cleared = int(layout["cleared"])
-            state.log_bytes = int(layout["log"])
-            state.url_top = int(layout["url_top"])
-            fleet = layout.get("fleet")
-            state.fleet = None if fleet is None else (str(fleet[0]), int(fleet[1]))
-        for prefix, hard, soft, soft_at in bans:
-            if hard:
-                state.bans.add(hard, (prefix,), False, 0.0)
-            if soft:
-                state.bans.add(soft, (prefix,), True, soft_at)
-        for table, rows in ((state.tags, tags), (state.urls, urls)):
-            for key, hard, soft, soft_at in rows:
-                table[key] = LastPurges(hard, soft, soft_at)
-        state.legacy = layout.get("v") != LAYOUT
-        state.read_to = state.number
-        return state
-
-
-# An entry stored before a distrust (decision 0040): served only once revalidated. Compared by
-# identity; as a Covered it reads as stale since ever, for code that does not tell it apart.
-DISTRUSTED = Covered(hard=False, stale_at=float("-inf"))
-
-
-def judge(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
-    """What the domain's purges say about an entry with ``mark``, stored under ``target``
-    (a key target: either scheme's) with ``tags``: None when nothing covers it, HARD when
-    it is gone, DISTRUSTED when it must be revalidated first (a hard purge still wins)."""
-    if mark < state.cleared:
-        return HARD
-    if mark >= state.top:  # the usual case, with no call: nothing outstanding is newer
-        return None if mark >= state.distrusted else DISTRUSTED
-    found = _purged(state, mark, target, tags)
-    return DISTRUSTED if mark < state.distrusted and found is not HARD else found
-
-
-def distrusted_copy(response: StoredResponse) -> StoredResponse | None:
-    """What a lookup hands the edge for a DISTRUSTED entry: a copy stale at once, with no
-    stale-while-revalidate and no stale-if-error, so the edge sends a conditional request and
-    serves it only on a 304; None when it has no validator (dropped: a miss)."""
-    if response.etag is None and response.last_modified is None:
-        return None
-    copy = replace(response, freshness_lifetime=0.0, stale_while_revalidate=0.0, stale_if_error=0.0)
-    object.__setattr__(copy, "mark", response.mark)  # replace leaves it 0
-    return copy
-
-
-def _purged(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
-    """The domain's bans, tag and URL purges numbered above ``mark`` (under ``state.top``)
-    that cover the entry."""
-    found = covering(state.bans, state.tags, mark=mark, target=target, tags=tags)
-    if found is HARD:
-        return found
-    last = state.urls.get(target_of(target))
-    if last is None:
-        return found
-    if last.hard > mark:
-        return HARD
-    if last.soft > mark and (found is None or last.soft_at < found.stale_at):
-        return Covered(hard=False, stale_at=last.soft_at)
-    return found
 
 
 class PurgeStateStore:
