@@ -65,6 +65,7 @@ from proxy.store.shared.domain_state import (
     distrusted_copy,
     judge,
 )
+from proxy.store.shared.node_writes import FleetBatch, NodeWrite
 from proxy.store.shared.records import read_number
 
 __all__ = ["DISTRUSTED", "DomainState", "PurgeStateStore", "distrusted_copy", "judge"]
@@ -279,16 +280,50 @@ class PurgeStateStore:
         for the same non-empty one changes nothing (the other workers of the node, which learn
         of the same new epoch at the same number: the first one's floor is as good)."""
         with self._env.begin(write=True) as txn:
-            floor = _count(txn, FLOOR)
             if made_for and txn.get(FLOOR_FOR) == made_for:
-                return floor
-            floor = max(_top(txn), floor) + 1
-            txn.put(FLOOR, _COUNT.pack(floor))
-            txn.put(TOP, _COUNT.pack(floor))
-            txn.put(FLOOR_FOR, made_for)
+                return _count(txn, FLOOR)
+            floor = _floor(txn, made_for)
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
         return floor
+
+    def apply_fleet(self, batch: FleetBatch, at: float) -> int:
+        """A fleet batch's writes, made once per node (node_writes.py), in one synced write
+        transaction: how many of its parts were written (0: all were durable already, and
+        no write transaction was committed). Soft purges are stamped ``at``."""
+        grouped = batch.by_domain()
+        made_for = batch.every.encode()
+        with self._env.begin() as reading:  # first without the writer lock
+            if (not made_for or reading.get(FLOOR_FOR) == made_for) and all(
+                batch.done(_fleet_of(reading, d), writes) for d, writes in grouped.items()
+            ):
+                return 0
+        txn = self._env.begin(write=True)
+        try:
+            written, highest = 0, 0
+            if made_for and txn.get(FLOOR_FOR) != made_for:
+                _floor(txn, made_for)
+                written += 1
+            for domain, writes in grouped.items():
+                if batch.done(_fleet_of(txn, domain), writes):
+                    continue
+                for write in writes:
+                    self._change(txn, domain, _writing(domain, write, at))
+                if batch.epoch is not None:
+                    self._change(txn, domain, _marking(batch.epoch, batch.seq))
+                highest = max(highest, self._top_of(txn, domain))
+                written += 1
+            if not written:
+                txn.abort()
+                return 0
+            self._settle(txn, highest)
+            committed = txn.id()
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+        EPOCH.pack_into(self._epoch, 0, committed)
+        return written
 
     def distrust(self, domain: str) -> int:
         """Distrust one domain's entries (synced): its new number."""
@@ -320,6 +355,38 @@ class PurgeStateStore:
 
 
 Change = Callable[[DomainState, lmdb.Transaction], int]
+
+
+def _floor(txn: lmdb.Transaction, made_for: bytes) -> int:
+    """A new distrust floor of every domain, in ``txn``: above every number any domain's
+    record has held, so every mark given out so far is under it."""
+    floor = max(_top(txn), _count(txn, FLOOR)) + 1
+    txn.put(FLOOR, _COUNT.pack(floor))
+    txn.put(TOP, _COUNT.pack(floor))
+    txn.put(FLOOR_FOR, made_for)
+    return floor
+
+
+def _fleet_of(txn: lmdb.Transaction, domain: str) -> tuple[str, int] | None:
+    """The domain's fleet mark (node_writes.py), None when it has none."""
+    record = txn.get(domain.encode())
+    return None if record is None else DomainState.from_bytes(record).fleet
+
+
+def _writing(domain: str, write: NodeWrite, at: float) -> Change:
+    if write.distrust:
+        return lambda state, txn: state.distrust()
+    if write.purge is None or (write.purge.kind == "all" and not write.purge.soft):
+        return lambda state, txn: state.clear()
+    return _adding(domain, write.purge, at)
+
+
+def _marking(epoch: str, seq: int) -> Change:
+    def change(state: DomainState, txn: lmdb.Transaction) -> int:
+        state.fleet = (epoch, seq)
+        return state.number
+
+    return change
 
 
 def _adding(domain: str, purge: Purge, at: float) -> Change:
