@@ -10,8 +10,10 @@ import asyncio
 import threading
 from pathlib import Path
 
+import lmdb
 import pytest
 
+from benchmarks.fleet_cluster import Cluster
 from proxy.core.purge.purges import purge_request
 from proxy.fleet.member import FleetMember, node_batch
 from proxy.fleet.store import FleetStore
@@ -21,6 +23,7 @@ from proxy.store.shared.node_writes import FleetBatch, NodeWrite
 from proxy.store.tiered import TieredStore
 from tests.fleet.conftest import DOMAINS, Fleet, Node, settings
 from tests.fleet.test_tier_fleet import TierNode
+from tests.fleet.test_tier_nodes import D0, PLAIN, SAME, api, fill, read
 
 WORKERS = 3
 
@@ -169,3 +172,38 @@ def test_node_batch_is_what_apply_applies() -> None:
     )
     new_epoch = SyncPlan(clear_all=True, clear=(), applied=applied, ack=True)
     assert node_batch(new_epoch, DOMAINS, {}) == FleetBatch("e1", 9, (), every="e1 9")
+
+
+def state_transactions(directory: Path) -> int:
+    """The committed write transactions of a node's purge state, read from another process."""
+    env = lmdb.open(str(directory / "state"), readonly=True, max_dbs=0)
+    try:
+        return int(env.info()["last_txnid"])
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+async def test_a_node_of_two_worker_processes_writes_each_fleet_purge_once(
+    tmp_path: Path,
+) -> None:
+    """Real processes (benchmarks/fleet_cluster.py): Valkey, a control plane, an edge node of
+    two workers on one tier. Each URL purge answered 200 was written to the node's purge
+    state once (twice before: once by each worker), and what it covered is fetched anew."""
+    cluster = Cluster(tmp_path, domains=(D0,), workers=(2,), disk=True, validated=(SAME,))
+    try:
+        await cluster.start()
+        await fill(cluster, D0, SAME, PLAIN)
+        edge = cluster.edges[0]
+        before = state_transactions(tmp_path / "edge0" / "cache")
+        for n in range(5):
+            await api(cluster, "purge", {"domain": D0, "urls": [f"/{D0}/other{n}"]})
+        version = cluster.origin.bump(D0, [SAME])
+        await api(cluster, "purge", {"domain": D0, "urls": [f"/{D0}/{SAME}"]})
+        written = state_transactions(tmp_path / "edge0" / "cache") - before
+        assert 1 <= written <= 6, written  # 12 before: each of the 2 workers wrote each
+        for _ in range(6):  # either worker, from memory or the tier: never the old one
+            assert (await read(edge, D0, SAME))[:2] == (200, str(version))
+        assert (await read(edge, D0, PLAIN))[:2] == (200, "1")
+    finally:
+        await cluster.close()
