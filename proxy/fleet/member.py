@@ -233,7 +233,9 @@ class FleetMember:
             # The node's shared tier first, durably, in its writer thread and once per node
             # (decision 0048); a lookup meanwhile may still find this process's own copies,
             # which is allowed: nothing of the batch is acked before the end.
-            await local.apply_fleet(node_batch(plan, clear, records))
+            batch = node_batch(plan, clear, records)
+            if batch.writes or batch.every:  # a renewal with nothing new writes nothing
+                await local.apply_fleet(batch)
             local = local.memory
         # No await from here to the end: the batch is applied in one step, so no lookup sees
         # half of it. The store's clear_now and purge_now never suspend (the Store protocol
