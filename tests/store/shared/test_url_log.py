@@ -6,12 +6,16 @@ code of the first layout on a directory of the second) never serves what a purge
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
-from proxy.core.purge.purges import Purge
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core.purge.purges import Purge, purge_request
 from proxy.store.shared import SharedTier, url_log
-from proxy.store.shared.purge_state import DomainState
+from proxy.store.shared.purge_state import DomainState, _read_state
 from proxy.store.shared.records import pack_number, read_number
 from tests.store.shared.actor import body, fill
 
@@ -162,3 +166,44 @@ def test_a_fold_buries_the_log(tmp_path: Path) -> None:
 def test_the_log_keys_sort_by_number() -> None:
     keys = [url_log.log_key(DOMAIN, n) for n in (1, 255, 256, 70_000, 1 << 40)]
     assert keys == sorted(keys)
+
+
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("url"), st.sampled_from(["/a", "/b", "/c", "/d"]), st.booleans()),
+        st.tuples(st.just("prefix"), st.sampled_from(["/a", "/"]), st.booleans()),
+        st.tuples(st.just("clear"), st.just(""), st.just(False)),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=STEPS)
+def test_a_reader_that_reads_on_sees_what_a_fresh_reader_sees(
+    steps: list[tuple[str, str, bool]],
+) -> None:
+    """After every purge, the state a process built by reading on from where it stopped is
+    the state read from scratch: the same URL purges, numbers and floors."""
+    with tempfile.TemporaryDirectory() as directory:
+        tier = SharedTier.open_node(Path(directory) / "cache", max_bytes=64 << 20)
+        try:
+            tier.purges.current(DOMAIN)
+            for kind, item, soft in steps:
+                if kind == "clear":
+                    assert tier.clear_domain(DOMAIN)
+                else:
+                    assert tier.purge(DOMAIN, purge_request(kind, [item], soft=soft), at=1.0)
+                kept = tier.purges.current(DOMAIN)
+                with tier._state_env.begin() as txn:
+                    fresh = _read_state(txn, DOMAIN)
+                assert kept.urls == fresh.urls
+                assert (kept.number, kept.cleared, kept.top) == (
+                    fresh.number,
+                    fresh.cleared,
+                    fresh.top,
+                )
+                assert kept.bans.by_prefix == fresh.bans.by_prefix
+        finally:
+            tier.close()
