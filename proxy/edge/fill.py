@@ -61,6 +61,68 @@ from proxy.store.tiered import TieredStore
 # larger) are read whole; larger ones are streamed into the tier (decision 0039).
 STREAM_AT = 1 << 20
 
+
+class FillBudget:
+    """The bytes the fills of one process hold while they read bodies whole, against
+    ``limit`` (edge.fill_buffer_total_bytes, decision 0046): a body read whole stays in memory
+    until it is stored and answered, whatever its client reads. A fill that would pass the
+    limit keeps nothing: its answer is relayed (or streamed into the shared tier), at the
+    client's pace. ``refused`` counts those."""
+
+    __slots__ = ("held", "limit", "refused")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0
+
+    @property
+    def free(self) -> int:
+        return max(0, self.limit - self.held)
+
+
+class _Held:
+    """What one fill took of the budget; given back when the fill is over."""
+
+    __slots__ = ("_budget", "size")
+
+    def __init__(self, budget: FillBudget) -> None:
+        self._budget = budget
+        self.size = 0
+
+    async def read_whole(
+        self, origin: OriginResponse, limit: int, progress: Callable[[], None] | None = None
+    ) -> tuple[bytes, bool, bool]:
+        """Read the body until it ends or passes ``limit`` or the budget: the bytes read,
+        whether it ended, and whether the budget stopped it."""
+        budget = self._budget
+        length = origin.content_length
+        if length is not None and length <= limit and length > budget.free:
+            budget.refused += 1
+            return b"", False, True
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await origin.read_chunk()
+            if not chunk:
+                return b"".join(parts), True, False
+            if progress is not None:
+                progress()
+            parts.append(chunk)
+            size += len(chunk)
+            budget.held += len(chunk)
+            self.size += len(chunk)
+            if size > limit:
+                return b"".join(parts), False, False
+            if budget.held > budget.limit:
+                budget.refused += 1
+                return b"".join(parts), False, True
+
+    def give_back(self) -> None:
+        self._budget.held -= self.size
+        self.size = 0
+
+
 # Messages.headers and Messages.from_stored (edge/messages.py), Edge._ready and
 # Edge._end_flight: what the fill shares with the edge's other paths.
 OriginHeaders = Callable[..., list[tuple[str, str]]]
@@ -111,6 +173,8 @@ class Filler:
         store: Store,
         clock: Callable[[], float],
         max_object: int,
+        read_ahead: int = 64 * 1024,
+        fill_budget: int = 128 * 1024**2,
         ask_origin: AskOrigin,
         origin_headers: OriginHeaders,
         from_stored: FromStored,
@@ -122,6 +186,8 @@ class Filler:
         self._store = store
         self._clock = clock
         self.max_object = max_object  # cache.max_object_bytes; a reload sets it
+        self.read_ahead = read_ahead  # edge.answer_buffer_bytes: what a relay reads ahead
+        self.budget = FillBudget(fill_budget)  # edge.fill_buffer_total_bytes
         # A store with a shared tier streams large objects into it (decision 0039); a fleet
         # member's store wraps it (FleetStore.local), and is asked for its lease at commit.
         local = getattr(store, "local", store)
@@ -150,11 +216,12 @@ class Filler:
         if job.stale is not None:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
+        held = _Held(self.budget)
         try:
             async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
-                filled = await self._answered(job, origin, request_time, self._clock())
+                filled = await self._answered(job, origin, request_time, self._clock(), held)
             if isinstance(filled, ranges.AskOrigin):
                 # Once the whole response's connection is let go (a second one held at
                 # once could wait on the domain's connection slots).
@@ -162,6 +229,8 @@ class Filler:
             return filled
         except OriginError as exc:
             return self._origin_failed(job, exc)
+        finally:
+            held.give_back()
 
     async def _range_from_origin(self, job: Fill, reason: str) -> Filled:
         """Relay the origin's answer to the client's Range request as it is sent (the whole
@@ -170,12 +239,17 @@ class Filler:
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
             relayed = await relay(
-                job.request, origin, status, via=self._via, max_object=self.whole_max
+                job.request, origin, status, via=self._via, read_ahead=self.read_ahead
             )
             return Filled(relayed, None)
 
     async def _answered(
-        self, job: Fill, origin: OriginResponse, request_time: float, response_time: float
+        self,
+        job: Fill,
+        origin: OriginResponse,
+        request_time: float,
+        response_time: float,
+        held: _Held,
     ) -> Filled | ranges.AskOrigin:
         """The origin answered: refresh the stale entry, serve it instead of an error, store
         the response, or pass it on unstored."""
@@ -197,27 +271,28 @@ class Filler:
             job, origin.status, origin.reason, fields, request_time, response_time
         )
         if isinstance(verdict, DontStore):
-            return await self._pass_on(job, origin, verdict.reason)
+            return await self._pass_on(job, origin, verdict.reason, held)
         if origin.tags is None:  # a tag purge could miss it (decision 0024)
-            return await self._pass_on(job, origin, "tags-over-limit")
+            return await self._pass_on(job, origin, "tags-over-limit", held)
         length = origin.content_length
         if length is not None and length > self.max_object:
-            return await self._pass_on(job, origin, "too-large")
+            return await self._pass_on(job, origin, "too-large", held)
         if length is not None and length > self.whole_max:  # streamed from its first byte
             streamed = await self._streamed(job, verdict, fields, origin, b"", response_time)
             if streamed is not None:
                 return streamed
             # The tier does not take it now: mostly its eviction's refusal of a first fill of
             # over half the tier (remembered: the next is kept), else a stopped tier.
-            return await self._pass_on(job, origin, "not-admitted")
+            return await self._pass_on(job, origin, "not-admitted", held)
         progress = job.flight.progress if job.flight is not None else None
-        body, complete = await origin.read_up_to(self.whole_max, progress)
+        body, complete, over = await held.read_whole(origin, self.whole_max, progress)
         if not complete and len(body) <= self.max_object:
             streamed = await self._streamed(job, verdict, fields, origin, body, response_time)
             if streamed is not None:
                 return streamed
         if not complete:
-            return await self._pass_on(job, origin, "too-large", prefix=body)
+            reason = "fill-budget" if over else "too-large"
+            return await self._pass_on(job, origin, reason, held, prefix=body)
         config = job.config
         if config.compress and not skip_reason(
             origin.status, fields, len(body), config.compress_types, config.compress_min_bytes
@@ -396,7 +471,12 @@ class Filler:
         return FileBacked(entry, file), False
 
     async def _pass_on(
-        self, job: Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
+        self,
+        job: Fill,
+        origin: OriginResponse,
+        reason: str,
+        held: _Held,
+        prefix: bytes | None = None,
     ) -> Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the
         origin itself), not kept until the relay ends."""
@@ -418,7 +498,7 @@ class Filler:
             length = origin.content_length
             whole_max = self.whole_max
             if prefix is None and (length is None or length <= whole_max):
-                prefix, complete = await origin.read_up_to(whole_max)
+                prefix, complete, _ = await held.read_whole(origin, whole_max)
                 if complete:
                     cut = ranges.cut(job.request, origin, prefix, via=self._via, status=status)
                     return Filled(cut, None)
@@ -430,7 +510,7 @@ class Filler:
             origin,
             status,
             via=self._via,
-            max_object=self.whole_max,  # read whole up to this; a larger body streams
+            read_ahead=self.read_ahead,  # read whole up to this; a larger body streams
             prefix=prefix,
         )
         return Filled(relayed, None)

@@ -139,6 +139,8 @@ class Edge:
             store=self._store,
             clock=self._clock,
             max_object=config.edge_role()[1].max_object_bytes,
+            read_ahead=config.edge_role()[0].answer_buffer_bytes,
+            fill_budget=config.edge_role()[0].fill_buffer_total_bytes,
             ask_origin=messages.ask,
             origin_headers=messages.headers,
             from_stored=self._from_stored,
@@ -170,6 +172,8 @@ class Edge:
         self._hosts = {}
         self.upstreams.reconfigure(config)
         self._filler.max_object = cache.max_object_bytes
+        self._filler.read_ahead = edge.answer_buffer_bytes
+        self._filler.budget.limit = edge.fill_buffer_total_bytes
         self.tunnels.reconfigure(config)
         self._forwarder.reconfigure(config)
 
