@@ -153,6 +153,10 @@ class EdgeConfig:
     # it, an answer is relayed unstored).
     answer_buffer_bytes: Annotated[int, check.size] = 64 * 1024
     fill_buffer_total_bytes: Annotated[int, check.size] = 128 * 1024**2
+    # Compression (decision 0046): the bodies waiting for or in compression in each process,
+    # in one thread of its own; past it a body is stored as sent, and compressed on a later
+    # miss. A body over 64 KiB is compressed after its first client is answered.
+    compress_queue_bytes: Annotated[int, check.size] = 16 * 1024**2
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,8 @@ from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.purge.purges import tagged
 from proxy.edge import ranges, respond, stream_fill
-from proxy.edge.compress import compressed
+from proxy.edge.compress import Compressions
+from proxy.edge.fill_budget import FillBudget, Held
 from proxy.edge.flights import Flight, FlightResult
 from proxy.edge.forward import AskOrigin, relay
 from proxy.edge.origin import OriginResponse
@@ -60,67 +61,9 @@ from proxy.store.tiered import TieredStore
 # With a shared tier, bodies up to this (or the memory tier's share for one object, if
 # larger) are read whole; larger ones are streamed into the tier (decision 0039).
 STREAM_AT = 1 << 20
-
-
-class FillBudget:
-    """The bytes the fills of one process hold while they read bodies whole, against
-    ``limit`` (edge.fill_buffer_total_bytes, decision 0046): a body read whole stays in memory
-    until it is stored and answered, whatever its client reads. A fill that would pass the
-    limit keeps nothing: its answer is relayed (or streamed into the shared tier), at the
-    client's pace. ``refused`` counts those."""
-
-    __slots__ = ("held", "limit", "refused")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-        self.refused = 0
-
-    @property
-    def free(self) -> int:
-        return max(0, self.limit - self.held)
-
-
-class _Held:
-    """What one fill took of the budget; given back when the fill is over."""
-
-    __slots__ = ("_budget", "size")
-
-    def __init__(self, budget: FillBudget) -> None:
-        self._budget = budget
-        self.size = 0
-
-    async def read_whole(
-        self, origin: OriginResponse, limit: int, progress: Callable[[], None] | None = None
-    ) -> tuple[bytes, bool, bool]:
-        """Read the body until it ends or passes ``limit`` or the budget: the bytes read,
-        whether it ended, and whether the budget stopped it."""
-        budget = self._budget
-        length = origin.content_length
-        if length is not None and length <= limit and length > budget.free:
-            budget.refused += 1
-            return b"", False, True
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            chunk = await origin.read_chunk()
-            if not chunk:
-                return b"".join(parts), True, False
-            if progress is not None:
-                progress()
-            parts.append(chunk)
-            size += len(chunk)
-            budget.held += len(chunk)
-            self.size += len(chunk)
-            if size > limit:
-                return b"".join(parts), False, False
-            if budget.held > budget.limit:
-                budget.refused += 1
-                return b"".join(parts), False, True
-
-    def give_back(self) -> None:
-        self._budget.held -= self.size
-        self.size = 0
+# A body up to this is compressed before its first client is answered (a few milliseconds);
+# a larger one is answered as sent, and its copies are stored once made (decision 0046).
+COMPRESS_FIRST = 64 * 1024
 
 
 # Messages.headers and Messages.from_stored (edge/messages.py), Edge._ready and
@@ -175,6 +118,7 @@ class Filler:
         max_object: int,
         read_ahead: int = 64 * 1024,
         fill_budget: int = 128 * 1024**2,
+        compress_queue: int = 16 * 1024**2,
         ask_origin: AskOrigin,
         origin_headers: OriginHeaders,
         from_stored: FromStored,
@@ -188,6 +132,7 @@ class Filler:
         self.max_object = max_object  # cache.max_object_bytes; a reload sets it
         self.read_ahead = read_ahead  # edge.answer_buffer_bytes: what a relay reads ahead
         self.budget = FillBudget(fill_budget)  # edge.fill_buffer_total_bytes
+        self.compressions = Compressions(compress_queue)  # edge.compress_queue_bytes
         # A store with a shared tier streams large objects into it (decision 0039); a fleet
         # member's store wraps it (FleetStore.local), and is asked for its lease at commit.
         local = getattr(store, "local", store)
@@ -197,6 +142,10 @@ class Filler:
         self._from_stored = from_stored
         self._ready = ready
         self._end_flight = end_flight
+
+    async def close(self) -> None:
+        """Stop making copies (at shutdown): those queued are dropped, unstored."""
+        await self.compressions.close()
 
     @property
     def whole_max(self) -> int:
@@ -216,7 +165,7 @@ class Filler:
         if job.stale is not None:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
-        held = _Held(self.budget)
+        held = Held(self.budget)
         try:
             async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
                 if job.flight is not None:
@@ -249,7 +198,7 @@ class Filler:
         origin: OriginResponse,
         request_time: float,
         response_time: float,
-        held: _Held,
+        held: Held,
     ) -> Filled | ranges.AskOrigin:
         """The origin answered: refresh the stale entry, serve it instead of an error, store
         the response, or pass it on unstored."""
@@ -295,7 +244,12 @@ class Filler:
             return await self._pass_on(job, origin, reason, held, prefix=body)
         config = job.config
         if config.compress and not skip_reason(
-            origin.status, fields, len(body), config.compress_types, config.compress_min_bytes
+            origin.status,
+            fields,
+            len(body),
+            config.compress_types,
+            config.compress_min_bytes,
+            config.compress_max_bytes,
         ):
             return await self._compressed(job, verdict, fields, body, origin.tags, response_time)
         entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags), job.rules)
@@ -387,29 +341,49 @@ class Filler:
         response_time: float,
     ) -> Filled:
         """Store the response once per coding the domain compresses to, and as it came, each
-        a variant under Vary: Accept-Encoding; answer with the copy the request reads as
-        (decision 0035). The compressing runs in a thread (edge/compress.py)."""
-        encoded = await compressed(body, job.config.compress)
-        wanted = coding_of(job.request, job.config)
-        copies = [(IDENTITY, body), *encoded.items()]
+        a variant under Vary: Accept-Encoding (decision 0035). A small body is compressed
+        first, and the request answered with the copy it reads as; a larger one is stored and
+        answered as it came, and its copies are stored once made, in the background. With no
+        room in the compression queue, or its copies being made already, only the body as it
+        came is stored (decision 0046)."""
         vary = (
             verdict.vary
             if "accept-encoding" in verdict.vary
             else (*verdict.vary, "accept-encoding")
         )
-        kept: list[tuple[str, StoredResponse, bool]] = []
-        for coding, copy in copies:
+
+        def entry(coding: str, copy: bytes) -> StoredResponse:
             variant = replace(
                 verdict,
                 headers=encoded_fields(verdict.headers, coding, len(copy)),
                 vary=vary,
                 vary_values=vary_values(vary, job.request.headers, coding),
             )
-            entry = self._ready(tagged(variant.with_body(copy, job.key[2]), tags), job.rules)
-            kept.append((coding, entry, await self._store.put(job.key, entry)))
-        coding, entry, stored = next((k for k in kept if k[0] == wanted), kept[0])
-        out = encoded_fields(fields, coding, len(entry.body))
-        return self._filled(job, entry, stored, response_time, out)
+            return self._ready(tagged(variant.with_body(copy, job.key[2]), tags), job.rules)
+
+        made = None
+        if not self.compressions.busy(job.key):
+            made = self.compressions.submit(body, job.config.compress)
+        if made is not None and len(body) <= COMPRESS_FIRST:
+            encoded = await made
+            wanted = coding_of(job.request, job.config)
+            kept: list[tuple[str, StoredResponse, bool]] = []
+            for coding, copy in [(IDENTITY, body), *encoded.items()]:
+                variant = entry(coding, copy)
+                kept.append((coding, variant, await self._store.put(job.key, variant)))
+            coding, first, stored = next((k for k in kept if k[0] == wanted), kept[0])
+            out = encoded_fields(fields, coding, len(first.body))
+            return self._filled(job, first, stored, response_time, out)
+        first = entry(IDENTITY, body)
+        stored = await self._store.put(job.key, first)
+        if made is not None:
+            # Under the fill's key: a clear or purge since its lookup refuses the copies as
+            # it would the fill (decisions 0003, 0024).
+            self.compressions.later(
+                job.key, made, lambda coding, copy: self._store.put(job.key, entry(coding, copy))
+            )
+        out = encoded_fields(fields, IDENTITY, len(body))
+        return self._filled(job, first, stored, response_time, out)
 
     async def _refresh(
         self,
@@ -475,7 +449,7 @@ class Filler:
         job: Fill,
         origin: OriginResponse,
         reason: str,
-        held: _Held,
+        held: Held,
         prefix: bytes | None = None,
     ) -> Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the

@@ -141,6 +141,7 @@ class Edge:
             max_object=config.edge_role()[1].max_object_bytes,
             read_ahead=config.edge_role()[0].answer_buffer_bytes,
             fill_budget=config.edge_role()[0].fill_buffer_total_bytes,
+            compress_queue=config.edge_role()[0].compress_queue_bytes,
             ask_origin=messages.ask,
             origin_headers=messages.headers,
             from_stored=self._from_stored,
@@ -174,6 +175,7 @@ class Edge:
         self._filler.max_object = cache.max_object_bytes
         self._filler.read_ahead = edge.answer_buffer_bytes
         self._filler.budget.limit = edge.fill_buffer_total_bytes
+        self._filler.compressions.max_bytes = edge.compress_queue_bytes
         self.tunnels.reconfigure(config)
         self._forwarder.reconfigure(config)
 
@@ -469,6 +471,7 @@ class Edge:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._filler.close()
         await self.upstreams.close()
 
     def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:

@@ -25,7 +25,7 @@ from h2.settings import SettingCodes
 
 from benchmarks.large_objects import memory
 from proxy.process.service import running
-from tests.conftest import Origin, make_config
+from tests.conftest import EdgeFactory, Origin, make_config
 from tests.edge.h2_support import RawH2
 from tests.nodes import Node, write_config
 from tests.polling import until
@@ -196,3 +196,30 @@ async def test_http2_window_granted_a_byte_at_a_time_is_reset_after_send_timeout
         assert answer.reset == ErrorCodes.CANCEL
         assert len(answer.body) < 1000
         await client.close()
+
+
+async def test_fills_past_fill_buffer_total_bytes_are_relayed_unstored(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """The bytes fills read whole are bounded per process (edge.fill_buffer_total_bytes):
+    a storable body that would pass the budget is relayed at its client's pace and not
+    stored (Cache-Status says why); one within it is stored, and the budget is given back."""
+    edge = await make_edge(
+        edge={"listen": "127.0.0.1:0", "fill_buffer_total_bytes": 100_000},
+        cache={"max_bytes": "16MiB", "max_object_bytes": "1MiB"},
+    )
+    cacheable = {"Cache-Control": "max-age=60"}
+    origin.reply("/large", b"L" * 300_000, headers=cacheable)
+    origin.reply("/small", b"S" * 50_000, headers=cacheable)
+    for _ in range(2):
+        response, body = await edge.get("/large")
+        assert (response.status, body) == (200, b"L" * 300_000)
+        assert response.headers["Cache-Status"] == 'cdn-proxy; fwd=uri-miss; detail="fill-budget"'
+    assert origin.count("/large") == 2
+    for _ in range(2):
+        response, body = await edge.get("/small")
+        assert (response.status, body) == (200, b"S" * 50_000)
+    assert "hit" in response.headers["Cache-Status"]
+    assert origin.count("/small") == 1
+    budget = edge.edge._filler.budget
+    assert (budget.held, budget.refused) == (0, 2)
