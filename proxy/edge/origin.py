@@ -61,7 +61,7 @@ def new_session() -> aiohttp.ClientSession:
     decompression (bodies are passed and stored as the origin encoded them), no headers of
     aiohttp's own.
     """
-    return aiohttp.ClientSession(
+    session = aiohttp.ClientSession(
         connector=OriginConnector(
             # Per domain, ConnectionSlots bounds the requests at the origin and how long one
             # waits; this is only the process's ceiling (origin_request bounds its wait too).
@@ -78,6 +78,11 @@ def new_session() -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(total=None),
         raise_for_status=False,
     )
+    # aiohttp sends an idempotent request again when its connection breaks; the edge's own
+    # retry (edge/upstreams.py) is the only one, or one PUT could reach the origin four
+    # times (decision 0046). A private attribute: tests/edge/test_origins.py counts it.
+    session._retry_connection = False
+    return session
 
 
 class OriginResponse:
