@@ -6,12 +6,20 @@ it per process (edge.fill_buffer_total_bytes); a fill that would pass it keeps n
 its answer is relayed at the client's pace (edge/forward.py ``relay``), or streamed into the
 shared tier, and ``refused`` counts it. ``_Held`` is one fill's share, given back when the
 fill is over (once its answer is built: a relayed prefix counts until it is sent).
+
+``AnswerCollector`` shows it in /metrics, with the compression queue (edge/compress.py):
+``fill_buffer_bytes``, ``fill_buffer_max_bytes``, ``fills_over_budget_total``,
+``compress_queue_bytes``, ``compress_queue_max_bytes`` and ``compress_refused_total``, this
+process's (a node with workers does not merge them yet).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from proxy.edge.compress import Compressions
 from proxy.edge.origin import OriginResponse
 
 
@@ -74,3 +82,49 @@ class Held:
     def give_back(self) -> None:
         self._budget.held -= self.size
         self.size = 0
+
+
+class AnswerCollector:
+    """This process's budgets for answers, as Prometheus samples read at scrape time
+    (decision 0046): the fill budget and the compression queue, each held, its limit and
+    what it refused."""
+
+    def __init__(self, budget: FillBudget, compressions: Compressions, prefix: str) -> None:
+        self._budget = budget
+        self._compressions = compressions
+        self._prefix = prefix
+
+    def collect(self) -> Iterable[Metric]:
+        budget, queue, prefix = self._budget, self._compressions, self._prefix
+        yield _gauge(
+            prefix + "fill_buffer_bytes", "Bytes fills hold reading bodies whole.", budget.held
+        )
+        yield _gauge(
+            prefix + "fill_buffer_max_bytes",
+            "The fill budget (edge.fill_buffer_total_bytes).",
+            budget.limit,
+        )
+        yield CounterMetricFamily(
+            prefix + "fills_over_budget",
+            "Fills relayed unstored for want of fill budget.",
+            value=budget.refused,
+        )
+        yield _gauge(
+            prefix + "compress_queue_bytes",
+            "Bytes of bodies queued for or in compression.",
+            queue.pending,
+        )
+        yield _gauge(
+            prefix + "compress_queue_max_bytes",
+            "The compression queue's bound (edge.compress_queue_bytes).",
+            queue.max_bytes,
+        )
+        yield CounterMetricFamily(
+            prefix + "compress_refused",
+            "Bodies stored uncompressed for want of room in the compression queue.",
+            value=queue.refused,
+        )
+
+
+def _gauge(name: str, text: str, value: int) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=value)

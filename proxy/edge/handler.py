@@ -22,6 +22,7 @@ connection instead of sending a truncated body that looks complete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -57,6 +58,7 @@ from proxy.edge.aiohttp_h2 import HTTP2
 from proxy.edge.cache_rules import bypass_reason, fast_under_rules
 from proxy.edge.disk_hits import DiskHits, FastCounts
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
+from proxy.edge.fill_budget import AnswerCollector
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
 from proxy.edge.messages import Messages
@@ -66,7 +68,7 @@ from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
 from proxy.errors import OriginError
-from proxy.observe.telemetry import Telemetry
+from proxy.observe.telemetry import PREFIX, Telemetry
 from proxy.store.base import Store
 from proxy.store.tiered import TieredStore
 
@@ -125,6 +127,10 @@ class Edge:
             config=config, telemetry=self._telemetry, upstreams=self.upstreams, tls=self.tls
         )
         self._filler, self._forwarder = self._paths(config)
+        self._answers = AnswerCollector(
+            self._filler.budget, self._filler.compressions, PREFIX
+        )  # decision 0046
+        self._telemetry.registry.register(self._answers)
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
         """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
@@ -472,6 +478,8 @@ class Edge:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._filler.close()
+        with contextlib.suppress(KeyError):
+            self._telemetry.registry.unregister(self._answers)
         await self.upstreams.close()
 
     def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:

@@ -221,5 +221,7 @@ async def test_fills_past_fill_buffer_total_bytes_are_relayed_unstored(
         assert (response.status, body) == (200, b"S" * 50_000)
     assert "hit" in response.headers["Cache-Status"]
     assert origin.count("/small") == 1
-    budget = edge.edge._filler.budget
-    assert (budget.held, budget.refused) == (0, 2)
+    metrics = (await edge.telemetry.exposition()).decode()
+    assert "cdn_proxy_fill_buffer_bytes 0.0" in metrics  # given back
+    assert "cdn_proxy_fill_buffer_max_bytes 100000.0" in metrics
+    assert "cdn_proxy_fills_over_budget_total 2.0" in metrics

@@ -310,7 +310,9 @@ async def test_with_the_queue_full_answers_go_out_as_sent(
     assert "Content-Encoding" not in response.headers
     assert body == BODY
     assert response.headers["Vary"] == "Accept-Encoding"
-    assert edge.edge._filler.compressions.refused == 1
+    metrics = (await edge.telemetry.exposition()).decode()
+    assert "cdn_proxy_compress_refused_total 1.0" in metrics
+    assert "cdn_proxy_compress_queue_max_bytes 10000.0" in metrics
     response, body = await edge.get("/page", headers={"Accept-Encoding": "identity"})
     assert "hit" in response.headers["Cache-Status"]  # its copy as sent is stored
     edge.edge._filler.compressions.max_bytes = 1 << 20  # room now
