@@ -34,6 +34,7 @@ from proxy.edge.aiohttp_adapter import OriginConnector
 from proxy.edge.bodies import Streamed
 from proxy.errors import (
     OriginBusy,
+    OriginDisconnected,
     OriginError,
     OriginProtocolError,
     OriginTimeout,
@@ -327,6 +328,8 @@ def origin_error(exc: BaseException, where: str) -> BaseException:
         return OriginUnreachable(f"{where}: TLS with the origin failed ({exc.os_error})")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return OriginUnreachable(f"{where}: origin unreachable ({exc.strerror})")
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return OriginDisconnected(f"{where}: the origin closed the connection ({exc})")
     if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
         return OriginProtocolError(f"{where}: broken response from origin ({exc})")
     if isinstance(exc, aiohttp.ClientError):

@@ -52,7 +52,13 @@ from proxy.core.http.balance import (
 from proxy.edge import bodies
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
-from proxy.errors import OriginBusy, OriginError, OriginsDown, OriginTimeout
+from proxy.errors import (
+    OriginBusy,
+    OriginDisconnected,
+    OriginError,
+    OriginsDown,
+    OriginTimeout,
+)
 from proxy.observe.origin_metrics import origin_server_metrics
 from proxy.observe.telemetry import PREFIX, Telemetry
 
@@ -227,8 +233,8 @@ class Upstreams:
         """The server to ask next, other than those ``tried``; raises ``last`` when there is no
         other to retry on, or OriginsDown when none is up at all."""
         server = pool.choose(target, self.clock(), tried)
-        if server is None and last is not None and last.reached:
-            # No other server: a connection that broke after sending is tried again on the
+        if server is None and isinstance(last, OriginDisconnected):
+            # No other server: a connection closed before an answer is tried again on the
             # same one (the request was allowed a retry: idempotent, no timeout).
             server = pool.choose(target, self.clock())
         if server is not None:
