@@ -13,6 +13,11 @@ request collapsing (edge/flights.py) and counts it; ``Filler.fetch`` does the re
   by what arrived of a chunked body) nothing more is read for the cache: ``bytes=0-`` is
   relayed as the 200 it is, and a range of part of it is asked of the origin
   (``ranges.AskOrigin``), once the first connection is let go (decision 0031).
+
+What fills read whole counts against the process's fill budget (edge/fill_budget.py): past
+it, the answer is passed on (``fill-budget``) or streamed into the tier. A relay reads ahead
+``read_ahead`` bytes (edge.answer_buffer_bytes), then streams at its client's pace; copies in
+other codings are made by the compression queue (edge/compress.py; decision 0046).
 """
 
 from __future__ import annotations
