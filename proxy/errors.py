@@ -15,6 +15,7 @@
     │   ├── OriginTimeout           → 504
     │   ├── OriginUnreachable       → 502
     │   ├── OriginProtocolError     broken framing or headers → 502
+    │   │   └── OriginDisconnected  the connection closed or reset before an answer → 502
     │   ├── OriginBusy              no origin connection free in time, or the domain's share
     │   │                           for streamed uploads is taken → 503
     │   └── OriginsDown             every origin server of the domain is down → 503
@@ -119,6 +120,12 @@ class OriginUnreachable(OriginError):
 
 class OriginProtocolError(OriginError):
     public = "the origin sent a broken response"
+
+
+class OriginDisconnected(OriginProtocolError):
+    """The connection closed or was reset before an answer came: a keep-alive connection the
+    origin was closing (RFC 9112 §9.3.1), the one failure worth a second try on the same
+    server (edge/upstreams.py, decision 0046); a broken answer would only break again."""
 
 
 class OriginBusy(OriginError):

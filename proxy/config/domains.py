@@ -17,6 +17,7 @@ from proxy.config.tables import build
 from proxy.core.cache.rules import RuleSet
 from proxy.core.http.balance import BALANCES
 from proxy.core.http.compression import DEFAULT_COMPRESS_TYPES, DEFAULT_MIN_BYTES
+from proxy.core.http.compression import DEFAULT_MAX_BYTES as DEFAULT_COMPRESS_MAX_BYTES
 from proxy.core.http.encodings import DEFAULT_ENCODINGS
 from proxy.core.purge.purges import DEFAULT_TAG_HEADERS
 from proxy.errors import ConfigError
@@ -52,6 +53,8 @@ class DomainConfig:
     compress: Annotated[tuple[str, ...], check.compress] = ()
     compress_types: Annotated[tuple[str, ...], check.compress_types] = DEFAULT_COMPRESS_TYPES
     compress_min_bytes: Annotated[int, check.size] = DEFAULT_MIN_BYTES
+    # Bodies over this are stored as sent (decision 0046: the CPU of a miss is bounded).
+    compress_max_bytes: Annotated[int, check.size] = DEFAULT_COMPRESS_MAX_BYTES
     # TLS (decision 0018): this domain's certificate (PEM, its chain after it) and key for the
     # edge's tls_listen, chosen by SNI; and the CA bundle its https:// origin is verified
     # against instead of the system store. Paths are relative to the config file.

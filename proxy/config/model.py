@@ -145,6 +145,18 @@ class EdgeConfig:
     # (nginx: send_timeout); then the stream is reset. Idle connections close after
     # keepalive_timeout; a request body waits body_timeout for its next piece.
     send_timeout: Annotated[float, check.seconds] = 60.0
+    # Answers not yet sent (decision 0046). On both protocols an answer waiting for its
+    # client must see 64 KiB go out each send_timeout (a client that reads nothing, or
+    # trickles, is cut); a relayed answer is read ahead at most answer_buffer_bytes before it
+    # is sent (whole when it ends within them, else streamed at the client's pace); the
+    # bodies fills read whole hold at most fill_buffer_total_bytes in each process (past
+    # it, an answer is relayed unstored).
+    answer_buffer_bytes: Annotated[int, check.size] = 64 * 1024
+    fill_buffer_total_bytes: Annotated[int, check.size] = 128 * 1024**2
+    # Compression (decision 0046): the bodies waiting for or in compression in each process,
+    # in one thread of its own; past it a body is stored as sent, and compressed on a later
+    # miss. A body over 64 KiB is compressed after its first client is answered.
+    compress_queue_bytes: Annotated[int, check.size] = 16 * 1024**2
 
 
 @dataclass(frozen=True, slots=True)

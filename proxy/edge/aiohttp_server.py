@@ -22,11 +22,21 @@ asserts each assumption; pyproject.toml pins aiohttp to the minor version those 
   are the HTTP/2 preface. Assumed: ``transport.set_protocol`` and, for h2c, that
   ``RequestHandler.connection_lost`` with its ``transport`` unset, and its request loop
   (``_task_handler``) cancelled, stop it without closing the transport.
+- The send timeout (decision 0046): an answer waiting for a client that does not read. Once
+  the transport's buffer is full (``pause_writing``), each ``send_timeout`` (the guard's: the
+  edge's edge.send_timeout) must see ``SEND_PROGRESS`` bytes leave it, measured by
+  ``get_write_buffer_size`` at each pause, resume and check; else the connection is aborted,
+  and the answer's writer fails as to a client that has gone (a non-reading client held
+  2.06 GB over 128 connections before). The clock runs only while the buffer is full: a
+  client that keeps up is never timed. Assumed: ``BaseProtocol.pause_writing`` and
+  ``resume_writing`` are the transport's flow-control calls, and aiohttp's writer waits on
+  them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from http import HTTPStatus
 from typing import Any, Protocol, cast
 
@@ -34,6 +44,8 @@ from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
 from proxy.edge.connections import ConnectionGuard
+
+log = logging.getLogger("proxy.edge")
 
 # llhttp's error for an HTTP/2 connection preface (``PRI * HTTP/2.0``) where HTTP/1.1 is served.
 H2C_PREFACE_ERROR = "Pause on PRI/Upgrade"
@@ -43,6 +55,11 @@ H2C_REFUSED = (
 )
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# The least an answer waiting for its client must send each send_timeout, on both protocols
+# (HTTP/2: proxy/edge/h2/stream.py): about 1 KiB/s at the default 60 s, so a client that
+# trickles its reads (or its WINDOW_UPDATEs) cannot hold an answer much longer than one that
+# reads nothing.
+SEND_PROGRESS = 64 * 1024
 
 
 class Http2Front(Protocol):
@@ -97,6 +114,9 @@ class GuardedRequestHandler(web.RequestHandler):
         "_peer",
         "_preadmitted",
         "_refusing",
+        "_send_mark",
+        "_send_timer",
+        "_sent",
         "_tunnel",
         "guard",
     )
@@ -123,6 +143,11 @@ class GuardedRequestHandler(web.RequestHandler):
         self._refusing: asyncio.Transport | None = None  # refused at the limit
         self._lingering = False
         self._tunnel = False  # switched protocols: a tunnel's bytes (take_over)
+        # The send timeout's window (decision 0046): its timer, the buffer's size when last
+        # measured, and the bytes seen to leave the buffer in the window.
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._send_mark = 0
+        self._sent = 0
 
     @property
     def connected(self) -> bool:
@@ -171,6 +196,9 @@ class GuardedRequestHandler(web.RequestHandler):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         if self._refusing is not None:  # never handed to aiohttp
             if self._lingering:
                 self._lingering = False
@@ -184,6 +212,40 @@ class GuardedRequestHandler(web.RequestHandler):
             self._tunnel = False
             self.guard.tunnel_closed()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        transport = self.transport
+        if transport is None or self._tunnel:
+            return  # a tunnel has timeouts of its own (edge/tunnel.py)
+        self._send_mark = transport.get_write_buffer_size()
+        if self._send_timer is None:
+            self._sent = 0
+            self._send_timer = self._loop.call_later(self.guard.send_timeout, self._send_check)
+
+    def resume_writing(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            self._sent += max(0, self._send_mark - transport.get_write_buffer_size())
+        super().resume_writing()
+
+    def _send_check(self) -> None:
+        """A send_timeout window ended: cut a client that took too little of a full buffer;
+        else start a new window while the buffer is still full."""
+        self._send_timer = None
+        transport = self.transport
+        if transport is None or not self._paused:
+            return  # it keeps up now: the next full buffer starts a new window
+        buffered = transport.get_write_buffer_size()
+        self._sent += max(0, self._send_mark - buffered)
+        timeout = self.guard.send_timeout
+        if self._sent < SEND_PROGRESS:
+            # Debug only: any client can cause it (issue 32 §9, no line a client can flood).
+            log.debug("a client took %d bytes in %g s of an answer: cut", self._sent, timeout)
+            transport.abort()
+            return
+        self._send_mark, self._sent = buffered, 0
+        self._send_timer = self._loop.call_later(timeout, self._send_check)
 
     def tunnel_opened(self) -> None:
         self._tunnel = True

@@ -1,36 +1,113 @@
 """The compressing itself, for the copies core/http/compression.py decides on (decision 0035).
 
-It runs once per stored object, in a thread (``asyncio.to_thread``), so the event loop keeps
-answering while a large body is compressed. Each coding is fed in slices of ``SLICE`` bytes:
-every slice is one short call into C, and the GIL is free between them even where a binding
-holds it during a call, so the loop thread never waits on a whole body.
+It runs once per stored object, in one thread per process (``Compressions``), so the event
+loop keeps answering while a body is compressed, and compression takes at most one core of
+the process whatever the traffic (decision 0046). Each coding is fed in slices of ``SLICE``
+bytes: every slice is one short call into C, and the GIL is free between them even where a
+binding holds it during a call, so the loop thread never waits on a whole body.
 
-Levels: brotli quality 9 (window 4 MiB), gzip 6, zstd 12: each object is compressed once and
-served many times, so higher than a per-hit compressor affords (nginx's gzip_comp_level is 1),
-but not the top levels: brotli 11, gzip 9 and zstd 19 cost 3 to 13 times the CPU for 1 to 9%
-fewer bytes, and a large object would hold a thread for seconds (decision 0035 has the
-measurements).
+The queue is bounded in bytes (edge.compress_queue_bytes): a body that would pass it is not
+compressed now (``submit`` returns None); it is stored as sent, and a later miss of a coding
+compresses it. A cache-busting query therefore costs at most the queue's worth of CPU at a
+time, and the misses past it go out uncompressed.
+
+Levels: fitted to the size (core/http/compression.py ``level_for``): brotli 9 (window 4 MiB),
+gzip 6, zstd 12 for small bodies, as decision 0035 measured (each object is compressed once
+and served many times, so higher than a per-hit compressor affords: nginx's gzip_comp_level is
+1), and lower levels as bodies grow, so the CPU per byte of a large one stays near gzip 4's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 
 import brotli
 import zstandard
 
+from proxy.core.http.compression import level_for
+
 SLICE = 64 * 1024
-BROTLI_QUALITY = 9
 BROTLI_WINDOW = 22
-GZIP_LEVEL = 6
-ZSTD_LEVEL = 12
+log = logging.getLogger("proxy.edge")
 
 
-async def compressed(body: bytes, codings: tuple[str, ...]) -> dict[str, bytes]:
-    """The body in each of ``codings`` (br, gzip, zstd), compressed in a worker thread."""
-    return await asyncio.to_thread(encode_all, body, codings)
+class Compressions:
+    """One process's compression: a thread of its own, and the bytes of the bodies queued
+    or being compressed, against ``max_bytes``; ``refused`` counts those turned away. Copies
+    stored after their first client's answer (``later``) are tracked by their key, so a key
+    is compressed once at a time, and their tasks are cancelled by ``close``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.pending = 0
+        self.refused = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._keys: set[Hashable] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def busy(self, key: Hashable) -> bool:
+        """Whether copies of ``key`` are being made (then it is not compressed again now)."""
+        return key in self._keys
+
+    def later(
+        self,
+        key: Hashable,
+        made: asyncio.Future[dict[str, bytes]],
+        store: Callable[[str, bytes], Awaitable[object]],
+    ) -> None:
+        """Once ``made``, ``store`` each copy (its coding, its bytes), in a task of its own."""
+        self._keys.add(key)
+        task = asyncio.create_task(self._stored(key, made, store))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _stored(
+        self,
+        key: Hashable,
+        made: asyncio.Future[dict[str, bytes]],
+        store: Callable[[str, bytes], Awaitable[object]],
+    ) -> None:
+        try:
+            for coding, copy in (await made).items():
+                await store(coding, copy)
+        except Exception:  # a compressor's or the store's fault: the copies are not kept
+            log.exception("compressed copies not stored")
+        finally:
+            self._keys.discard(key)
+
+    def submit(
+        self, body: bytes, codings: tuple[str, ...]
+    ) -> asyncio.Future[dict[str, bytes]] | None:
+        """The body in each of ``codings``, once the thread has made them; None when the
+        queue has no room for it (it is then not compressed now)."""
+        size = len(body)
+        if self.pending + size > self.max_bytes:
+            self.refused += 1
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compress")
+        self.pending += size
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, encode_all, body, codings)
+        future.add_done_callback(lambda _: self._done(size))
+        return future
+
+    def _done(self, size: int) -> None:
+        self.pending -= size
+
+    async def close(self) -> None:
+        """Drop what is queued (at shutdown); the body being compressed ends in its thread."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
 def encode_all(body: bytes, codings: tuple[str, ...]) -> dict[str, bytes]:
@@ -51,12 +128,13 @@ Process = Callable[[memoryview], bytes]
 
 def _compressor(coding: str, size: int) -> tuple[Process, Callable[[], bytes]]:
     if coding == "br":
-        br = brotli.Compressor(quality=BROTLI_QUALITY, lgwin=BROTLI_WINDOW)
+        br = brotli.Compressor(quality=level_for(coding, size), lgwin=BROTLI_WINDOW)
         return br.process, br.finish
     if coding == "gzip":
-        gz = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 16 + 15: the gzip wrapper
+        # 16 + 15: the gzip wrapper
+        gz = zlib.compressobj(level_for(coding, size), zlib.DEFLATED, 31)
         return gz.compress, gz.flush
     if coding == "zstd":
-        zs = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj(size=size)
+        zs = zstandard.ZstdCompressor(level=level_for(coding, size)).compressobj(size=size)
         return zs.compress, zs.flush
     raise ValueError(f"cannot compress to {coding!r}")

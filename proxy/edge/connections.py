@@ -190,6 +190,9 @@ class ConnectionGuard:
         )
         # What request bodies being read hold (proxy/edge/bodies.py), for the edge's figures.
         self.bodies: BodyFigures | None = None
+        # Seconds an answer may wait on a client that takes too little of it (decision 0046:
+        # GuardedRequestHandler's send timeout); the edge's listener sets edge.send_timeout.
+        self.send_timeout = 60.0
 
     def admit(self, peer: str | None = None) -> bool:
         """Whether a new connection from ``peer`` (its address; None: unknown, as on a Unix

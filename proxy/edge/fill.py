@@ -13,6 +13,11 @@ request collapsing (edge/flights.py) and counts it; ``Filler.fetch`` does the re
   by what arrived of a chunked body) nothing more is read for the cache: ``bytes=0-`` is
   relayed as the 200 it is, and a range of part of it is asked of the origin
   (``ranges.AskOrigin``), once the first connection is let go (decision 0031).
+
+What fills read whole counts against the process's fill budget (edge/fill_budget.py): past
+it, the answer is passed on (``fill-budget``) or streamed into the tier. A relay reads ahead
+``read_ahead`` bytes (edge.answer_buffer_bytes), then streams at its client's pace; copies in
+other codings are made by the compression queue (edge/compress.py; decision 0046).
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.purge.purges import tagged
 from proxy.edge import ranges, respond, stream_fill
-from proxy.edge.compress import compressed
+from proxy.edge.compress import Compressions
+from proxy.edge.fill_budget import FillBudget, Held
 from proxy.edge.flights import Flight, FlightResult
 from proxy.edge.forward import AskOrigin, relay
 from proxy.edge.origin import OriginResponse
@@ -60,6 +66,10 @@ from proxy.store.tiered import TieredStore
 # With a shared tier, bodies up to this (or the memory tier's share for one object, if
 # larger) are read whole; larger ones are streamed into the tier (decision 0039).
 STREAM_AT = 1 << 20
+# A body up to this is compressed before its first client is answered (a few milliseconds);
+# a larger one is answered as sent, and its copies are stored once made (decision 0046).
+COMPRESS_FIRST = 64 * 1024
+
 
 # Messages.headers and Messages.from_stored (edge/messages.py), Edge._ready and
 # Edge._end_flight: what the fill shares with the edge's other paths.
@@ -111,6 +121,9 @@ class Filler:
         store: Store,
         clock: Callable[[], float],
         max_object: int,
+        read_ahead: int = 64 * 1024,
+        fill_budget: int = 128 * 1024**2,
+        compress_queue: int = 16 * 1024**2,
         ask_origin: AskOrigin,
         origin_headers: OriginHeaders,
         from_stored: FromStored,
@@ -122,6 +135,9 @@ class Filler:
         self._store = store
         self._clock = clock
         self.max_object = max_object  # cache.max_object_bytes; a reload sets it
+        self.read_ahead = read_ahead  # edge.answer_buffer_bytes: what a relay reads ahead
+        self.budget = FillBudget(fill_budget)  # edge.fill_buffer_total_bytes
+        self.compressions = Compressions(compress_queue)  # edge.compress_queue_bytes
         # A store with a shared tier streams large objects into it (decision 0039); a fleet
         # member's store wraps it (FleetStore.local), and is asked for its lease at commit.
         local = getattr(store, "local", store)
@@ -131,6 +147,10 @@ class Filler:
         self._from_stored = from_stored
         self._ready = ready
         self._end_flight = end_flight
+
+    async def close(self) -> None:
+        """Stop making copies (at shutdown): those queued are dropped, unstored."""
+        await self.compressions.close()
 
     @property
     def whole_max(self) -> int:
@@ -150,11 +170,12 @@ class Filler:
         if job.stale is not None:
             headers += conditional_headers(job.stale)
         request_time = self._clock()
+        held = Held(self.budget)
         try:
             async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
-                filled = await self._answered(job, origin, request_time, self._clock())
+                filled = await self._answered(job, origin, request_time, self._clock(), held)
             if isinstance(filled, ranges.AskOrigin):
                 # Once the whole response's connection is let go (a second one held at
                 # once could wait on the domain's connection slots).
@@ -162,6 +183,8 @@ class Filler:
             return filled
         except OriginError as exc:
             return self._origin_failed(job, exc)
+        finally:
+            held.give_back()
 
     async def _range_from_origin(self, job: Fill, reason: str) -> Filled:
         """Relay the origin's answer to the client's Range request as it is sent (the whole
@@ -170,12 +193,17 @@ class Filler:
         status = cache_status(self._name, fwd=job.fwd, detail=reason)
         async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
             relayed = await relay(
-                job.request, origin, status, via=self._via, max_object=self.whole_max
+                job.request, origin, status, via=self._via, read_ahead=self.read_ahead
             )
             return Filled(relayed, None)
 
     async def _answered(
-        self, job: Fill, origin: OriginResponse, request_time: float, response_time: float
+        self,
+        job: Fill,
+        origin: OriginResponse,
+        request_time: float,
+        response_time: float,
+        held: Held,
     ) -> Filled | ranges.AskOrigin:
         """The origin answered: refresh the stale entry, serve it instead of an error, store
         the response, or pass it on unstored."""
@@ -197,30 +225,36 @@ class Filler:
             job, origin.status, origin.reason, fields, request_time, response_time
         )
         if isinstance(verdict, DontStore):
-            return await self._pass_on(job, origin, verdict.reason)
+            return await self._pass_on(job, origin, verdict.reason, held)
         if origin.tags is None:  # a tag purge could miss it (decision 0024)
-            return await self._pass_on(job, origin, "tags-over-limit")
+            return await self._pass_on(job, origin, "tags-over-limit", held)
         length = origin.content_length
         if length is not None and length > self.max_object:
-            return await self._pass_on(job, origin, "too-large")
+            return await self._pass_on(job, origin, "too-large", held)
         if length is not None and length > self.whole_max:  # streamed from its first byte
             streamed = await self._streamed(job, verdict, fields, origin, b"", response_time)
             if streamed is not None:
                 return streamed
             # The tier does not take it now: mostly its eviction's refusal of a first fill of
             # over half the tier (remembered: the next is kept), else a stopped tier.
-            return await self._pass_on(job, origin, "not-admitted")
+            return await self._pass_on(job, origin, "not-admitted", held)
         progress = job.flight.progress if job.flight is not None else None
-        body, complete = await origin.read_up_to(self.whole_max, progress)
+        body, complete, over = await held.read_whole(origin, self.whole_max, progress)
         if not complete and len(body) <= self.max_object:
             streamed = await self._streamed(job, verdict, fields, origin, body, response_time)
             if streamed is not None:
                 return streamed
         if not complete:
-            return await self._pass_on(job, origin, "too-large", prefix=body)
+            reason = "fill-budget" if over else "too-large"
+            return await self._pass_on(job, origin, reason, held, prefix=body)
         config = job.config
         if config.compress and not skip_reason(
-            origin.status, fields, len(body), config.compress_types, config.compress_min_bytes
+            origin.status,
+            fields,
+            len(body),
+            config.compress_types,
+            config.compress_min_bytes,
+            config.compress_max_bytes,
         ):
             return await self._compressed(job, verdict, fields, body, origin.tags, response_time)
         entry = self._ready(tagged(verdict.with_body(body, job.key[2]), origin.tags), job.rules)
@@ -312,29 +346,49 @@ class Filler:
         response_time: float,
     ) -> Filled:
         """Store the response once per coding the domain compresses to, and as it came, each
-        a variant under Vary: Accept-Encoding; answer with the copy the request reads as
-        (decision 0035). The compressing runs in a thread (edge/compress.py)."""
-        encoded = await compressed(body, job.config.compress)
-        wanted = coding_of(job.request, job.config)
-        copies = [(IDENTITY, body), *encoded.items()]
+        a variant under Vary: Accept-Encoding (decision 0035). A small body is compressed
+        first, and the request answered with the copy it reads as; a larger one is stored and
+        answered as it came, and its copies are stored once made, in the background. With no
+        room in the compression queue, or its copies being made already, only the body as it
+        came is stored (decision 0046)."""
         vary = (
             verdict.vary
             if "accept-encoding" in verdict.vary
             else (*verdict.vary, "accept-encoding")
         )
-        kept: list[tuple[str, StoredResponse, bool]] = []
-        for coding, copy in copies:
+
+        def entry(coding: str, copy: bytes) -> StoredResponse:
             variant = replace(
                 verdict,
                 headers=encoded_fields(verdict.headers, coding, len(copy)),
                 vary=vary,
                 vary_values=vary_values(vary, job.request.headers, coding),
             )
-            entry = self._ready(tagged(variant.with_body(copy, job.key[2]), tags), job.rules)
-            kept.append((coding, entry, await self._store.put(job.key, entry)))
-        coding, entry, stored = next((k for k in kept if k[0] == wanted), kept[0])
-        out = encoded_fields(fields, coding, len(entry.body))
-        return self._filled(job, entry, stored, response_time, out)
+            return self._ready(tagged(variant.with_body(copy, job.key[2]), tags), job.rules)
+
+        made = None
+        if not self.compressions.busy(job.key):
+            made = self.compressions.submit(body, job.config.compress)
+        if made is not None and len(body) <= COMPRESS_FIRST:
+            encoded = await made
+            wanted = coding_of(job.request, job.config)
+            kept: list[tuple[str, StoredResponse, bool]] = []
+            for coding, copy in [(IDENTITY, body), *encoded.items()]:
+                variant = entry(coding, copy)
+                kept.append((coding, variant, await self._store.put(job.key, variant)))
+            coding, first, stored = next((k for k in kept if k[0] == wanted), kept[0])
+            out = encoded_fields(fields, coding, len(first.body))
+            return self._filled(job, first, stored, response_time, out)
+        first = entry(IDENTITY, body)
+        stored = await self._store.put(job.key, first)
+        if made is not None:
+            # Under the fill's key: a clear or purge since its lookup refuses the copies as
+            # it would the fill (decisions 0003, 0024).
+            self.compressions.later(
+                job.key, made, lambda coding, copy: self._store.put(job.key, entry(coding, copy))
+            )
+        out = encoded_fields(fields, IDENTITY, len(body))
+        return self._filled(job, first, stored, response_time, out)
 
     async def _refresh(
         self,
@@ -396,7 +450,12 @@ class Filler:
         return FileBacked(entry, file), False
 
     async def _pass_on(
-        self, job: Fill, origin: OriginResponse, reason: str, prefix: bytes | None = None
+        self,
+        job: Fill,
+        origin: OriginResponse,
+        reason: str,
+        held: Held,
+        prefix: bytes | None = None,
     ) -> Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the
         origin itself), not kept until the relay ends."""
@@ -418,7 +477,7 @@ class Filler:
             length = origin.content_length
             whole_max = self.whole_max
             if prefix is None and (length is None or length <= whole_max):
-                prefix, complete = await origin.read_up_to(whole_max)
+                prefix, complete, _ = await held.read_whole(origin, whole_max)
                 if complete:
                     cut = ranges.cut(job.request, origin, prefix, via=self._via, status=status)
                     return Filled(cut, None)
@@ -430,7 +489,7 @@ class Filler:
             origin,
             status,
             via=self._via,
-            max_object=self.whole_max,  # read whole up to this; a larger body streams
+            read_ahead=self.read_ahead,  # read whole up to this; a larger body streams
             prefix=prefix,
         )
         return Filled(relayed, None)

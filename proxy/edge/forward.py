@@ -65,10 +65,9 @@ class Forwarder:
         edge, cache = config.edge_role()
         self._via = edge.via
         self._bodies = bodies.BodyLimits.of(config)
-        self._max_object = cache.max_object_bytes
-        if cache.disk_path is not None:  # max_object_bytes may be a GiB or more (0039):
-            # a relayed body is read whole only up to a share of memory; a larger one streams.
-            self._max_object = min(self._max_object, max(cache.max_bytes // 8, 1 << 20))
+        # A relayed body is read ahead this far before anything is sent: whole when it ends
+        # within it, else streamed at the client's pace (decision 0046).
+        self._read_ahead = min(cache.max_object_bytes, edge.answer_buffer_bytes)
 
     async def forward(
         self,
@@ -141,7 +140,7 @@ class Forwarder:
                     ):
                         await self.store.invalidate(config.name, stale_target)
                 response = await relay(
-                    request, origin, status, via=self._via, max_object=self._max_object
+                    request, origin, status, via=self._via, read_ahead=self._read_ahead
                 )
                 self.telemetry.request(config.name, outcome_of_fwd(fwd))
                 return response
@@ -159,12 +158,15 @@ async def relay(
     status: str,
     *,
     via: str,
-    max_object: int,
+    read_ahead: int,
     prefix: bytes | None = None,
 ) -> web.StreamResponse:
-    """Send the origin's response on: whole when its body ends within ``max_object`` bytes
-    (``prefix``: what was read of it already), else streamed. Raises OriginError only before
-    anything was sent; after that, a broken origin aborts the client's connection."""
+    """Send the origin's response on: whole when its body ends within ``read_ahead`` bytes
+    (``prefix``: what was read of it already), else streamed, each piece read once the client
+    has taken the last (aiohttp's write waits while the transport's buffer is full), so what
+    a client that does not read holds is the read-ahead and the buffers of two sockets, for
+    send_timeout at most (decision 0046). Raises OriginError only before anything was sent;
+    after that, a broken origin aborts the client's connection."""
     if origin.status < 200:
         # A switch (101) or other interim answer as the final one, to a request that asked for
         # no upgrade (or was not tunnelled: core/http/upgrade.py): not HTTP the client can use.
@@ -179,7 +181,7 @@ async def relay(
             response.headers["Content-Length"] = str(origin.content_length)
         return response
     if prefix is None:
-        prefix, complete = await origin.read_up_to(max_object)
+        prefix, complete = await origin.read_up_to(read_ahead)
         if complete:
             return web.Response(
                 status=origin.status, reason=origin.reason, headers=headers, body=prefix

@@ -22,6 +22,7 @@ connection instead of sending a truncated body that looks complete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -57,6 +58,7 @@ from proxy.edge.aiohttp_h2 import HTTP2
 from proxy.edge.cache_rules import bypass_reason, fast_under_rules
 from proxy.edge.disk_hits import DiskHits, FastCounts
 from proxy.edge.fill import Fill, Filled, Filler, coding_of
+from proxy.edge.fill_budget import AnswerCollector
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
 from proxy.edge.messages import Messages
@@ -66,7 +68,7 @@ from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
 from proxy.errors import OriginError
-from proxy.observe.telemetry import Telemetry
+from proxy.observe.telemetry import PREFIX, Telemetry
 from proxy.store.base import Store
 from proxy.store.tiered import TieredStore
 
@@ -125,6 +127,10 @@ class Edge:
             config=config, telemetry=self._telemetry, upstreams=self.upstreams, tls=self.tls
         )
         self._filler, self._forwarder = self._paths(config)
+        self._answers = AnswerCollector(
+            self._filler.budget, self._filler.compressions, PREFIX
+        )  # decision 0046
+        self._telemetry.registry.register(self._answers)
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
         """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
@@ -139,6 +145,9 @@ class Edge:
             store=self._store,
             clock=self._clock,
             max_object=config.edge_role()[1].max_object_bytes,
+            read_ahead=config.edge_role()[0].answer_buffer_bytes,
+            fill_budget=config.edge_role()[0].fill_buffer_total_bytes,
+            compress_queue=config.edge_role()[0].compress_queue_bytes,
             ask_origin=messages.ask,
             origin_headers=messages.headers,
             from_stored=self._from_stored,
@@ -170,6 +179,9 @@ class Edge:
         self._hosts = {}
         self.upstreams.reconfigure(config)
         self._filler.max_object = cache.max_object_bytes
+        self._filler.read_ahead = edge.answer_buffer_bytes
+        self._filler.budget.limit = edge.fill_buffer_total_bytes
+        self._filler.compressions.max_bytes = edge.compress_queue_bytes
         self.tunnels.reconfigure(config)
         self._forwarder.reconfigure(config)
 
@@ -465,6 +477,9 @@ class Edge:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._filler.close()
+        with contextlib.suppress(KeyError):
+            self._telemetry.registry.unregister(self._answers)
         await self.upstreams.close()
 
     def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:

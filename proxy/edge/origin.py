@@ -34,6 +34,7 @@ from proxy.edge.aiohttp_adapter import OriginConnector
 from proxy.edge.bodies import Streamed
 from proxy.errors import (
     OriginBusy,
+    OriginDisconnected,
     OriginError,
     OriginProtocolError,
     OriginTimeout,
@@ -61,7 +62,7 @@ def new_session() -> aiohttp.ClientSession:
     decompression (bodies are passed and stored as the origin encoded them), no headers of
     aiohttp's own.
     """
-    return aiohttp.ClientSession(
+    session = aiohttp.ClientSession(
         connector=OriginConnector(
             # Per domain, ConnectionSlots bounds the requests at the origin and how long one
             # waits; this is only the process's ceiling (origin_request bounds its wait too).
@@ -78,6 +79,11 @@ def new_session() -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(total=None),
         raise_for_status=False,
     )
+    # aiohttp sends an idempotent request again when its connection breaks; the edge's own
+    # retry (edge/upstreams.py) is the only one, or one PUT could reach the origin four
+    # times (decision 0046). A private attribute: tests/edge/test_origins.py counts it.
+    session._retry_connection = False
+    return session
 
 
 class OriginResponse:
@@ -322,6 +328,8 @@ def origin_error(exc: BaseException, where: str) -> BaseException:
         return OriginUnreachable(f"{where}: TLS with the origin failed ({exc.os_error})")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return OriginUnreachable(f"{where}: origin unreachable ({exc.strerror})")
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return OriginDisconnected(f"{where}: the origin closed the connection ({exc})")
     if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
         return OriginProtocolError(f"{where}: broken response from origin ({exc})")
     if isinstance(exc, aiohttp.ClientError):

@@ -3,14 +3,18 @@
 ``Upstreams.request`` is the one way the edge asks an origin (edge/messages.py's
 ``Messages.ask``). It asks core's ``OriginPool`` (core/http/balance.py) for a server, sends the
 request there through ``origin_request`` (within that server's own ``origin_connections``),
-tells the pool what happened, and on a failure retries once on another server when core's
-``may_retry`` allows it: always when nothing was sent (the connect failed), else only for an
-idempotent method, and never a streamed body once sent. While no server is up the request
-fails with OriginsDown (503 with Retry-After, or stale content: edge/fill.py).
+tells the pool what happened, and on a failure retries once when core's ``may_retry`` allows
+it: always when nothing was sent (the connect failed), else only for an idempotent method
+that did not time out, and never a streamed body once sent. The retry goes to another server,
+or, when there is none, to the same one for a connection that broke after the request was
+sent (a keep-alive connection the server was closing: RFC 9112 §9.3.1; the origin client's
+own retry of it is off, so there is one layer of retry: decision 0046). While no server is
+up the request fails with OriginsDown (503 with Retry-After, or stale content: edge/fill.py).
 
-Passive detection counts connection errors and timeouts of real requests (OriginUnreachable,
-OriginTimeout); a broken answer (OriginProtocolError) is counted as the server's error but
-does not mark it down, nor does a busy queue (OriginBusy: the edge's own limit).
+Passive detection counts only failures to connect (core's ``counts_against``: OriginUnreachable,
+or an OriginTimeout before anything was sent); a read timeout or a broken answer is counted
+as the server's error but does not mark it down, nor does a busy queue (OriginBusy: the
+edge's own limit).
 
 Active detection: for each domain with a ``[domains.health_check]``, one background task
 probes every server each ``interval`` (with ±10 % jitter, so a fleet's processes spread their
@@ -39,11 +43,23 @@ import aiohttp
 from prometheus_client.core import Metric
 
 from proxy.config.model import Config, DomainConfig
-from proxy.core.http.balance import OriginPool, PoolRules, ServerState, may_retry
+from proxy.core.http.balance import (
+    OriginPool,
+    PoolRules,
+    ServerState,
+    counts_against,
+    may_retry,
+)
 from proxy.edge import bodies
 from proxy.edge.origin import ConnectionSlots, OriginResponse, origin_request
 from proxy.edge.tls import EdgeTls
-from proxy.errors import OriginBusy, OriginError, OriginsDown, OriginTimeout, OriginUnreachable
+from proxy.errors import (
+    OriginBusy,
+    OriginDisconnected,
+    OriginError,
+    OriginsDown,
+    OriginTimeout,
+)
 from proxy.observe.origin_metrics import origin_server_metrics
 from proxy.observe.telemetry import PREFIX, Telemetry
 
@@ -218,6 +234,10 @@ class Upstreams:
         """The server to ask next, other than those ``tried``; raises ``last`` when there is no
         other to retry on, or OriginsDown when none is up at all."""
         server = pool.choose(target, self.clock(), tried)
+        if server is None and isinstance(last, OriginDisconnected):
+            # No other server: a connection closed before an answer is tried again on the
+            # same one (the request was allowed a retry: idempotent, no timeout).
+            server = pool.choose(target, self.clock())
         if server is not None:
             if last is not None:  # said only when there is another server to try
                 log.warning("%s (%s); retrying on %s", last, tried[-1], server.url)
@@ -254,8 +274,9 @@ class Upstreams:
         if isinstance(exc, OriginBusy):
             return  # the edge's own queue, not the server's fault
         server.errors += 1
-        passive = isinstance(exc, OriginUnreachable | OriginTimeout)
-        if passive and pool.failed(server, str(exc), self.clock(), probe=False):
+        if counts_against(reached=exc.reached) and pool.failed(
+            server, str(exc), self.clock(), probe=False
+        ):
             log.warning("%s: origin server %s is down (%s)", domain.name, server.url, exc)
 
     # -- probes ----------------------------------------------------------------------------
@@ -321,7 +342,7 @@ def _retryable(method: str, data: bytes | bodies.Streamed | None, exc: OriginErr
         return False  # it waited origin_queue_timeout already
     if isinstance(data, bodies.Streamed) and exc.reached:
         return False  # part of the body is gone to the first server
-    return may_retry(method, reached=exc.reached)
+    return may_retry(method, reached=exc.reached, timed_out=isinstance(exc, OriginTimeout))
 
 
 class _Collector:

@@ -203,6 +203,7 @@ def _edge_guard(config: Config) -> ConnectionGuard:
     )
     # Each worker's share of the node's budget for buffered request bodies (decision 0032).
     guard.bodies = BodyBudget(-(-edge.request_buffer_total_bytes // edge.workers))
+    guard.send_timeout = edge.send_timeout  # read by GuardedRequestHandler (decision 0046)
     return guard
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.http.balance import OriginPool, PoolRules, ServerState, may_retry
+from proxy.core.http.balance import OriginPool, PoolRules, ServerState, counts_against, may_retry
 
 A, B, C, X = "http://a", "http://b", "http://c", "http://x"
 
@@ -165,6 +165,29 @@ def test_the_retry_rule(method: str, reached: bool, retry: bool) -> None:
     """RFC 9110 §9.2.2: a request may be sent again automatically only when idempotent,
     unless none of it was sent."""
     assert may_retry(method, reached=reached) is retry
+
+
+@pytest.mark.parametrize(
+    ("method", "reached", "timed_out", "retry"),
+    [
+        ("GET", False, True, True),  # a connect timeout: nothing was sent
+        ("POST", False, True, True),
+        ("GET", True, True, False),  # a read timeout: the server may still be at it
+        ("PUT", True, True, False),
+        ("GET", True, False, True),  # a connection that broke after sending
+    ],
+)
+def test_a_timeout_after_sending_is_not_retried(
+    method: str, reached: bool, timed_out: bool, retry: bool
+) -> None:
+    """Decision 0046 (nginx's proxy_next_upstream without ``timeout``)."""
+    assert may_retry(method, reached=reached, timed_out=timed_out) is retry
+
+
+def test_only_a_failure_to_connect_counts_against_a_server() -> None:
+    """Decision 0046: one slow URL must not mark its servers down."""
+    assert counts_against(reached=False) is True
+    assert counts_against(reached=True) is False
 
 
 @given(

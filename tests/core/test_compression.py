@@ -12,6 +12,7 @@ from proxy.core.http.compression import (
     check_compress_types,
     codings_of,
     encoded_fields,
+    level_for,
     skip_reason,
     type_matches,
     with_vary,
@@ -33,11 +34,37 @@ HTML: Headers = (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control",
         (206, (("Content-Range", "bytes 0-9/1000"),), 10, "status"),  # a Range answer
         (200, (("Content-Range", "bytes 0-999/1000"),), 1000, "status"),
         (404, (), 1000, "status"),
+        # Decision 0046: made per user, so never compressed (BREACH), and a size cap.
+        (200, (("Vary", "Cookie"),), 1000, "per-user"),
+        (200, (("Vary", "accept-language, AUTHORIZATION"),), 1000, "per-user"),
+        (200, (("Vary", "Accept-Language"),), 1000, None),
+        (200, (), 4096, None),
+        (200, (), 4097, "large"),
     ],
 )
 def test_what_is_compressed(status: int, extra: Headers, length: int, expected: str | None) -> None:
     headers = HTML + tuple(extra)
-    assert skip_reason(status, headers, length, DEFAULT_COMPRESS_TYPES, 256) == expected
+    assert skip_reason(status, headers, length, DEFAULT_COMPRESS_TYPES, 256, 4096) == expected
+
+
+@pytest.mark.parametrize(
+    ("coding", "size", "level"),
+    [
+        ("br", 1000, 9),
+        ("br", 128 * 1024, 9),
+        ("br", 128 * 1024 + 1, 5),
+        ("br", 1024**2 + 1, 4),
+        ("br", 1024**3, 4),
+        ("gzip", 1024**2, 6),
+        ("gzip", 1024**2 + 1, 4),
+        ("zstd", 1000, 12),
+        ("zstd", 1024**2, 6),
+        ("zstd", 8 * 1024**2, 3),
+    ],
+)
+def test_the_level_is_fitted_to_the_size(coding: str, size: int, level: int) -> None:
+    """Decision 0046: high levels for small bodies, lower ones as the CPU grows with size."""
+    assert level_for(coding, size) == level
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,8 @@ class Killable:
             assert request.transport is not None
             request.transport.close()
             return web.Response()
+        if request.raw_path.startswith("/slow"):
+            await asyncio.Event().wait()  # slower than any read_timeout: never answers
         cached = request.raw_path.startswith("/cached")
         control = "max-age=1" if cached else "no-store"
         return web.Response(text=self.name, headers={"Cache-Control": control})

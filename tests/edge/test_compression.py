@@ -229,27 +229,97 @@ async def test_conditional_requests_match_each_copy(edge: EdgeUnderTest, origin:
 
 
 @pytest.mark.slow
-async def test_a_large_body_does_not_block_the_loop(make_edge: EdgeFactory, origin: Origin) -> None:
-    """While 4 MiB are compressed to br and gzip (about half a second of CPU), other
-    requests are answered: a blocked loop would answer none until the compressing ended."""
+async def test_a_large_body_does_not_block_the_loop_nor_its_first_client(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """A 4 MiB body (decision 0046): its first client gets it as sent, without waiting for
+    the copies; they are made in the compression thread while other requests are answered,
+    then stored, and a br request hits its copy (each br request before it was a miss)."""
+    compressing = {**COMPRESSING, "origin": origin.url, "compress": ["br", "gzip"]}
     edge = await make_edge(
-        domains=[{**COMPRESSING, "origin": origin.url, "compress": ["br", "gzip"]}],
+        domains=[{**compressing, "compress_max_bytes": "8MiB"}],
         cache={"max_bytes": "64MiB", "max_object_bytes": "16MiB"},
     )
     big = page(4 * 1024**2, seed=3)
     origin.reply("/big", big, headers=HTML)
     origin.reply("/small", b"small", headers={"Cache-Control": "max-age=60"})
     await edge.get("/small")
-    fill = asyncio.create_task(edge.get("/big", headers={"Accept-Encoding": "br"}))
-    await until(lambda: origin.count("/big") == 1)
+    response, body = await edge.get("/big", headers={"Accept-Encoding": "br"})
+    assert "Content-Encoding" not in response.headers
+    assert body == big
+    assert response.headers["Vary"] == "Accept-Encoding"
     answered = 0
-    while not fill.done():
+
+    async def br_copy_stored() -> bool:
+        nonlocal answered
         response, _ = await edge.get("/small")
         assert response.status == 200
         answered += 1
-    response, body = await fill
-    assert decoded("br", body) == big
-    assert answered >= 10
+        hit, body = await edge.get("/big", headers={"Accept-Encoding": "br"})
+        return hit.headers.get("Content-Encoding") == "br" and decoded("br", body) == big
+
+    await until(br_copy_stored, within=30)
+    assert origin.count("/big") == 1 + (answered - 1)  # each miss before the copy asked
+    response, body = await edge.get("/big", headers={"Accept-Encoding": "gzip"})
+    assert response.headers["Content-Encoding"] == "gzip"
+    assert "hit" in response.headers["Cache-Status"]
+    assert decoded("gzip", body) == big
+
+
+async def test_answers_made_per_user_are_never_compressed(
+    edge: EdgeUnderTest, origin: Origin
+) -> None:
+    """BREACH (decision 0046): an answer that varies on Cookie (or Authorization) may hold a
+    user's secret beside text an attacker chooses; compressed, its length would tell the
+    attacker a byte of the secret per guess. It is stored and served as the origin sent it."""
+    origin.reply("/account", BODY, headers={**HTML, "Vary": "Cookie"})
+    for _ in range(2):
+        response, body = await edge.get(
+            "/account", headers={"Accept-Encoding": "br, gzip", "Cookie": "session=1"}
+        )
+        assert "Content-Encoding" not in response.headers
+        assert body == BODY
+    assert origin.count("/account") == 1  # stored all the same
+
+
+async def test_a_body_over_compress_max_bytes_is_stored_as_sent(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    edge = await make_edge(
+        domains=[{**COMPRESSING, "origin": origin.url, "compress_max_bytes": 10_000}]
+    )
+    origin.reply("/big", BODY, headers=HTML)  # 20,000 bytes
+    for _ in range(2):
+        response, body = await edge.get("/big", headers={"Accept-Encoding": "br"})
+        assert "Content-Encoding" not in response.headers
+        assert body == BODY
+    assert origin.count("/big") == 1
+    assert edge.edge._filler.compressions.refused == 0  # not asked: over the cap
+
+
+async def test_with_the_queue_full_answers_go_out_as_sent(
+    make_edge: EdgeFactory, origin: Origin
+) -> None:
+    """Decision 0046: a body the compression queue has no room for is not compressed now:
+    stored and answered as sent; a later miss of a coding compresses it once there is room."""
+    edge = await make_edge(
+        domains=[{**COMPRESSING, "origin": origin.url}],
+        edge={"listen": "127.0.0.1:0", "compress_queue_bytes": 10_000},
+    )
+    origin.reply("/page", BODY, headers=HTML)  # 20,000 bytes: never fits
+    response, body = await edge.get("/page", headers={"Accept-Encoding": "br"})
+    assert "Content-Encoding" not in response.headers
+    assert body == BODY
+    assert response.headers["Vary"] == "Accept-Encoding"
+    metrics = (await edge.telemetry.exposition()).decode()
+    assert "cdn_proxy_compress_refused_total 1.0" in metrics
+    assert "cdn_proxy_compress_queue_max_bytes 10000.0" in metrics
+    response, body = await edge.get("/page", headers={"Accept-Encoding": "identity"})
+    assert "hit" in response.headers["Cache-Status"]  # its copy as sent is stored
+    edge.edge._filler.compressions.max_bytes = 1 << 20  # room now
+    response, body = await edge.get("/page", headers={"Accept-Encoding": "br"})
+    assert response.headers["Content-Encoding"] == "br"  # compressed before its answer
+    assert decoded("br", body) == BODY
 
 
 async def curl(url: str, *args: str) -> tuple[bytes, bytes]:

@@ -223,9 +223,50 @@ async def test_a_post_that_may_have_reached_an_origin_is_not_retried(
     assert a.methods["POST"] + b.methods["POST"] == 1  # sent once, never twice
     retried, _ = await edge.get("/hangup/get")
     assert retried.status == 502
-    # A GET is retried on the other server (aiohttp itself may first try it again on the
-    # same one: it does so for idempotent requests whose connection broke).
-    assert a.seen["/hangup/get"] >= 1 and b.seen["/hangup/get"] >= 1
+    # A GET is retried on the other server, once: the only retry (decision 0046).
+    assert (a.seen["/hangup/get"], b.seen["/hangup/get"]) == (1, 1)
+
+
+async def test_one_layer_of_retry_a_put_reaches_the_origins_at_most_twice(
+    make_edge: EdgeFactory, servers: list[Killable]
+) -> None:
+    """Decision 0046: a PUT (idempotent) whose connection breaks after it was sent is tried
+    once more, on the other server; aiohttp's own retry of a broken connection is off, so it
+    is not sent twice to each (four deliveries were seen)."""
+    a, b, _ = servers
+    edge = await make_edge(domains=domain([a.url, b.url]))
+    response, _ = await edge.get("/hangup/put", method="PUT", data=b"order")
+    assert response.status == 502
+    assert a.methods["PUT"] + b.methods["PUT"] == 2
+
+
+async def test_a_single_origin_gets_a_broken_get_once_more(
+    make_edge: EdgeFactory, servers: list[Killable]
+) -> None:
+    """With no other server, a GET whose connection broke after sending is tried again on
+    the same one (a keep-alive connection the server was closing, RFC 9112 §9.3.1): once."""
+    a = servers[0]
+    edge = await make_edge(domains=domain([a.url]))
+    response, _ = await edge.get("/hangup/one")
+    assert response.status == 502
+    assert a.seen["/hangup/one"] == 2
+
+
+async def test_one_slow_url_does_not_take_the_domain_down(
+    make_edge: EdgeFactory, servers: list[Killable]
+) -> None:
+    """Decision 0046: a read timeout does not count against a server, and is not retried.
+    Four GETs of a URL slower than read_timeout get 504 each, cost the origins one request
+    each, and every other request of the domain is still answered (before: both servers
+    were marked down, and every other miss got 503)."""
+    a, b, _ = servers
+    edge = await make_edge(domains=domain([a.url, b.url], read_timeout=0.3))
+    answers = await asyncio.gather(*(edge.get(f"/slow/{n}") for n in range(4)))
+    assert [response.status for response, _ in answers] == [504] * 4
+    assert sum(a.seen[f"/slow/{n}"] + b.seen[f"/slow/{n}"] for n in range(4)) == 4
+    assert state(edge, a).up and state(edge, b).up
+    response, body = await edge.get("/fast")
+    assert response.status == 200 and body in (b"a", b"b")
 
 
 async def test_metrics_show_each_origin_server(

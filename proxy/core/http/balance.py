@@ -4,9 +4,13 @@ Theory of operation (decision 0034). A domain's ``OriginPool`` holds one ``Serve
 origin server, primaries first, then backups. Each server is up or down:
 
 - it goes down after ``fails`` consecutive failures, counted both from the active probe
-  (edge/health.py) and passively from real requests: a connection error or a timeout (nginx's
-  ``max_fails``). Any answer at all, even a 5xx, is not a passive failure: the server is
-  reachable, and whether its 5xx may be replaced by stale content is the cache's rule;
+  (edge/health.py) and passively from real requests (nginx's ``max_fails``): only a failure
+  to connect (refused, unreachable, a connect timeout, a TLS handshake) counts
+  (``counts_against``). A request that reached the server and then timed out, or broke,
+  does not: one slow URL (a report that takes a minute) would otherwise mark every server
+  down in turn, and every other request of the domain would get a 503 (decision 0046).
+  Any answer at all, even a 5xx, is not a passive failure either: the server is reachable,
+  and whether its 5xx may be replaced by stale content is the cache's rule;
 - with a health check, it comes back after ``passes`` consecutive successful probes;
   without one, a down server gets one trial request ``retry_after`` seconds after it went
   down (nginx's ``fail_timeout``): an answer brings it back, a failure restarts the wait.
@@ -21,7 +25,11 @@ nothing to fail over to, so each request tries it, as before this module existed
 
 ``may_retry`` is the retry rule: a request whose connection failed before any byte of it was
 sent may go to another server whatever its method; one that may have reached the origin only
-when its method is idempotent (RFC 9110 §9.2.2). Either way at most once.
+when its method is idempotent (RFC 9110 §9.2.2) and it did not time out (the server may still
+be working on it: a second try doubles the load of a server that is already slow, as nginx's
+``proxy_next_upstream`` without ``timeout``). Either way at most once per request, and this
+is the only retry: the origin client's own retry of a broken connection is off (decision
+0046), so one PUT is delivered at most twice, never four times.
 
 No clock here: every call that depends on time is given ``now``.
 """
@@ -189,10 +197,19 @@ class OriginPool:
         return True
 
 
-def may_retry(method: str, *, reached: bool) -> bool:
-    """Whether a failed request may go to another server (once): always when nothing of it
-    was sent, else only when its method is idempotent (RFC 9110 §9.2.2)."""
-    return not reached or method in IDEMPOTENT
+def may_retry(method: str, *, reached: bool, timed_out: bool = False) -> bool:
+    """Whether a failed request may be tried again (once): always when nothing of it was
+    sent, else only when its method is idempotent (RFC 9110 §9.2.2) and it did not time
+    out waiting for the server."""
+    if not reached:
+        return True
+    return not timed_out and method in IDEMPOTENT
+
+
+def counts_against(*, reached: bool) -> bool:
+    """Whether a real request's failure counts against its server (towards ``fails``): only
+    when it failed before anything was sent, that is to connect (decision 0046)."""
+    return not reached
 
 
 def _weight(server: str, key: str) -> bytes:

@@ -13,7 +13,18 @@ Not compressed, and stored as today (``skip_reason``): a response already encode
 §8.4), one with ``Cache-Control: no-transform`` (RFC 9111 §5.2.2.6), any status but 200 (a
 206 is a Range answer from the origin: its bytes are a part of an identity body), a type not
 in ``compress_types``, or a body under ``compress_min_bytes`` (a few hundred bytes gain
-nothing, and cost a variant each).
+nothing, and cost a variant each). Decision 0046 adds two: a body over
+``compress_max_bytes`` (its CPU, per miss, is bounded by the cap), and a response whose Vary
+names Cookie or Authorization: it is made per user, so a secret of that user may sit in it
+beside text an attacker chooses (a reflected parameter), and the compressed length then tells
+the attacker, a guess at a time, whether the guess matched the secret (BREACH, 2013: 136
+against 137 bytes was seen here). Such answers go out as the origin sent them.
+
+The level is fitted to the size (``level_for``): each copy is made once and served many
+times, so a small body gets a high level, but the CPU of a large one grows with its size
+while the gain of a high level does not, so a larger body gets a lower level (measured on
+text, decision 0046: brotli 9 makes 8 MB/s, 5 makes 35, 4 makes 42; gzip 6 makes 34, 4
+makes 80, for 1 to 4 % more bytes).
 
 The compressed copies' fields (``encoded_fields``): Content-Encoding and Content-Length of the
 copy, a weak ETag (RFC 9110 §8.8.3: a strong validator changes with the bytes; a weak one
@@ -47,6 +58,15 @@ DEFAULT_COMPRESS_TYPES = (
     "application/wasm",
 )
 DEFAULT_MIN_BYTES = 256
+DEFAULT_MAX_BYTES = 4 * 1024**2
+# Vary on these: made per user, never compressed (BREACH; decision 0046).
+_PER_USER = frozenset({"cookie", "authorization"})
+# Per coding, (up to this many bytes, level), smallest first; the last one has no bound.
+LEVELS: dict[str, tuple[tuple[int | None, int], ...]] = {
+    "br": ((128 * 1024, 9), (1024**2, 5), (None, 4)),
+    "gzip": ((1024**2, 6), (None, 4)),
+    "zstd": ((128 * 1024, 12), (1024**2, 6), (None, 3)),
+}
 
 # The fields that describe the identity bytes only: dropped from a compressed copy.
 _OF_THE_BYTES = frozenset(
@@ -61,7 +81,12 @@ def codings_of(encodings: tuple[str, ...], compress: tuple[str, ...]) -> tuple[s
 
 
 def skip_reason(
-    status: int, headers: Headers, length: int, types: tuple[str, ...], min_bytes: int
+    status: int,
+    headers: Headers,
+    length: int,
+    types: tuple[str, ...],
+    min_bytes: int,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> str | None:
     """Why a storable response is stored as the origin sent it, or None to compress it.
     ``headers``: its fields; ``length``: its body's length."""
@@ -78,11 +103,23 @@ def skip_reason(
             return "no-transform"  # RFC 9111 §5.2.2.6
         if lowered == "content-type":
             content_type = value
+        if lowered == "vary" and _PER_USER.intersection(field_names(value)):
+            return "per-user"  # BREACH
     if length < min_bytes:
         return "small"
+    if length > max_bytes:
+        return "large"
     if not type_matches(content_type, types):
         return "type"
     return None
+
+
+def level_for(coding: str, size: int) -> int:
+    """The level a body of ``size`` bytes is compressed at in ``coding`` (``LEVELS``)."""
+    for upto, level in LEVELS[coding]:
+        if upto is None or size <= upto:
+            return level
+    raise AssertionError("LEVELS ends with an unbounded step")
 
 
 def type_matches(content_type: str, types: tuple[str, ...]) -> bool:

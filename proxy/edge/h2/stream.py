@@ -3,9 +3,12 @@ message to its own writer (``AbstractStreamWriter``, aiohttp's public interface)
 out as HEADERS and DATA frames within the windows the client grants.
 
 A write waits for window (the stream's and the connection's) and for the socket to take what
-is queued, ``send_timeout`` at most each time; then the stream is reset (CANCEL) and the
-write fails as a write to a client that has gone does, so the handler ends as it does for a
-vanished HTTP/1.1 client. A stream the client has reset fails its writes at once.
+is queued. The window's wait is timed per answer, not per WINDOW_UPDATE (decision 0046):
+each ``send_timeout`` spent waiting must see ``SEND_PROGRESS`` bytes of the answer sent, as
+on HTTP/1.1, so a client granting a byte now and then cannot hold the stream for ever; then
+the stream is reset (CANCEL) and the write fails as a write to a client that has gone does,
+so the handler ends as it does for a vanished HTTP/1.1 client. A stream the client has reset
+fails its writes at once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from aiohttp.abc import AbstractStreamWriter
 from h2.errors import ErrorCodes
 from multidict import CIMultiDict
 
+from proxy.edge.aiohttp_server import SEND_PROGRESS
 from proxy.edge.connections import ConnectionGuard
 from proxy.edge.h2.frames import age_field, encode_block
 
@@ -68,6 +72,9 @@ class StreamWriter(AbstractStreamWriter):
         self.gone = False
         self.body_unread = False  # the request's body has not ended: reset once answered
         self._window: asyncio.Future[None] | None = None
+        # The send timeout's window: the seconds waited in it, and output_size at its start.
+        self._waited = 0.0
+        self._pace_from = 0
 
     async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
         if self.gone:
@@ -158,15 +165,20 @@ class StreamWriter(AbstractStreamWriter):
             room = connection.window(self.stream_id)
             if room > 0:
                 return min(room, wanted)
-            self._window = asyncio.get_running_loop().create_future()
+            if self.output_size - self._pace_from >= SEND_PROGRESS:
+                self._waited, self._pace_from = 0.0, self.output_size  # a new window
+            loop = asyncio.get_running_loop()
+            self._window = loop.create_future()
+            started = loop.time()
             try:
-                async with asyncio.timeout(connection.send_timeout):
+                async with asyncio.timeout(connection.send_timeout - self._waited):
                     await self._window
             except TimeoutError:
                 connection.reset(self, ErrorCodes.CANCEL)
-                raise StreamGone("the client opened no window within send_timeout") from None
+                raise StreamGone("the client opened too little window in send_timeout") from None
             finally:
                 self._window = None
+                self._waited += loop.time() - started
 
     def abort(self) -> None:
         """End this stream only, unfinished (RST_STREAM INTERNAL_ERROR): what aborting the
