@@ -22,6 +22,7 @@ from contextlib import AsyncExitStack
 
 from proxy.config.model import Config, FleetConfig
 from proxy.config.settings import settings_of
+from proxy.config.values import Listen
 from proxy.core.lease import Applied
 from proxy.edge.access_log import EdgeAccess
 from proxy.errors import FleetUnavailable, WireError
@@ -210,6 +211,9 @@ def _member(
 ) -> FleetMember:
     """The worker's membership of the fleet, reporting its figures; not yet started."""
     assert config.fleet is not None  # a worker is only started for a fleet
+    listen = config.edge_role()[0].listen
+    # Where the other nodes reach this node's edge for peer fills (decision 0047).
+    advertise = config.fleet.advertise or f"http://{Listen(listen.host, args.port)}"
     member = FleetMember(
         settings=fleet_settings(config.fleet, args.fleet_url),
         store=memory,
@@ -219,6 +223,7 @@ def _member(
         address=f"{config.edge_role()[0].listen.host}:{args.port}",
         # member.domains: the domains served now, after any reload
         report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
+        advertise=advertise,
     )
     return member
 
