@@ -83,6 +83,7 @@ async def _run(config: Config, args: WorkerArgs, index: int) -> int:
                 reuse_port=True,
                 tls_port=args.tls_port,
                 access=access,
+                peers=member,  # peer fills, when [fleet] peer_fill (decision 0047)
             )
         )
         # Each worker clears its own store of removed and re-pointed domains on its reload,
