@@ -104,6 +104,7 @@ async def _run(config: Config, args: WorkerArgs, index: int) -> int:
             )
         )
         telemetry.origin_servers = handler.upstreams.rows  # in its report (origin figures)
+        telemetry.peer_fills = handler.peer_fills  # in its report too, with peer fills
         startup.freeze_heap()
         log.info("edge worker listening on %s as %s", url, member.name)
         print(pack_worker_line(Ready()), flush=True)

@@ -77,6 +77,10 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     tier: TierReport | None = None
     # its origin servers, every domain's
     origins: list[ServerReport] = []
+    # peer fills (decision 0047): requests sent to each owner node, and their failures by
+    # peer and kind ("timeout", "unreachable", "protocol", "label")
+    peer_requests: dict[str, int] = {}
+    peer_errors: dict[str, dict[str, int]] = {}
 
 
 class MemberInfo(EdgeReport, frozen=True, kw_only=True):

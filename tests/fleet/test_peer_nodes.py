@@ -141,6 +141,14 @@ async def test_a_killed_owner_costs_no_client_an_error(cluster: PeerCluster) -> 
         assert origin_asks(cluster, page) <= 2, page
 
 
+async def metrics(cluster: Cluster) -> str:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.get(f"{cluster.api_url}/metrics") as response,
+    ):
+        return await response.text()
+
+
 class StandIn:
     """An owner that answers every GET with ``body`` and the label it is set to."""
 
@@ -226,6 +234,13 @@ async def test_an_owners_answer_is_used_only_with_a_usable_label(
     assert "hit" in (await read(edge, page))[2]
     assert origin_asks(cluster, page) == 0
     assert server.asked[-1] == (f"/{D}/{page}", "cdn-proxy")  # marked for the loop guard
+
+    async def counted() -> bool:  # /metrics: the answers refused, by asking node and peer
+        text = await metrics(cluster)
+        return 'cdn_proxy_peer_errors_total{kind="label",node="edge0",peer="fake"} 4.0' in text
+
+    await until(counted, every=0.1)
+    assert 'cdn_proxy_peer_requests_total{node="edge0",peer="fake"} 5.0' in await metrics(cluster)
 
 
 async def clear(cluster: Cluster) -> None:
