@@ -15,6 +15,7 @@ is asked (benchmarks/fleet_cluster.py).
 from __future__ import annotations
 
 import itertools
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -147,6 +148,75 @@ async def metrics(cluster: Cluster) -> str:
         client.get(f"{cluster.api_url}/metrics") as response,
     ):
         return await response.text()
+
+
+async def purge(cluster: Cluster, *pages: str) -> None:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            f"{cluster.api_url}/api/v1/cdn/purge",
+            json={"domain": D, "urls": [f"/{D}/{page}" for page in pages]},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+
+
+async def test_a_purge_answered_200_holds_through_the_owner(cluster: PeerCluster) -> None:
+    """Every node holds the old object (the owner from the origin, the others from it);
+    after a URL purge answered 200 no node serves it again, through the owner or its own
+    copy: with the owner running, and with the owner stopped (SIGSTOP) across the purge,
+    then continued."""
+    await peers_ready(cluster, NODES, cluster.edges)
+    running, stopped = fresh_page(owned_by="edge1"), fresh_page(owned_by="edge1")
+    for page in (running, stopped):
+        for edge in cluster.edges:
+            assert (await read(edge, page))[:2] == (200, "1")
+    version = cluster.origin.bump(D, [running])
+    await purge(cluster, running)
+    for edge in cluster.edges:
+        for _ in range(2):  # the first read fills (through the owner), the second is a hit
+            status, body, cache = await read(edge, running)
+            assert (status, body) == (200, str(version)), cache
+    owner = cluster.edges[1]
+    owner.node.signal(signal.SIGSTOP)
+    try:
+        version = cluster.origin.bump(D, [stopped])
+        await purge(cluster, stopped)  # answered once the stopped owner's lease ran out
+        for edge in (cluster.edges[0], cluster.edges[2]):
+            status, body, cache = await read(edge, stopped)
+            assert (status, body) == (200, str(version)), cache
+    finally:
+        owner.node.signal(signal.SIGCONT)
+    for edge in cluster.edges:  # the owner woken: fenced until it has applied the purge
+        for _ in range(2):
+            status, body, cache = await read(edge, stopped)
+            assert (status, body) == (200, str(version)), cache
+
+
+async def test_a_tag_purge_covers_the_copy_a_node_filled_from_the_owner(
+    cluster: PeerCluster,
+) -> None:
+    """The owner sends the entry's tags with its answer (the origin tags each page with its
+    name, in Surrogate-Key), so the asking node's copy is found by a tag purge too."""
+    await peers_ready(cluster, NODES, cluster.edges)
+    page = fresh_page(owned_by="edge1")
+    edge = cluster.edges[0]
+    status, body, cache = await read(edge, page)
+    assert (status, body) == (200, "1") and "peer=edge1" in cache, cache
+    assert "hit" in (await read(edge, page))[2]
+    version = cluster.origin.bump(D, [page])
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            f"{cluster.api_url}/api/v1/cdn/purge",
+            json={"domain": D, "tags": [page]},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+    status, body, cache = await read(edge, page)
+    assert (status, body) == (200, str(version)), cache
 
 
 class StandIn:
