@@ -14,7 +14,6 @@ is asked (benchmarks/fleet_cluster.py).
 
 from __future__ import annotations
 
-import itertools
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +23,8 @@ import pytest
 from aiohttp import web
 
 from benchmarks.fleet_cluster import Cluster, Edge
-from proxy.core.peer import PurgeLabel, owner_of
+from benchmarks.peer_fill_latency import NODES, D, PeerCluster, fresh_page, read
+from proxy.core.peer import PurgeLabel
 from proxy.fleet.member import FleetMember
 from proxy.fleet.peers import live_peers
 from proxy.fleet.scripts import FleetScripts
@@ -35,16 +35,27 @@ from tests.polling import until
 
 pytestmark = pytest.mark.slow  # real processes
 
-D = "d0.test"
-NODES = ("edge0", "edge1", "edge2")
-_pages = itertools.count()
 
+async def peers_ready(cluster: Cluster, nodes: tuple[str, ...], edges: list[Edge]) -> None:
+    """Valkey lists ``nodes`` as the live peer nodes, and each of ``edges`` has had a fill
+    from another node (its own list has been read since)."""
+    scripts = FleetScripts.of(settings(valkey_url(cluster)))
+    try:
 
-class PeerCluster(Cluster):
-    """A Cluster whose edge nodes take peer fills."""
+        async def listed() -> bool:
+            return set(live_peers(await scripts.members())) == set(nodes)
 
-    def _common(self, fleet_url: str, node: str) -> str:
-        return super()._common(fleet_url, node) + "peer_fill = true\npeer_timeout = 0.3\n"
+        await until(listed, every=0.05)
+    finally:
+        await scripts.aclose()
+    for edge in edges:
+        other = next(n for n in nodes if n != edge.node.name)
+
+        async def asked_a_peer(other: str = other, edge: Edge = edge) -> bool:
+            page = fresh_page(owned_by=other, nodes=nodes)
+            return f"peer={other}" in (await read(edge, page))[2]
+
+        await until(asked_a_peer, every=0.05)
 
 
 @pytest.fixture
@@ -61,53 +72,8 @@ def valkey_url(cluster: Cluster) -> str:
     return f"redis://127.0.0.1:{cluster.valkey_port}/0"
 
 
-def owner(page: str, nodes: tuple[str, ...] = NODES) -> str | None:
-    return owner_of(f"{D}\0/{D}/{page}".encode(), nodes)
-
-
-def fresh_page(*, owned_by: str, nodes: tuple[str, ...] = NODES) -> str:
-    """A page never read before whose owner among ``nodes`` is ``owned_by``."""
-    while True:
-        page = f"p{next(_pages)}"
-        if owner(page, nodes) == owned_by:
-            return page
-
-
-async def read(edge: Edge, page: str, **headers: str) -> tuple[int, str, str]:
-    """One GET: status, body, Cache-Status."""
-    async with (
-        aiohttp.ClientSession() as client,
-        client.get(f"{edge.url}/{D}/{page}", headers={"Host": D, **headers}) as response,
-    ):
-        body = await response.text()
-        return response.status, body, response.headers.get("Cache-Status", "")
-
-
 def origin_asks(cluster: Cluster, page: str) -> int:
     return sum(1 for seen, _, _ in cluster.origin.seen if seen == f"{D}/{page}")
-
-
-async def peers_ready(cluster: Cluster, nodes: tuple[str, ...], edges: list[Edge]) -> None:
-    """Valkey lists ``nodes`` as the live peer nodes, and each of ``edges`` has asked an
-    owner at least once (its own list has been read since)."""
-    scripts = FleetScripts.of(settings(valkey_url(cluster)))
-    try:
-
-        async def listed() -> bool:
-            return set(live_peers(await scripts.members())) == set(nodes)
-
-        await until(listed, every=0.05)
-    finally:
-        await scripts.aclose()
-    for edge in edges:
-        me = edge.node.name
-
-        async def asked_a_peer(me: str = me, edge: Edge = edge) -> bool:
-            other = next(n for n in nodes if n != me)
-            page = fresh_page(owned_by=other, nodes=nodes)
-            return f"peer={other}" in (await read(edge, page))[2]
-
-        await until(asked_a_peer, every=0.05)
 
 
 async def test_each_object_read_through_every_node_reaches_the_origin_about_once(
