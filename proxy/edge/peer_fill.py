@@ -65,10 +65,11 @@ _LABEL = LABEL_HEADER.lower()
 
 @dataclass(frozen=True, slots=True)
 class Marked:
-    """A peer's request being answered: the label its answers carry, and the field (and
-    separator) the domain's tags are sent in."""
+    """A peer's request being answered: the label its answers carry (None before this
+    node's first sync: no label, and the asking node goes to the origin), and the field the
+    domain's tags are sent in."""
 
-    label: str
+    label: str | None
     tag_field: str | None
 
 
@@ -221,14 +222,13 @@ class PeerFills:
             self._session = None
 
 
-def marked_for(view: PeerView, domain: DomainConfig) -> Marked | None:
-    """The label a peer's request is answered with, taken when it arrives: this node's
-    epoch and applied purge number (None before its first sync: no label, and the asking
-    node goes to the origin)."""
+def marked_for(view: PeerView, domain: DomainConfig) -> Marked:
+    """What a peer's request is answered with, taken when it arrives: the label of this
+    node's epoch and applied purge number, and the domain's tag field."""
     applied = view.applied
-    if applied.epoch is None:
-        return None
-    label = pack_label(PurgeLabel(applied.epoch, applied.seq))
+    label = None
+    if applied.epoch is not None:
+        label = pack_label(PurgeLabel(applied.epoch, applied.seq))
     tag_field = next((n for n in domain.tag_headers if n.lower() in TAG_HEADERS), None)
     return Marked(label, tag_field)
 
@@ -252,7 +252,7 @@ def labelled(from_stored: FromStored) -> FromStored:
     ) -> web.Response:
         response = from_stored(request, entry, now, status, headers=headers, rules=rules)
         marked = MARKED.get()
-        if marked is not None:
+        if marked is not None and marked.label is not None:
             response.headers[LABEL_HEADER] = marked.label
             if marked.tag_field is not None and entry.tags:
                 separator = TAG_HEADERS[marked.tag_field.lower()]

@@ -14,7 +14,7 @@ from proxy.core.lease import Applied
 from proxy.core.peer import owner_of
 from proxy.edge import bodies
 from proxy.edge.origin import OriginResponse
-from proxy.edge.peer_fill import MARKED, Marked, PeerFills
+from proxy.edge.peer_fill import MARKED, Marked, PeerFills, marked_for
 
 NODES = {"edge-1": "http://127.0.0.1:1", "edge-2": "http://127.0.0.1:2"}
 
@@ -73,6 +73,28 @@ def test_other_fills_go_to_the_origin(
 
 def test_a_peers_request_is_never_sent_on_to_a_peer() -> None:
     token = MARKED.set(Marked("peer-label/1 e 1", None))
+    try:
+        assert fills(View()).owner("example.com", target_owned_by("edge-2"), HTTP) is None
+    finally:
+        MARKED.reset(token)
+
+
+def test_a_peers_request_is_answered_with_the_position_taken_at_arrival() -> None:
+    origin = "http://127.0.0.1:9000"
+    domain = DomainConfig("example.com", origin, origins=(origin,))
+    view = View(applied=Applied("e", 7, {}))
+    marked = marked_for(view, domain)
+    assert marked == Marked("peer-label/1 e 7", "Surrogate-Key")
+    view.applied = Applied("e", 8, {})  # applied later: the request keeps its label
+    assert marked.label == "peer-label/1 e 7"
+
+
+def test_before_its_first_sync_a_node_answers_a_peer_unlabelled_and_still_guards_the_loop() -> None:
+    origin = "http://127.0.0.1:9000"
+    domain = DomainConfig("example.com", origin, origins=(origin,))
+    marked = marked_for(View(applied=Applied(None, 0, {})), domain)
+    assert marked.label is None
+    token = MARKED.set(marked)
     try:
         assert fills(View()).owner("example.com", target_owned_by("edge-2"), HTTP) is None
     finally:
