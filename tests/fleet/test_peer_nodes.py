@@ -59,8 +59,10 @@ async def peers_ready(cluster: Cluster, nodes: tuple[str, ...], edges: list[Edge
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[PeerCluster]:
-    started = PeerCluster(tmp_path, domains=(D,), workers=(1, 1, 1))
+async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[PeerCluster]:
+    """Three edge nodes of one worker; with the shared tier (``disk``) when the test asks."""
+    disk = getattr(request, "param", "memory") == "disk"
+    started = PeerCluster(tmp_path, domains=(D,), workers=(1, 1, 1), disk=disk)
     try:
         await started.start()
         yield started
@@ -76,6 +78,7 @@ def origin_asks(cluster: Cluster, page: str) -> int:
     return sum(1 for seen, _, _ in cluster.origin.seen if seen == f"{D}/{page}")
 
 
+@pytest.mark.parametrize("cluster", ["memory", "disk"], indirect=True)
 async def test_each_object_read_through_every_node_reaches_the_origin_about_once(
     cluster: PeerCluster,
 ) -> None:
@@ -128,6 +131,7 @@ async def purge(cluster: Cluster, *pages: str) -> None:
         assert response.status == 200, await response.text()
 
 
+@pytest.mark.parametrize("cluster", ["memory", "disk"], indirect=True)
 async def test_a_purge_answered_200_holds_through_the_owner(cluster: PeerCluster) -> None:
     """Every node holds the old object (the owner from the origin, the others from it);
     after a URL purge answered 200 no node serves it again, through the owner or its own
