@@ -199,7 +199,11 @@ BAD = [
     ("fleet.replicas", True, "fleet.replicas: must be a whole number from 0 to 16"),
     ("fleet.replicas", "1", "fleet.replicas: must be a whole number from 0 to 16"),
     ("fleet.replicas", 1, "fleet.replicas: needs fleet.url: the embedded Valkey has no replicas"),
-    ("fleet.peers", 1, "fleet.peers: unknown key (expected one of: clear_timeout, lease, node"),
+    (
+        "fleet.peers",
+        1,
+        "fleet.peers: unknown key (expected one of: advertise, clear_timeout, lease",
+    ),
     ("api", "x", "api: must be a table"),
     ("edge.port", 1, "edge.port: unknown key (expected one of: "),
     ("edge.listen", None, "edge.listen: is required and must be a string such as"),

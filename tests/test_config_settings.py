@@ -102,10 +102,12 @@ def test_h2_limits_carry_every_http2_key_and_the_edge_timeouts(tmp_path: Path) -
 @pytest.mark.slow
 def test_fleet_settings_carry_every_key_and_keep_the_test_only_ones(tmp_path: Path) -> None:
     fleet: dict[str, Any] = {"lease": 3.0, "renew": 1.0, "clear_timeout": 4.0, "poll_interval": 0.2}
-    fleet |= {"timeout": 0.25, "replicas": 2, "url": "redis://127.0.0.1:1/0"}
+    fleet |= {"timeout": 0.25, "replicas": 2, "url": "redis://127.0.0.1:1/0", "peer_fill": True}
     config = _config(tmp_path, {}, fleet)
     settings = fleet_settings(config.fleet, "unix:///tmp/v.sock")
     default = FleetSettings(url="redis://127.0.0.1:2/0")
     # margin and hints are not config keys: they stay at their defaults.
     assert _all_differ(settings, default) == ["margin", "hints"]
-    assert settings == FleetSettings("unix:///tmp/v.sock", 3.0, 1.0, 4.0, 0.2, 0.25, None, True, 2)
+    assert settings == FleetSettings(
+        "unix:///tmp/v.sock", 3.0, 1.0, 4.0, 0.2, 0.25, None, True, 2, True
+    )

@@ -241,6 +241,12 @@ class FleetConfig:
     # How many replicas must have each clear and each sync (WAIT) before it counts, so a
     # failover to a replica loses neither; 0: a single Valkey (0014 "Failover").
     replicas: Annotated[int, check.replicas] = 0
+    # Peer fills (decision 0047): a miss asks the key's owner among the fleet's nodes before
+    # the origin; where the other nodes reach this node's edge ("": its listen address); the
+    # longest wait for the owner's answer head before the origin is asked instead.
+    peer_fill: Annotated[bool, check.flag] = False
+    advertise: Annotated[str, check.advertise_url] = ""
+    peer_timeout: Annotated[float, check.seconds] = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +365,13 @@ def _fleet(
         raise ConfigError("fleet.timeout", "must be shorter than fleet.lease")
     if fleet.replicas and fleet.url is None:
         raise ConfigError("fleet.replicas", "needs fleet.url: the embedded Valkey has no replicas")
+    wildcard = edge is not None and edge.listen.host in ("0.0.0.0", "::", "")  # noqa: S104
+    if fleet.peer_fill and not fleet.advertise and wildcard:
+        raise ConfigError(
+            "fleet.advertise",
+            "is required with peer_fill when edge.listen is a wildcard address the other "
+            "nodes cannot reach",
+        )
     if not fleet.node:
         fleet = dataclasses.replace(fleet, node=_host_name())
     return fleet

@@ -288,6 +288,18 @@ def domain_name(key: str, value: object) -> str:
         raise ConfigError(key, f"{value!r} is not a host name: {exc}") from None
 
 
+def advertise_url(key: str, value: object) -> str:
+    """Where the fleet's other nodes reach this node's edge (peer fills, decision 0047):
+    ``http://host:port``, or "" for the edge's listen address. Plain HTTP only: peers talk
+    on the fleet's own network."""
+    if value == "":
+        return ""
+    url = origin(key, value)
+    if not url.startswith("http://"):
+        raise ConfigError(key, f"{value!r} must start with http:// (peers talk plain HTTP)")
+    return url
+
+
 def origin(key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ConfigError(key, "is required and must be a URL such as http://127.0.0.1:9000")

@@ -175,6 +175,9 @@ class Filler:
             async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
                 if job.flight is not None:
                     job.flight.progress()  # the headers: waiters now follow the body's pace
+                if origin.peer is not None:  # the key's owner answered (decision 0047)
+                    peer = f"peer={origin.peer}"
+                    job = replace(job, note=peer if job.note is None else f"{job.note}; {peer}")
                 filled = await self._answered(job, origin, request_time, self._clock(), held)
             if isinstance(filled, ranges.AskOrigin):
                 # Once the whole response's connection is let go (a second one held at

@@ -51,6 +51,7 @@ from proxy.core.http.headers import cache_status
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
+from proxy.core.peer import loop_marked
 from proxy.edge import ranges, respond
 from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
@@ -64,6 +65,7 @@ from proxy.edge.forward import Forwarder
 from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
+from proxy.edge.peer_fill import CDN_LOOP, MARKED, PeerFills, PeerView, labelled, marked_for
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
@@ -84,6 +86,7 @@ class Edge:
         session: aiohttp.ClientSession,
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry | None = None,
+        peers: PeerView | None = None,
     ) -> None:
         self._domains: Mapping[str, DomainConfig] = config.by_name
         edge, cache = config.edge_role()
@@ -126,19 +129,37 @@ class Edge:
         self.tunnels = Tunnels(
             config=config, telemetry=self._telemetry, upstreams=self.upstreams, tls=self.tls
         )
+        # Peer fills (decision 0047): only a fleet member's edge with [fleet] peer_fill.
+        fleet = config.fleet
+        self._peers = peers if fleet is not None and fleet.peer_fill else None
+        self.peer_fills: PeerFills | None = None
         self._filler, self._forwarder = self._paths(config)
         self._answers = AnswerCollector(
             self._filler.budget, self._filler.compressions, PREFIX
         )  # decision 0046
         self._telemetry.registry.register(self._answers)
+        if self._peers is not None:
+            self.handle = self._handle_peers  # type: ignore[method-assign]
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
         """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
-        through ``_messages``."""
+        through ``_messages``; with peer fills, a fill asks the key's owner first, and an
+        answer from a stored entry is labelled for a peer (edge/peer_fill.py)."""
         self._messages = messages = Messages(
             name=self._name, via=self._via, trusted=self._trusted, upstreams=self.upstreams
         )
         self._from_stored = messages.from_stored
+        ask_fill = messages.ask
+        if self._peers is not None:
+            assert config.fleet is not None
+            self.peer_fills = PeerFills(
+                view=self._peers,
+                name=self._name,
+                timeout=config.fleet.peer_timeout,
+                ask_origin=messages.ask,
+            )
+            ask_fill = self.peer_fills.ask
+            self._from_stored = labelled(messages.from_stored)
         filler = Filler(
             name=self._name,
             via=self._via,
@@ -148,7 +169,7 @@ class Edge:
             read_ahead=config.edge_role()[0].answer_buffer_bytes,
             fill_budget=config.edge_role()[0].fill_buffer_total_bytes,
             compress_queue=config.edge_role()[0].compress_queue_bytes,
-            ask_origin=messages.ask,
+            ask_origin=ask_fill,
             origin_headers=messages.headers,
             from_stored=self._from_stored,
             ready=self._ready,
@@ -253,6 +274,29 @@ class Edge:
                 hit = await self._disk_fast.hit(config, raw, head.path, started)
                 if hit is not None:
                     return hit
+        return await self._full(request, config, headers)
+
+    async def _handle_peers(self, request: web.BaseRequest) -> web.StreamResponse:
+        """``handle`` with peer fills on: a peer's request (its CDN-Loop names this cache)
+        takes the full path, labelled (edge/peer_fill.py); any other, ``handle``."""
+        headers = request.headers
+        if CDN_LOOP not in headers or not loop_marked(headers.getall(CDN_LOOP), self._name):
+            return await Edge.handle(self, request)
+        host = headers.get(hdrs.HOST)
+        config = self._route(host)
+        if config is None:
+            return respond.text(421, "421 Misdirected Request: this edge does not serve that host")
+        assert self._peers is not None
+        token = MARKED.set(marked_for(self._peers, config))
+        try:
+            return await self._full(request, config, headers)
+        finally:
+            MARKED.reset(token)
+
+    async def _full(
+        self, request: web.BaseRequest, config: DomainConfig, headers: CIMultiDictProxy[str]
+    ) -> web.StreamResponse:
+        """Every request the fast path did not answer."""
         REQUEST_STARTED.set(perf_counter())  # the access log's time (proxy/edge/origin.py)
         target = request_target(request.raw_path, config.name)
         if target is None:
@@ -363,6 +407,10 @@ class Edge:
                 return await self._fill_for_node(job, coding, obey)
             return await self._fill(job)
         job = Fill(request, config, key, target, stale, fwd, None, rules)
+        if self._peers is not None and MARKED.get() is not None:
+            # A peer's request never takes an answer of a fill that began before it arrived:
+            # that fill may predate a purge its label says was applied (decision 0047).
+            return await self._fill(job)
         return await self._follow(job, flight, https, partial, coding)
 
     async def _follow(
@@ -481,6 +529,8 @@ class Edge:
         with contextlib.suppress(KeyError):
             self._telemetry.registry.unregister(self._answers)
         await self.upstreams.close()
+        if self.peer_fills is not None:
+            await self.peer_fills.close()
 
     def _end_flight(self, key: CacheKey, flight: Flight | None, result: FlightResult) -> None:
         if flight is not None:

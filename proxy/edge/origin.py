@@ -93,7 +93,16 @@ class OriginResponse:
     ``headers`` here, so no path can pass them to a client, and read into ``tags``: None when
     they are over the bounds, and the response must not be stored (core/purges.py)."""
 
-    __slots__ = ("_domain", "_response", "_telemetry", "headers", "reason", "status", "tags")
+    __slots__ = (
+        "_domain",
+        "_response",
+        "_telemetry",
+        "headers",
+        "peer",
+        "reason",
+        "status",
+        "tags",
+    )
 
     def __init__(
         self,
@@ -110,6 +119,7 @@ class OriginResponse:
         self.headers: tuple[tuple[str, str], ...]
         self.tags: tuple[str, ...] | None
         self.headers, self.tags = split_tags(tuple(response.headers.items()), tag_headers)
+        self.peer: str | None = None  # the owner node that answered a peer fill (0047)
 
     @property
     def content_length(self) -> int | None:

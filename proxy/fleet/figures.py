@@ -17,6 +17,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.core.observe.responses import Responses
 from proxy.core.observe.traffic import OUTCOMES, MinuteCounts
@@ -65,7 +66,19 @@ async def edge_report(
         },
         tier=tier_report(store),
         origins=server_reports(telemetry.origin_servers),
+        **peer_report(telemetry),
     )
+
+
+def peer_report(telemetry: Telemetry) -> dict[str, Any]:
+    """Its peer fills' figures (decision 0047), when it makes them."""
+    fills = telemetry.peer_fills
+    if fills is None:
+        return {}
+    errors: dict[str, dict[str, int]] = {}
+    for (peer, kind), count in fills.errors.items():
+        errors.setdefault(peer, {})[kind] = count
+    return {"peer_requests": dict(fills.requests), "peer_errors": errors}
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from proxy.core.lease import (
 )
 from proxy.core.purge.fleet import PurgeRecord, PurgeStep
 from proxy.errors import FleetUnavailable, NotReplicated, WireError
+from proxy.fleet.peers import live_peers
 from proxy.fleet.scripts import CLEARS, DRY, FleetScripts
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult, Store
@@ -93,6 +94,7 @@ class FleetMember:
         address: str = "",
         clock: Callable[[], float] = time.monotonic,
         report: Callable[[], Awaitable[EdgeReport]] | None = None,
+        advertise: str = "",
     ) -> None:
         self.settings = settings
         self.store = store
@@ -121,6 +123,14 @@ class FleetMember:
         self._stopping: set[asyncio.Task[None]] = set()  # cancelled listeners, until done
         self._answering: set[asyncio.Task[None]] = set()  # dry runs asked of this member
         self.purges_applied = 0  # purge records applied (decision 0026)
+        # Peer fills (decision 0047): where other nodes reach this node's edge, and the live
+        # nodes that take them (node -> advertise URL), read again at each renewal.
+        self.advertise = advertise if settings.peer_fill else ""
+        self.peers: dict[str, str] = {}
+
+    @property
+    def node(self) -> str:
+        return self._node
 
     @property
     def fenced(self) -> bool:
@@ -196,7 +206,16 @@ class FleetMember:
         self.syncs += 1
         self._synced.set()
         await self._ack(plan, figures)
+        if self.advertise:
+            await self._read_peers()
         return True
+
+    async def _read_peers(self) -> None:
+        """The live nodes that take peer fills; kept as they were when Valkey cannot say (a
+        dead owner costs a failed attempt, then the origin, until its lease is gone)."""
+        assert self._scripts is not None
+        with contextlib.suppress(FleetUnavailable):
+            self.peers = live_peers(await self._scripts.members())
 
     async def apply_hints(self, hints: list[ClearHint]) -> bool:
         """Apply published clears without a sync, and ack them; False when they do not
@@ -324,6 +343,8 @@ class FleetMember:
                 applied=self.applied.seq,
                 renew_failures=self.renew_failures,
                 purges=1,  # it applies purge records (decision 0026)
+                peer_fill=bool(self.advertise),
+                advertise=self.advertise,
             )
         )
 

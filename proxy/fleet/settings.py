@@ -24,6 +24,7 @@ class FleetSettings:
     margin: float | None = None
     hints: bool = True
     replicas: int = 0
+    peer_fill: bool = False  # its members keep the list of peer nodes (decision 0047)
 
     def __post_init__(self) -> None:
         if not 0 < self.renew < self.lease:

@@ -91,6 +91,7 @@ from proxy.core.purge.purges import KINDS as PURGE_KINDS
 from proxy.errors import OriginError, OriginProtocolError, OriginTimeout, OriginUnreachable
 from proxy.observe.connection_metrics import ListenerFigures, connection_metrics
 from proxy.observe.origin_metrics import origin_server_metrics
+from proxy.observe.peer_metrics import PeerCounts
 from proxy.observe.response_metrics import response_metrics
 from proxy.observe.store_metrics import StoreSnapshot, store_metrics, tier_metrics
 from proxy.observe.worker_figures import OriginRows
@@ -223,6 +224,7 @@ class Telemetry:
         # Each origin server's state: this process's edge's (an edge worker, for its report),
         # or its edge processes' merged (a node's control process, for /metrics).
         self.origin_servers: OriginRows | None = None
+        self.peer_fills: PeerCounts | None = None  # an edge worker's, with peer fills (0047)
         self._register_origin_metrics()
         self._register_control_metrics()
         self._at_zero(self._domains)

@@ -44,6 +44,7 @@ from proxy.edge.h2.limits import H2Limits
 from proxy.edge.handler import Edge
 from proxy.edge.handshakes import HandshakeTimedSite
 from proxy.edge.origin import new_session
+from proxy.edge.peer_fill import PeerView
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
 from proxy.observe.telemetry import StoreFigures, Telemetry
@@ -140,6 +141,7 @@ async def edge_listening(
     reuse_port: bool = False,
     tls_port: int | None = None,
     access: EdgeAccess | None = None,
+    peers: PeerView | None = None,
 ) -> AsyncIterator[tuple[Edge, str]]:
     """The edge listener on ``edge.listen`` (its port replaced by ``port`` when given), with
     its origin session; closed in reverse order. ``reuse_port``: one of several edge
@@ -148,7 +150,7 @@ async def edge_listening(
     port replaced by ``tls_port``), a TLS listener serves the same edge behind the
     Host-vs-SNI check, sharing the connection limit; its URL is ``edge.tls.url``. ``access``:
     the access log and response figures every response reports to (one of its own when left
-    out, closed with the listener)."""
+    out, closed with the listener). ``peers``: the fleet member's view, for peer fills."""
     config, telemetry = process.config, process.telemetry
     edge_config, _ = config.edge_role()
     draining = process.shutdown()
@@ -159,7 +161,12 @@ async def edge_listening(
         session = new_session()
         stack.push_async_callback(session.close)
         edge = Edge(
-            config=config, store=store, session=session, telemetry=telemetry, clock=process.clock
+            config=config,
+            store=store,
+            session=session,
+            telemetry=telemetry,
+            clock=process.clock,
+            peers=peers,
         )
         stack.push_async_callback(edge.close)
         guard = _edge_guard(config)

@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from proxy.config.model import Config
 from proxy.fleet.figures import FleetFigures
-from proxy.observe.telemetry import Telemetry
+from proxy.observe.peer_metrics import PeerCollector
+from proxy.observe.telemetry import PREFIX, Telemetry
 from proxy.observe.worker_figures import NodeTierTotals, merged_servers, node_tier_totals
 from proxy.store.shared import SharedStats, SharedTier
 
@@ -26,6 +27,8 @@ def node_telemetry(config: Config, figures: FleetFigures, tier: SharedTier | Non
         telemetry.tier = NodeTier(tier, figures, config.fleet.node)
     # The edge processes' origin servers, merged: /metrics, /readyz, the dashboard, trace.
     telemetry.origin_servers = lambda: merged_servers(figures.reports())
+    # The edge processes' peer fills (decision 0047): none listed while none report any.
+    telemetry.registry.register(PeerCollector(figures.reports, PREFIX))
     return telemetry
 
 

@@ -22,6 +22,7 @@ from contextlib import AsyncExitStack
 
 from proxy.config.model import Config, FleetConfig
 from proxy.config.settings import settings_of
+from proxy.config.values import Listen
 from proxy.core.lease import Applied
 from proxy.edge.access_log import EdgeAccess
 from proxy.errors import FleetUnavailable, WireError
@@ -82,6 +83,7 @@ async def _run(config: Config, args: WorkerArgs, index: int) -> int:
                 reuse_port=True,
                 tls_port=args.tls_port,
                 access=access,
+                peers=member,  # peer fills, when [fleet] peer_fill (decision 0047)
             )
         )
         # Each worker clears its own store of removed and re-pointed domains on its reload,
@@ -102,6 +104,7 @@ async def _run(config: Config, args: WorkerArgs, index: int) -> int:
             )
         )
         telemetry.origin_servers = handler.upstreams.rows  # in its report (origin figures)
+        telemetry.peer_fills = handler.peer_fills  # in its report too, with peer fills
         startup.freeze_heap()
         log.info("edge worker listening on %s as %s", url, member.name)
         print(pack_worker_line(Ready()), flush=True)
@@ -210,6 +213,9 @@ def _member(
 ) -> FleetMember:
     """The worker's membership of the fleet, reporting its figures; not yet started."""
     assert config.fleet is not None  # a worker is only started for a fleet
+    listen = config.edge_role()[0].listen
+    # Where the other nodes reach this node's edge for peer fills (decision 0047).
+    advertise = config.fleet.advertise or f"http://{Listen(listen.host, args.port)}"
     member = FleetMember(
         settings=fleet_settings(config.fleet, args.fleet_url),
         store=memory,
@@ -219,6 +225,7 @@ def _member(
         address=f"{config.edge_role()[0].listen.host}:{args.port}",
         # member.domains: the domains served now, after any reload
         report=lambda: edge_report(telemetry, memory, member.domains, time.time()),
+        advertise=advertise,
     )
     return member
 

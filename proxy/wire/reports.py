@@ -6,7 +6,7 @@ Version 1 is the JSON object the builds before decision 0027 wrote (the same key
 report's now come first); a later version adds ``"v"``. Every key has a default, so an info
 written by an older build that lacked some (``purges`` came with decision 0026, ``connections`` and
 ``responses`` later, ``purge_state`` with 0037, ``tier`` and ``origins`` with the tiers'
-figures) is read with those at their default; keys this
+figures, ``peer_fill`` and ``advertise`` with 0047) is read with those at their default; keys this
 build does not know are ignored. A value of the wrong type refuses the whole info: its member
 is left out of the sums, as one whose info was not JSON was.
 
@@ -77,6 +77,10 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     tier: TierReport | None = None
     # its origin servers, every domain's
     origins: list[ServerReport] = []
+    # peer fills (decision 0047): requests sent to each owner node, and their failures by
+    # peer and kind ("timeout", "unreachable", "protocol", "label")
+    peer_requests: dict[str, int] = {}
+    peer_errors: dict[str, dict[str, int]] = {}
 
 
 class MemberInfo(EdgeReport, frozen=True, kw_only=True):
@@ -92,6 +96,10 @@ class MemberInfo(EdgeReport, frozen=True, kw_only=True):
     # 1: it applies purge records (decision 0026); the purge script refuses a purge while a
     # live member does not say so (a build that would ack it unapplied).
     purges: int = 0
+    # Peer fills (decision 0047): whether its node takes them, and where the other nodes
+    # reach its edge ("" when it takes none). Older builds wrote neither: they take none.
+    peer_fill: bool = False
+    advertise: str = ""
 
 
 NO_INFO = MemberInfo()

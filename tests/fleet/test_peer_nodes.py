@@ -1,0 +1,325 @@
+"""Peer fills on real processes (decision 0047): three ``cdn-proxy serve`` edge nodes with
+``[fleet] peer_fill = true``, one Valkey, a control plane and one origin that counts what it
+is asked (benchmarks/fleet_cluster.py).
+
+- each object read through every node reaches the origin about once;
+- a killed owner (kill -9) costs no client an error: the others go to the origin;
+- a request that names the fleet in CDN-Loop is never sent to a peer;
+- an owner's answer is used only with a usable purge label: a peer that answers with an
+  older purge number, another epoch or no label is neither served nor stored, and after a
+  purge answered 200 no node serves the old object through it. That owner is a stand-in
+  (an HTTP server of the test, a real fleet member in Valkey), since a node of ours never
+  answers with a label older than what it had applied.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from benchmarks.fleet_cluster import Cluster, Edge
+from benchmarks.peer_fill_latency import NODES, D, PeerCluster, fresh_page, read
+from proxy.core.peer import PurgeLabel
+from proxy.fleet.member import FleetMember
+from proxy.fleet.peers import live_peers
+from proxy.fleet.scripts import FleetScripts
+from proxy.store.memory import MemoryStore
+from proxy.wire.peer import LABEL_HEADER, pack_label
+from tests.fleet.conftest import settings
+from tests.polling import until
+
+pytestmark = pytest.mark.slow  # real processes
+
+
+async def peers_ready(cluster: Cluster, nodes: tuple[str, ...], edges: list[Edge]) -> None:
+    """Valkey lists ``nodes`` as the live peer nodes, and each of ``edges`` has had a fill
+    from another node (its own list has been read since)."""
+    scripts = FleetScripts.of(settings(valkey_url(cluster)))
+    try:
+
+        async def listed() -> bool:
+            return set(live_peers(await scripts.members())) == set(nodes)
+
+        await until(listed, every=0.05)
+    finally:
+        await scripts.aclose()
+    for edge in edges:
+        other = next(n for n in nodes if n != edge.node.name)
+
+        async def asked_a_peer(other: str = other, edge: Edge = edge) -> bool:
+            page = fresh_page(owned_by=other, nodes=nodes)
+            return f"peer={other}" in (await read(edge, page))[2]
+
+        await until(asked_a_peer, every=0.05)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[PeerCluster]:
+    """Three edge nodes of one worker; with the shared tier (``disk``) when the test asks."""
+    disk = getattr(request, "param", "memory") == "disk"
+    started = PeerCluster(tmp_path, domains=(D,), workers=(1, 1, 1), disk=disk)
+    try:
+        await started.start()
+        yield started
+    finally:
+        await started.close()
+
+
+def valkey_url(cluster: Cluster) -> str:
+    return f"redis://127.0.0.1:{cluster.valkey_port}/0"
+
+
+def origin_asks(cluster: Cluster, page: str) -> int:
+    return sum(1 for seen, _, _ in cluster.origin.seen if seen == f"{D}/{page}")
+
+
+@pytest.mark.parametrize("cluster", ["memory", "disk"], indirect=True)
+async def test_each_object_read_through_every_node_reaches_the_origin_about_once(
+    cluster: PeerCluster,
+) -> None:
+    await peers_ready(cluster, NODES, cluster.edges)
+    pages = [f"obj{i}" for i in range(30)]
+    for page in pages:
+        for edge in cluster.edges:
+            status, body, cache = await read(edge, page)
+            assert (status, body) == (200, "1"), cache
+    asks = sum(origin_asks(cluster, page) for page in pages)
+    assert asks <= len(pages) + 2, asks  # without peer fills: 90
+    # A non-owner's fill names its owner; its copy is then a local hit.
+    page = fresh_page(owned_by="edge1")
+    assert 'detail="peer=edge1"' in (await read(cluster.edges[0], page))[2]
+    assert "hit" in (await read(cluster.edges[0], page))[2]
+    assert origin_asks(cluster, page) == 1
+
+
+async def test_a_killed_owner_costs_no_client_an_error(cluster: PeerCluster) -> None:
+    await peers_ready(cluster, NODES, cluster.edges)
+    dead = cluster.edges[2]
+    pages = [fresh_page(owned_by="edge2") for _ in range(10)]
+    await dead.node.kill()
+    for page in pages:  # while the others still list it, and after
+        for edge in cluster.edges[:2]:
+            status, body, cache = await read(edge, page)
+            assert (status, body) == (200, "1"), cache
+            assert "peer=edge2" not in cache
+    for page in pages:  # at most one origin request per node that asked
+        assert origin_asks(cluster, page) <= 2, page
+
+
+async def metrics(cluster: Cluster) -> str:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.get(f"{cluster.api_url}/metrics") as response,
+    ):
+        return await response.text()
+
+
+async def purge(cluster: Cluster, *pages: str) -> None:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            f"{cluster.api_url}/api/v1/cdn/purge",
+            json={"domain": D, "urls": [f"/{D}/{page}" for page in pages]},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+
+
+@pytest.mark.parametrize("cluster", ["memory", "disk"], indirect=True)
+async def test_a_purge_answered_200_holds_through_the_owner(cluster: PeerCluster) -> None:
+    """Every node holds the old object (the owner from the origin, the others from it);
+    after a URL purge answered 200 no node serves it again, through the owner or its own
+    copy: with the owner running, and with the owner stopped (SIGSTOP) across the purge,
+    then continued."""
+    await peers_ready(cluster, NODES, cluster.edges)
+    running, stopped = fresh_page(owned_by="edge1"), fresh_page(owned_by="edge1")
+    for page in (running, stopped):
+        for edge in cluster.edges:
+            assert (await read(edge, page))[:2] == (200, "1")
+    version = cluster.origin.bump(D, [running])
+    await purge(cluster, running)
+    for edge in cluster.edges:
+        for _ in range(2):  # the first read fills (through the owner), the second is a hit
+            status, body, cache = await read(edge, running)
+            assert (status, body) == (200, str(version)), cache
+    owner = cluster.edges[1]
+    owner.node.signal(signal.SIGSTOP)
+    try:
+        version = cluster.origin.bump(D, [stopped])
+        await purge(cluster, stopped)  # answered once the stopped owner's lease ran out
+        for edge in (cluster.edges[0], cluster.edges[2]):
+            status, body, cache = await read(edge, stopped)
+            assert (status, body) == (200, str(version)), cache
+    finally:
+        owner.node.signal(signal.SIGCONT)
+    for edge in cluster.edges:  # the owner woken: fenced until it has applied the purge
+        for _ in range(2):
+            status, body, cache = await read(edge, stopped)
+            assert (status, body) == (200, str(version)), cache
+
+
+async def test_a_tag_purge_covers_the_copy_a_node_filled_from_the_owner(
+    cluster: PeerCluster,
+) -> None:
+    """The owner sends the entry's tags with its answer (the origin tags each page with its
+    name, in Surrogate-Key), so the asking node's copy is found by a tag purge too."""
+    await peers_ready(cluster, NODES, cluster.edges)
+    page = fresh_page(owned_by="edge1")
+    edge = cluster.edges[0]
+    status, body, cache = await read(edge, page)
+    assert (status, body) == (200, "1") and "peer=edge1" in cache, cache
+    assert "hit" in (await read(edge, page))[2]
+    version = cluster.origin.bump(D, [page])
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            f"{cluster.api_url}/api/v1/cdn/purge",
+            json={"domain": D, "tags": [page]},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+    status, body, cache = await read(edge, page)
+    assert (status, body) == (200, str(version)), cache
+
+
+class StandIn:
+    """An owner that answers every GET with ``body`` and the label it is set to."""
+
+    def __init__(self) -> None:
+        self.body = "stale"
+        self.label: str | None = None
+        self.asked: list[tuple[str, str | None]] = []  # path, CDN-Loop
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/{rest:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self.asked.append((request.path, request.headers.get("CDN-Loop")))
+        headers = {"Cache-Control": "max-age=600"}
+        if self.label is not None:
+            headers[LABEL_HEADER] = self.label
+        return web.Response(text=self.body, headers=headers)
+
+
+@pytest.fixture
+async def stand_in(cluster: PeerCluster) -> AsyncIterator[tuple[StandIn, FleetMember]]:
+    """The stand-in owner, a live member of the fleet as node ``fake`` taking peer fills."""
+    server = StandIn()
+    await server.start()
+    member = FleetMember(
+        settings=settings(valkey_url(cluster), peer_fill=True),
+        store=MemoryStore(max_bytes=1 << 20),
+        domains=(D,),
+        node="fake",
+        advertise=server.url,
+    )
+    try:
+        await member.start()
+        yield server, member
+    finally:
+        await member.close()
+        await server.close()
+
+
+async def test_an_owners_answer_is_used_only_with_a_usable_label(
+    cluster: PeerCluster, stand_in: tuple[StandIn, FleetMember]
+) -> None:
+    server, member = stand_in
+    nodes = (*NODES, "fake")
+    edge = cluster.edges[0]
+    await peers_ready(cluster, nodes, [edge])
+    # A purge answered 200: every node applied it; the stand-in's labels say otherwise.
+    version = cluster.origin.bump(D)
+    await clear(cluster)
+    epoch, number = member.applied.epoch, member.applied.seq
+    assert epoch is not None and number > 0
+    for label in (
+        None,  # no label (an older build, or an answer not made from a stored entry)
+        pack_label(PurgeLabel(epoch, number - 1)),  # made before the purge
+        pack_label(PurgeLabel("another-epoch", number + 5)),  # before a Valkey restart
+        "peer-label/9 " + epoch + f" {number}",  # a later version this build cannot read
+    ):
+        server.label = label
+        page = fresh_page(owned_by="fake", nodes=nodes)
+        before = len(server.asked)
+        for _ in range(2):  # neither served nor stored: the second read is the origin's copy
+            status, body, cache = await read(edge, page)
+            assert (status, body) == (200, str(version)), (label, cache)
+        assert len(server.asked) == before + 1, label  # asked once, then a local hit
+        assert origin_asks(cluster, page) == 1
+    # The control: a label at or above what the node applied is used, and the body kept.
+    server.label = pack_label(PurgeLabel(epoch, member.applied.seq))
+    page = fresh_page(owned_by="fake", nodes=nodes)
+    status, body, cache = await read(edge, page)
+    assert (status, body) == (200, "stale") and 'detail="peer=fake"' in cache, cache
+    assert "hit" in (await read(edge, page))[2]
+    assert origin_asks(cluster, page) == 0
+    assert server.asked[-1] == (f"/{D}/{page}", "cdn-proxy")  # marked for the loop guard
+
+    async def counted() -> bool:  # /metrics: the answers refused, by asking node and peer
+        text = await metrics(cluster)
+        return 'cdn_proxy_peer_errors_total{kind="label",node="edge0",peer="fake"} 4.0' in text
+
+    await until(counted, every=0.1)
+    assert 'cdn_proxy_peer_requests_total{node="edge0",peer="fake"} 5.0' in await metrics(cluster)
+
+
+async def clear(cluster: Cluster) -> None:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            f"{cluster.api_url}/api/v1/cdn/clear-cache",
+            json={"domain": D},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+
+
+async def test_a_request_marked_with_the_fleets_cdn_loop_never_goes_to_a_peer(
+    cluster: PeerCluster, stand_in: tuple[StandIn, FleetMember]
+) -> None:
+    server, member = stand_in
+    nodes = (*NODES, "fake")
+    edge = cluster.edges[0]
+    await peers_ready(cluster, nodes, [edge])
+    server.label = pack_label(PurgeLabel(member.applied.epoch or "", 10**9))
+    asked = len(server.asked)
+    page = fresh_page(owned_by="fake", nodes=nodes)
+    status, body, cache = await read(edge, page, **{"CDN-Loop": "other, cdn-proxy; v=1"})
+    assert (status, body) == (200, "1"), cache
+    assert "peer=" not in cache
+    assert len(server.asked) == asked  # the stand-in owner was not asked
+    assert origin_asks(cluster, page) == 1
+    assert LABEL_HEADER.lower() in {n.lower() for n in await headers_of(edge, page)}
+
+
+async def headers_of(edge: Edge, page: str) -> list[str]:
+    """The answer's field names to a marked request (the node answers it as an owner)."""
+    async with (
+        aiohttp.ClientSession() as client,
+        client.get(
+            f"{edge.url}/{D}/{page}", headers={"Host": D, "CDN-Loop": "cdn-proxy"}
+        ) as response,
+    ):
+        await response.read()
+        return list(response.headers)

@@ -1,0 +1,101 @@
+"""Which fills ``PeerFills`` sends to an owner (proxy/edge/peer_fill.py, decision 0047): only
+a plain-http key owned by another live node, for a request that is not itself a peer's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+
+import pytest
+
+from proxy.config.model import DomainConfig
+from proxy.core.lease import Applied
+from proxy.core.peer import owner_of
+from proxy.edge import bodies
+from proxy.edge.origin import OriginResponse
+from proxy.edge.peer_fill import MARKED, Marked, PeerFills, marked_for
+
+NODES = {"edge-1": "http://127.0.0.1:1", "edge-2": "http://127.0.0.1:2"}
+
+
+@dataclass
+class View:
+    node: str = "edge-1"
+    peers: Mapping[str, str] = field(default_factory=lambda: dict(NODES))
+    applied: Applied = field(default_factory=lambda: Applied("e", 1, {}))
+
+
+def never(
+    domain: DomainConfig,
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]],
+    data: bytes | bodies.Streamed | None,
+) -> AbstractAsyncContextManager[OriginResponse]:
+    raise AssertionError("not asked here")
+
+
+def fills(view: View) -> PeerFills:
+    return PeerFills(view=view, name="cdn-proxy", timeout=0.3, ask_origin=never)
+
+
+def target_owned_by(node: str) -> str:
+    for i in range(1000):
+        target = f"/page{i}"
+        if owner_of(f"example.com\0{target}".encode(), NODES) == node:
+            return target
+    raise AssertionError("no such target")
+
+
+HTTP = [("Host", "example.com"), ("X-Forwarded-Proto", "http")]
+
+
+def test_a_key_another_node_owns_goes_to_it() -> None:
+    target = target_owned_by("edge-2")
+    assert fills(View()).owner("example.com", target, HTTP) == "edge-2"
+
+
+@pytest.mark.parametrize(
+    ("view", "target", "headers"),
+    [
+        (View(), target_owned_by("edge-1"), HTTP),  # this node owns it: the origin
+        (View(peers={"edge-1": NODES["edge-1"]}), target_owned_by("edge-2"), HTTP),  # alone
+        (View(peers={}), target_owned_by("edge-2"), HTTP),  # no list yet
+        (View(), target_owned_by("edge-2"), [("X-Forwarded-Proto", "https")]),  # https key
+    ],
+)
+def test_other_fills_go_to_the_origin(
+    view: View, target: str, headers: list[tuple[str, str]]
+) -> None:
+    assert fills(view).owner("example.com", target, headers) is None
+
+
+def test_a_peers_request_is_never_sent_on_to_a_peer() -> None:
+    token = MARKED.set(Marked("peer-label/1 e 1", None))
+    try:
+        assert fills(View()).owner("example.com", target_owned_by("edge-2"), HTTP) is None
+    finally:
+        MARKED.reset(token)
+
+
+def test_a_peers_request_is_answered_with_the_position_taken_at_arrival() -> None:
+    origin = "http://127.0.0.1:9000"
+    domain = DomainConfig("example.com", origin, origins=(origin,))
+    view = View(applied=Applied("e", 7, {}))
+    marked = marked_for(view, domain)
+    assert marked == Marked("peer-label/1 e 7", "Surrogate-Key")
+    view.applied = Applied("e", 8, {})  # applied later: the request keeps its label
+    assert marked.label == "peer-label/1 e 7"
+
+
+def test_before_its_first_sync_a_node_answers_a_peer_unlabelled_and_still_guards_the_loop() -> None:
+    origin = "http://127.0.0.1:9000"
+    domain = DomainConfig("example.com", origin, origins=(origin,))
+    marked = marked_for(View(applied=Applied(None, 0, {})), domain)
+    assert marked.label is None
+    token = MARKED.set(marked)
+    try:
+        assert fills(View()).owner("example.com", target_owned_by("edge-2"), HTTP) is None
+    finally:
+        MARKED.reset(token)
