@@ -36,10 +36,15 @@ _pages = itertools.count()
 
 
 class PeerCluster(Cluster):
-    """A Cluster whose nodes take peer fills."""
+    """A Cluster whose nodes take peer fills. ``peer_timeout``: the default 0.3 s here; the
+    tests give more, so that a loaded machine never turns a peer's answer into an origin
+    fill they did not expect."""
+
+    peer_timeout = 0.3
 
     def _common(self, fleet_url: str, node: str) -> str:
-        return super()._common(fleet_url, node) + "peer_fill = true\npeer_timeout = 0.3\n"
+        common = super()._common(fleet_url, node)
+        return common + f"peer_fill = true\npeer_timeout = {self.peer_timeout}\n"
 
 
 def owner(page: str, nodes: tuple[str, ...] = NODES) -> str | None:

@@ -63,6 +63,7 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
     """Three edge nodes of one worker; with the shared tier (``disk``) when the test asks."""
     disk = getattr(request, "param", "memory") == "disk"
     started = PeerCluster(tmp_path, domains=(D,), workers=(1, 1, 1), disk=disk)
+    started.peer_timeout = 3.0  # a loaded machine (CI runs two tests at once) is slow to answer
     try:
         await started.start()
         yield started
