@@ -63,8 +63,6 @@ from proxy.edge.h2.stream import StreamGone, StreamProtocol, StreamTransport, St
 
 log = logging.getLogger("proxy.edge")
 
-CONNECT_REFUSED = b"501 Not Implemented: CONNECT (and WebSocket over HTTP/2) is not served\n"
-
 
 class Front(Protocol):
     """What a connection asks of its listener's HTTP/2 side (proxy/edge/h2/front.py)."""
@@ -254,8 +252,9 @@ class H2Connection(asyncio.Protocol):
         head = event.head
         ended = event.ended
         writer = StreamWriter(self, stream_id)
-        if not head.served:
-            self._refuse_connect(stream_id)
+        refusal = head.refusal
+        if refusal is not None:
+            self._refuse(stream_id, *refusal)
             return
         self._requests += 1
         self._front.guard.http2_streams += 1
@@ -272,18 +271,19 @@ class H2Connection(asyncio.Protocol):
         if self._requests >= self.limits.max_requests:
             self.goaway()
 
-    def _refuse_connect(self, stream_id: int) -> None:
-        """CONNECT, extended (WebSocket over HTTP/2, RFC 8441: never offered, as
-        SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent) or not: 501, and the stream ends."""
+    def _refuse(self, stream_id: int, status: int, text: bytes) -> None:
+        """A request the handler never sees (``Head.refusal``): CONNECT, extended (WebSocket
+        over HTTP/2, RFC 8441: never offered, as SETTINGS_ENABLE_CONNECT_PROTOCOL is not
+        sent) or not, 501; a method the edge does not take, 400. The stream ends."""
         fields = [
-            (b":status", b"501"),
+            (b":status", b"%d" % status),
             (b"content-type", b"text/plain; charset=utf-8"),
             (b"cache-control", b"no-store"),
-            (b"content-length", b"%d" % len(CONNECT_REFUSED)),
+            (b"content-length", b"%d" % len(text)),
         ]
         self._h2.send_headers(stream_id, encode_block(fields))
-        if self._h2.window(stream_id) >= len(CONNECT_REFUSED):
-            self._h2.send_data(stream_id, CONNECT_REFUSED, end=True)
+        if self._h2.window(stream_id) >= len(text):
+            self._h2.send_data(stream_id, text, end=True)
         self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)  # if it is still open
 
     async def _serve(self, stream: Stream, head: Head) -> None:
