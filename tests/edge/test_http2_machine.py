@@ -13,7 +13,7 @@ from h2.errors import ErrorCodes
 from h2.events import DataReceived as ClientData
 from h2.events import ResponseReceived
 from h2.settings import SettingCodes
-from hpack import Decoder, Encoder
+from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     ContinuationFrame,
     DataFrame,
@@ -207,6 +207,46 @@ def test_a_repeated_block_means_what_the_table_says_now() -> None:
         assert events[0].head.path.encode() == expected
         stream_id += 2
     assert expected == b"/b"  # the old bytes name another entry now
+
+
+@pytest.mark.parametrize("route", ["trailers", "reset-stream"])
+def test_a_block_the_cache_holds_is_read_again_after_any_block_changed_the_table(
+    route: str,
+) -> None:
+    """Issue 30, hole 4: trailers, and HEADERS on a stream the server reset, change the HPACK
+    table too. Stream 5's block indexes ``x-user: bob``; stream 7's repeated block, cached
+    when it meant ``x-user: alice``, must be read as the table says now (a front end that
+    multiplexes users on one connection would otherwise pass one user's fields as another's)."""
+    server, _ = connected()
+    encoder, reference = Encoder(), Decoder()
+    fields = [
+        (":method", "GET"),
+        (":path", "/"),
+        (":scheme", "https"),
+        NeverIndexedHeaderTuple(":authority", "example.com"),
+        ("x-user", "alice"),
+    ]
+    first = bytes(encoder.encode(fields))  # indexes x-user: alice
+    repeated = bytes(encoder.encode(fields))  # an index into the table: cached
+    bob = bytes(encoder.encode([("x-user", "bob")]))  # indexed where alice was
+
+    def user(stream_id: int, data: bytes, *, end: bool = True) -> str | None:
+        expected = dict(reference.decode(data, raw=True)).get(b"x-user")
+        flags = {"END_HEADERS", "END_STREAM"} if end else {"END_HEADERS"}
+        events = server.receive(raw(HeadersFrame(stream_id, data=data, flags=flags)))
+        heads = [e.head for e in events if isinstance(e, RequestReceived)]
+        got = heads[0].headers.get("x-user") if heads else None
+        assert got == (expected.decode() if expected is not None else None)
+        return got
+
+    assert user(1, first) == "alice"
+    assert user(3, repeated) == "alice"
+    assert user(5, repeated, end=False) == "alice"  # stream 5 stays open
+    if route == "reset-stream":
+        assert server.reset_stream(5, ErrorCodes.CANCEL)
+    reference.decode(bob, raw=True)
+    server.receive(raw(HeadersFrame(5, data=bob, flags={"END_HEADERS", "END_STREAM"})))
+    assert user(7, repeated) == "bob"
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ class ServerMachine(StreamTable):
         self._decoder.max_header_list_size = limits.max_header_list_bytes
         self._pending: _Pending | None = None
         self._heads: dict[bytes, Head | str] = {}
+        self._table_changes = 0  # blocks that changed the HPACK table (_decode)
 
     def initiate(self) -> None:
         """The server's preface: its SETTINGS, and the connection's window opened."""
@@ -219,15 +220,13 @@ class ServerMachine(StreamTable):
         known = self._heads.get(block)
         if known is not None:
             return known
-        table = self._decoder.header_table.dynamic_entries
-        before = (len(table), table[0] if table else None)
+        changes = self._table_changes
         fields = self._decode(block)
         reason = malformed(fields)
         head: Head | str = reason if reason is not None else read_head(fields)
-        if len(table) != before[0] or (table[0] if table else None) is not before[1]:
-            self._heads.clear()  # the table changed: blocks mean other things now
-        elif (
-            len(self._heads) < HEAD_CACHE
+        if (
+            changes == self._table_changes
+            and len(self._heads) < HEAD_CACHE
             and len(block) <= HEAD_CACHE_BLOCK
             and sum(len(name) + len(value) for name, value in fields) <= HEAD_CACHE_FIELDS
         ):
@@ -235,12 +234,24 @@ class ServerMachine(StreamTable):
         return head
 
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """The one place a header block is decoded, so the one place the HPACK table
+        changes: every block, a request's, trailers or one on a stream already reset, comes
+        here, and a block that changed the table empties the head cache (the same bytes
+        may mean other fields now: issue 30, hole 4). A change inserts at the table's
+        front (a new entry, at a new address) or evicts (a shorter table)."""
+        table = self._decoder.header_table.dynamic_entries
+        size, first = len(table), table[0] if table else None
         try:
-            return self._decoder.decode(block, raw=True)  # type: ignore[return-value]
+            fields: list[tuple[bytes, bytes]] = self._decoder.decode(block, raw=True)  # type: ignore[assignment]
         except OversizedHeaderListError:
             raise H2Error(ErrorCodes.ENHANCE_YOUR_CALM, "a head past the list size") from None
         except (HPACKError, IndexError, TypeError, ValueError):
             raise H2Error(ErrorCodes.COMPRESSION_ERROR, "a head HPACK cannot decode") from None
+        finally:
+            if len(table) != size or (table[0] if table else None) is not first:
+                self._heads.clear()
+                self._table_changes += 1
+        return fields
 
     def _trailers(
         self,
