@@ -13,7 +13,7 @@ from h2.errors import ErrorCodes
 from h2.events import DataReceived as ClientData
 from h2.events import ResponseReceived
 from h2.settings import SettingCodes
-from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
+from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     ContinuationFrame,
     DataFrame,
@@ -219,7 +219,7 @@ def test_a_block_the_cache_holds_is_read_again_after_any_block_changed_the_table
     multiplexes users on one connection would otherwise pass one user's fields as another's)."""
     server, _ = connected()
     encoder, reference = Encoder(), Decoder()
-    fields = [
+    fields: list[HeaderTuple | tuple[str, str]] = [
         (":method", "GET"),
         (":path", "/"),
         (":scheme", "https"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -41,7 +42,7 @@ from h2.errors import ErrorCodes
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request
 from proxy.edge.aiohttp_server import error_page
-from proxy.edge.connections import ConnectionGuard
+from proxy.edge.connections import ConnectionGuard, ThrottledLine
 from proxy.edge.h2.events import (
     DataReceived,
     Event,
@@ -69,6 +70,7 @@ class Front(Protocol):
 
     limits: H2Limits
     guard: ConnectionGuard
+    failures: ThrottledLine
     handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
     log: Callable[[web.BaseRequest, web.StreamResponse, float], None] | None
 
@@ -164,12 +166,24 @@ class H2Connection(asyncio.Protocol):
             return
         try:
             events = self._h2.receive(data)
+            self._dispatch(events)
         except H2Error as exc:
             self.fail(exc.code)
             return
-        self._dispatch(events)
+        except Exception as exc:  # a fault of ours: the connection ends, with no traceback
+            self._failed("a connection closed with INTERNAL_ERROR", exc)
+            self.fail(ErrorCodes.INTERNAL_ERROR)
+            return
         if not self._closed:
             self._flush()
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """Note a fault of ours on the listener's throttled line (its traceback only at
+        DEBUG): what a client can make happen must not write a traceback each time."""
+        where = traceback.extract_tb(exc.__traceback__)[-1:]
+        at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+        self._front.failures.note(f"{what}: {type(exc).__name__}: {exc}{at}")
+        log.debug("%s", what, exc_info=exc)
 
     def _dispatch(self, events: list[Event]) -> None:
         # Frames that asked work but no request (SETTINGS, PING, PRIORITY, WINDOW_UPDATE,
@@ -315,8 +329,8 @@ class H2Connection(asyncio.Protocol):
                 await response.write_eof()
         except (StreamGone, ConnectionResetError):
             pass  # the client reset the stream or left: as a vanished HTTP/1.1 client
-        except Exception:
-            log.exception("error handling an HTTP/2 request")
+        except Exception as exc:
+            self._failed("a stream answered 500", exc)
             if not writer.headers_sent and not writer.gone:
                 response = error_page(500)
                 try:
