@@ -230,8 +230,8 @@ class H2Connection(asyncio.Protocol):
 
     def goaway(self) -> None:
         """GOAWAY NO_ERROR with the last stream taken: those streams finish, later ones are
-        refused, the connection closes when the last one is done. The frame is written
-        beside h2's state machine, which would refuse the answers still to come."""
+        refused, the connection closes when the last one is done (the machine goes on
+        sending the answers still to come after its GOAWAY)."""
         if self._closing or self._closed or self.transport is None:
             self._closing = True
             return

@@ -59,6 +59,7 @@ from proxy.edge.h2.head import Head, content_length, malformed, read_head
 from proxy.edge.h2.limits import CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW, H2Limits
 from proxy.edge.h2.streams import OpenStream, StreamTable
 
+SKIPS_REMEMBERED = 64  # runs of stream ids a client skipped (clients skip none)
 MAX_CONTINUATIONS = 64  # of one head (h2's bound, and the 2024 CONTINUATION flood's)
 # Distinct heads kept per connection while the HPACK table is unchanged, each of a block
 # and a decoded head no larger than these: 72 KiB a connection at most.
@@ -93,6 +94,7 @@ class ServerMachine(StreamTable):
         self._pending: _Pending | None = None
         self._heads: dict[bytes, Head | str] = {}
         self._table_changes = 0  # blocks that changed the HPACK table (_decode)
+        self._skipped: list[tuple[int, int]] = []  # runs of client stream ids never opened
 
     def initiate(self) -> None:
         """The server's preface: its SETTINGS, and the connection's window opened."""
@@ -113,14 +115,23 @@ class ServerMachine(StreamTable):
     # -- receiving ---------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> list[Event]:
+        """The events of the frames in ``data`` (with what an earlier read left unfinished).
+        A connection error raised part-way drops the events of the frames before it, on
+        purpose: none reached the caller, so no request of this read was begun, and the
+        GOAWAY the caller sends names the last stream it did take (RFC 9113 §6.8: the client
+        may retry the others, which the edge never acted on)."""
         buffer = self._buffer + data if self._buffer else data
         pos = 0
         if not self._preface:
+            # The preface, then a SETTINGS frame, not an ACK (RFC 9113 §3.4): held until the
+            # first frame's type and flags are in.
             if buffer[:24] != PREFACE[: len(buffer)]:
                 raise H2Error(ErrorCodes.PROTOCOL_ERROR, "no client preface")
-            if len(buffer) < 24:
+            if len(buffer) < 29:
                 self._buffer = buffer
                 return []
+            if buffer[27] != FrameType.SETTINGS or buffer[28] & ACK:
+                raise H2Error(ErrorCodes.PROTOCOL_ERROR, "the preface's frame is not SETTINGS")
             self._preface = True
             pos = 24
         events: list[Event] = []
@@ -196,7 +207,14 @@ class ServerMachine(StreamTable):
             self._decode(block)  # the table must follow every block
             if stream_id in self.reset_ids:
                 return  # in flight when we reset it (§5.1, closed)
+            if self._skipped_over(stream_id):
+                # Never opened: closed when a higher one opened, so an id out of order (§5.1.1)
+                raise H2Error(ErrorCodes.PROTOCOL_ERROR, "HEADERS on a stream id skipped")
             raise H2Error(ErrorCodes.STREAM_CLOSED, "HEADERS on a closed stream")
+        if stream_id - 2 > self.highest:
+            self._skipped.append((self.highest + 1, stream_id - 2))
+            if len(self._skipped) > SKIPS_REMEMBERED:
+                del self._skipped[0]
         self.highest = stream_id
         head = self._head(block)
         if isinstance(head, str) or self_dependent:
@@ -213,6 +231,11 @@ class ServerMachine(StreamTable):
             return
         self.streams[stream_id] = stream
         events.append(RequestReceived(stream_id, head, ended))
+
+    def _skipped_over(self, stream_id: int) -> bool:
+        """Whether a client stream id below the highest was never opened (the last
+        SKIPS_REMEMBERED runs of ids skipped are kept; older ones read as closed)."""
+        return any(low <= stream_id <= high for low, high in self._skipped)
 
     def _head(self, block: bytes) -> Head | str:
         """The head ``block`` carries, or why it is malformed; read once per distinct block
@@ -411,11 +434,12 @@ class ServerMachine(StreamTable):
     def _priority(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if not stream_id:
             raise H2Error(ErrorCodes.PROTOCOL_ERROR, "PRIORITY on stream 0")
-        if len(payload) != 5:
-            raise H2Error(ErrorCodes.FRAME_SIZE_ERROR, "a PRIORITY not of 5 bytes")
         self.control += 1
+        if len(payload) != 5:  # a stream error, not the connection's (§6.3)
+            self._stream_error(stream_id, ErrorCodes.FRAME_SIZE_ERROR, events)
+            return
         depends = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
-        if depends == stream_id and stream_id in self.streams:
+        if depends == stream_id:  # on any stream, an idle one included (§5.3.1)
             self._stream_error(stream_id, ErrorCodes.PROTOCOL_ERROR, events)
 
     def _goaway(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
