@@ -362,6 +362,7 @@ def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCod
         ),  # the request before it is dropped: never begun, so retryable (receive's docstring)
         (raw(DataFrame(1, data=b"x")), ErrorCodes.PROTOCOL_ERROR),  # an idle stream
         (raw(RstStreamFrame(9, error_code=0)), ErrorCodes.PROTOCOL_ERROR),  # idle
+        (raw(OPEN, WindowUpdateFrame(2, window_increment=1)), ErrorCodes.PROTOCOL_ERROR),
         (raw(PushPromiseFrame(1, promised_stream_id=2, data=b"")), ErrorCodes.PROTOCOL_ERROR),
         (b"\x00\x00\x04\x07\x00\x00\x00\x00\x00" + bytes(4), ErrorCodes.PROTOCOL_ERROR),
         (b"\x00\x00\x08\x07\x00\x00\x00\x00\x01" + bytes(8), ErrorCodes.PROTOCOL_ERROR),
@@ -382,6 +383,7 @@ def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCod
         "after-a-request",
         "data-idle",
         "rst-idle",
+        "window-update-even",
         "push-promise",
         "goaway-short",
         "goaway-on-a-stream",

@@ -232,6 +232,11 @@ class ServerMachine(StreamTable):
         self.streams[stream_id] = stream
         events.append(RequestReceived(stream_id, head, ended))
 
+    def _idle(self, stream_id: int) -> bool:
+        """Whether a stream is idle (§5.1): a client's not yet opened, or any even one (the
+        server's, and it opens none: no push)."""
+        return stream_id > self.highest or not stream_id % 2
+
     def _skipped_over(self, stream_id: int) -> bool:
         """Whether a client stream id below the highest was never opened (the last
         SKIPS_REMEMBERED runs of ids skipped are kept; older ones read as closed)."""
@@ -306,7 +311,7 @@ class ServerMachine(StreamTable):
         stream = self.streams.get(stream_id)
         if stream is None or stream.remote_closed:
             self.acknowledge(size, 0)  # read by no one: the connection's window reopens
-            if stream is None and stream_id > self.highest:
+            if stream is None and self._idle(stream_id):
                 raise H2Error(ErrorCodes.PROTOCOL_ERROR, "DATA on an idle stream")
             if stream is None and stream_id in self.reset_ids:
                 return
@@ -364,7 +369,7 @@ class ServerMachine(StreamTable):
             return
         stream = self.streams.get(stream_id)
         if stream is None:
-            if stream_id > self.highest:
+            if self._idle(stream_id):
                 raise H2Error(ErrorCodes.PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
             return  # closed: ignored (§6.9)
         stream.send_window += increment
@@ -380,7 +385,7 @@ class ServerMachine(StreamTable):
     def _rst_stream(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
             raise H2Error(ErrorCodes.FRAME_SIZE_ERROR, "a RST_STREAM not of 4 bytes")
-        if not stream_id or stream_id > self.highest:
+        if not stream_id or self._idle(stream_id):
             raise H2Error(ErrorCodes.PROTOCOL_ERROR, "RST_STREAM on stream 0 or an idle one")
         self.control += 1
         if self.streams.pop(stream_id, None) is not None:
