@@ -234,7 +234,8 @@ class ServerMachine(StreamTable):
 
     def _idle(self, stream_id: int) -> bool:
         """Whether a stream is idle (§5.1): a client's not yet opened, or any even one (the
-        server's, and it opens none: no push)."""
+        server's, and it opens none: no push). One the client skipped is closed (§5.1.1):
+        DATA on it is STREAM_CLOSED (§6.1), WINDOW_UPDATE and RST_STREAM are ignored."""
         return stream_id > self.highest or not stream_id % 2
 
     def _skipped_over(self, stream_id: int) -> bool:
