@@ -13,13 +13,14 @@ from h2.errors import ErrorCodes
 from h2.events import DataReceived as ClientData
 from h2.events import ResponseReceived
 from h2.settings import SettingCodes
-from hpack import Decoder, Encoder
+from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     ContinuationFrame,
     DataFrame,
     Frame,
     HeadersFrame,
     PingFrame,
+    PriorityFrame,
     PushPromiseFrame,
     RstStreamFrame,
     SettingsFrame,
@@ -209,7 +210,113 @@ def test_a_repeated_block_means_what_the_table_says_now() -> None:
     assert expected == b"/b"  # the old bytes name another entry now
 
 
+@pytest.mark.parametrize("route", ["trailers", "reset-stream"])
+def test_a_block_the_cache_holds_is_read_again_after_any_block_changed_the_table(
+    route: str,
+) -> None:
+    """Issue 30, hole 4: trailers, and HEADERS on a stream the server reset, change the HPACK
+    table too. Stream 5's block indexes ``x-user: bob``; stream 7's repeated block, cached
+    when it meant ``x-user: alice``, must be read as the table says now (a front end that
+    multiplexes users on one connection would otherwise pass one user's fields as another's)."""
+    server, _ = connected()
+    encoder, reference = Encoder(), Decoder()
+    fields: list[HeaderTuple | tuple[str, str]] = [
+        (":method", "GET"),
+        (":path", "/"),
+        (":scheme", "https"),
+        NeverIndexedHeaderTuple(":authority", "example.com"),
+        ("x-user", "alice"),
+    ]
+    first = bytes(encoder.encode(fields))  # indexes x-user: alice
+    repeated = bytes(encoder.encode(fields))  # an index into the table: cached
+    bob = bytes(encoder.encode([("x-user", "bob")]))  # indexed where alice was
+
+    def user(stream_id: int, data: bytes, *, end: bool = True) -> str | None:
+        expected = dict(reference.decode(data, raw=True)).get(b"x-user")
+        flags = {"END_HEADERS", "END_STREAM"} if end else {"END_HEADERS"}
+        events = server.receive(raw(HeadersFrame(stream_id, data=data, flags=flags)))
+        heads = [e.head for e in events if isinstance(e, RequestReceived)]
+        got = heads[0].headers.get("x-user") if heads else None
+        assert got == (expected.decode() if expected is not None else None)
+        return got
+
+    assert user(1, first) == "alice"
+    assert user(3, repeated) == "alice"
+    assert user(5, repeated, end=False) == "alice"  # stream 5 stays open
+    if route == "reset-stream":
+        assert server.reset_stream(5, ErrorCodes.CANCEL)
+    reference.decode(bob, raw=True)
+    server.receive(raw(HeadersFrame(5, data=bob, flags={"END_HEADERS", "END_STREAM"})))
+    assert user(7, repeated) == "bob"
+
+
 # -- errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "reset"),
+    [
+        (raw(PriorityFrame(5, depends_on=5)), ErrorCodes.PROTOCOL_ERROR),  # h2spec 5.3.1/2
+        (b"\x00\x00\x04\x02\x00\x00\x00\x00\x05" + bytes(4), ErrorCodes.FRAME_SIZE_ERROR),
+        (b"\x00\x00\x06\x02\x00\x00\x00\x00\x01" + bytes(6), ErrorCodes.FRAME_SIZE_ERROR),
+    ],
+    ids=["self-dependent-idle", "short", "long"],
+)
+def test_a_priority_frame_that_breaks_a_rule_is_a_stream_error(
+    data: bytes, reset: ErrorCodes
+) -> None:
+    """Issue 30, hole 8: RFC 9113 §5.3.1 (a stream cannot depend on itself, idle or not) and
+    §6.3 (a PRIORITY not of 5 octets): stream errors, the connection lives on."""
+    server, _ = connected()
+    stream_id = int.from_bytes(data[5:9], "big")
+    assert server.receive(data) == [ServerReset(stream_id, reset)]
+    assert raw(RstStreamFrame(stream_id, error_code=reset)) in server.data_to_send()
+    after = server.receive(raw(HeadersFrame(7, data=block(GET), flags={"END_HEADERS"})))
+    assert [type(e) for e in after] == [RequestReceived]
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        raw(PingFrame(0, opaque_data=b"12345678")),
+        raw(SettingsFrame(0, flags={"ACK"})),
+        raw(HeadersFrame(1, data=block(GET), flags={"END_HEADERS"})),
+    ],
+    ids=["ping", "settings-ack", "headers"],
+)
+def test_the_first_frame_after_the_preface_is_settings(first: bytes) -> None:
+    """RFC 9113 §3.4: the client's preface is the magic and a SETTINGS frame (h2spec 3.5)."""
+    server = ServerMachine(H2Limits())
+    server.initiate()
+    assert server.receive(PREFACE + first[:4]) == []  # its type, not yet its flags
+    with pytest.raises(H2Error) as error:
+        server.receive(first[4:])
+    assert error.value.code == ErrorCodes.PROTOCOL_ERROR
+
+
+@pytest.mark.parametrize(
+    ("opened", "then", "code"),
+    [
+        ([5], 3, ErrorCodes.PROTOCOL_ERROR),  # skipped: never opened (§5.1.1)
+        ([5], 1, ErrorCodes.PROTOCOL_ERROR),
+        ([1, 7], 5, ErrorCodes.PROTOCOL_ERROR),
+        ([1, 3], 1, ErrorCodes.STREAM_CLOSED),  # opened, ended: closed (§5.1)
+    ],
+    ids=["skipped", "skipped-first", "skipped-later", "closed"],
+)
+def test_headers_on_a_lower_stream_id(opened: list[int], then: int, code: ErrorCodes) -> None:
+    server, _ = connected()
+    for stream_id in opened:
+        server.receive(
+            raw(HeadersFrame(stream_id, data=block(GET), flags={"END_HEADERS", "END_STREAM"}))
+        )
+        server.send_headers(stream_id, encode_block([(b":status", b"204")]), end=True)
+    with pytest.raises(H2Error) as error:
+        server.receive(
+            raw(HeadersFrame(then, data=block(GET), flags={"END_HEADERS", "END_STREAM"}))
+        )
+    assert error.value.code == code
+
 
 OPEN = HeadersFrame(1, data=block(GET), flags={"END_HEADERS"})
 PRIORITY_SELF = HeadersFrame(
@@ -249,8 +356,13 @@ def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCod
     ("data", "code"),
     [
         (raw(WindowUpdateFrame(0, window_increment=0)), ErrorCodes.PROTOCOL_ERROR),
+        (
+            raw(OPEN, WindowUpdateFrame(0, window_increment=0)),
+            ErrorCodes.PROTOCOL_ERROR,
+        ),  # the request before it is dropped: never begun, so retryable (receive's docstring)
         (raw(DataFrame(1, data=b"x")), ErrorCodes.PROTOCOL_ERROR),  # an idle stream
         (raw(RstStreamFrame(9, error_code=0)), ErrorCodes.PROTOCOL_ERROR),  # idle
+        (raw(OPEN, WindowUpdateFrame(2, window_increment=1)), ErrorCodes.PROTOCOL_ERROR),
         (raw(PushPromiseFrame(1, promised_stream_id=2, data=b"")), ErrorCodes.PROTOCOL_ERROR),
         (b"\x00\x00\x04\x07\x00\x00\x00\x00\x00" + bytes(4), ErrorCodes.PROTOCOL_ERROR),
         (b"\x00\x00\x08\x07\x00\x00\x00\x00\x01" + bytes(8), ErrorCodes.PROTOCOL_ERROR),
@@ -268,8 +380,10 @@ def test_stream_errors_reset_only_the_stream(frames: list[Frame], code: ErrorCod
     ],
     ids=[
         "connection-window-update-0",
+        "after-a-request",
         "data-idle",
         "rst-idle",
+        "window-update-even",
         "push-promise",
         "goaway-short",
         "goaway-on-a-stream",

@@ -8,6 +8,7 @@ connection kept open).
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from multidict import istr
@@ -18,6 +19,45 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # The methods this cache stores and answers (RFC 9111 §2: GET; a HEAD is answered from the
 # stored GET, §4). POST responses are never stored here, whatever their freshness (§9.3.3).
 CACHEABLE_METHODS = frozenset({"GET", "HEAD"})
+
+# The methods the edge takes, on HTTP/1.1 and HTTP/2 alike (issue 30, hole 3; decision
+# 0044): llhttp's, which aiohttp's HTTP/1.1 parser holds every request to (any other,
+# lower case or unknown, gets a 400 there). A method is case-sensitive (RFC 9110 §9.1): an
+# HTTP/2 ``get`` forwarded as an unknown, unsafe method became aiohttp's client's ``GET``
+# at the origin, and its success invalidated the URL for everyone. Every method here is
+# upper case already, so the one sent is the one judged.
+METHODS = frozenset(
+    {
+        *("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"),
+        *("COPY", "LOCK", "MKCOL", "MOVE", "PROPFIND", "PROPPATCH", "SEARCH", "UNLOCK"),
+        *("BIND", "REBIND", "UNBIND", "ACL", "REPORT", "MKACTIVITY", "CHECKOUT", "MERGE"),
+        *("M-SEARCH", "NOTIFY", "SUBSCRIBE", "UNSUBSCRIBE", "PURGE", "MKCALENDAR", "LINK"),
+        *("UNLINK", "SOURCE", "QUERY"),
+    }
+)
+# RFC 9110 §5.6.2: a method is a token.
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# An origin-form target (RFC 9112 §3.2.1) of the characters llhttp takes in HTTP/1.1's
+# (the visible ASCII: no space, control, DEL or byte past 0x7f), but '#': a fragment is no
+# part of a request (RFC 9110 §7.1), and the origin client would cut it where the cache key
+# keeps it. RFC 3986 alone would also refuse '"', '<', '{', '|', '^' and the like, which
+# browsers send unencoded (the WHATWG URL standard leaves them so in a query).
+_ORIGIN_FORM = re.compile(rb"/[!\"$-~]*")
+
+
+def is_token(method: bytes) -> bool:
+    """Whether ``method`` is a token (RFC 9110 §5.6.2): no space, control or separator."""
+    return _TOKEN.fullmatch(method) is not None
+
+
+def target_allowed(target: bytes, method: bytes) -> bool:
+    """Whether an HTTP/2 request's ``:path`` may reach the cache and an origin: origin-form
+    of visible ASCII but '#' (the key and the origin's request line are then the same
+    bytes), or '*' for OPTIONS (RFC 9113 §8.3.1)."""
+    if target == b"*":
+        return method == b"OPTIONS"
+    return _ORIGIN_FORM.fullmatch(target) is not None
+
 
 # Case-insensitive names (multidict's istr): a header mapping looks them up without
 # lowering them on every request.

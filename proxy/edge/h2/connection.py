@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -41,7 +42,7 @@ from h2.errors import ErrorCodes
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request, unread
 from proxy.edge.aiohttp_server import error_page
-from proxy.edge.connections import ConnectionGuard
+from proxy.edge.connections import ConnectionGuard, ThrottledLine
 from proxy.edge.h2.events import (
     DataReceived,
     Event,
@@ -63,14 +64,13 @@ from proxy.edge.h2.stream import StreamGone, StreamProtocol, StreamTransport, St
 
 log = logging.getLogger("proxy.edge")
 
-CONNECT_REFUSED = b"501 Not Implemented: CONNECT (and WebSocket over HTTP/2) is not served\n"
-
 
 class Front(Protocol):
     """What a connection asks of its listener's HTTP/2 side (proxy/edge/h2/front.py)."""
 
     limits: H2Limits
     guard: ConnectionGuard
+    failures: ThrottledLine
     handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
     log: Callable[[web.BaseRequest, web.StreamResponse, float], None] | None
 
@@ -167,12 +167,24 @@ class H2Connection(asyncio.Protocol):
             return
         try:
             events = self._h2.receive(data)
+            self._dispatch(events)
         except H2Error as exc:
             self.fail(exc.code)
             return
-        self._dispatch(events)
+        except Exception as exc:  # a fault of ours: the connection ends, with no traceback
+            self._failed("a connection closed with INTERNAL_ERROR", exc)
+            self.fail(ErrorCodes.INTERNAL_ERROR)
+            return
         if not self._closed:
             self._flush()
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """Note a fault of ours on the listener's throttled line (its traceback only at
+        DEBUG): what a client can make happen must not write a traceback each time."""
+        where = traceback.extract_tb(exc.__traceback__)[-1:]
+        at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+        self._front.failures.note(f"{what}: {type(exc).__name__}: {exc}{at}")
+        log.debug("%s", what, exc_info=exc)
 
     def _dispatch(self, events: list[Event]) -> None:
         # Frames that asked work but no request (SETTINGS, PING, PRIORITY, WINDOW_UPDATE,
@@ -219,8 +231,8 @@ class H2Connection(asyncio.Protocol):
 
     def goaway(self) -> None:
         """GOAWAY NO_ERROR with the last stream taken: those streams finish, later ones are
-        refused, the connection closes when the last one is done. The frame is written
-        beside h2's state machine, which would refuse the answers still to come."""
+        refused, the connection closes when the last one is done (the machine goes on
+        sending the answers still to come after its GOAWAY)."""
         if self._closing or self._closed or self.transport is None:
             self._closing = True
             return
@@ -255,8 +267,9 @@ class H2Connection(asyncio.Protocol):
         head = event.head
         ended = event.ended
         writer = StreamWriter(self, stream_id)
-        if not head.served:
-            self._refuse_connect(stream_id)
+        refusal = head.refusal
+        if refusal is not None:
+            self._refuse(stream_id, *refusal)
             return
         self._requests += 1
         self._front.guard.http2_streams += 1
@@ -273,18 +286,19 @@ class H2Connection(asyncio.Protocol):
         if self._requests >= self.limits.max_requests:
             self.goaway()
 
-    def _refuse_connect(self, stream_id: int) -> None:
-        """CONNECT, extended (WebSocket over HTTP/2, RFC 8441: never offered, as
-        SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent) or not: 501, and the stream ends."""
+    def _refuse(self, stream_id: int, status: int, text: bytes) -> None:
+        """A request the handler never sees (``Head.refusal``): CONNECT, extended (WebSocket
+        over HTTP/2, RFC 8441: never offered, as SETTINGS_ENABLE_CONNECT_PROTOCOL is not
+        sent) or not, 501; a method the edge does not take, 400. The stream ends."""
         fields = [
-            (b":status", b"501"),
+            (b":status", b"%d" % status),
             (b"content-type", b"text/plain; charset=utf-8"),
             (b"cache-control", b"no-store"),
-            (b"content-length", b"%d" % len(CONNECT_REFUSED)),
+            (b"content-length", b"%d" % len(text)),
         ]
         self._h2.send_headers(stream_id, encode_block(fields))
-        if self._h2.window(stream_id) >= len(CONNECT_REFUSED):
-            self._h2.send_data(stream_id, CONNECT_REFUSED, end=True)
+        if self._h2.window(stream_id) >= len(text):
+            self._h2.send_data(stream_id, text, end=True)
         self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)  # if it is still open
 
     async def _serve(self, stream: Stream, head: Head) -> None:
@@ -316,8 +330,8 @@ class H2Connection(asyncio.Protocol):
                 await response.write_eof()
         except (StreamGone, ConnectionResetError):
             pass  # the client reset the stream or left: as a vanished HTTP/1.1 client
-        except Exception:
-            log.exception("error handling an HTTP/2 request")
+        except Exception as exc:
+            self._failed("a stream answered 500", exc)
             if not writer.headers_sent and not writer.gone:
                 response = error_page(500)
                 try:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from proxy.edge.connections import ConnectionGuard
+from proxy.edge.connections import ConnectionGuard, ThrottledLine
 from proxy.edge.h2.connection import H2Connection
 from proxy.edge.h2.limits import H2Limits
 
@@ -37,7 +37,14 @@ class H2Front:
     guard: ConnectionGuard
     tls: bool  # served to TLS connections whose ALPN chose h2 (else: h2c, by prior knowledge)
     log: AccessLog | None = None
+    # Faults of ours a client's frames or requests ran into (a connection closed with
+    # INTERNAL_ERROR, a stream answered 500): one line per LOG_EVERY seconds, never a
+    # traceback per request (issue 30, hole 5), as HTTP/1.1's malformed requests are logged.
+    failures: ThrottledLine = field(init=False, repr=False)
     _connections: set[H2Connection] = field(default_factory=set, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.failures = ThrottledLine(f"HTTP/2 failures on the {self.guard.listener} listener")
 
     @property
     def open(self) -> int:
@@ -65,3 +72,4 @@ class H2Front:
     async def shutdown(self) -> None:
         for connection in list(self._connections):
             connection.abort()
+        self.failures.close()

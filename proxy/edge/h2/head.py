@@ -1,7 +1,8 @@
 """An HTTP/2 request head as the edge reads an HTTP/1.1 one (RFC 9113 §8.3): the pseudo-fields
 give the method and target, ``:authority`` is the Host (§8.3.1), and the cookie crumbs a
-client may send as several fields are one Cookie again (§8.2.3). h2 has checked the fields
-first (``malformed``: names, pseudo-fields, connection fields, RFC 9113 §8.2-8.3): a head
+client may send as several fields are one Cookie again (§8.2.3). ``malformed`` checks the
+fields first (names, values, pseudo-fields, connection fields, the method and the target:
+RFC 9113 §8.2-8.3, and what an HTTP/1.1 origin request can carry: decision 0044): a head
 that fails is a stream error (RST_STREAM PROTOCOL_ERROR), never a request."""
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from multidict import CIMultiDict
+
+from proxy.core.http.requests import METHODS, is_token, target_allowed
+
+CONNECT_REFUSED = b"501 Not Implemented: CONNECT (and WebSocket over HTTP/2) is not served\n"
+UNKNOWN_METHOD = b"400 Bad Request: a method this edge does not take\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,18 @@ class Head:
         an origin-form target, or ``*``."""
         return self.method != "CONNECT" and (self.path.startswith("/") or self.path == "*")
 
+    @property
+    def refusal(self) -> tuple[int, bytes] | None:
+        """The status and text the stream is answered with instead of the handler, or None:
+        a method that is a token but not one the edge takes gets HTTP/1.1's answer to it,
+        400 (``get`` included: it is never forwarded as some unknown, unsafe method); CONNECT,
+        or a target not origin-form, 501."""
+        if self.method not in METHODS:
+            return 400, UNKNOWN_METHOD
+        if not self.served:
+            return 501, CONNECT_REFUSED
+        return None
+
 
 def read_head(fields: Iterable[tuple[bytes | str, bytes | str]]) -> Head:
     pseudo: dict[bytes, bytes] = {}
@@ -38,26 +56,27 @@ def read_head(fields: Iterable[tuple[bytes | str, bytes | str]]) -> Head:
         if name_b[:1] == b":":
             pseudo[name_b] = value_b
         elif name_b == b"cookie":
-            cookies.append(value_b.decode("latin-1"))
+            cookies.append(value_b.decode())
         else:
-            headers.add(name_b.decode("latin-1"), value_b.decode("latin-1"))
+            headers.add(name_b.decode("latin-1"), value_b.decode())
             raw.append((name_b, value_b))
     if cookies:
         headers["Cookie"] = "; ".join(cookies)
-        raw.append((b"cookie", headers["Cookie"].encode("latin-1")))
+        raw.append((b"cookie", headers["Cookie"].encode()))
     authority = pseudo.get(b":authority")
     if authority is not None:
-        headers["Host"] = authority.decode("latin-1")
+        headers["Host"] = authority.decode()
     method = pseudo.get(b":method", b"").decode("latin-1")
     path = pseudo.get(b":path", b"").decode("latin-1")
     return Head(method, path, headers, tuple(raw))
 
 
 # RFC 9113 §8.2.1: no upper case, no controls, space, DEL or non-ASCII in a name (':' only
-# as a pseudo-field's first character); no NUL, CR or LF in a value, and no white space at
-# its ends.
+# as a pseudo-field's first character); no white space at a value's ends. And no control
+# but HTAB in a value (RFC 9110 §5.5): RFC 9113 refuses only NUL, CR and LF, but a VT or a
+# DEL cannot be sent on in HTTP/1.1 (aiohttp's client raises on it; issue 30, hole 5).
 _BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-z]")
-_BAD_VALUE = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]|^[ \t]|[ \t]$")
 _REQUEST_PSEUDO = frozenset((b":method", b":scheme", b":authority", b":path"))
 # §8.2.2: fields of an HTTP/1.1 connection never appear in HTTP/2.
 _CONNECTION = frozenset(
@@ -111,18 +130,39 @@ def malformed(fields: Sequence[tuple[bytes, bytes]], *, trailers: bool = False) 
                     return "a content-length repeated or not a number"
                 length = value
         if _BAD_VALUE.search(value):
-            return "a field value with CR, LF, NUL or white space at its ends"
+            return "a field value with a control but HTAB, or white space at its ends"
+        if not value.isascii() and not _utf8(value):
+            # obs-text (RFC 9110 §5.5) is read as UTF-8, as aiohttp's HTTP/1.1 parser reads
+            # it, so that the origin client sends the bytes received; other bytes past 0x7f
+            # could not be sent as they came.
+            return "a field value past ASCII that is not UTF-8"
     if trailers:
         return None
     method = pseudo.get(b":method")
     if method is None:
         return "no :method"
+    if not is_token(method):
+        return "a :method that is not a token"  # RFC 9110 §9.1; issue 30, holes 3 and 5
     if method == b"CONNECT":
         if b":authority" not in pseudo or b":path" in pseudo or b":scheme" in pseudo:
             return "CONNECT without :authority, or with :path or :scheme"
-    elif not pseudo.get(b":path") or b":scheme" not in pseudo:
-        return "no :path or :scheme"
+    else:
+        path = pseudo.get(b":path")
+        if not path or b":scheme" not in pseudo:
+            return "no :path or :scheme"
+        if not target_allowed(path, method):
+            # Space, tab, controls, bytes past 0x7f or '#' (issue 30, hole 2), as nghttp2
+            # and nginx refuse them: the key and the origin's target are the same bytes.
+            return "a :path not origin-form, or with a character no target may have"
     authority = pseudo.get(b":authority")
     if host is not None and authority is not None and host != authority:
         return "Host names another entity than :authority"  # §8.3.1
     return None
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -79,8 +79,8 @@ class StreamWriter(AbstractStreamWriter):
     async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
         if self.gone:
             raise StreamGone("the stream was reset")
-        # Lower-case names, no connection fields, no CR, LF or NUL (RFC 9113 §8.2), as h2 is
-        # not asked to check; values as aiohttp writes them for HTTP/1.1 (UTF-8).
+        # Lower-case names, no connection fields, no CR, LF or NUL (RFC 9113 §8.2): the frame
+        # layer sends the block it is given; values as aiohttp writes them for HTTP/1.1 (UTF-8).
         fields = [(b":status", status_line.split(" ", 2)[1].encode())]
         for name, value in headers.items():
             lower = name.lower()
