@@ -61,8 +61,11 @@ async def test_chromium_preloads_what_a_relayed_103_names(
                 assert response is not None and response.status == 200
                 assert await page.text_content("#p") == "early hints"
                 assert "link" not in response.headers  # the 103's field, not the page's
-                targets = lambda: [r.target for r in hinting_origin.requests]  # noqa: E731
-                await until(lambda: "/style.css" in targets(), every=0.05)
+                await until(lambda: "/style.css" in targets(hinting_origin), every=0.05)
             finally:
                 await browser.close()
-    assert targets() == ["/", "/style.css"]
+    assert targets(hinting_origin) == ["/", "/style.css"]
+
+
+def targets(server: RawOrigin) -> list[str]:
+    return [request.target for request in server.requests]
