@@ -19,15 +19,23 @@ client's connection as it arrives, and nothing of it reaches the fill. It is sen
   proxy's Via (§7.6.3).
 
 A client that has gone is not an origin error: the relay stops, and the fill goes on.
+
+Beyond relaying, a domain with ``early_hints`` on sends a 103 of its own before a stored
+answer: the answer's ``Link`` fields of relation preload or preconnect (``preload_links``),
+as Cloudflare's Early Hints does. Such a domain's hits take the full path (``Hinted``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http import HTTPStatus
+from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http import HttpVersion11
 
 from proxy.core.http.fields import Headers
@@ -85,16 +93,24 @@ class Relay:
             return
         relayed = interim_fields(fields, via=self._via, tag_headers=self._tags)
         try:
-            if isinstance(writer, Informational):
-                writer.informational(status, relayed)
-            else:
-                await writer.write(message(status, relayed))
+            await send(self._request, status, relayed)
         except ConnectionError:
             self.open = False  # the client has gone; the origin's answer is read on
             return
         except ValueError:
             return  # a field HTTP/2 cannot carry (CR, LF or NUL): this one is not relayed
         self.sent += 1
+
+
+async def send(request: web.BaseRequest, status: int, fields: Headers) -> None:
+    """One interim answer on the request's writer: an HTTP/2 stream's HEADERS, or HTTP/1.1
+    bytes (the caller checks ``relays_to`` and ``head_started``). Raises ConnectionError when
+    the client has gone, ValueError for a field HTTP/2 cannot carry."""
+    writer = request.writer
+    if isinstance(writer, Informational):
+        writer.informational(status, fields)
+    else:
+        await writer.write(message(status, fields))
 
 
 def relays_to(request: web.BaseRequest) -> bool:
@@ -118,3 +134,52 @@ def relayed_to(
     finally:
         relay.open = False
         INTERIM.reset(token)
+
+
+# -- Early Hints on hits (a domain's ``early_hints``) -------------------------------------------
+
+# Set by the edge on a request to a domain with ``early_hints`` on (edge/handler.py); read
+# where a stored answer is built (respond.from_stored).
+EARLY_HINTS = web.RequestKey("early_hints", bool)
+
+# One link-value of a Link field (RFC 8288 §3): <target> then parameters; commas between them.
+_LINK = re.compile(r'\s*(<[^>]*>(?:\s*;\s*[^;,=\s]+(?:\s*=\s*(?:"[^"]*"|[^;,]*))?)*)\s*(?:,|$)')
+_REL = re.compile(r';\s*rel\s*=\s*(?:"([^"]*)"|([^;,\s]*))', re.IGNORECASE)
+HINTED_RELATIONS = frozenset({"preload", "preconnect"})
+
+
+def preload_links(fields: Headers) -> Headers:
+    """The ``Link`` fields a 103 repeats for a stored answer: its link-values whose relation
+    is ``preload`` or ``preconnect`` (what browsers act on in a 103), one field each, in
+    order. Any other link, or a value that does not parse, is left out."""
+    links: list[tuple[str, str]] = []
+    for name, value in fields:
+        if name.lower() != "link":
+            continue
+        position = 0
+        while position < len(value):
+            match = _LINK.match(value, position)
+            if match is None or match.end() == position:
+                break
+            link = match.group(1)
+            rel = _REL.search(link)
+            relations = (rel.group(1) or rel.group(2) or "").lower().split() if rel else []
+            if HINTED_RELATIONS.intersection(relations):
+                links.append(("Link", link))
+            position = match.end()
+    return tuple(links)
+
+
+class Hinted(web.Response):
+    """A stored answer that sends a 103 of its preload links first (``hints``), when the
+    client may get one (``relays_to``) and nothing of the answer has gone yet."""
+
+    def __init__(self, *, hints: Headers, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hints = hints
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if not self.prepared and relays_to(request) and not head_started(request.writer):
+            with contextlib.suppress(ValueError):
+                await send(request, 103, self._hints)
+        return await super().prepare(request)
