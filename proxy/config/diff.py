@@ -66,6 +66,7 @@ KEEPS_ENTRIES = frozenset(
         "tls_key",
         "origin_ca",  # how the origin is verified, not what it sent
         "encodings",  # entries are keyed by the coding asked for: each stays right
+        "early_hints",  # what a hit sends first, read from the entry's own fields
         # Servers of one site (decision 0034): adding or removing one, or changing how they
         # are balanced and checked, keeps the entries, as long as one server stays (see
         # _domain_changes: ``origin``, the first server, then changes with them).

@@ -74,6 +74,10 @@ class DomainConfig:
     # Cache rules ([[domains.rules]], decision 0033): compiled once here; None: no rules, and
     # the edge takes exactly the path it takes without them.
     rules: Annotated[RuleSet | None, checked_rules] = None
+    # Early Hints on hits (decision 0049): a stored answer's ``Link: rel=preload`` (and
+    # preconnect) fields are sent as a 103 before it, as Cloudflare does. Off: a hit then takes
+    # the fast path, and sends no interim answer (the origin's own 103s are relayed either way).
+    early_hints: Annotated[bool, check.flag] = False
 
 
 @dataclass(frozen=True, slots=True)

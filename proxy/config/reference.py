@@ -215,6 +215,7 @@ MEANINGS = {
     "domains.name": "The host name served (exact; no wildcard).",
     "domains.origin": "The origin server.",
     "domains.heuristic_freshness": "Cache responses without explicit freshness (RFC 9111 4.2.2).",
+    "domains.early_hints": "Send a stored answer's preload Link fields as a 103 before it.",
     "domains.connect_timeout": "Time to connect to an origin server.",
     "domains.read_timeout": "Longest silence while reading an origin's response.",
     "domains.stale_if_error": "Window to serve stale while the origin fails; 0: off.",

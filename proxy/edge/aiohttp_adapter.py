@@ -46,6 +46,15 @@ longer holds; pyproject.toml pins aiohttp to the minor version those tests run o
   compressed one in ``_compress``, ``send_headers`` writes the head it holds, and its
   ``buffer_size``/``output_size`` count what was sent (the access log reads them).
 
+- ``InterimResponse``: the origin client's response class (``ClientSession(response_class=)``,
+  a documented hook), which hands each interim answer (1xx but 100 and 101) aiohttp's
+  ``ClientResponse.start`` reads and drops to the ``INTERIM`` hook of the request's context
+  (proxy/edge/interim.py relays them; decision 0049). Assumed: ``start`` sets ``_protocol``
+  from the connection and calls its ``read()`` once per message, 1xx included, until a final
+  one; nothing else reads ``_protocol``. ``head_started`` reads whether the request's HTTP/1.1
+  writer has its final head (``_headers_buf``, ``_headers_written``): no interim answer may
+  follow it.
+
 The connections' side (``GuardedServer``, ``GuardedRequestHandler``, error pages, the hand-over
 to HTTP/2) is in proxy/edge/aiohttp_server.py, the HTTP/2 requests (``h2_request``,
 ``BodyFlow``) in proxy/edge/aiohttp_h2.py, each with its assumptions.
@@ -56,13 +65,15 @@ proxy/edge/handshakes.py, with its assumptions.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from time import perf_counter
 from typing import Any, Protocol, cast, runtime_checkable
 
-from aiohttp import ClientRequest, ClientTimeout, StreamReader, TCPConnector, web
+from aiohttp import ClientRequest, ClientResponse, ClientTimeout, StreamReader, TCPConnector, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.connector import Connection
-from aiohttp.http import RawRequestMessage
+from aiohttp.http import RawRequestMessage, RawResponseMessage
 from aiohttp.http_writer import StreamWriter
 from aiohttp.tracing import Trace
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -241,7 +252,7 @@ class OriginConnector(TCPConnector):
 class Informational(Protocol):
     """A writer that sends interim answers itself (an HTTP/2 stream's: a HEADERS frame)."""
 
-    def informational(self, status: int) -> None: ...
+    def informational(self, status: int, fields: Iterable[tuple[str, str]] = ()) -> None: ...
 
 
 async def send_continue(request: web.BaseRequest) -> None:
@@ -329,3 +340,54 @@ def sent_beside(writer: StreamWriter, size: int) -> None:
     """Count ``size`` bytes of the body sent on the writer's socket without it."""
     writer.buffer_size += size
     writer.output_size += size
+
+
+# Told of each interim answer an origin sends to a request made in this context: its status
+# and fields (proxy/edge/interim.py sets it around the origin requests whose client waits).
+InterimHook = Callable[[int, tuple[tuple[str, str], ...]], Awaitable[None]]
+INTERIM: ContextVar[InterimHook | None] = ContextVar("interim", default=None)
+
+
+class InterimResponse(ClientResponse):
+    """aiohttp's response, but the interim answers its ``start`` reads past are told to the
+    ``INTERIM`` hook first (module docstring). 100 and 101 are aiohttp's (and the edge's) own."""
+
+    _read_from: Any = None
+
+    @property
+    def _protocol(self) -> Any:
+        return self._read_from
+
+    @_protocol.setter
+    def _protocol(self, protocol: Any) -> None:
+        hook = INTERIM.get()
+        self._read_from = protocol if hook is None or protocol is None else _Told(protocol, hook)
+
+
+class _Told:
+    """The connection's protocol as ``ClientResponse.start`` reads it, telling each interim
+    message to ``hook`` before handing it on."""
+
+    __slots__ = ("_hook", "_protocol")
+
+    def __init__(self, protocol: Any, hook: InterimHook) -> None:
+        self._protocol = protocol
+        self._hook = hook
+
+    async def read(self) -> tuple[RawResponseMessage, StreamReader]:
+        message, payload = await self._protocol.read()
+        code = message.code
+        if 101 < code < 200:
+            await self._hook(code, tuple(message.headers.items()))
+        return message, payload
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._protocol, name)
+
+
+def head_started(writer: AbstractStreamWriter) -> bool:
+    """Whether the final answer's head is written (or held to go with its first bytes) on the
+    request's aiohttp HTTP/1.1 writer: after it, no interim answer may be sent."""
+    if isinstance(writer, StreamWriter):
+        return writer._headers_buf is not None or writer._headers_written
+    return bool(getattr(writer, "headers_sent", False))

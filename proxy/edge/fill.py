@@ -23,6 +23,7 @@ other codings are made by the compression queue (edge/compress.py; decision 0046
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 from aiohttp import hdrs, web
@@ -51,8 +52,8 @@ from proxy.core.http.compression import (
 from proxy.core.http.encodings import preferred
 from proxy.core.http.fields import Headers
 from proxy.core.http.headers import cache_status, from_origin
-from proxy.core.purge.purges import tagged
-from proxy.edge import ranges, respond, stream_fill
+from proxy.core.purge.purges import tag_header_names, tagged
+from proxy.edge import interim, ranges, respond, stream_fill
 from proxy.edge.compress import Compressions
 from proxy.edge.fill_budget import FillBudget, Held
 from proxy.edge.flights import Flight, FlightResult
@@ -172,22 +173,31 @@ class Filler:
         request_time = self._clock()
         held = Held(self.budget)
         try:
-            async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
-                if job.flight is not None:
-                    job.flight.progress()  # the headers: waiters now follow the body's pace
-                if origin.peer is not None:  # the key's owner answered (decision 0047)
-                    peer = f"peer={origin.peer}"
-                    job = replace(job, note=peer if job.note is None else f"{job.note}; {peer}")
-                filled = await self._answered(job, origin, request_time, self._clock(), held)
-            if isinstance(filled, ranges.AskOrigin):
-                # Once the whole response's connection is let go (a second one held at
-                # once could wait on the domain's connection slots).
-                return await self._range_from_origin(job, filled.reason)
+            with self._interim(job):
+                async with self._ask_origin(job.config, "GET", job.target, headers, None) as origin:
+                    if job.flight is not None:
+                        job.flight.progress()  # the headers: waiters now follow the body's pace
+                    if origin.peer is not None:  # the key's owner answered (decision 0047)
+                        peer = f"peer={origin.peer}"
+                        job = replace(job, note=peer if job.note is None else f"{job.note}; {peer}")
+                    filled = await self._answered(job, origin, request_time, self._clock(), held)
+                if isinstance(filled, ranges.AskOrigin):
+                    # Once the whole response's connection is let go (a second one held at
+                    # once could wait on the domain's connection slots).
+                    return await self._range_from_origin(job, filled.reason)
             return filled
         except OriginError as exc:
             return self._origin_failed(job, exc)
         finally:
             held.give_back()
+
+    def _interim(self, job: Fill) -> AbstractContextManager[object]:
+        """The origin's interim answers go to the job's client (edge/interim.py): not to
+        a background revalidation's, which has had its answer."""
+        if job.background:
+            return nullcontext()
+        tags = tag_header_names(job.config.tag_headers)
+        return interim.relayed_to(job.request, via=self._via, tag_headers=tags)
 
     async def _range_from_origin(self, job: Fill, reason: str) -> Filled:
         """Relay the origin's answer to the client's Range request as it is sent (the whole

@@ -26,7 +26,8 @@ from proxy.core.cache.invalidation import invalidation_targets
 from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.http.requests import SAFE_METHODS
 from proxy.core.observe.traffic import ERROR, outcome_of_fwd
-from proxy.edge import bodies, respond
+from proxy.core.purge.purges import tag_header_names
+from proxy.edge import bodies, interim, respond
 from proxy.edge.aiohttp_adapter import answer_and_close, send_continue
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
@@ -129,21 +130,23 @@ class Forwarder:
         status: str,
         fwd: str,
     ) -> web.StreamResponse:
+        tags = tag_header_names(config.tag_headers)
         try:
-            async with self.ask_origin(config, request.method, target, headers, data) as origin:
-                if request.method not in SAFE_METHODS:
-                    for stale_target in invalidation_targets(
-                        domain=config.name,
-                        target=target,
-                        status=origin.status,
-                        response_headers=origin.headers,
-                    ):
-                        await self.store.invalidate(config.name, stale_target)
-                response = await relay(
-                    request, origin, status, via=self._via, read_ahead=self._read_ahead
-                )
-                self.telemetry.request(config.name, outcome_of_fwd(fwd))
-                return response
+            with interim.relayed_to(request, via=self._via, tag_headers=tags):
+                async with self.ask_origin(config, request.method, target, headers, data) as origin:
+                    if request.method not in SAFE_METHODS:
+                        for stale_target in invalidation_targets(
+                            domain=config.name,
+                            target=target,
+                            status=origin.status,
+                            response_headers=origin.headers,
+                        ):
+                            await self.store.invalidate(config.name, stale_target)
+                    response = await relay(
+                        request, origin, status, via=self._via, read_ahead=self._read_ahead
+                    )
+                    self.telemetry.request(config.name, outcome_of_fwd(fwd))
+                    return response
         except OriginError as exc:
             self.telemetry.request(config.name, ERROR)
             response = respond.origin_failed(exc, cache_status=status)

@@ -62,6 +62,7 @@ from proxy.edge.fill import Fill, Filled, Filler, coding_of
 from proxy.edge.fill_budget import AnswerCollector
 from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
+from proxy.edge.interim import EARLY_HINTS
 from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
@@ -254,7 +255,8 @@ class Edge:
         # its precomputed lines plus Age (respond.Hit); from the memory tier, else the shared
         # tier (edge/disk_hits.py). Anything else takes the full path (benchmarks/README.md).
         if (
-            ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
+            not config.early_hints  # a hit then sends its preloads first: the full path (0049)
+            and ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
             and plain_get(head.method, headers, has_body=request.body_exists)
             and (config.rules is None or fast_under_rules(config.rules, head.path, headers))
         ):
@@ -297,6 +299,8 @@ class Edge:
         self, request: web.BaseRequest, config: DomainConfig, headers: CIMultiDictProxy[str]
     ) -> web.StreamResponse:
         """Every request the fast path did not answer."""
+        if config.early_hints:
+            request[EARLY_HINTS] = True  # read by respond.from_stored (proxy/edge/interim.py)
         REQUEST_STARTED.set(perf_counter())  # the access log's time (proxy/edge/origin.py)
         target = request_target(request.raw_path, config.name)
         if target is None:

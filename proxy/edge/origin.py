@@ -30,7 +30,7 @@ from yarl import URL
 
 from proxy.config.model import DomainConfig
 from proxy.core.purge.purges import split_tags, tag_header_names
-from proxy.edge.aiohttp_adapter import OriginConnector
+from proxy.edge.aiohttp_adapter import InterimResponse, OriginConnector
 from proxy.edge.bodies import Streamed
 from proxy.errors import (
     OriginBusy,
@@ -60,7 +60,7 @@ def new_session() -> aiohttp.ClientSession:
 
     No cookie jar (a shared proxy must never mix users' cookies), no transparent
     decompression (bodies are passed and stored as the origin encoded them), no headers of
-    aiohttp's own.
+    aiohttp's own, and the origin's interim answers told, not dropped.
     """
     session = aiohttp.ClientSession(
         connector=OriginConnector(
@@ -78,6 +78,9 @@ def new_session() -> aiohttp.ClientSession:
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         timeout=aiohttp.ClientTimeout(total=None),
         raise_for_status=False,
+        # Tells the interim answers (1xx) aiohttp's client drops to proxy/edge/interim.py,
+        # which relays them to the client that waits (decision 0049).
+        response_class=InterimResponse,
     )
     # aiohttp sends an idempotent request again when its connection breaks; the edge's own
     # retry (edge/upstreams.py) is the only one, or one PUT could reach the origin four

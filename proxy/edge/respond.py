@@ -17,6 +17,7 @@ from proxy.core.http.fields import Headers, Lines, write_lines
 from proxy.core.http.headers import via_value
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.file_body import FilePayload
+from proxy.edge.interim import EARLY_HINTS, Hinted, preload_links
 from proxy.errors import OriginBusy, OriginError, OriginsDown, RequestBodyError
 from proxy.store.shared.large import file_backed
 
@@ -55,12 +56,15 @@ def from_stored(
     out["Age"] = age
     out["Cache-Status"] = status
     with_via(out, via)
+    body: bytes | FilePayload = entry.body
     file = file_backed(entry)
     if file is not None:  # a large object: sent from its file (decision 0039)
         out.popall("Content-Length", None)  # aiohttp sets the payload's
-        body: bytes | FilePayload = FilePayload(file)
-        return web.Response(status=entry.status, reason=entry.reason, headers=out, body=body)
-    return web.Response(status=entry.status, reason=entry.reason, headers=out, body=entry.body)
+        body = FilePayload(file)
+    hints = preload_links(fields) if request.get(EARLY_HINTS) else ()
+    if hints:  # the domain's early_hints: a 103 of the answer's preloads first (0049)
+        return Hinted(hints=hints, status=entry.status, reason=entry.reason, headers=out, body=body)
+    return web.Response(status=entry.status, reason=entry.reason, headers=out, body=body)
 
 
 def prepared(entry: StoredResponse, *, via: str, status: str) -> StoredResponse:

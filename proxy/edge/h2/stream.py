@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -79,17 +80,7 @@ class StreamWriter(AbstractStreamWriter):
     async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
         if self.gone:
             raise StreamGone("the stream was reset")
-        # Lower-case names, no connection fields, no CR, LF or NUL (RFC 9113 §8.2): the frame
-        # layer sends the block it is given; values as aiohttp writes them for HTTP/1.1 (UTF-8).
-        fields = [(b":status", status_line.split(" ", 2)[1].encode())]
-        for name, value in headers.items():
-            lower = name.lower()
-            if lower in CONNECTION_FIELDS:
-                continue
-            encoded = value.encode()
-            if _FORBIDDEN.search(encoded) or _FORBIDDEN.search(lower.encode()):
-                raise ValueError(f"the field {name!r} cannot be sent: CR, LF or NUL in it")
-            fields.append((lower.encode(), encoded))
+        fields = [(b":status", status_line.split(" ", 2)[1].encode()), *_h2_fields(headers.items())]
         self.headers_sent = True
         self._connection.send_headers(self.stream_id, encode_block(fields))
         await self._connection.drained(self)
@@ -112,13 +103,13 @@ class StreamWriter(AbstractStreamWriter):
         await self._send(body, end=True)
         return len(body)
 
-    def informational(self, status: int) -> None:
-        """An interim answer (100 Continue): HEADERS without END_STREAM, before the final
-        one (RFC 9113 §8.1)."""
+    def informational(self, status: int, fields: Iterable[tuple[str, str]] = ()) -> None:
+        """An interim answer (100 Continue, a relayed 103 Early Hints: proxy/edge/interim.py):
+        HEADERS without END_STREAM, before the final one (RFC 9113 §8.1), with ``fields`` as
+        ``write_headers`` sends a final answer's."""
         if not self.headers_sent and not self.gone:
-            self._connection.send_headers(
-                self.stream_id, encode_block([(b":status", b"%d" % status)])
-            )
+            block = [(b":status", b"%d" % status), *_h2_fields(fields)]
+            self._connection.send_headers(self.stream_id, encode_block(block))
 
     async def write(self, chunk: bytes | bytearray | memoryview) -> None:
         await self._send(chunk, end=False)
@@ -190,6 +181,22 @@ class StreamWriter(AbstractStreamWriter):
         """The window may have opened, or the stream is gone."""
         if self._window is not None and not self._window.done():
             self._window.set_result(None)
+
+
+def _h2_fields(fields: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """Fields as HTTP/2 sends them: lower-case names, no connection fields, no CR, LF or NUL
+    (RFC 9113 §8.2), as h2 is not asked to check; values as aiohttp writes them for HTTP/1.1
+    (UTF-8)."""
+    out = []
+    for name, value in fields:
+        lower = name.lower()
+        if lower in CONNECTION_FIELDS:
+            continue
+        encoded = value.encode()
+        if _FORBIDDEN.search(encoded) or _FORBIDDEN.search(lower.encode()):
+            raise ValueError(f"the field {name!r} cannot be sent: CR, LF or NUL in it")
+        out.append((lower.encode(), encoded))
+    return out
 
 
 class StreamTransport(asyncio.Transport):
