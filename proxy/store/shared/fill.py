@@ -54,7 +54,7 @@ class Fill:
         self._domain = domain
         self._target = target
         self._response = response  # its body is ignored: the body is what is appended
-        self._token = token
+        self.token = token  # the purge number of its lookup: the mark it is stored under
         self.key = entry_prefix(domain, target) + variant_id(response.vary, response.vary_values)
         self._held = bytearray()
         self._file: BodyWriter | None = None
@@ -62,6 +62,8 @@ class Fill:
         self.length = 0
         self.cost = 0  # the bytes the tier counts for it, once committed (record, key, body)
         self.dropped = tier.health.stuck
+        self.refused = False  # a purge since its lookup covers it (``commit``)
+        self.committed = False  # stored (``commit``)
 
     def append(self, data: bytes) -> bool:
         """Add the next bytes of the body: False once the fill is dropped (too large for the
@@ -113,6 +115,7 @@ class Fill:
         gone: list[str] = []
         try:
             if not self._admissible():
+                self.refused = True
                 self.abort()
                 return False
             if not tier.check_directory():
@@ -126,6 +129,7 @@ class Fill:
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
         tier.health.recovered()
+        self.committed = kept
         return kept
 
     def kept_if_filled(self, length: int) -> bool:
@@ -157,9 +161,9 @@ class Fill:
     def _admissible(self) -> bool:
         """Whether no clear or hard purge since the fill's lookup covers it."""
         state = self._tier.purges.current(self._domain)
-        if not state.cleared <= self._token <= state.number:
+        if not state.cleared <= self.token <= state.number:
             return False
-        return judge(state, self._token, self._target, self._response.tags) is not HARD
+        return judge(state, self.token, self._target, self._response.tags) is not HARD
 
     @staticmethod
     def commit_all(tier: SharedTier, fills: Sequence[Fill]) -> int:
@@ -194,7 +198,7 @@ class Fill:
             self._response,
             body=bytes(self._held),
             body_length=self.length,
-            mark=self._token,
+            mark=self.token,
             sequence=sequence,
             table_crc=table_crc,
         )

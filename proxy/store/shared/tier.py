@@ -318,6 +318,19 @@ class SharedTier:
         self.evictor.hit(sequence)  # S3-FIFO's counter, as lookup raises it (no write)
         return hit
 
+    def holds(self, domain: str, target: str) -> bool:
+        """Whether any record is stored under the key target (a purge may cover it yet),
+        changing nothing: no hit counted, nothing doomed. True on a fault: the caller then
+        writes its purge anyway."""
+        prefix = entry_prefix(domain, target)
+        try:
+            with self._env.begin(db=self.db_entries, buffers=True) as txn:
+                cursor = txn.cursor()
+                return cursor.set_range(prefix) and cursor.key()[: len(prefix)] == prefix
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("lookup", error)
+            return True
+
     def _serving(self) -> bool:
         """Whether the tier may serve a read: not stuck (its directory is checked once a
         second, for readers that never write)."""
