@@ -20,8 +20,10 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import Origin
+from tests.edge.h2_support import RawH2
 from tests.edge.tls_support import Certificates
 from tests.nodes import Node, write_config
+from tests.security.support import OriginRequest, RawOrigin, ok
 
 pytestmark = pytest.mark.slow  # nodes of real processes
 
@@ -32,14 +34,15 @@ BODY_BYTES = 20_000
 
 
 async def node_with_tls(
-    tmp_path: Path, origin: Origin, nodes: list[Node]
+    tmp_path: Path, origin_url: str, nodes: list[Node], *, workers: int = 2
 ) -> tuple[Node, Certificates]:
+    """A node of ``workers`` with its disk tier, a TLS listener and h2c on the plain one."""
     certs = Certificates(tmp_path)
     pair = certs.issue("example.com")
     config = write_config(
         tmp_path,
-        origin.url,
-        workers=2,
+        origin_url,
+        workers=workers,
         edge='tls_listen = "127.0.0.1:0"\nh2c = true',
         cache=f'max_bytes = "64KiB"\ndisk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "16MiB"',
     )
@@ -79,7 +82,7 @@ async def test_an_unsafe_method_invalidates_the_disk_entry_of_its_scheme(
         return web.Response(body=body, headers={"Cache-Control": "max-age=600"})
 
     origin.route("/doc", document)
-    node, certs = await node_with_tls(tmp_path, origin, nodes)
+    node, certs = await node_with_tls(tmp_path, origin.url, nodes)
     for _ in range(3):
         status, body = await fetch(node, certs, scheme, "GET", "/doc")
         assert (status, body[:3]) == (200, b"v1 ")
@@ -97,3 +100,37 @@ async def test_an_unsafe_method_invalidates_the_disk_entry_of_its_scheme(
         status, body = await fetch(node, certs, scheme, "GET", "/doc")
         assert (status, body[:3]) == (200, b"v2 ")
     assert origin.count("/doc", "GET") == 1 + refills
+
+
+async def test_an_http_target_that_spells_the_old_https_mark_has_a_key_of_its_own(
+    tmp_path: Path, nodes: list[Node]
+) -> None:
+    """Issue 30 item 2: with h2c, an http request for ``:path: /p https`` neither writes nor
+    reads the https entry of ``/p`` (the mark was the suffix " https"). A lenient origin
+    answers whatever it is asked, naming the scheme the edge told it."""
+
+    def respond(request: OriginRequest) -> bytes:
+        scheme = (request.header("x-forwarded-proto") or ["?"])[0]
+        return ok(f"{scheme} {request.target}".encode())
+
+    origin = RawOrigin(respond)
+    await origin.start()
+    try:
+        node, certs = await node_with_tls(tmp_path, origin.url, nodes, workers=1)
+        client = await RawH2.open(node.edge)  # h2c on the plain listener: http
+        try:
+            first = await client.answer(
+                client.request("/p https")
+            )  # a miss: never stored as /p's https entry
+            assert await fetch(node, certs, "https", "GET", "/p") == (200, b"https /p")
+            assert await fetch(node, certs, "https", "GET", "/p") == (200, b"https /p")
+            second = await client.answer(client.request("/p https"))  # never /p's https entry
+        finally:
+            await client.close()
+        for answer in (first, second):
+            assert answer.body != b"https /p", answer
+            assert answer.status == 400 or answer.body.startswith(b"http "), answer
+        https_asked = [r for r in origin.requests if r.header("x-forwarded-proto") == ["https"]]
+        assert len(https_asked) == 1  # /p over https: filled once, then a hit
+    finally:
+        await origin.stop()

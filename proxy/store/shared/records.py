@@ -23,6 +23,11 @@ another as corrupt (the magic), which makes them misses, not errors.
 
 Its key is ``entry_prefix(domain, target)`` followed by ``variant_id`` of its Vary values.
 A record whose magic, lengths or CRC do not check out is corrupt: read as a miss and removed.
+The key target is ``core.cache.keys.cache_target``'s: the scheme a mark before the target
+(decision 0041). Keys of the layout before it (the scheme a suffix, " https", that a target
+could spell) must never be read, so the ``meta`` database names the key layout
+(``KEY_FORMAT``, absent before), and a node that opens entries of another layout starts them
+empty (``SharedTier.open_node``): one cold start, no record of the old layout ever read.
 
 A **domain record** (the ``state`` environment, one per domain ever purged or cleared): the
 domain's purge number first (8 bytes, so a reader can tell whether its parsed copy is current
@@ -46,6 +51,7 @@ MAGIC_EAGER = b"CDN" + MAGIC[3:]  # the rest marshalled in place, not as bytes: 
 HEADER = struct.Struct("<4sBIQQQII")
 FLAG_FILE = 1  # the body is in a file of bodies/, named by the sequence number
 NUMBER = struct.Struct("<Q")
+KEY_FORMAT = b"2"  # the layout of entry keys, in the meta database under b"format"
 
 
 class Corrupt(Exception):

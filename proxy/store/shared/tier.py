@@ -54,6 +54,7 @@ from proxy.store.shared.purge_state import (
     judge,
 )
 from proxy.store.shared.records import (
+    KEY_FORMAT,
     Corrupt,
     SharedHit,
     body_name,
@@ -64,6 +65,7 @@ from proxy.store.shared.records import (
 from proxy.store.shared.s3fifo import S3FifoEvictor
 
 DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
+FORMAT = b"format"  # the meta record naming the entry keys' layout
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
 _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
@@ -126,6 +128,9 @@ class SharedTier:
         self.db_order = self._env.open_db(b"order")
         self.db_meta = self._env.open_db(b"meta")
         self.evictor.open(self._env, directory, max_bytes, self.health)  # its own databases
+        if lock is not None:  # the node: entries of another key layout were emptied
+            with self._env.begin(write=True, db=self.db_meta) as txn:
+                txn.put(FORMAT, KEY_FORMAT)
         self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
         self.purges = PurgeStateStore(
             self._state_env, directory / "state" / "epoch", purge_max_bytes
@@ -160,7 +165,8 @@ class SharedTier:
             raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
         try:
             with _opening(path):
-                if unclean_since_boot(path) or (path / DISTRUST_FILE).exists():
+                stale = unclean_since_boot(path) or (path / DISTRUST_FILE).exists()
+                if stale or not _keys_current(path / "entries"):
                     shutil.rmtree(path / "entries", ignore_errors=True)
                     shutil.rmtree(path / "bodies", ignore_errors=True)
                     (path / DISTRUST_FILE).unlink(missing_ok=True)
@@ -502,6 +508,23 @@ def _opening(path: Path) -> Iterator[None]:
         yield
     except (OSError, lmdb.Error) as error:
         raise DiskTierError(f"cache directory {path}: {error}") from None
+
+
+def _keys_current(entries: Path) -> bool:
+    """Whether the entries environment at ``entries`` (if any) keys its records with this
+    code's layout (records.KEY_FORMAT). Read by the node before any worker opens it."""
+    if not (entries / "data.mdb").exists():
+        return True
+    env = lmdb.open(str(entries), readonly=True, lock=False, max_dbs=12)
+    try:
+        with env.begin() as txn:
+            try:
+                meta = env.open_db(b"meta", txn=txn, create=False)
+            except lmdb.NotFoundError:
+                return False
+            return txn.get(FORMAT, db=meta) == KEY_FORMAT
+    finally:
+        env.close()
 
 
 def _read_u64(value: bytes | None) -> int:

@@ -11,6 +11,7 @@ import lmdb
 import pytest
 
 from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.keys import scheme_targets
 from proxy.core.purge.purges import purge_request
 from proxy.store.shared import Admission, AsyncFill, Fill, OldestFirst, SharedTier
 from proxy.store.shared.health import Health
@@ -185,12 +186,15 @@ def test_hard_purges_cover_what_core_says(
         assert [v.response.body for v in tier.lookup(DOMAIN, target).variants] == [target.encode()]
 
 
-def test_a_url_purge_covers_both_schemes(tier: SharedTier) -> None:
-    for target in ("/a", "/a https"):  # core.keys: the https key target
+@pytest.mark.parametrize("kind, item", [("url", "/a"), ("prefix", "/a"), ("prefix", "/")])
+def test_url_purges_and_prefix_bans_cover_both_schemes(
+    tier: SharedTier, kind: str, item: str
+) -> None:
+    for target in scheme_targets("/a"):  # core.keys: the http and https key targets
         assert stored(tier, target, b"x")
-    tier.purge(DOMAIN, purge_request("url", ["/a"]))
-    assert tier.lookup(DOMAIN, "/a").variants == ()
-    assert tier.lookup(DOMAIN, "/a https").variants == ()
+    tier.purge(DOMAIN, purge_request(kind, [item]))
+    for target in scheme_targets("/a"):
+        assert tier.lookup(DOMAIN, target).variants == ()
 
 
 def test_a_soft_purge_ends_freshness_at_its_time(tier: SharedTier) -> None:
