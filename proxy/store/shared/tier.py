@@ -38,7 +38,7 @@ from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD, Purge, stale_lifetime
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.errors import BodyCorrupt, DiskTierError
-from proxy.store.shared import bodies
+from proxy.store.shared import bodies, pages
 from proxy.store.shared.evict import Evictor
 from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import (
@@ -120,18 +120,25 @@ class SharedTier:
         self.evictor: Evictor = S3FifoEvictor() if evictor is None else evictor
         self._clock = clock
         self._inode = os.stat(directory).st_ino
-        map_size = 2 * max_bytes + (64 << 20)  # inline bodies only; slack for LMDB's free pages
         self._env = lmdb.open(
-            str(directory / "entries"), map_size=map_size, max_dbs=12, sync=False, metasync=False
+            str(directory / "entries"),
+            map_size=pages.map_size(max_bytes),
+            max_dbs=12,
+            sync=False,
+            metasync=False,
         )
         self.db_entries = self._env.open_db(b"entries")
         self.db_order = self._env.open_db(b"order")
         self.db_meta = self._env.open_db(b"meta")
-        self.evictor.open(self._env, directory, max_bytes, self.health)  # its own databases
+        self.capacity = pages.usable_bytes(max_bytes)  # entries' costs, and pages in use
+        self.evictor.open(self._env, directory, self.capacity, self.health)  # its own databases
         if lock is not None:  # the node: entries of another key layout were emptied
             with self._env.begin(write=True, db=self.db_meta) as txn:
                 txn.put(FORMAT, KEY_FORMAT)
-        self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
+        self.trees = _trees(self._env)  # every database, for the pages in use (pages.py)
+        self._state_env = lmdb.open(
+            str(directory / "state"), map_size=pages.state_map_size(purge_max_bytes), max_dbs=0
+        )
         self.purges = PurgeStateStore(
             self._state_env, directory / "state" / "epoch", purge_max_bytes
         )
@@ -508,6 +515,13 @@ def _opening(path: Path) -> Iterator[None]:
         yield
     except (OSError, lmdb.Error) as error:
         raise DiskTierError(f"cache directory {path}: {error}") from None
+
+
+def _trees(env: lmdb.Environment) -> list[lmdb._Database]:
+    """Every named database of the environment (the main one names them)."""
+    with env.begin() as txn:
+        names = [bytes(name) for name in txn.cursor().iternext(values=False)]
+    return [env.open_db(name) for name in names]
 
 
 def _keys_current(entries: Path) -> bool:
