@@ -31,6 +31,7 @@ from proxy.store.shared.purge_state import judge
 from proxy.store.shared.records import (
     body_name,
     entry_prefix,
+    named_in_record,
     pack_entry,
     read_header,
     variant_id,
@@ -217,6 +218,7 @@ class Fill:
             mark=self.token,
             sequence=sequence,
             table_crc=table_crc,
+            target=named_in_record(self._domain, self._target),
         )
         cost = self.cost = entry_cost(len(self.key), len(record), file)
         totals = _Totals(txn, tier)

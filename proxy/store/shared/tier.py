@@ -249,7 +249,7 @@ class SharedTier:
             state = self.purges.current(domain)
             if not self._serving():
                 return SharedLookup(state.number, ())
-            found = self._read_variants(entry_prefix(domain, target))
+            found = self._read_variants(entry_prefix(domain, target), target)
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return SharedLookup(0, ())
@@ -299,6 +299,8 @@ class SharedTier:
                 flags, _, sequence, _, hit = unpack_hit(cursor.value())
                 if cursor.next() and cursor.key()[: len(prefix)] == prefix:
                     return None  # several variants (Vary): lookup's, to choose among them
+                if len(hit.parts) == 8:  # a long target's hash as its key: lookup checks it
+                    return None
             except Corrupt as error:
                 self.health.corrupted(f"{prefix!r}: {error}")
                 self._doom(prefix, -1)
@@ -353,7 +355,7 @@ class SharedTier:
             self.check_directory()
         return not self.health.stuck
 
-    def _read_variants(self, prefix: bytes) -> list[SharedEntry]:
+    def _read_variants(self, prefix: bytes, target: str) -> list[SharedEntry]:
         found: list[SharedEntry] = []
         with self._env.begin(db=self.db_entries, buffers=True) as txn:
             cursor = txn.cursor()
@@ -364,7 +366,7 @@ class SharedTier:
                 if not key.startswith(prefix):
                     break
                 try:
-                    header, response = unpack_entry(value)
+                    header, response = unpack_entry(value, target)
                 except Corrupt as error:
                     self.health.corrupted(f"{key!r}: {error}")
                     self._doom(key, -1)
