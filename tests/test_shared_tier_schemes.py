@@ -13,6 +13,7 @@ plain one; a real origin that counts what it is asked.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import aiohttp
@@ -31,6 +32,7 @@ HOST = {"Host": "example.com"}
 # Larger than the memory tier's share for one object (max_bytes / 8): never kept in a
 # worker's memory, so every GET reads the shared tier, whichever worker answers it.
 BODY_BYTES = 20_000
+CACHEABLE = {"Cache-Control": "max-age=600"}
 
 
 async def node_with_tls(
@@ -134,3 +136,26 @@ async def test_an_http_target_that_spells_the_old_https_mark_has_a_key_of_its_ow
         assert len(https_asked) == 1  # /p over https: filled once, then a hit
     finally:
         await origin.stop()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_a_long_url_is_stored_in_the_disk_tier_with_no_fault(
+    tmp_path: Path, origin: Origin, nodes: list[Node], scheme: str
+) -> None:
+    """Issue 31 item 5: a URL past LMDB's key limit is stored (under its hash) and served from
+    the disk tier, and /readyz reports no fault (it used to say degraded after one GET)."""
+    target = "/search?q=" + "long" * 400
+
+    async def search(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"found " * (BODY_BYTES // 6), headers=CACHEABLE)
+
+    origin.route(target, search)
+    node, certs = await node_with_tls(tmp_path, origin.url, nodes, workers=1)
+    for _ in range(3):
+        status, body = await fetch(node, certs, scheme, "GET", target)
+        assert (status, body[:6]) == (200, b"found ")
+    assert origin.count(target, "GET") == 1  # then hits, from the disk tier
+    async with aiohttp.ClientSession() as client, client.get(node.api + "/readyz") as response:
+        ready = json.loads(await response.text())
+    assert ready["disk"]["degraded"] is None, ready
+    assert not ready.get("warnings"), ready
