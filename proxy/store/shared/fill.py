@@ -41,6 +41,7 @@ from proxy.store.shared.tier import SharedTier
 _U64 = struct.Struct(">Q")
 RECORD_GUESS = 512  # bytes of a record whose body is in a file, before it is packed
 TRIM_STEP = 16  # evictions between two measures of the pages in use
+TRIM_EVERY = 8  # commits of this process between two measures (within the reserve: pages.py)
 
 
 def _u64(txn: lmdb.Transaction, db: lmdb._Database, key: bytes) -> int:
@@ -145,7 +146,9 @@ class Fill:
             (tier.bodies / name).unlink(missing_ok=True)
         tier.health.recovered()
         self.committed = kept
-        trim(tier)
+        tier.commits += 1
+        if tier.commits % TRIM_EVERY == 0:  # the measure costs a tenth of a fill: not each
+            trim(tier)
         return kept
 
     def kept_if_filled(self, length: int) -> bool:

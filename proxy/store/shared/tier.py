@@ -136,6 +136,7 @@ class SharedTier:
             with self._env.begin(write=True, db=self.db_meta) as txn:
                 txn.put(FORMAT, KEY_FORMAT)
         self.trees = _trees(self._env)  # every database, for the pages in use (pages.py)
+        self.commits = 0  # fills this process committed (fill.py measures every few)
         self._state_env = lmdb.open(
             str(directory / "state"), map_size=pages.state_map_size(purge_max_bytes), max_dbs=0
         )
