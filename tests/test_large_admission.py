@@ -2,8 +2,9 @@
 0029, "Large objects") is not written to disk at all, and says so: its Cache-Status does not say
 ``stored``. Its key is remembered, so the next fill of it is stored, and the one after is a hit.
 
-A real node (one process) with a 4 MiB shared tier and a 1 MiB memory share, so a 3 MiB body
-is streamed (decision 0039); the origin counts what it was asked.
+A real node (one process) with a 5 MiB shared tier (4 MiB usable: the rest is kept for LMDB's
+free pages, decision 0041) and a 1 MiB memory share, so a 3 MiB body is streamed (decision
+0039); the origin counts what it was asked.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.test_shared_tier import get_fresh
 
 pytestmark = pytest.mark.slow  # a node of real processes
 
-BODY = b"0123456789abcdef" * (3 * 65536)  # 3 MiB: over half of the 4 MiB tier
+BODY = b"0123456789abcdef" * (3 * 65536)  # 3 MiB: over half of the 4 MiB usable
 
 
 def bodies(tmp_path: Path) -> list[Path]:
@@ -30,7 +31,7 @@ async def test_a_first_fill_over_half_the_tier_is_not_written_and_its_second_is_
 ) -> None:
     origin.reply("/big", BODY, headers={"Cache-Control": "max-age=600"})
     cache = (
-        f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "4MiB"\nmax_object_bytes = "4MiB"'
+        f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "5MiB"\nmax_object_bytes = "4MiB"'
     )
     node = await Node.start(write_config(tmp_path, origin.url, cache=cache))
     nodes.append(node)

@@ -262,9 +262,10 @@ class Edge:
         ):
             started = perf_counter()
             raw = head.path
-            if self._keyed_by_scheme:
+            origin_form = raw[:1] == "/"  # what core.keys needs of a target to key it
+            if self._keyed_by_scheme and origin_form:
                 raw = cache_target(raw, self._https(request))
-            entry = self._peek(config.name, raw) if raw[:1] == "/" else None
+            entry = self._peek(config.name, raw) if origin_form else None
             if entry is not None and entry.hit_lines:
                 now = self._clock()
                 age = entry.fresh_age(now)
@@ -272,7 +273,7 @@ class Edge:
                     self._telemetry.request_at(config.name, HIT, now)
                     parts = (*entry.hit_lines, b"Age: %d\r\n\r\n" % age, entry.body)
                     return respond.Hit(parts, self._figures[config.name], started)
-            elif entry is None and self._disk_fast is not None and raw[:1] == "/":
+            elif entry is None and self._disk_fast is not None and origin_form:
                 hit = await self._disk_fast.hit(config, raw, head.path, started)
                 if hit is not None:
                     return hit

@@ -207,7 +207,7 @@ def covers(purge: Purge, target: str, tags: tuple[str, ...]) -> bool:
     if purge.kind == "url":
         return target_of(target) in purge.items  # either scheme's
     if purge.kind == "prefix":
-        return target.startswith(purge.items)
+        return target_of(target).startswith(purge.items)  # either scheme's
     return any(tag in purge.items for tag in tags)
 
 

@@ -51,6 +51,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
+from proxy.core.cache.keys import scheme_targets
 from proxy.core.cache.trace import Held
 from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.store.base import ClearResult, DomainStats, Lookup, StoreStats
@@ -249,16 +250,30 @@ class TieredStore:
         )
         self._fills.add(filled)
         filled.add_done_callback(self._fills.discard)
-        return await asyncio.shield(filled) or stored
+        fill: Fill = await asyncio.shield(filled)
+        if fill.refused:
+            self._refused(key, token)
+        return fill.committed or stored
 
-    def _fill(self, domain: str, target: str, response: StoredResponse, token: int) -> bool:
+    def _fill(self, domain: str, target: str, response: StoredResponse, token: int) -> Fill:
         """One shared fill, whole, in the tier's writer thread."""
         fill = Fill(self.tier, domain, target, response, token)
         body = response.body
         for start in range(0, len(body), CHUNK):
             if not fill.append(body[start : start + CHUNK]):
-                return False
-        return fill.commit()
+                return fill
+        fill.commit()
+        return fill
+
+    def _refused(self, key: CacheKey, token: int) -> None:
+        """A fill under ``token`` was refused: a purge since (an invalidation by another
+        worker, say) covers it. The number is forgotten, or every later fill of the key would
+        be refused too (``_remember`` keeps the lowest), and the URL never stored in the tier
+        again; the next lookup remembers the current one. Safe because the edge collapses a
+        key's misses into one fill per process (edge/fill.py): no older fill of the key is
+        still on its way to use the newer number."""
+        if self._tokens.get(key) == token:
+            del self._tokens[key]
 
     def stream(
         self, key: CacheKey, response: StoredResponse, length: int | None = None
@@ -312,8 +327,11 @@ class TieredStore:
         return None
 
     async def invalidate(self, domain: str, target: str) -> int:
+        """Drop the request-target's entries, for either scheme (RFC 9111 §4.4): this
+        process's memory copies, and in the shared tier (for every worker) a hard URL purge,
+        durable, written when the tier holds the URL under either scheme's key."""
         dropped = await self.memory.invalidate(domain, target)
-        if self.tier.lookup(domain, target).variants:  # a hard URL purge: durable, per URL
+        if any(self.tier.holds(domain, key) for key in scheme_targets(target)):
             await self._durable(self.tier.purge_async(domain, Purge("url", (target,))))
         return dropped
 
@@ -421,6 +439,8 @@ class StreamedFill:
         store = self._store
         tier = store.tier
         if not await self._fill.commit():
+            if self._fill.fill.refused:
+                store._refused(self._key, self._fill.fill.token)
             return None
         domain, _, target = self._key
         stored = store.committed(domain, target, self._fill.fill.key)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.cache.keys import request_target
+from proxy.core.cache.keys import cache_target, request_target, scheme_targets, target_of
 
 DOMAIN = "example.com"
 
@@ -56,3 +56,36 @@ def test_request_target_never_raises(raw: str) -> None:
     """Property: any request-target gives None or an origin-form target."""
     target = request_target(raw, DOMAIN)
     assert target is None or target.startswith("/")
+
+
+# -- the scheme in the key (RFC 9111 §2; issue 30 item 2, decision 0041) -----------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["/p https", "/p%20https", "/p\thttps", "/p\x00https", "/https:/p", "https:/p", "/p https "],
+)
+def test_no_http_request_target_spells_the_https_key_of_another(raw: str) -> None:
+    """An http request whose target is ``/p https`` (or any other spelling) has a key of its
+    own: never the https key of ``/p``, whose scheme is a field no target can fill."""
+    target = request_target(raw, DOMAIN)
+    if target is None:
+        return  # refused: keyed never
+    assert cache_target(target, False) not in {cache_target("/p", True), cache_target(raw, True)}
+    assert cache_target(target, False) == target  # a plain-HTTP key is the target as it is
+
+
+@given(st.text(), st.text(), st.booleans(), st.booleans())
+def test_key_targets_of_different_requests_never_meet(
+    first: str, second: str, https_first: bool, https_second: bool
+) -> None:
+    """Two requests' key targets are equal only when both their request-targets and their
+    schemes are; and each gives back its request-target (purges name request-targets)."""
+    a = request_target("/" + first, DOMAIN)
+    b = request_target("/" + second, DOMAIN)
+    assert a is not None and b is not None
+    key_a, key_b = cache_target(a, https_first), cache_target(b, https_second)
+    assert (key_a == key_b) == (a == b and https_first == https_second)
+    assert target_of(key_a) == a and target_of(key_b) == b
+    assert key_a in scheme_targets(a)
+    assert scheme_targets(a)[https_first] == key_a

@@ -11,13 +11,20 @@ The scheme is in the key too (RFC 9111 §2: a cache key is the method and the ta
 whose scheme is part of it). The edge tells the origin the scheme it was asked over
 (``X-Forwarded-Proto``), and origins answer by it: "redirect http to https" is the common
 case, and one stored response answering both schemes would serve that redirect to https
-clients too, a redirect loop for the whole site. The key's target for an https request is
-the request-target with ``HTTPS_MARK`` after it (``cache_target``; a space cannot occur in
-a request-target, so no http target looks like one); an http request's is the
-request-target as it is, so a plain-HTTP edge pays nothing. Purges and invalidations name
-request-targets and cover both schemes (``scheme_targets``); prefix bans match marked
-targets as they are (the mark is a suffix); tags do not look at targets; what people read
-(a dry run's sample) is the request-target (``target_of``).
+clients too, a redirect loop for the whole site.
+
+The scheme is a field of the key target, in the one place no request-target can fill: its
+first character. Every request-target the edge keys is in origin-form and so begins with
+"/" (``request_target`` makes it so; the fast path keys only a path that does); an http
+request's key target is the request-target as it is (a plain-HTTP edge pays nothing), an
+https request's is ``HTTPS_MARK`` followed by it. So the two sets of key targets are
+disjoint by construction, whatever bytes a target holds (decision 0041). It used to be a
+suffix, " https", which a target with a space could spell: ``/p https`` over http read and
+wrote the https entry of ``/p`` (issue 30 item 2). ``cache_target`` is the one function
+that decides the key target; ``target_of`` and ``scheme_targets`` are its inverses. Purges
+and invalidations name request-targets and cover both schemes (``scheme_targets``); prefix
+bans and URL purges match ``target_of`` a key target; tags do not look at targets; what
+people read (a dry run's sample) is the request-target (``target_of``).
 """
 
 from __future__ import annotations
@@ -51,19 +58,20 @@ def request_target(raw: str, domain: str) -> str | None:
     return remainder
 
 
-HTTPS_MARK = " https"
+HTTPS_MARK = "https:"  # before the request-target, which begins with "/": never spelled by one
 
 
 def cache_target(target: str, https: bool) -> str:
-    """The key's target for a request for ``target`` over https (or http)."""
-    return target + HTTPS_MARK if https else target
+    """The key's target for a request for ``target`` (origin-form: it begins with "/") over
+    https (or http)."""
+    return HTTPS_MARK + target if https else target
 
 
 def target_of(stored: str) -> str:
     """The request-target a key's target was made from (either scheme)."""
-    return stored[: -len(HTTPS_MARK)] if stored.endswith(HTTPS_MARK) else stored
+    return stored if stored[:1] == "/" else stored[len(HTTPS_MARK) :]
 
 
 def scheme_targets(target: str) -> tuple[str, str]:
     """A request-target's key targets: its http one and its https one."""
-    return target, target + HTTPS_MARK
+    return target, HTTPS_MARK + target

@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import Literal
 
 from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.keys import target_of
 from proxy.core.http.fields import Headers
 
 PurgeKind = Literal["url", "prefix", "tag", "all"]
@@ -289,7 +290,7 @@ def covering(
     prefixes or tags, the earliest time counts, and for one prefix or tag its last soft purge
     (which is also in the past: the entry is stale now either way)."""
     stale_at: float | None = None
-    lasts = bans.matching(target) if bans.lengths else []
+    lasts = bans.matching(target_of(target)) if bans.lengths else []  # either scheme's
     if tags:
         lasts.extend(last for tag in tags if (last := tag_purges.get(tag)) is not None)
     for last in lasts:

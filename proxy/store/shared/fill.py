@@ -26,10 +26,12 @@ import lmdb
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD
 from proxy.store.shared.bodies import INLINE_MAX, BodyWriter, LinkedBody
+from proxy.store.shared.pages import BLOCK, LOW, PAGE, entry_cost, pages_in_use
 from proxy.store.shared.purge_state import judge
 from proxy.store.shared.records import (
     body_name,
     entry_prefix,
+    named_in_record,
     pack_entry,
     read_header,
     variant_id,
@@ -37,6 +39,9 @@ from proxy.store.shared.records import (
 from proxy.store.shared.tier import SharedTier
 
 _U64 = struct.Struct(">Q")
+RECORD_GUESS = 512  # bytes of a record whose body is in a file, before it is packed
+TRIM_STEP = 16  # evictions between two measures of the pages in use
+TRIM_EVERY = 8  # commits of this process between two measures (within the reserve: pages.py)
 
 
 def _u64(txn: lmdb.Transaction, db: lmdb._Database, key: bytes) -> int:
@@ -54,7 +59,7 @@ class Fill:
         self._domain = domain
         self._target = target
         self._response = response  # its body is ignored: the body is what is appended
-        self._token = token
+        self.token = token  # the purge number of its lookup: the mark it is stored under
         self.key = entry_prefix(domain, target) + variant_id(response.vary, response.vary_values)
         self._held = bytearray()
         self._file: BodyWriter | None = None
@@ -62,6 +67,8 @@ class Fill:
         self.length = 0
         self.cost = 0  # the bytes the tier counts for it, once committed (record, key, body)
         self.dropped = tier.health.stuck
+        self.refused = False  # a purge since its lookup covers it (``commit``)
+        self.committed = False  # stored (``commit``)
 
     def append(self, data: bytes) -> bool:
         """Add the next bytes of the body: False once the fill is dropped (too large for the
@@ -113,12 +120,24 @@ class Fill:
         gone: list[str] = []
         try:
             if not self._admissible():
+                self.refused = True
                 self.abort()
                 return False
             if not tier.check_directory():
                 return self._drop(None)
-            with tier._env.begin(write=True) as txn:
-                kept = self._store(txn, gone)
+            try:
+                with tier._env.begin(write=True) as txn:
+                    kept = self._store(txn, gone)
+            except lmdb.MapFullError:
+                # The map is reserved far above the tier's size (pages.py): this is the
+                # last resort. Evict in a transaction of its own, then once more, when the
+                # body is held (a body file was renamed in the aborted one: dropped).
+                gone.clear()
+                trim(tier, force=True)
+                if self._final is not None:
+                    raise
+                with tier._env.begin(write=True) as txn:
+                    kept = self._store(txn, gone)
         except (lmdb.Error, OSError) as error:
             if self._final is not None:  # renamed, but no committed record names it
                 self._final.unlink(missing_ok=True)
@@ -126,6 +145,10 @@ class Fill:
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
         tier.health.recovered()
+        self.committed = kept
+        tier.commits += 1
+        if tier.commits % TRIM_EVERY == 0:  # the measure costs a tenth of a fill: not each
+            trim(tier)
         return kept
 
     def kept_if_filled(self, length: int) -> bool:
@@ -150,16 +173,16 @@ class Fill:
             self._tier.health.fault("fill", error)
 
     def _cost(self, length: int) -> int:
-        """What the tier counts for a body of ``length`` bytes in a file under this key, its
-        record aside (a few hundred bytes, known only once it is packed)."""
-        return len(self.key) + length + 4 * -(-length // 65536)
+        """What the tier counts for a body of ``length`` bytes in a file under this key, with
+        a record of RECORD_GUESS bytes (its size is known only once it is packed)."""
+        return entry_cost(len(self.key), RECORD_GUESS, _file_bytes(length))
 
     def _admissible(self) -> bool:
         """Whether no clear or hard purge since the fill's lookup covers it."""
         state = self._tier.purges.current(self._domain)
-        if not state.cleared <= self._token <= state.number:
+        if not state.cleared <= self.token <= state.number:
             return False
-        return judge(state, self._token, self._target, self._response.tags) is not HARD
+        return judge(state, self.token, self._target, self._response.tags) is not HARD
 
     @staticmethod
     def commit_all(tier: SharedTier, fills: Sequence[Fill]) -> int:
@@ -177,6 +200,7 @@ class Fill:
                 stored += fill._store(txn, gone)
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
+        trim(tier)
         return stored
 
     def _store(self, txn: lmdb.Transaction, gone: list[str]) -> bool:
@@ -185,21 +209,21 @@ class Fill:
         sequence = tier.evictor.next_sequence(txn, _u64(txn, meta, b"sequence"))
         txn.put(b"sequence", _U64.pack(sequence), db=meta)
         table_crc: int | None = None
-        cost = len(self.key) + self.length
+        file = 0
         if self._file is not None:
             self._final, table_crc = self._file.finish(sequence)
             self._file = None
-            cost += 4 * -(-self.length // 65536)
+            file = _file_bytes(self.length)
         record = pack_entry(
             self._response,
             body=bytes(self._held),
             body_length=self.length,
-            mark=self._token,
+            mark=self.token,
             sequence=sequence,
             table_crc=table_crc,
+            target=named_in_record(self._domain, self._target),
         )
-        cost += len(record) - (0 if table_crc is not None else self.length)
-        self.cost = cost
+        cost = self.cost = entry_cost(len(self.key), len(record), file)
         totals = _Totals(txn, tier)
         totals.remove(self.key, -1, gone, forget=False)  # replaced: the evictor keeps its place
         for key, expected in tier.doomed[:]:
@@ -212,7 +236,7 @@ class Fill:
         if admission.admitted:
             txn.put(self.key, record, db=tier.db_entries)
             txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
-            totals.add(cost)
+            totals.add(cost, file)
         elif self._final is not None:
             gone.append(self._final.name)
         totals.evict_oldest(gone)
@@ -237,10 +261,12 @@ class _Totals:
         self.entries = _u64(txn, meta, b"entries")
         self.bytes = _u64(txn, meta, b"bytes")
         self.evicted = _u64(txn, meta, b"evicted")
+        self.files = _u64(txn, meta, b"files")  # of them, the body files'
 
-    def add(self, cost: int) -> None:
+    def add(self, cost: int, file: int) -> None:
         self.entries += 1
         self.bytes += cost
+        self.files += file
 
     def remove(self, key: bytes, sequence: int, gone: list[str], *, forget: bool = True) -> bool:
         """Delete the entry at ``key`` (only if its sequence is ``sequence``, unless -1), and
@@ -256,7 +282,7 @@ class _Totals:
             if forget:
                 tier.evictor.removed(txn, key)
             self.entries = max(0, self.entries - 1)
-            self.bytes = max(0, self.bytes - len(key) - len(record))
+            self.bytes = max(0, self.bytes - entry_cost(len(key), len(record)))
             return True
         if sequence != -1 and header.sequence != sequence:
             return False
@@ -264,12 +290,13 @@ class _Totals:
         txn.delete(_U64.pack(header.sequence), db=tier.db_order)
         if forget:
             tier.evictor.removed(txn, key)
-        cost = len(key) + len(record)
+        file = 0
         if header.in_file:
-            cost += header.body_length + 4 * -(-header.body_length // 65536)
+            file = _file_bytes(header.body_length)
             gone.append(body_name(header.sequence))
         self.entries = max(0, self.entries - 1)
-        self.bytes = max(0, self.bytes - cost)
+        self.bytes = max(0, self.bytes - entry_cost(len(key), len(record), file))
+        self.files = max(0, self.files - file)
         return True
 
     def evict_oldest(self, gone: list[str]) -> None:
@@ -277,17 +304,70 @@ class _Totals:
         was plugged in, or an evictor that leaves it all here), the oldest entries go."""
         txn, tier = self._txn, self._tier
         cursor = txn.cursor(tier.db_order)
-        while self.bytes > tier.max_bytes and cursor.first():
+        while self.bytes > tier.capacity and cursor.first():
             order_key, entry_key = bytes(cursor.key()), bytes(cursor.value())
             cursor.delete()
             if self.remove(entry_key, _U64.unpack(order_key)[0], gone):
                 self.evicted += 1
 
+    def trim(self, target: float, gone: list[str]) -> int:
+        """Evict the oldest entries until the pages in use and the body files are within
+        ``target`` bytes (measured every TRIM_STEP evictions); how many went."""
+        txn, tier = self._txn, self._tier
+        cursor = txn.cursor(tier.db_order)
+        evicted = 0
+        while cursor.first():
+            if evicted % TRIM_STEP == 0 and _usage(txn, tier, self.files) <= target:
+                break
+            order_key, entry_key = bytes(cursor.key()), bytes(cursor.value())
+            cursor.delete()
+            if self.remove(entry_key, _U64.unpack(order_key)[0], gone):
+                evicted += 1
+        self.evicted += evicted
+        return evicted
+
     def save(self) -> None:
         meta = self._tier.db_meta
-        for name, value in ((b"entries", self.entries), (b"bytes", self.bytes)):
+        for name, value in (
+            (b"entries", self.entries),
+            (b"bytes", self.bytes),
+            (b"evicted", self.evicted),
+            (b"files", self.files),
+        ):
             self._txn.put(name, _U64.pack(value), db=meta)
-        self._txn.put(b"evicted", _U64.pack(self.evicted), db=meta)
+
+
+def _file_bytes(length: int) -> int:
+    """A body file's bytes: the body and its chunk table (a CRC per chunk)."""
+    return length + 4 * -(-length // 65536)
+
+
+def _usage(txn: lmdb.Transaction, tier: SharedTier, files: int) -> int:
+    """The tier's use of the disk as ``txn`` sees it: its pages in use and its body files."""
+    return pages_in_use(txn, tier.trees) * PAGE + -(-files // BLOCK) * BLOCK
+
+
+def trim(tier: SharedTier, *, force: bool = False) -> int:
+    """Evict, oldest first, in a write transaction of its own, when the tier's measured use
+    of the disk is above its usable size, down to LOW of it (pages.py); or, ``force``d (a
+    fill hit the map's end), to LOW of what it uses if that is less: entries evicted. In
+    the writer thread. A fault is reported, not raised."""
+    gone: list[str] = []
+    try:
+        with tier._env.begin() as txn:
+            used = _usage(txn, tier, _u64(txn, tier.db_meta, b"files"))
+        if used <= tier.capacity and not force:
+            return 0
+        with tier._env.begin(write=True) as txn:
+            totals = _Totals(txn, tier)
+            evicted = totals.trim(LOW * min(used, tier.capacity), gone)
+            totals.save()
+    except lmdb.Error as error:
+        tier.health.fault("trim", error)
+        return 0
+    for name in gone:
+        (tier.bodies / name).unlink(missing_ok=True)
+    return evicted
 
 
 class AsyncFill:

@@ -21,8 +21,15 @@ sixth of ``json.loads`` and gives the tuples ``StoredResponse`` keeps, with no c
 is always bytes this code wrote; a Python whose marshal format differs reads the records of
 another as corrupt (the magic), which makes them misses, not errors.
 
-Its key is ``entry_prefix(domain, target)`` followed by ``variant_id`` of its Vary values.
+Its key is ``entry_prefix(domain, target)`` followed by ``variant_id`` of its Vary values;
+for a target too long for an LMDB key, the prefix names it by its hash and the meta tuple
+keeps it as an eighth element.
 A record whose magic, lengths or CRC do not check out is corrupt: read as a miss and removed.
+The key target is ``core.cache.keys.cache_target``'s: the scheme a mark before the target
+(decision 0041). Keys of the layout before it (the scheme a suffix, " https", that a target
+could spell) must never be read, so the ``meta`` database names the key layout
+(``KEY_FORMAT``, absent before), and a node that opens entries of another layout starts them
+empty (``SharedTier.open_node``): one cold start, no record of the old layout ever read.
 
 A **domain record** (the ``state`` environment, one per domain ever purged or cleared): the
 domain's purge number first (8 bytes, so a reader can tell whether its parsed copy is current
@@ -46,6 +53,10 @@ MAGIC_EAGER = b"CDN" + MAGIC[3:]  # the rest marshalled in place, not as bytes: 
 HEADER = struct.Struct("<4sBIQQQII")
 FLAG_FILE = 1  # the body is in a file of bodies/, named by the sequence number
 NUMBER = struct.Struct("<Q")
+KEY_FORMAT = b"2"  # the layout of entry keys, in the meta database under b"format"
+KEY_MAX = 511  # LMDB's limit on a key (``Environment.max_key_size()``)
+PREFIX_MAX = KEY_MAX - 8  # an entry key is its prefix and a variant id of up to 8 bytes
+LONG = "#"  # before the hash of a target too long for a key
 
 
 class Corrupt(Exception):
@@ -54,8 +65,21 @@ class Corrupt(Exception):
 
 def entry_prefix(domain: str, target: str) -> bytes:
     """The start of every key of the URL's variants. A domain holds no space and a target no
-    NUL, so no two URLs' prefixes overlap."""
-    return f"{domain} {target}\0".encode()
+    NUL, so no two URLs' prefixes overlap. A key past LMDB's limit (``PREFIX_MAX``, with room
+    for the variant id) names the target by its BLAKE2b-256 instead, after ``LONG``, which
+    no key target begins with ("/" or "https:", core.cache.keys); its records keep the
+    target itself (``pack_entry``), and a read checks it (``unpack_hit``'s ``target``)."""
+    prefix = f"{domain} {target}\0".encode()
+    if len(prefix) <= PREFIX_MAX:
+        return prefix
+    digest = hashlib.blake2b(target.encode(), digest_size=32).hexdigest()
+    return f"{domain} {LONG}{digest}\0".encode()
+
+
+def named_in_record(domain: str, target: str) -> str | None:
+    """The target a record under ``entry_prefix(domain, target)`` keeps: the target, when
+    the key names it by its hash; else None (the key names it)."""
+    return target if len(domain.encode()) + len(target.encode()) + 2 > PREFIX_MAX else None
 
 
 def variant_id(vary: tuple[str, ...], values: tuple[str | None, ...]) -> bytes:
@@ -80,10 +104,11 @@ class EntryHeader(NamedTuple):  # a tuple: built on every hit, so built cheaply
         return bool(self.flags & FLAG_FILE)
 
 
-def _meta(response: StoredResponse) -> bytes:
+def _meta(response: StoredResponse, target: str | None) -> bytes:
     status, reason, birth, lifetime, key_size, lines, rare = response.parts()
     rare = (*rare[:-1], tuple((str(name), value) for name, value in rare[-1]))  # plain str
-    return marshal.dumps((status, reason, birth, lifetime, key_size, lines, marshal.dumps(rare)))
+    parts = (status, reason, birth, lifetime, key_size, lines, marshal.dumps(rare))
+    return marshal.dumps(parts if target is None else (*parts, target))
 
 
 def pack_entry(
@@ -94,9 +119,11 @@ def pack_entry(
     mark: int,
     sequence: int,
     table_crc: int | None,
+    target: str | None = None,
 ) -> bytes:
-    """An entry record: ``body`` inline when ``table_crc`` is None, else a file's length."""
-    meta = _meta(response)
+    """An entry record: ``body`` inline when ``table_crc`` is None, else a file's length;
+    ``target``: the key target, kept when the key names it by its hash (``entry_prefix``)."""
+    meta = _meta(response, target)
     flags = 0 if table_crc is None else FLAG_FILE
     inline = body if table_crc is None else b""
     crc = zlib.crc32(inline, zlib.crc32(meta))
@@ -137,7 +164,7 @@ class SharedHit(NamedTuple):
         """The response, with its mark, as ``lookup`` would give it; None when the rest of
         its metadata does not decode (never seen: it is CRC-checked and written here), and
         ``lookup`` finds it corrupt."""
-        status, reason, birth, lifetime, key_size, lines, rare = self.parts
+        status, reason, birth, lifetime, key_size, lines, rare = self.parts[:7]
         try:
             rare = rare_of(rare)
         except Corrupt:
@@ -149,10 +176,14 @@ class SharedHit(NamedTuple):
         return response
 
 
-def unpack_entry(record: bytes | memoryview) -> tuple[EntryHeader, StoredResponse]:
+def unpack_entry(
+    record: bytes | memoryview, target: str | None = None
+) -> tuple[EntryHeader, StoredResponse]:
     """The record's header and response (its body inline, or empty when in a file); Corrupt
-    when it does not check out."""
+    when it does not check out, or keeps a target other than ``target``."""
     flags, length, sequence, table_crc, hit = unpack_hit(record)
+    if target is not None and len(hit.parts) == 8 and hit.parts[7] != target:
+        raise Corrupt("another target under its hash")
     response = hit.response()
     if response is None:
         raise Corrupt("meta: the rarely set fields")
@@ -185,7 +216,7 @@ def unpack_hit(record: bytes | memoryview) -> tuple[int, int, int, int, SharedHi
         parts = marshal.loads(view[_HEAD:end])  # noqa: S302 (CRC-checked, written here)
     except (ValueError, TypeError, EOFError) as error:  # another Python's format
         raise Corrupt(f"meta: {error}") from None
-    if type(parts) is not tuple or len(parts) != 7:
+    if type(parts) is not tuple or not 7 <= len(parts) <= 8:
         raise Corrupt("meta: not an entry's parts")
     # tuple.__new__, not SharedHit(...), whose __new__ is Python: 2,700 instructions a hit.
     fields = (parts[5], bytes(view[end:]), parts[2], parts[3], mark, parts)

@@ -38,7 +38,7 @@ from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD, Purge, stale_lifetime
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.errors import BodyCorrupt, DiskTierError
-from proxy.store.shared import bodies
+from proxy.store.shared import bodies, pages
 from proxy.store.shared.evict import Evictor
 from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import (
@@ -55,6 +55,7 @@ from proxy.store.shared.purge_state import (
     judge,
 )
 from proxy.store.shared.records import (
+    KEY_FORMAT,
     Corrupt,
     SharedHit,
     body_name,
@@ -65,6 +66,7 @@ from proxy.store.shared.records import (
 from proxy.store.shared.s3fifo import S3FifoEvictor
 
 DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
+FORMAT = b"format"  # the meta record naming the entry keys' layout
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
 _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
@@ -119,15 +121,26 @@ class SharedTier:
         self.evictor: Evictor = S3FifoEvictor() if evictor is None else evictor
         self._clock = clock
         self._inode = os.stat(directory).st_ino
-        map_size = 2 * max_bytes + (64 << 20)  # inline bodies only; slack for LMDB's free pages
         self._env = lmdb.open(
-            str(directory / "entries"), map_size=map_size, max_dbs=12, sync=False, metasync=False
+            str(directory / "entries"),
+            map_size=pages.map_size(max_bytes),
+            max_dbs=12,
+            sync=False,
+            metasync=False,
         )
         self.db_entries = self._env.open_db(b"entries")
         self.db_order = self._env.open_db(b"order")
         self.db_meta = self._env.open_db(b"meta")
-        self.evictor.open(self._env, directory, max_bytes, self.health)  # its own databases
-        self._state_env = lmdb.open(str(directory / "state"), map_size=256 << 20, max_dbs=0)
+        self.capacity = pages.usable_bytes(max_bytes)  # entries' costs, and pages in use
+        self.evictor.open(self._env, directory, self.capacity, self.health)  # its own databases
+        if lock is not None:  # the node: entries of another key layout were emptied
+            with self._env.begin(write=True, db=self.db_meta) as txn:
+                txn.put(FORMAT, KEY_FORMAT)
+        self.trees = _trees(self._env)  # every database, for the pages in use (pages.py)
+        self.commits = 0  # fills this process committed (fill.py measures every few)
+        self._state_env = lmdb.open(
+            str(directory / "state"), map_size=pages.state_map_size(purge_max_bytes), max_dbs=0
+        )
         self.purges = PurgeStateStore(
             self._state_env, directory / "state" / "epoch", purge_max_bytes
         )
@@ -161,7 +174,8 @@ class SharedTier:
             raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
         try:
             with _opening(path):
-                if unclean_since_boot(path) or (path / DISTRUST_FILE).exists():
+                stale = unclean_since_boot(path) or (path / DISTRUST_FILE).exists()
+                if stale or not _keys_current(path / "entries"):
                     shutil.rmtree(path / "entries", ignore_errors=True)
                     shutil.rmtree(path / "bodies", ignore_errors=True)
                     (path / DISTRUST_FILE).unlink(missing_ok=True)
@@ -237,7 +251,7 @@ class SharedTier:
             state = self.purges.current(domain)
             if not self._serving():
                 return SharedLookup(state.number, ())
-            found = self._read_variants(entry_prefix(domain, target))
+            found = self._read_variants(entry_prefix(domain, target), target)
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return SharedLookup(0, ())
@@ -287,6 +301,8 @@ class SharedTier:
                 flags, _, sequence, _, hit = unpack_hit(cursor.value())
                 if cursor.next() and cursor.key()[: len(prefix)] == prefix:
                     return None  # several variants (Vary): lookup's, to choose among them
+                if len(hit.parts) == 8:  # a long target's hash as its key: lookup checks it
+                    return None
             except Corrupt as error:
                 self.health.corrupted(f"{prefix!r}: {error}")
                 self._doom(prefix, -1)
@@ -319,6 +335,19 @@ class SharedTier:
         self.evictor.hit(sequence)  # S3-FIFO's counter, as lookup raises it (no write)
         return hit
 
+    def holds(self, domain: str, target: str) -> bool:
+        """Whether any record is stored under the key target (a purge may cover it yet),
+        changing nothing: no hit counted, nothing doomed. True on a fault: the caller then
+        writes its purge anyway."""
+        prefix = entry_prefix(domain, target)
+        try:
+            with self._env.begin(db=self.db_entries, buffers=True) as txn:
+                cursor = txn.cursor()
+                return cursor.set_range(prefix) and cursor.key()[: len(prefix)] == prefix
+        except (lmdb.Error, OSError) as error:
+            self.health.fault("lookup", error)
+            return True
+
     def _serving(self) -> bool:
         """Whether the tier may serve a read: not stuck (its directory is checked once a
         second, for readers that never write)."""
@@ -328,7 +357,7 @@ class SharedTier:
             self.check_directory()
         return not self.health.stuck
 
-    def _read_variants(self, prefix: bytes) -> list[SharedEntry]:
+    def _read_variants(self, prefix: bytes, target: str) -> list[SharedEntry]:
         found: list[SharedEntry] = []
         with self._env.begin(db=self.db_entries, buffers=True) as txn:
             cursor = txn.cursor()
@@ -339,7 +368,7 @@ class SharedTier:
                 if not key.startswith(prefix):
                     break
                 try:
-                    header, response = unpack_entry(value)
+                    header, response = unpack_entry(value, target)
                 except Corrupt as error:
                     self.health.corrupted(f"{key!r}: {error}")
                     self._doom(key, -1)
@@ -495,6 +524,30 @@ def _opening(path: Path) -> Iterator[None]:
         yield
     except (OSError, lmdb.Error) as error:
         raise DiskTierError(f"cache directory {path}: {error}") from None
+
+
+def _trees(env: lmdb.Environment) -> list[lmdb._Database]:
+    """Every named database of the environment (the main one names them)."""
+    with env.begin() as txn:
+        names = [bytes(name) for name in txn.cursor().iternext(values=False)]
+    return [env.open_db(name) for name in names]
+
+
+def _keys_current(entries: Path) -> bool:
+    """Whether the entries environment at ``entries`` (if any) keys its records with this
+    code's layout (records.KEY_FORMAT). Read by the node before any worker opens it."""
+    if not (entries / "data.mdb").exists():
+        return True
+    env = lmdb.open(str(entries), readonly=True, lock=False, max_dbs=12)
+    try:
+        with env.begin() as txn:
+            try:
+                meta = env.open_db(b"meta", txn=txn, create=False)
+            except lmdb.NotFoundError:
+                return False
+            return txn.get(FORMAT, db=meta) == KEY_FORMAT
+    finally:
+        env.close()
 
 
 def _read_u64(value: bytes | None) -> int:

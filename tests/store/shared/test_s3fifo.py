@@ -75,7 +75,7 @@ def test_the_tier_misses_as_often_as_pure_s3fifo_across_a_restart(tmp_path: Path
     trace = zipf_trace(12_000, 1_500, seed=23, large=3)
     capacity = 150_000
     tier = SharedTier.open_node(tmp_path, max_bytes=capacity)
-    replay = Replay(capacity)
+    replay = Replay(tier.capacity)  # its size less the reserve for free pages (pages.py)
     try:
         for n, (target, size) in enumerate(trace):
             if n == len(trace) // 2 + 100:  # a restart in the middle, in the scan
@@ -99,10 +99,12 @@ def test_hits_from_two_processes_count_alike(tier_dir: Path) -> None:
     """The node and a worker take turns: each looks up, and fills on a miss. A hit in either
     process counts for the eviction the other one's commit makes."""
     trace = zipf_trace(3_000, 600, seed=7)
-    capacity = 60_000
+    # Large enough that the trees' own pages (branch pages) stay within the reserve: the
+    # tier's measured trim (pages.py) never evicts in place of the policy.
+    capacity = 200_000
     tier = SharedTier.open_node(tier_dir, max_bytes=capacity)
     worker = Actor("serve", tier_dir, tier.instance, DOMAIN, capacity)
-    replay = Replay(capacity)
+    replay = Replay(tier.capacity)
     try:
         for n, (target, size) in enumerate(trace):
             if n % 2:
@@ -195,10 +197,11 @@ def test_eviction_takes_the_oldest_keys_never_a_scan(
 ) -> None:
     """What a commit takes from the queues is what it evicts (and what it moves on), however
     many entries are held: the same few steps for 100 entries as for 1,000."""
-    tier = SharedTier.open_node(tmp_path, max_bytes=held * 1_130)
+    tier = SharedTier.open_node(tmp_path, max_bytes=held * 4_400)  # costs in pages: 3.2 KB
     try:
+        # Targets of one length: each new entry costs what an evicted one freed (pages.py)
         for n in range(held * 2):  # full, and warm: both queues in use
-            store(tier, f"/{n}", 1_000, tier.lookup(DOMAIN, f"/{n}").token)
+            store(tier, f"/{n:06}", 1_000, tier.lookup(DOMAIN, f"/{n:06}").token)
         steps: list[int] = []
         pop = _Queues._pop
 
@@ -210,7 +213,7 @@ def test_eviction_takes_the_oldest_keys_never_a_scan(
         for n in range(50):
             before = tier.stats().evictions
             steps.clear()
-            store(tier, f"/new/{n}", 1_000, tier.lookup(DOMAIN, f"/new/{n}").token)
+            store(tier, f"/new{n:03}", 1_000, tier.lookup(DOMAIN, f"/new{n:03}").token)
             assert tier.stats().evictions - before == len(steps) == 1
     finally:
         tier.close()
