@@ -36,12 +36,14 @@ def request_target(raw: str, domain: str) -> str | None:
     """The origin-form target (path and query) for a request to ``domain``, or None if the
     request-target is not acceptable (RFC 9112 §3.2).
 
-    Origin-form is taken as is. Absolute-form (``http://host/path``) is accepted only when
-    its authority is the same domain as the Host header; any other authority is refused, so a
+    Origin-form is taken as is, but for an empty query: ``/a?`` is ``/a``, because that is
+    what the origin is sent (the origin client's URL has no empty query), and the key must be
+    the bytes the origin gets. Absolute-form (``http://host/path``) is accepted only when its
+    authority is the same domain as the Host header; any other authority is refused, so a
     request cannot be routed by one name and keyed or forwarded by another.
     """
     if raw.startswith("/"):
-        return raw
+        return _without_empty_query(raw)
     scheme, sep, rest = raw.partition("://")
     if not sep or scheme.lower() not in ("http", "https"):
         return None  # asterisk-form, authority-form, or junk
@@ -55,7 +57,11 @@ def request_target(raw: str, domain: str) -> str | None:
         return None
     if not remainder.startswith("/"):
         remainder = "/" + remainder
-    return remainder
+    return _without_empty_query(remainder)
+
+
+def _without_empty_query(target: str) -> str:
+    return target[:-1] if target.endswith("?") and target.find("?") == len(target) - 1 else target
 
 
 HTTPS_MARK = "https:"  # before the request-target, which begins with "/": never spelled by one
