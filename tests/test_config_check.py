@@ -4,6 +4,8 @@ and default written, as TOML that reads back to the same config, exit 0."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -193,3 +195,30 @@ def test_the_production_example_names_each_missing_tls_file(
     assert all(file.startswith("/etc/cdn-proxy/tls/") for file in files), lines
     assert len(files) == len(set(files)) == 4, lines
     assert lines[-1] == f"cdn-proxy: {path}: 4 errors"
+
+
+def test_the_file_may_be_named_with_config_as_every_other_command_takes_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A new operator typed ``config check --config PATH``, as for serve, reload, token and
+    purge, and argparse refused it (exit 2, 'unrecognized arguments')."""
+    config = tmp_path / "proxy.toml"
+    config.write_text(GOOD, encoding="utf-8")
+    assert main(["config", "check", "--config", str(config)]) == 0
+    out, _ = capsys.readouterr()
+    assert tomllib.loads(out)["cache"]["max_bytes"] == 64 * 1024**2
+    for twice_or_none in (["--config", str(config), str(config)], []):
+        assert main(["config", "check", *twice_or_none]) == 2
+        _, err = capsys.readouterr()
+        assert "name one config file: FILE, or --config FILE" in err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """``cdn-proxy config check FILE | true`` (or ``trace ... | head``): the reader has left
+    before the command writes; it ends quietly, with no BrokenPipeError traceback."""
+    config = tmp_path / "proxy.toml"
+    config.write_text(GOOD, encoding="utf-8")
+    command = [sys.executable, "-m", "proxy", "config", "check", str(config)]
+    shell = " ".join(f"'{part}'" for part in command) + " | true"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr

@@ -173,7 +173,7 @@ async def test_reload_command_repoints_a_domain_and_its_old_entry_never_answers_
     write(tmp_path, {"example.com": second.url, "other.test": origin.url})
     status, out, err = await reload(config)
     assert status == 0, err
-    assert "re-pointed (cleared) example.com" in out and "1 domains unchanged" in out
+    assert "re-pointed (cleared) example.com" in out and "1 domain unchanged" in out
 
     status, body, cache_status = await fetch(node, "/page", "example.com")
     assert (status, body) == (200, "from the second origin")

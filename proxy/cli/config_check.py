@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from proxy.cli.api_client import Failed
 from proxy.config.model import Config, parse_config
 from proxy.config.resolved import resolved_toml
 from proxy.errors import ConfigError
@@ -187,7 +188,9 @@ _NEUTRAL_TABLES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def run(args: argparse.Namespace) -> int:
     """The command: errors on stderr and exit 2, or the resolved config on stdout and 0."""
-    path: Path = args.file
+    if (args.file is None) == (args.config_file is None):
+        raise Failed("config check: name one config file: FILE, or --config FILE", code=2)
+    path: Path = args.file if args.file is not None else args.config_file
     checked = check_file(path)
     if checked.config is not None:
         sys.stdout.write(resolved_toml(checked.config))
@@ -220,5 +223,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "run with, every key and default written, as TOML (exit 0)."
         ),
     )
-    check.add_argument("file", type=Path, metavar="FILE", help="the TOML config file")
+    check.add_argument("file", type=Path, metavar="FILE", nargs="?", help="the TOML config file")
+    # As every other command takes it; either way, exactly one file.
+    check.add_argument("--config", type=Path, dest="config_file", help="the same, as a flag")
     check.set_defaults(run=run)

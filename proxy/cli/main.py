@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # here, where a reader that left is caught, not at exit
+    except BrokenPipeError:
+        # The reader of standard output left (``| head``): nothing more to say, and no
+        # traceback when Python flushes it at exit (the os module's documented recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Failed as exc:
         print(f"cdn-proxy: {exc}", file=sys.stderr)
         return exc.code

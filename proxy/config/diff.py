@@ -127,7 +127,8 @@ class ConfigChange:
             )
             if names
         ]
-        parts.append(f"{len(self.unchanged)} domains unchanged")
+        count = len(self.unchanged)
+        parts.append(f"{count} domain{'' if count == 1 else 's'} unchanged")
         return "; ".join(parts)
 
 

@@ -119,5 +119,5 @@ def test_the_refusal_and_the_summary_are_one_line_each() -> None:
         config(domain("b.test", origin="http://127.0.0.1:1"), domain("c.test"), domain("d.test")),
     )
     assert change.summary() == (
-        "added d.test; removed a.test; re-pointed (cleared) b.test; 1 domains unchanged"
+        "added d.test; removed a.test; re-pointed (cleared) b.test; 1 domain unchanged"
     )
