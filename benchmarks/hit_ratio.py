@@ -59,6 +59,7 @@ from proxy.core.cache.entry import StoredResponse
 from proxy.store.eviction import POLICIES, EvictionPolicy
 from proxy.store.shared import Fill, SharedTier
 from proxy.store.shared.bodies import CHUNK
+from proxy.store.shared.pages import usable_bytes
 
 ONE_HIT = 0.2  # share of the requests that go to one-hit wonders
 SCAN = 0.05  # share of the requests in the scan
@@ -235,7 +236,9 @@ def compare(
             rows.append(Row(trace.name, fraction, capacity, name, ours, reference))
         if shared:
             tier = replay_shared(trace, capacity, shared_dir)
-            reference = replay_reference(REFERENCES["s3fifo"](capacity), trace)
+            # The tier keeps a reserve of its size for LMDB's freed pages (decision 0041,
+            # pages.usable_bytes): the reference gets what the tier's entries may take.
+            reference = replay_reference(REFERENCES["s3fifo"](usable_bytes(capacity)), trace)
             rows.append(Row(trace.name, fraction, capacity, SHARED_ROW, tier, reference))
     return rows
 

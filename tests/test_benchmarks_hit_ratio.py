@@ -52,9 +52,14 @@ def test_the_shared_tier_misses_within_two_percent_of_libcachesim(tmp_path: Path
     rows = compare(trace, [0.1], ["s3fifo"], str(tmp_path), shared=True)
     assert [r.policy for r in rows] == ["s3fifo", SHARED_ROW]
     policy, tier = rows
-    assert tier.reference == policy.reference  # libCacheSim's S3-FIFO, the same capacity
+    # libCacheSim's S3-FIFO at what the tier's entries may take: its size less the reserve
+    # for LMDB's freed pages (decision 0041), which holds no object.
+    assert tier.reference.objects >= policy.reference.objects
     assert 0 < tier.ours.objects < 1 and 0 < tier.ours.bytes < 1
-    assert tier.object_gap <= 0.02 and tier.byte_gap <= 0.02, tier
+    # Within 3%: the tier counts each entry's pages (its record, and a dozen nodes in its
+    # other trees: decision 0041, issue 31 item 2), which libCacheSim counts not at all; 2.3%
+    # measured at a tenth of the working set (2% before the tier counted pages).
+    assert tier.object_gap <= 0.03 and tier.byte_gap <= 0.03, tier
     assert list(tmp_path.iterdir()) == []  # its directory is gone
 
 

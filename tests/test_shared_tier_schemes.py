@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from h2.errors import ErrorCodes
 
 from tests.conftest import Origin
 from tests.edge.h2_support import RawH2
@@ -131,7 +132,10 @@ async def test_an_http_target_that_spells_the_old_https_mark_has_a_key_of_its_ow
             await client.close()
         for answer in (first, second):
             assert answer.body != b"https /p", answer
-            assert answer.status == 400 or answer.body.startswith(b"http "), answer
+            # Refused before any key is made (a space is no :path character: the HTTP/2 head
+            # check, issue 30 hole 2), or, were it let through, answered under a key of its own.
+            refused = answer.reset == ErrorCodes.PROTOCOL_ERROR or answer.status == 400
+            assert refused or answer.body.startswith(b"http "), answer
         https_asked = [r for r in origin.requests if r.header("x-forwarded-proto") == ["https"]]
         assert len(https_asked) == 1  # /p over https: filled once, then a hit
     finally:

@@ -57,14 +57,28 @@ async def test_chromium_preloads_what_a_relayed_103_names(
             try:
                 context = await browser.new_context(ignore_https_errors=True)
                 page = await context.new_page()
-                response = await page.goto(f"https://example.com:{port}/")
-                assert response is not None and response.status == 200
-                assert await page.text_content("#p") == "early hints"
-                assert "link" not in response.headers  # the 103's field, not the page's
-                await until(lambda: "/style.css" in targets(hinting_origin), every=0.05)
+                # Up to three navigations (the page is no-store: each one is relayed its
+                # 103): a loaded machine once saw Chromium skip the preload of the first
+                # (CI, two tests at once); the relay must make it happen within three.
+                navigations = 0
+                while navigations < 3:
+                    navigations += 1
+                    response = await page.goto(f"https://example.com:{port}/")
+                    assert response is not None and response.status == 200
+                    assert await page.text_content("#p") == "early hints"
+                    assert "link" not in response.headers  # the 103's field, not the page's
+                    try:
+                        await until(
+                            lambda: "/style.css" in targets(hinting_origin), within=5, every=0.05
+                        )
+                        break
+                    except AssertionError:
+                        continue
             finally:
                 await browser.close()
-    assert targets(hinting_origin) == ["/", "/style.css"]
+    seen = targets(hinting_origin)
+    assert "/style.css" in seen, seen
+    assert seen.count("/") == navigations and set(seen) == {"/", "/style.css"}, seen
 
 
 def targets(server: RawOrigin) -> list[str]:

@@ -37,6 +37,10 @@ for a reason, and which the comparison allows:
     here, as on any closed stream (§6.9); h2 knows no such stream and ends the connection.
 13. A WINDOW_UPDATE of 0 on an open stream is a stream error here, as RFC 9113 §6.9 says
     (PROTOCOL_ERROR on that stream); h2 ends the connection. (Found by CI's run.)
+14. HEADERS on a stream the client reset (RST_STREAM) ends the connection here with
+    STREAM_CLOSED; h2 resets the stream with that code, as RFC 9113 §5.1 asks. The edge is
+    stricter than the RFC; h2spec accepts both. (Found by a 20,000-example run; to change in
+    the machine, not here.)
 
 The budget in CI is bounded (300 examples a test). A longer run, by hand::
 
@@ -253,8 +257,9 @@ def compare(data: list[bytes]) -> None:
             continue
         reset_here |= {e.stream_id for e in our_events if isinstance(e, ServerReset)}
         if their_error is not None and our_error is None and kind == 0x8:
-            reset = any(isinstance(e, ServerReset) and e.stream_id == stream_id for e in our_events)
-            assert reset or (stream_id % 2 and stream_id < opened)  # differences 13 and 12
+            # Difference 13 (a stream error here), 1 (a stream the edge reset before: its
+            # frames are ignored) or 12 (a skipped id).
+            assert stream_id in reset_here or (stream_id % 2 and stream_id < opened)
             return
         opened = max(
             [opened]
@@ -270,8 +275,10 @@ def compare(data: list[bytes]) -> None:
             if framed and kind in (0x1, 0x9) and not chunk[4] & 0x4:
                 ours_ended = (our_error, kind)  # h2 has yet to read this head
                 continue
-            assert our_error == ErrorCodes.ENHANCE_YOUR_CALM or (
-                kind is not None and STRICTER.get(kind) == our_error
+            assert (
+                our_error == ErrorCodes.ENHANCE_YOUR_CALM
+                or (kind is not None and STRICTER.get(kind) == our_error)
+                or (kind, our_error) == (0x1, ErrorCodes.STREAM_CLOSED)  # difference 14
             ), (our_error, their_events)
             return
         if our_error is not None and their_error is not None:
@@ -323,7 +330,9 @@ def script_bytes(script: Script) -> list[bytes]:
 @example(Script([(1, 5, 1, FIRST), (1, 5, 3, AGAIN), (8, 0, 2, b"\x00\x00\x00\x01")]))  # bug
 @example(Script([(1, 5, 3, FIRST), (8, 0, 1, b"\x00\x00\x00\x00")]))  # difference 12
 @example(Script([(1, 5, 1, FIRST), (8, 0, 1, b"\x00\x00\x00\x00")]))  # difference 13
+@example(Script([(1, 5, 1, b"B\x83\xc4\xa6\xff" + FIRST[1:]), (8, 0, 1, bytes(4))]))  # 1 and 13
 @example(Script([(1, 5, 3, FIRST), (9, 4, 1, AGAIN)]))  # difference 7
+@example(Script([(1, 5, 1, FIRST), (3, 0, 1, b"\x00\x00\x00\x08"), (1, 5, 1, AGAIN)]))  # 14
 @example(Script([(1, 1, 2, FIRST)]))  # difference 8
 @example(Script([(1, 1, 1, FIRST), (2, 0, 1, bytes(4))]))  # difference 9
 @example(Script([(1, 1, 2, FIRST), (2, 0, 1, bytes(4))]))  # differences 8 and 9
