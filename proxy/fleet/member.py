@@ -183,8 +183,7 @@ class FleetMember:
             self._restart_listener()
             return False
         plan = plan_sync(self.applied, result)
-        # The deadline moves only once the batch is applied (the node's tier written and
-        # awaited, then this process's copies at once): the store is never seen with the new
+        # No await from here until the deadline is set: the store is never seen with the new
         # deadline and the old generations (a sync's plan carries its records: no read).
         figures = await self._apply(plan)
         self.deadline = max(
