@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.cache.policy import HEURISTIC_FRACTION, HEURISTIC_MAX
+from proxy.core.cache.freshness import HEURISTIC_FRACTION, HEURISTIC_MAX
 from proxy.core.purge.purges import PurgeResult
 from proxy.core.purge.receipts import describe, receipt
 from proxy.state.admins import MIN_PASSWORD_LENGTH

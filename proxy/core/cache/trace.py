@@ -23,6 +23,7 @@ from typing import Protocol
 
 from proxy.core.cache.deception import rule_path
 from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.freshness import explicit_lifetime
 from proxy.core.cache.keys import cache_target
 from proxy.core.cache.policy import (
     DontStore,
@@ -32,7 +33,6 @@ from proxy.core.cache.policy import (
     Storable,
     _obeyed,
     decide_lookup,
-    explicit_lifetime,
 )
 from proxy.core.cache.rules import Applied, RuleSet, normalised_target
 from proxy.core.http.encodings import preferred
