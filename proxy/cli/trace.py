@@ -89,8 +89,11 @@ def describe(answer: Mapping[str, object]) -> str:
             cleared = store.get("generation")
             last = "never" if cleared == 0 else any_number_text(cleared)
             lines.append(f"  latest purge: {number}; the domain's last clear: {last}")
-        for purge in _rows(store.get("purges")):
-            lines.append(f"  purged by: {purge.get('kind')} {purge.get('items')}")
+        for purge in _rows(store.get("purges")):  # of the URL: a copy stored since answers
+            items = purge.get("items")
+            named = " ".join(map(str, items)) if isinstance(items, list) else ""
+            kind = f"{'soft ' if purge.get('soft') else ''}{purge.get('kind')}"
+            lines.append(f"  recent purge of this URL: {kind} {named}".rstrip())
         refused = store.get("refused")
         if isinstance(refused, dict):  # hit-for-miss: why the last fill was not stored
             lines.append(

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from proxy.api.app import create_api_app
+from proxy.cli.trace import describe
 from proxy.core.auth.tokens import Scope
 from proxy.process.service import Service, running
 from proxy.state.async_state import AsyncState
@@ -416,3 +417,19 @@ async def test_the_trace_reads_accept_encoding_as_the_edge_does(
             response, _ = await traced.edge.get("/page", headers={"Accept-Encoding": coding})
             assert is_hit(response), (coding, response.headers.get("Cache-Status"))
             assert (answer["outcome"], answer["why"]) == ("hit", "stored and fresh"), coding
+
+
+def test_the_cli_names_recent_purges_of_the_url_not_of_the_stored_copy() -> None:
+    """The new-operator trial (issue 34): a hit filled after a prefix purge printed
+    ``purged by: prefix ['/assets/']``, which reads as if the stored copy were purged. The
+    purges listed are the recent ones that cover the URL; a copy stored after them answers."""
+    store = {
+        "variants": 1,
+        "generation": 0,
+        "purge_number": 3,
+        "purges": [{"kind": "prefix", "items": ["/assets/", "/img/"], "soft": True}],
+    }
+    answer = {"method": "GET", "scheme": "http", "domain": "example.com", "target": "/a"}
+    lines = describe({**answer, "outcome": "hit", "store": store}).splitlines()
+    assert "  recent purge of this URL: soft prefix /assets/ /img/" in lines, lines
+    assert not any("purged by" in line for line in lines), lines
