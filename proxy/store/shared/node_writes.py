@@ -24,6 +24,18 @@ for, which the tier already makes once per node (``FLOOR_FOR``).
 
 What the member acks is then as true as before: when ``apply_fleet`` returns, every write of
 the batch is durable in the node's tier, written by this worker or by another.
+
+A worker that skips must also *see* what it skips at once. A process keeps each domain's
+parsed purge state until ``state/epoch`` changes, and the writer announces its commit there
+only after the commit returns: a skip can fall in between. Its next lookup would then judge
+the tier's entries by the state from before the purge, and copy what the purge covers into
+its memory tier, after the memory tier applied the batch, to be served after the 200. So a
+skip drops the process's parsed states of the batch's domains (of every domain, for a
+distrust of all), and the next lookup reads them again (``PurgeStateStore._seen``;
+tests/store/shared/test_skipped_writes.py). Durable: the skip saw the writer's commit, whose
+meta page may still await its fsync; a crash of the writer's process loses nothing (the page
+cache holds it), and after an OS crash or a power loss the node empties its entries at start
+(``SharedTier.open_node``), so nothing a lost purge covered can be served.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ import mmap
 import os
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import lmdb
@@ -71,6 +71,7 @@ from proxy.store.shared.records import read_number
 __all__ = ["DISTRUSTED", "DomainState", "PurgeStateStore", "distrusted_copy", "judge"]
 
 EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
+UNREAD = -1  # a parsed state's epoch that no epoch equals: read again (``_seen``)
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
@@ -167,7 +168,15 @@ class PurgeStateStore:
     every commit up to V's; any later commit has a larger id, and its writer writes that id
     before its purge returns, so from then on no reader sees V and every one reads again. (Two
     writers may write their ids out of order: the epoch then moves back to an older id, which
-    is still not V, and costs one more read.)"""
+    is still not V, and costs one more read.)
+
+    That holds for what a process wrote itself. A process that finds its write made already
+    by another (a fleet batch another worker wrote, ``apply_fleet``; a distrust of every
+    domain made for the same, ``distrust_all``) may come between that writer's commit and its
+    announcement, and then acks and serves on the strength of a commit the epoch does not yet
+    show: it drops its parsed states first (``_seen``), so that its next lookup reads them
+    again (the fleet checker found the lookup in that window handing a worker's memory tier
+    an entry the purge covered, served after the purge's 200)."""
 
     def __init__(
         self, env: lmdb.Environment, epoch_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
@@ -205,6 +214,19 @@ class PurgeStateStore:
                 state = _read_state(txn, domain, None if cached is None else cached[1])
             self._parsed[domain] = (epoch, state)
         return state
+
+    def _seen(self, domains: Iterable[str] | None) -> None:
+        """Another process's commit, seen by this one, covers a write it was about to make to
+        ``domains`` (None: to every domain): their parsed states are read again at their next
+        lookup, on from where they stopped (decision 0048), whatever the epoch says: the
+        writer announces its commit only after it returns, maybe after this process's next
+        lookup. Under ``_reading``: a read under way ends before, and is dropped."""
+        with self._reading:
+            stale = list(self._parsed) if domains is None else domains
+            for domain in stale:
+                cached = self._parsed.get(domain)
+                if cached is not None:
+                    self._parsed[domain] = (UNREAD, cached[1])
 
     def _update(self, domain: str, change: Change) -> int:
         """Apply ``change`` to the domain's committed state in one synced write transaction,
@@ -281,7 +303,9 @@ class PurgeStateStore:
         of the same new epoch at the same number: the first one's floor is as good)."""
         with self._env.begin(write=True) as txn:
             if made_for and txn.get(FLOOR_FOR) == made_for:
-                return _count(txn, FLOOR)
+                floor = _count(txn, FLOOR)
+                self._seen(None)
+                return floor
             floor = _floor(txn, made_for)
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
@@ -297,6 +321,7 @@ class PurgeStateStore:
             if (not made_for or reading.get(FLOOR_FOR) == made_for) and all(
                 batch.done(_fleet_of(reading, d), writes) for d, writes in grouped.items()
             ):
+                self._seen(None if made_for else grouped)
                 return 0
         txn = self._env.begin(write=True)
         try:
@@ -315,6 +340,7 @@ class PurgeStateStore:
                 written += 1
             if not written:
                 txn.abort()
+                self._seen(None if made_for else grouped)
                 return 0
             self._settle(txn, highest)
             committed = txn.id()
