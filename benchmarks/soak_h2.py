@@ -74,6 +74,7 @@ ZERO_WINDOW, TRICKLER, HEADERS, COMPRESSOR, SECOND = (
     "127.0.0.11",
 )
 CONNECTIONS = 4  # zero-window connections at once
+MAX_REQUESTS = 1000  # edge.http2_max_requests: then GOAWAY NO_ERROR
 STREAMS = 128
 BIG = 8 * MIB
 TEXT = 1 * MIB
@@ -161,7 +162,10 @@ class H2Origin:
         path = request.path
         if request.method == "POST":
             self.counts["post"] += 1
-            body = await request.read()
+            try:
+                body = await request.read()
+            except ConnectionError:  # the edge cut a trickled upload off (408)
+                return web.Response(status=400)
             return web.Response(text=str(len(body)), headers={"Cache-Control": "no-store"})
         if path.startswith("/h2big/"):
             self.counts["big"] += 1
@@ -191,6 +195,8 @@ class H2Client:
         self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
         self.closed = False
         self.reads = False  # whether it gives back the window of what it receives
+        self.goaway = False
+        self.asked = 0
 
     @classmethod
     async def open(cls, url: str, local: str, settings: dict[int, int] | None = None) -> H2Client:
@@ -223,6 +229,7 @@ class H2Client:
         ]
         self.h2.send_headers(stream, fields, end_stream=method == "GET")
         self.flush()
+        self.asked += 1
         return stream
 
     async def events(self, wait: float) -> list[Any]:
@@ -237,7 +244,7 @@ class H2Client:
         try:
             events = self.h2.receive_data(data)
             if any(isinstance(event, ConnectionTerminated) for event in events):
-                self.closed = True  # GOAWAY (after http2_max_requests): a new one next
+                self.closed = self.goaway = True  # after http2_max_requests: a new one next
             if self.reads:
                 for event in events:
                     if isinstance(event, DataReceived) and event.stream_id:
@@ -266,6 +273,8 @@ class H2Tally:
     second_failures: int = 0
     peaks: dict[str, float] = field(default_factory=dict)  # the /metrics figures, highest
     rss: list[tuple[float, int]] = field(default_factory=list)
+    cpu: list[tuple[float, float]] = field(default_factory=list)  # at, CPU seconds so far
+    quiet_samples: int = 0  # those of the unloaded phase
 
 
 class H2Abuse:
@@ -437,7 +446,9 @@ def _integer(value: int, prefix: int, flags: int = 0) -> bytes:
 
 async def second_client(edge: str, into: list[float], stop: asyncio.Event) -> int:
     """Hits of a cached 4 KiB object every 20 ms on one HTTP/2 connection from SECOND, each
-    timed into ``into``; returns the failures (a connection or a hit lost)."""
+    timed into ``into``; returns the failures (a connection or a hit lost). A connection
+    the edge ends with GOAWAY NO_ERROR (after edge.http2_max_requests) is opened again, and
+    a hit it refused asked again: neither is a failure."""
     failures = 0
     loop = asyncio.get_running_loop()
     client: H2Client | None = None
@@ -455,10 +466,19 @@ async def second_client(edge: str, into: list[float], stop: asyncio.Event) -> in
                 events = await client.events(10)
                 if not events and client.closed:
                     raise ConnectionError("closed")
-                done = any(isinstance(e, StreamEnded) and e.stream_id == stream for e in events)
+                for event in events:
+                    if isinstance(event, StreamEnded | StreamReset) and event.stream_id == stream:
+                        done = True
+                        if isinstance(event, StreamReset):
+                            raise ConnectionError("reset")
             into.append(loop.time() - began)
         except (OSError, TimeoutError, ConnectionError):
-            failures += 1
+            # h2 refuses what follows a GOAWAY in the read that brought it: the connection's
+            # last requests (edge.http2_max_requests, 1,000) are not the edge's failures.
+            if client is None or not (client.goaway or client.asked >= MAX_REQUESTS):
+                failures += 1
+            if client is not None:
+                await client.close()
             client = None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.02)
@@ -523,11 +543,23 @@ class MixedH2:
         }
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """The server process's user and system CPU seconds so far (/proc/PID/stat)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _sample(server: SoakServer, tally: H2Tally, began: float, stop: asyncio.Event) -> None:
     while not stop.is_set():
         sample = await asyncio.to_thread(server.sample, time.monotonic() - began)
         if sample is not None:
             tally.rss.append((sample.at, sample.rss))
+            tally.cpu.append((sample.at, cpu_seconds(server.pid)))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 
@@ -556,6 +588,7 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         quiet_stop.set()
         tally.second_failures += await quiet
         quiet_peak = max((rss for _, rss in tally.rss), default=0)
+        tally.quiet_samples = len(tally.cpu)
         abuse = H2Abuse(server.edge_url, server.api_url, tally)
         abuse.start()
         attacked_stop = asyncio.Event()
@@ -581,6 +614,8 @@ def report(
     peak = max((rss for _, rss in tally.rss), default=0)
     bound = rss_bound(quiet_peak, args.max_bytes)
     quiet_p99, attacked_p99 = p99(tally.quiet), p99(tally.attacked)
+    quiet_cpu = _core_share(tally.cpu[: tally.quiet_samples])
+    attacked_cpu = _core_share(tally.cpu[tally.quiet_samples :])
     return {
         "command": shlex.join(["python", "-m", "benchmarks.soak_h2", *sys.argv[1:]]),
         "minutes": args.minutes,
@@ -599,6 +634,8 @@ def report(
         "second_attacked_hits": len(tally.attacked),
         "second_failures": tally.second_failures,
         "p99_ok": attacked_p99 <= 2 * quiet_p99,
+        "server_cpu_quiet": quiet_cpu,
+        "server_cpu_attacked": attacked_cpu,
         "statuses": dict(sorted(tally.statuses.items())),
         "resets": dict(tally.resets),
         "connections": dict(tally.connections),
@@ -607,6 +644,13 @@ def report(
         "origin_requests": dict(origin.counts),
         "rss": tally.rss,
     }
+
+
+def _core_share(samples: list[tuple[float, float]]) -> float:
+    """The share of a core the server used over ``samples`` (at, CPU seconds so far)."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return float("nan")
+    return (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -627,6 +671,11 @@ def markdown(doc: dict[str, Any]) -> str:
             f" ({doc['second_attacked_hits']} hits): {'ok' if doc['p99_ok'] else 'OVER 2x'}",
         ),
         ("second client's failures", str(doc["second_failures"])),
+        (
+            "server CPU (a core's share)",
+            f"{doc['server_cpu_quiet']:.2f} unloaded,"
+            f" {doc['server_cpu_attacked']:.2f} under attack",
+        ),
         ("attack answers", ", ".join(f"{k} {v}" for k, v in doc["statuses"].items())),
         ("streams reset by the edge", ", ".join(f"{k} {v}" for k, v in doc["resets"].items())),
         ("attack connections", ", ".join(f"{k} {v}" for k, v in doc["connections"].items())),

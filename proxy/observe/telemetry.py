@@ -56,6 +56,12 @@ Metrics (all prefixed ``cdn_proxy_``):
   and ``request_bodies_too_slow_total`` (each with ``listener``): what request bodies being
   buffered hold against edge.request_buffer_total_bytes, the bodies streamed for want of it,
   and those cut off under edge.body_min_rate (decision 0032), counted the same way.
+- ``send_timeouts_total``, ``answers_held_bytes``, ``answers_held_connection_max_bytes``,
+  ``answers_held_client_max_bytes`` and ``answers_refused_total`` (each with ``listener``):
+  answers cut by edge.send_timeout, and the budget of answers not yet sent per connection
+  and per client address (decision 0051), counted the same way.
+- ``fill_buffer_*`` and ``compress_*`` (proxy/edge/fill_budget.py), and with workers the
+  origin counters above, summed from their reports (proxy/observe/worker_edge.py).
 - With workers or a fleet (the control process serves no edge traffic itself), requests and
   store figures are those every edge process reports (proxy/fleet/figures.py), and:
   ``purge_ack_duration_seconds`` (from a clear to the last live edge process's
