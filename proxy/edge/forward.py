@@ -187,6 +187,13 @@ async def relay(
             response.headers["Content-Length"] = str(origin.content_length)
         return response
     held = answer_budget.charge(request)
+    # An answer known to stream (its Content-Length, or a fill's prefix) is charged before a
+    # byte of it is read: past the budget it is refused unread.
+    length = origin.content_length
+    streams = prefix is not None or (length is not None and length > read_ahead)
+    if held is not None and streams and not held.grow(read_ahead + answer_budget.STREAM_HELD):
+        origin.close()
+        return _over_budget(status)
     if prefix is None:
         prefix, complete = await origin.read_up_to(read_ahead)
         if complete:
@@ -194,13 +201,14 @@ async def relay(
                 return web.Response(
                     status=origin.status, reason=origin.reason, headers=headers, body=prefix
                 )
-            if not held.grow(len(prefix)):
+            if not held.size and not held.grow(len(prefix)):
                 return _over_budget(status)
             return answer_budget.HeldResponse(
                 held, status=origin.status, reason=origin.reason, headers=headers, body=prefix
             )
     # Streamed: the read-ahead and the sockets' buffers (a fill's prefix is its own budget's).
-    if held is not None and not held.grow(read_ahead + answer_budget.STREAM_HELD):
+    stream_held = read_ahead + answer_budget.STREAM_HELD
+    if held is not None and not held.size and not held.grow(stream_held):
         origin.close()
         return _over_budget(status)
     try:
