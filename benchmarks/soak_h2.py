@@ -2,7 +2,7 @@
 third round's attacks mixed, and a second client's hits timed before and during them.
 
 Run: .venv/bin/python -m benchmarks.soak_h2 [--minutes 2] [--quiet 20] [--out DIR]
-         [--server-cpu 1] [--load-cpu 0]
+         [--server-cpu 1] [--load-cpu 0] [--attacks zero-window,trickle,headers,compress]
 
 (``benchmarks.soak --h2`` mixes the same attacks into the first rounds' soak.)
 
@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -73,6 +74,7 @@ ZERO_WINDOW, TRICKLER, HEADERS, COMPRESSOR, SECOND = (
     "127.0.0.10",
     "127.0.0.11",
 )
+ATTACKS = ("zero-window", "trickle", "headers", "compress")
 CONNECTIONS = 4  # zero-window connections at once
 MAX_REQUESTS = 1000  # edge.http2_max_requests: then GOAWAY NO_ERROR
 STREAMS = 128
@@ -286,9 +288,16 @@ class H2Abuse:
         self._stop = asyncio.Event()
         self._n = 0
 
-    def start(self) -> None:
-        loops = [self._zero_window() for _ in range(CONNECTIONS)]
-        loops += [self._trickle(), self._headers(), self._compress_misses(), self._metrics()]
+    def start(self, attacks: Sequence[str] = ATTACKS) -> None:
+        loops = [self._metrics()]
+        if "zero-window" in attacks:
+            loops += [self._zero_window() for _ in range(CONNECTIONS)]
+        if "trickle" in attacks:
+            loops.append(self._trickle())
+        if "headers" in attacks:
+            loops.append(self._headers())
+        if "compress" in attacks:
+            loops.append(self._compress_misses())
         self._tasks = [asyncio.create_task(loop) for loop in loops]
 
     async def stop(self) -> None:
@@ -590,7 +599,7 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         quiet_peak = max((rss for _, rss in tally.rss), default=0)
         tally.quiet_samples = len(tally.cpu)
         abuse = H2Abuse(server.edge_url, server.api_url, tally)
-        abuse.start()
+        abuse.start(args.attacks.split(","))
         attacked_stop = asyncio.Event()
         attacked = asyncio.create_task(
             second_client(server.edge_url, tally.attacked, attacked_stop)
@@ -619,6 +628,7 @@ def report(
     return {
         "command": shlex.join(["python", "-m", "benchmarks.soak_h2", *sys.argv[1:]]),
         "minutes": args.minutes,
+        "attacks": args.attacks,
         "quiet_seconds": args.quiet,
         "budgets": BUDGETS,
         "edge": EDGE,
@@ -702,6 +712,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="report directory (default: a new one)")
     parser.add_argument("--server-cpu", default="1", help="cores for the server (taskset -c)")
     parser.add_argument("--load-cpu", default="0", help="core for this process (the clients)")
+    parser.add_argument(
+        "--attacks", default=",".join(ATTACKS), help="which, comma-separated (default: all)"
+    )
     args = parser.parse_args(argv)
     allowed = os.sched_getaffinity(0)
     if int(args.load_cpu) in allowed:
