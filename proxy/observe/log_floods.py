@@ -17,8 +17,10 @@ reaches (``CLIENT_LOGGERS``), to warnings and errors, and to the info lines mark
 ``extra=THROTTLED`` (failed sign-ins, peers skipped); other info lines (a token created, a
 reload) are an operator's, rare, and always written. A traceback is turned into one line
 (the exception's type, text and where it was raised) unless the logger is at DEBUG, where
-the whole traceback is kept. Listeners' own lines (connections refused, malformed requests:
-``ThrottledLine`` in proxy/edge/connections.py) were throttled already and still are.
+the whole traceback is kept. Listeners' own lines (connections refused, malformed requests,
+an HTTP/2 stream's fault: ``ThrottledLine`` in proxy/edge/connections.py, on the
+proxy.connections logger) were throttled already, each kind apart, and are left to it: they
+share one template, which this filter would take for one kind.
 
 The table of templates seen is bounded (``MAX_TEMPLATES``): past it, it starts again, which
 may let one more line of each through.
@@ -33,12 +35,12 @@ from collections.abc import Callable
 
 LOG_EVERY = 10.0  # seconds between two lines of one template (as the listeners' own)
 MAX_TEMPLATES = 1024
-# The loggers whose lines a client's requests can cause.
+# The loggers whose lines a client's requests can cause. Not proxy.connections: its lines
+# (ThrottledLine) are throttled each by its own kind already, and share one template.
 CLIENT_LOGGERS = (
     "proxy.edge",
     "proxy.api",
     "proxy.dashboard",
-    "proxy.connections",
     "proxy.peers",
     "cdn_proxy.origins",
     "aiohttp",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from pathlib import Path
 
 import aiohttp
@@ -68,6 +69,7 @@ async def test_a_flood_of_client_caused_troubles_logs_a_few_lines(
     node = await Node.start(write_config(tmp_path, origin.url, edge="h2c = true"), log=log)
     nodes.append(node)
     before = len(warnings(log))
+    began = time.monotonic()
     async with aiohttp.ClientSession() as client:
         for n in range(FLOOD):
             async with client.get(node.edge + f"/broken?n={n}", headers=HOST) as answer:
@@ -77,7 +79,10 @@ async def test_a_flood_of_client_caused_troubles_logs_a_few_lines(
         for _ in range(FLOOD):
             await bad_frames(node.edge)
         flood = warnings(log)[before:]
-        assert len(flood) <= 6, "\n".join(flood[:20])
+        # A line per kind (the origin's failure, the retry, malformed requests, and one
+        # spare) per 10 s the flood took, on a machine where 900 requests may take a while.
+        allowed = 4 * (1 + int((time.monotonic() - began) // 10))
+        assert len(flood) <= allowed, "\n".join(flood[:20])
         assert "Traceback" not in log.read_text(errors="replace")
 
         # The count of the lines held back comes with the next one, once the quiet time is

@@ -41,6 +41,8 @@ def test_other_loggers_templates_and_info_lines_pass() -> None:
     floods = FloodFilter(every=10, clock=Clock())
     for _ in range(3):
         assert floods.filter(record("proxy.reload", logging.WARNING, "reload %s", "x"))
+        # The listeners' ThrottledLines, one template for several kinds, each its own throttle.
+        assert floods.filter(record("proxy.connections", logging.WARNING, "%s (%d since)", "a", 1))
         assert floods.filter(record("proxy.dashboard", logging.INFO, "token %s created", "t"))
     assert floods.filter(record("proxy.edge", logging.WARNING, "one %s", 1))
     assert floods.filter(record("proxy.edge", logging.WARNING, "another %s", 1))
