@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m benchmarks.soak [--minutes 3] [--out DIR] [--workers 2]
          [--kill-every MINUTES] [--max-bytes 32MiB] [--server-cpu 1] [--load-cpu 0]
          [--no-abuse] [--range-rate 50] [--trickles 96] [--attack-idle 900]
-         [--attack-tunnels 300] [--purge-every 0.5]
+         [--attack-tunnels 300] [--purge-every 0.5] [--h2]
 
 It starts ``python -m proxy serve`` (one process, or ``--workers N`` edge processes) pinned
 with ``taskset`` to the server core, and an origin it controls (benchmarks/soak_origin.py,
@@ -14,7 +14,10 @@ slowloris connections on the edge and the API, and a faulty origin (slow answers
 5xx, resets mid-body). With them, unless ``--no-abuse``, the second round's attacks (issue 24,
 benchmarks/soak_abuse.py): small ranges that cost the origin whole objects, request bodies
 trickled after their first MiB, one address holding more connections and tunnels than its
-share while a second address makes ordinary requests, and a purge flood. Every second it
+share while a second address makes ordinary requests, and a purge flood. With ``--h2``, the
+third round's HTTP/2 attacks too (issue 32, benchmarks/soak_h2.py: zero-window readers,
+trickled bodies on 128 streams, large header blocks, compression misses; h2c on, smaller
+budgets), and a second client's HTTP/2 hits timed (``h2`` in the report). Every second it
 samples the server's RSS and open fds (all its processes, from /proc) and probes the API
 (``/healthz`` and a clear).
 
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.soak_abuse import Abuse, AbuseSettings
+from benchmarks.soak_h2 import MixedH2
 from benchmarks.soak_load import DOMAINS, FLOODED, Live, Settings, Traffic
 from benchmarks.soak_origin import SoakOrigin
 from benchmarks.soak_report import Tally, audit_lost, chart, figures, markdown
@@ -74,7 +78,10 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         cpu=args.server_cpu,
     )
     load_before = os.getloadavg()
+    mixed_h2 = MixedH2() if args.h2 else None  # issue 32's HTTP/2 attacks (soak_h2.py)
     try:
+        if mixed_h2 is not None:
+            await mixed_h2.prepare(server)
         await server.start()
         live.up = True
         tokens = {
@@ -98,9 +105,13 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         traffic.start()
         if abuse is not None:
             abuse.start()
+        if mixed_h2 is not None:
+            mixed_h2.start(server)
         await _run(args, server, traffic, tally, live, began)
         if abuse is not None:
             await abuse.stop()
+        if mixed_h2 is not None:
+            await mixed_h2.stop()
         await traffic.stop()
         await sampler
         seconds = time.monotonic() - began
@@ -108,11 +119,15 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     finally:
         await server.kill()
         await origin.close()
+        if mixed_h2 is not None:
+            await mixed_h2.close()
     settings_doc = _settings_doc(args, server, settings, seconds, stop_seconds, load_before)
     settings_doc["origin_requests"] = dict(sorted(origin.counts.items()))
     doc = figures(tally, settings_doc)
     if abuse is not None:
         doc["abuse"] = abuse.figures()
+    if mixed_h2 is not None:
+        doc["h2"] = mixed_h2.figures()
     return doc
 
 
@@ -286,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     abuse.add_argument("--attack-idle", type=int, default=900, help="idle connections held")
     abuse.add_argument("--attack-tunnels", type=int, default=300, help="tunnels held")
     abuse.add_argument("--purge-every", type=float, default=0.5, help="seconds between purges")
+    abuse.add_argument(
+        "--h2", action="store_true", help="issue 32's HTTP/2 attacks too (benchmarks/soak_h2.py)"
+    )
     args = parser.parse_args(argv)
     if args.minutes * 60 < 2 * AFTER_LAST_KILL:
         parser.error("--minutes must give at least 6 seconds")

@@ -152,6 +152,10 @@ class EdgeConfig:
     # bodies fills read whole hold at most fill_buffer_total_bytes in each process (past
     # it, an answer is relayed unstored).
     answer_buffer_bytes: Annotated[int, check.size] = 64 * 1024
+    # What the answers not yet sent of one connection, and of one client address (per node,
+    # each worker its share), may hold (decision 0051): past it an answer is refused 503.
+    answers_held_per_connection_bytes: Annotated[int, check.size] = 16 * 1024**2
+    answers_held_per_client_bytes: Annotated[int, check.size] = 64 * 1024**2
     fill_buffer_total_bytes: Annotated[int, check.size] = 128 * 1024**2
     # Compression (decision 0046): the bodies waiting for or in compression in each process,
     # in one thread of its own; past it a body is stored as sent, and compressed on a later

@@ -149,6 +149,14 @@ MEANINGS = {
     "edge.request_buffer_bytes": "Part of a request body read before the origin is asked.",
     "edge.request_buffer_total_bytes": "What all buffered request bodies may hold at once.",
     "edge.answer_buffer_bytes": "What a relayed answer reads ahead of a slow client.",
+    "edge.answers_held_per_connection_bytes": (
+        "What one connection's answers not yet sent may hold (relayed: read ahead or"
+        " streaming); past it an answer is refused 503."
+    ),
+    "edge.answers_held_per_client_bytes": (
+        "What one client address's answers not yet sent may hold, over its connections and"
+        " both protocols, per node (each worker its share); past it an answer is refused 503."
+    ),
     "edge.fill_buffer_total_bytes": "What all fills' bodies in flight may hold at once.",
     "edge.compress_queue_bytes": "Bodies waiting for the compression thread; past it, sent as is.",
     "edge.body_min_rate": "Slowest a request body may come, over each `body_timeout`.",

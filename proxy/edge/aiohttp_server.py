@@ -150,6 +150,11 @@ class GuardedRequestHandler(web.RequestHandler):
         self._sent = 0
 
     @property
+    def peer_address(self) -> str | None:
+        """The address the guard counts the connection against (its client's)."""
+        return self._peer
+
+    @property
     def connected(self) -> bool:
         """Whether it holds an admitted connection (it releases it when that is lost)."""
         return self._admitted
@@ -242,6 +247,7 @@ class GuardedRequestHandler(web.RequestHandler):
         if self._sent < SEND_PROGRESS:
             # Debug only: any client can cause it (issue 32 §9, no line a client can flood).
             log.debug("a client took %d bytes in %g s of an answer: cut", self._sent, timeout)
+            self.guard.send_timeouts += 1
             transport.abort()
             return
         self._send_mark, self._sent = buffered, 0

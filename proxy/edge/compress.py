@@ -6,6 +6,11 @@ the process whatever the traffic (decision 0046). Each coding is fed in slices o
 bytes: every slice is one short call into C, and the GIL is free between them even where a
 binding holds it during a call, so the loop thread never waits on a whole body.
 
+The thread runs at a lower scheduling priority than the event loop (``NICE``, Linux's per
+thread nice value, ``_yield_to_the_loop``): where the process has one core, a flood of
+compression misses takes what the loop leaves, not half of it, so hits keep their latency
+(issue 32's HTTP/2 soak: decision 0051). Elsewhere the priority stays as it is.
+
 The queue is bounded in bytes (edge.compress_queue_bytes): a body that would pass it is not
 compressed now (``submit`` returns None); it is stored as sent, and a later miss of a coding
 compresses it. A cache-busting query therefore costs at most the queue's worth of CPU at a
@@ -20,7 +25,10 @@ and served many times, so higher than a per-hit compressor affords: nginx's gzip
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import threading
 import zlib
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +39,7 @@ import zstandard
 from proxy.core.http.compression import level_for
 
 SLICE = 64 * 1024
+NICE = 10  # the compression thread's, above the loop's (0): CFS gives it ~10% against it
 BROTLI_WINDOW = 22
 log = logging.getLogger("proxy.edge")
 
@@ -89,7 +98,9 @@ class Compressions:
             self.refused += 1
             return None
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compress")
+            self._executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="compress", initializer=_yield_to_the_loop
+            )
         self.pending += size
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, encode_all, body, codings)
@@ -108,6 +119,14 @@ class Compressions:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+def _yield_to_the_loop() -> None:
+    """Lower this thread's priority (on Linux, setpriority of a thread id is that thread's
+    alone); where that is refused or unknown, it stays as it is."""
+    with contextlib.suppress(OSError, AttributeError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + NICE)
 
 
 def encode_all(body: bytes, codings: tuple[str, ...]) -> dict[str, bytes]:

@@ -51,6 +51,9 @@ PER_CLIENT_DEFAULT = 1024  # at most: "auto" is a quarter of the listener's limi
 
 # The length of ``BodyFigures.figures()``: held, budget, over_budget, too_slow.
 BODY_FIGURES = 4
+# The length of ``AnswerBudget.figures()`` (proxy/edge/answer_budget.py): held, the budget
+# per connection, the budget per client address, refused.
+ANSWER_FIGURES = 4
 
 
 class BodyFigures(Protocol):
@@ -193,6 +196,9 @@ class ConnectionGuard:
         # Seconds an answer may wait on a client that takes too little of it (decision 0046:
         # GuardedRequestHandler's send timeout); the edge's listener sets edge.send_timeout.
         self.send_timeout = 60.0
+        self.send_timeouts = 0  # answers cut for it, on either protocol (decision 0051)
+        # What answers not yet sent hold per connection and client (decision 0051).
+        self.answers: BodyFigures | None = None
 
     def admit(self, peer: str | None = None) -> bool:
         """Whether a new connection from ``peer`` (its address; None: unknown, as on a Unix
@@ -257,10 +263,12 @@ class ConnectionGuard:
     def figures(self) -> list[int]:
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
         refused_per_client, per_client, the request bodies' (``BodyFigures.figures``), and
-        HTTP/2's connections open and opened, streams and error GOAWAYs (decision 0036):
+        HTTP/2's connections open and opened, streams and error GOAWAYs (decision 0036),
+        answers cut by the send timeout and the answers' budget's figures (decision 0051):
         as an edge process reports them to its node (proxy/fleet/figures.py), and as
         proxy/observe/connection_metrics.py reads them."""
         bodies = self.bodies.figures() if self.bodies is not None else [0] * BODY_FIGURES
+        answers = self.answers.figures() if self.answers is not None else [0] * ANSWER_FIGURES
         return [
             self.open,
             self.limit,
@@ -276,6 +284,8 @@ class ConnectionGuard:
             self.http2_connections,
             self.http2_streams,
             self.http2_goaways,
+            self.send_timeouts,
+            *answers,
         ]
 
     async def none_open(self) -> None:

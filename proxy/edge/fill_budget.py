@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from proxy.edge.compress import Compressions
 from proxy.edge.origin import OriginResponse
+from proxy.observe.worker_edge import answer_metrics
 
 
 class FillBudget:
@@ -94,37 +95,12 @@ class AnswerCollector:
         self._compressions = compressions
         self._prefix = prefix
 
+    def figures(self) -> list[int]:
+        """fill held, fill budget, fills over budget, compression queued, its bound, and
+        refused: an edge worker's report (decision 0051; ``answer_metrics`` reads them)."""
+        budget, queue = self._budget, self._compressions
+        held = [budget.held, budget.limit, budget.refused]
+        return [*held, queue.pending, queue.max_bytes, queue.refused]
+
     def collect(self) -> Iterable[Metric]:
-        budget, queue, prefix = self._budget, self._compressions, self._prefix
-        yield _gauge(
-            prefix + "fill_buffer_bytes", "Bytes fills hold reading bodies whole.", budget.held
-        )
-        yield _gauge(
-            prefix + "fill_buffer_max_bytes",
-            "The fill budget (edge.fill_buffer_total_bytes).",
-            budget.limit,
-        )
-        yield CounterMetricFamily(
-            prefix + "fills_over_budget",
-            "Fills relayed unstored for want of fill budget.",
-            value=budget.refused,
-        )
-        yield _gauge(
-            prefix + "compress_queue_bytes",
-            "Bytes of bodies queued for or in compression.",
-            queue.pending,
-        )
-        yield _gauge(
-            prefix + "compress_queue_max_bytes",
-            "The compression queue's bound (edge.compress_queue_bytes).",
-            queue.max_bytes,
-        )
-        yield CounterMetricFamily(
-            prefix + "compress_refused",
-            "Bodies stored uncompressed for want of room in the compression queue.",
-            value=queue.refused,
-        )
-
-
-def _gauge(name: str, text: str, value: int) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, text, value=value)
+        return answer_metrics(self.figures(), self._prefix)

@@ -20,6 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import InitVar, dataclass
 
 from aiohttp import hdrs, web
+from multidict import CIMultiDict
 
 from proxy.config.model import Config, DomainConfig
 from proxy.core.cache.invalidation import invalidation_targets
@@ -27,7 +28,7 @@ from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.http.requests import SAFE_METHODS
 from proxy.core.observe.traffic import ERROR, outcome_of_fwd
 from proxy.core.purge.purges import tag_header_names
-from proxy.edge import bodies, interim, respond
+from proxy.edge import answer_budget, bodies, interim, respond
 from proxy.edge.aiohttp_adapter import answer_and_close, send_continue
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
@@ -168,8 +169,10 @@ async def relay(
     (``prefix``: what was read of it already), else streamed, each piece read once the client
     has taken the last (aiohttp's write waits while the transport's buffer is full), so what
     a client that does not read holds is the read-ahead and the buffers of two sockets, for
-    send_timeout at most (decision 0046). Raises OriginError only before anything was sent;
-    after that, a broken origin aborts the client's connection."""
+    send_timeout at most (decision 0046). Either is charged to the request's connection and
+    client address until it is sent (edge/answer_budget.py, decision 0051): past their
+    budget it is refused 503 before anything is sent. Raises OriginError only before
+    anything was sent; after that, a broken origin aborts the client's connection."""
     if origin.status < 200:
         # A switch (101) or other interim answer as the final one, to a request that asked for
         # no upgrade (or was not tunnelled: core/http/upgrade.py): not HTTP the client can use.
@@ -183,12 +186,41 @@ async def relay(
         if request.method == "HEAD" and origin.content_length is not None:
             response.headers["Content-Length"] = str(origin.content_length)
         return response
+    held = answer_budget.charge(request)
+    # An answer known to stream (its Content-Length, or a fill's prefix) is charged before a
+    # byte of it is read: past the budget it is refused unread.
+    length = origin.content_length
+    streams = prefix is not None or (length is not None and length > read_ahead)
+    if held is not None and streams and not held.grow(read_ahead + answer_budget.STREAM_HELD):
+        origin.close()
+        return _over_budget(status)
     if prefix is None:
         prefix, complete = await origin.read_up_to(read_ahead)
         if complete:
-            return web.Response(
-                status=origin.status, reason=origin.reason, headers=headers, body=prefix
+            if held is None:
+                return web.Response(
+                    status=origin.status, reason=origin.reason, headers=headers, body=prefix
+                )
+            if not held.size and not held.grow(len(prefix)):
+                return _over_budget(status)
+            return answer_budget.HeldResponse(
+                held, status=origin.status, reason=origin.reason, headers=headers, body=prefix
             )
+    # Streamed: the read-ahead and the sockets' buffers (a fill's prefix is its own budget's).
+    stream_held = read_ahead + answer_budget.STREAM_HELD
+    if held is not None and not held.size and not held.grow(stream_held):
+        origin.close()
+        return _over_budget(status)
+    try:
+        return await _stream(request, origin, headers, prefix)
+    finally:
+        if held is not None:
+            held.give_back()
+
+
+async def _stream(
+    request: web.BaseRequest, origin: OriginResponse, headers: CIMultiDict[str], prefix: bytes
+) -> web.StreamResponse:
     stream = web.StreamResponse(status=origin.status, reason=origin.reason, headers=headers)
     if origin.content_length is not None:
         stream.content_length = origin.content_length
@@ -205,6 +237,15 @@ async def relay(
         return stream
     await stream.write_eof()
     return stream
+
+
+def _over_budget(status: str) -> web.Response:
+    """The answer would pass its connection's or client's budget of answers not yet sent
+    (decision 0051): refused before anything was sent, counted by the budget, not logged
+    (a client can cause it at will)."""
+    response = respond.text(503, answer_budget.REFUSED_TEXT, cache_status=status)
+    response.headers["Retry-After"] = "1"
+    return response
 
 
 def _expects_continue(request: web.BaseRequest) -> bool:

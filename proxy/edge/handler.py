@@ -144,6 +144,7 @@ class Edge:
             self._filler.budget, self._filler.compressions, PREFIX
         )  # decision 0046
         self._telemetry.registry.register(self._answers)
+        self._telemetry.answers = self._answers  # an edge worker's report (decision 0051)
         if self._peers is not None:
             self.handle = self._handle_peers  # type: ignore[method-assign]
 

@@ -54,6 +54,7 @@ from proxy.edge import bodies
 from proxy.edge.forward import AskOrigin
 from proxy.edge.origin import OriginResponse, origin_request
 from proxy.errors import OriginError
+from proxy.observe.log_floods import THROTTLED
 from proxy.observe.telemetry import error_kind
 from proxy.wire.peer import LABEL_HEADER, pack_label, unpack_label
 
@@ -181,14 +182,21 @@ class PeerFills:
             await inner.aclose()
             kind = "timeout" if isinstance(exc, TimeoutError) else error_kind(exc)
             self.errors[owner, kind] += 1
-            log.info("peer %s (%s) not used for %s: %s", owner, url, domain.name, kind)
+            log.info(
+                "peer %s (%s) not used for %s: %s", owner, url, domain.name, kind, extra=THROTTLED
+            )
             return None
         label = unpack_label(_last(answer.headers, _LABEL))
         if not usable(label, epoch=applied.epoch, applied=applied.seq):
             answer.close()
             await inner.aclose()
             self.errors[owner, "label"] += 1
-            log.info("peer %s answered %s without a usable label: the origin", owner, target)
+            log.info(
+                "peer %s answered %s without a usable label: the origin",
+                owner,
+                target,
+                extra=THROTTLED,
+            )
             return None
         answer.headers = tuple((n, v) for n, v in answer.headers if n.lower() != _LABEL)
         answer.peer = owner

@@ -23,7 +23,7 @@ from proxy.core.observe.responses import Responses
 from proxy.core.observe.traffic import OUTCOMES, MinuteCounts
 from proxy.errors import FleetUnavailable, WireError
 from proxy.fleet.scripts import FleetScripts, MembersView
-from proxy.observe.connection_metrics import CONNECTION_FIGURES
+from proxy.observe.connection_metrics import CONNECTION_FIGURES, merged
 from proxy.observe.telemetry import Telemetry
 from proxy.observe.worker_figures import server_reports, tier_report
 from proxy.store.base import DomainStats, Store, StoreStats
@@ -66,6 +66,8 @@ async def edge_report(
         },
         tier=tier_report(store),
         origins=server_reports(telemetry.origin_servers),
+        answers=telemetry.answers.figures() if telemetry.answers is not None else [],
+        counters=telemetry.edge_counters(),
         **peer_report(telemetry),
     )
 
@@ -249,8 +251,7 @@ class _Totals:
                 domains[domain] = DomainStats(entries=had.entries + entries, bytes=had.bytes + size)
             for listener, figures in report.connections.items():
                 into = connections.setdefault(listener, [0] * CONNECTION_FIGURES)
-                for index, value in enumerate(figures[:CONNECTION_FIGURES]):
-                    into[index] += value
+                merged(into, figures)
         return cls(
             outcomes=outcomes,
             minutes=minutes,

@@ -23,8 +23,9 @@ class ListenerFigures(Protocol):
     def figures(self) -> list[int]:
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
         refused_per_client, per_client, the request bodies' four figures (held, budget,
-        over_budget, too_slow), and HTTP/2's four (connections open, connections opened,
-        streams, error GOAWAYs)."""
+        over_budget, too_slow), HTTP/2's four (connections open, connections opened,
+        streams, error GOAWAYs), send timeouts, and the answers' budget's four (held, per
+        connection, per client, refused)."""
         ...
 
 
@@ -144,7 +145,46 @@ _FIGURES: tuple[_Family | str, ...] = (
         "HTTP/2 connections closed with an error GOAWAY: a protocol error, or a limit crossed "
         "(Rapid Reset, floods, HPACK bombs).",
     ),
+    # The send timeout's cuts and the answers' budget (decisions 0046 and 0051).
+    (
+        CounterMetricFamily,
+        "send_timeouts",
+        "Answers cut (HTTP/1.1 connection aborted, HTTP/2 stream reset) for sending too little "
+        "in edge.send_timeout, by listener.",
+    ),
+    (
+        GaugeMetricFamily,
+        "answers_held_bytes",
+        "Bytes charged to answers not yet sent (relayed: read ahead, or streaming), by listener.",
+    ),
+    (
+        GaugeMetricFamily,
+        "answers_held_connection_max_bytes",
+        "The budget of answers not yet sent per connection (answers_held_per_connection_bytes).",
+    ),
+    (
+        GaugeMetricFamily,
+        "answers_held_client_max_bytes",
+        "The budget of answers not yet sent per client address (answers_held_per_client_bytes).",
+    ),
+    (
+        CounterMetricFamily,
+        "answers_refused",
+        "Answers refused 503 because their connection or client address held its budget.",
+    ),
 )
 
 # The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
 CONNECTION_FIGURES = len(_FIGURES)
+# The figures a node takes the largest of, not the sum, over its edge processes: a budget
+# per connection is each process's whole one (a per-client one is each process's share).
+NOT_SUMMED = frozenset({CONNECTION_FIGURES - 3})
+
+
+def merged(into: list[int], figures: Sequence[int]) -> None:
+    """Add an edge process's ``figures`` to a node's (``into``)."""
+    for index, value in enumerate(figures[:CONNECTION_FIGURES]):
+        if index in NOT_SUMMED:
+            into[index] = max(into[index], value)
+        else:
+            into[index] += value

@@ -56,6 +56,12 @@ Metrics (all prefixed ``cdn_proxy_``):
   and ``request_bodies_too_slow_total`` (each with ``listener``): what request bodies being
   buffered hold against edge.request_buffer_total_bytes, the bodies streamed for want of it,
   and those cut off under edge.body_min_rate (decision 0032), counted the same way.
+- ``send_timeouts_total``, ``answers_held_bytes``, ``answers_held_connection_max_bytes``,
+  ``answers_held_client_max_bytes`` and ``answers_refused_total`` (each with ``listener``):
+  answers cut by edge.send_timeout, and the budget of answers not yet sent per connection
+  and per client address (decision 0051), counted the same way.
+- ``fill_buffer_*`` and ``compress_*`` (proxy/edge/fill_budget.py), and with workers the
+  origin counters above, summed from their reports (proxy/observe/worker_edge.py).
 - With workers or a fleet (the control process serves no edge traffic itself), requests and
   store figures are those every edge process reports (proxy/fleet/figures.py), and:
   ``purge_ack_duration_seconds`` (from a clear to the last live edge process's
@@ -156,6 +162,12 @@ class RemoteFigures(Protocol):
         ...
 
 
+class AnswerFigures(Protocol):
+    """An edge's fill budget and compression queue (proxy/edge/fill_budget.py)."""
+
+    def figures(self) -> list[int]: ...
+
+
 class StoreFigures(Protocol):
     """What /metrics and the dashboard read of a store (or of a whole fleet's stores)."""
 
@@ -225,6 +237,9 @@ class Telemetry:
         # or its edge processes' merged (a node's control process, for /metrics).
         self.origin_servers: OriginRows | None = None
         self.peer_fills: PeerCounts | None = None  # an edge worker's, with peer fills (0047)
+        # The fill budget's and compression queue's figures (edge/fill_budget.py), for an
+        # edge worker's report (decision 0051).
+        self.answers: AnswerFigures | None = None
         self._register_origin_metrics()
         self._register_control_metrics()
         self._at_zero(self._domains)
@@ -246,7 +261,10 @@ class Telemetry:
             self._body_timeouts.labels(domain)
 
     def _register_origin_metrics(self) -> None:
-        """The edge's requests to its origins: their time, failures and refusals."""
+        """The edge's requests to its origins: their time, failures and refusals. A node's
+        control process, which serves no edge traffic, shows its edge processes' counters
+        instead (proxy/observe/worker_edge.py): its own are kept out of its registry."""
+        counted = self.registry if self._remote is None else CollectorRegistry()
         self._origin_seconds = self._histogram(
             "origin_request_duration_seconds",
             "Time to the origin's response headers, or to the failure when none came.",
@@ -257,16 +275,19 @@ class Telemetry:
             "origin_errors",
             "Origin requests that failed, by kind: timeout, unreachable, protocol.",
             ["domain", "kind"],
+            counted,
         )
         self._origin_busy = self._counter(
             "origin_busy",
             "Requests answered 503 without asking the origin: queue_timeout, uploads or tunnels.",
             ["domain", "reason"],
+            counted,
         )
         self._body_timeouts = self._counter(
             "request_body_timeouts",
             "Request bodies that stopped arriving for edge.body_timeout seconds.",
             ["domain"],
+            counted,
         )
 
     def _register_control_metrics(self) -> None:
@@ -300,8 +321,14 @@ class Telemetry:
 
     # The rare events' instruments, in this Telemetry's own registry (never the default one).
 
-    def _counter(self, name: str, text: str, labels: Sequence[str] = ()) -> Counter:
-        return Counter(PREFIX + name, text, labels, registry=self.registry)
+    def _counter(
+        self,
+        name: str,
+        text: str,
+        labels: Sequence[str] = (),
+        registry: CollectorRegistry | None = None,
+    ) -> Counter:
+        return Counter(PREFIX + name, text, labels, registry=registry or self.registry)
 
     def _histogram(
         self, name: str, text: str, buckets: Sequence[float], labels: Sequence[str] = ()
@@ -352,6 +379,11 @@ class Telemetry:
         """The node's supervisor started edge worker ``index`` again after it exited."""
         self._worker_restarts.labels(str(index)).inc()
 
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """The configured domains, whose series a scrape shows."""
+        return self._domains
+
     def set_domains(self, domains: Sequence[str]) -> None:
         """The domains whose series a scrape shows, after a config reload (proxy/process/reload.py).
         A removed domain's counters stay in the registry but are no longer listed."""
@@ -378,6 +410,25 @@ class Telemetry:
             errors=mine.errors + theirs.get(ERROR, 0),
             clears=mine.clears,
         )
+
+    def edge_counters(self) -> dict[str, dict[str, dict[str, int]]]:
+        """This process's origin_errors (domain -> kind -> count), origin_busy (domain ->
+        reason -> count) and request_body_timeouts (domain -> {"": count}): an edge process's
+        report (proxy/fleet/figures.py), which its node sums (decision 0051)."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for name, counter in (
+            ("origin_errors", self._origin_errors),
+            ("origin_busy", self._origin_busy),
+            ("request_body_timeouts", self._body_timeouts),
+        ):
+            into = out[name] = {}
+            for family in counter.collect():
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        labels = sample.labels
+                        by = into.setdefault(labels["domain"], {})
+                        by[labels.get("kind", labels.get("reason", ""))] = int(sample.value)
+        return out
 
     def outcomes(self) -> Mapping[str, Mapping[str, int]]:
         """This process's responses: domain → outcome → count (an edge process's report)."""

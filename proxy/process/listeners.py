@@ -31,6 +31,7 @@ from proxy.config.model import ApiConfig, Config, EdgeConfig
 from proxy.config.values import Listen
 from proxy.edge.access_log import EdgeAccess
 from proxy.edge.aiohttp_server import GuardedAppRunner, GuardedServer
+from proxy.edge.answer_budget import AnswerBudget
 from proxy.edge.bodies import BodyBudget
 from proxy.edge.connections import (
     ConnectionGuard,
@@ -211,6 +212,12 @@ def _edge_guard(config: Config) -> ConnectionGuard:
     # Each worker's share of the node's budget for buffered request bodies (decision 0032).
     guard.bodies = BodyBudget(-(-edge.request_buffer_total_bytes // edge.workers))
     guard.send_timeout = edge.send_timeout  # read by GuardedRequestHandler (decision 0046)
+    # Answers not yet sent, per connection and per client (each worker its share): 0051.
+    per_client = edge.answers_held_per_client_bytes
+    guard.answers = AnswerBudget(
+        per_connection=edge.answers_held_per_connection_bytes,
+        per_client=-(-per_client // edge.workers),
+    )
     return guard
 
 

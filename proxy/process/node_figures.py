@@ -14,6 +14,7 @@ from proxy.config.model import Config
 from proxy.fleet.figures import FleetFigures
 from proxy.observe.peer_metrics import PeerCollector
 from proxy.observe.telemetry import PREFIX, Telemetry
+from proxy.observe.worker_edge import WorkerEdgeCollector
 from proxy.observe.worker_figures import NodeTierTotals, merged_servers, node_tier_totals
 from proxy.store.shared import SharedStats, SharedTier
 
@@ -29,6 +30,10 @@ def node_telemetry(config: Config, figures: FleetFigures, tier: SharedTier | Non
     telemetry.origin_servers = lambda: merged_servers(figures.reports())
     # The edge processes' peer fills (decision 0047): none listed while none report any.
     telemetry.registry.register(PeerCollector(figures.reports, PREFIX))
+    # Their fill budgets, compression queues and origin counters (decision 0051).
+    telemetry.registry.register(
+        WorkerEdgeCollector(figures.reports, lambda: telemetry.domains, PREFIX)
+    )
     return telemetry
 
 

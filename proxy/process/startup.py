@@ -1,7 +1,8 @@
 """What every process of a node does when it starts, in one place: the one-process service
 (service.py), a node (node.py) and each of its edge workers (worker.py).
 
-- ``run`` sets up logging (one format; a worker's lines name it), raises the open-files limit
+- ``run`` sets up logging (one format; a worker's lines name it; the lines clients can
+  cause at most one per interval: proxy/observe/log_floods.py), raises the open-files limit
   (proxy/edge/connections.py), and runs the process's main coroutine on uvloop where it is
   installed; a ``ProxyError`` that ends it is one line on standard error and exit status 1
   (2 for a cache directory another node holds, as for a config error).
@@ -22,6 +23,7 @@ from typing import Any
 
 from proxy.edge.connections import raise_open_files_limit
 from proxy.errors import CacheDirectoryLocked, ProxyError
+from proxy.observe.log_floods import FloodFilter
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s{who} %(message)s"
 
@@ -30,6 +32,9 @@ def run(main: Callable[[], Coroutine[Any, Any, int]], *, who: str = "") -> int:
     """Run ``main()`` as this process's life; return its exit status. ``who`` follows the
     logger's name on every log line (a worker's ``[worker 2]``)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT.format(who=who))
+    floods = FloodFilter()  # what clients can cause: a line per interval (decision 0051)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(floods)
     raise_open_files_limit()
     with event_loop_runner() as runner:
         try:

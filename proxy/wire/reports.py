@@ -6,7 +6,8 @@ Version 1 is the JSON object the builds before decision 0027 wrote (the same key
 report's now come first); a later version adds ``"v"``. Every key has a default, so an info
 written by an older build that lacked some (``purges`` came with decision 0026, ``connections`` and
 ``responses`` later, ``purge_state`` with 0037, ``tier`` and ``origins`` with the tiers'
-figures, ``peer_fill`` and ``advertise`` with 0047) is read with those at their default; keys this
+figures, ``peer_fill`` and ``advertise`` with 0047,
+``answers`` and ``counters`` with 0051) is read with those at their default; keys this
 build does not know are ignored. A value of the wrong type refuses the whole info: its member
 is left out of the sums, as one whose info was not JSON was.
 
@@ -81,6 +82,11 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     # peer and kind ("timeout", "unreachable", "protocol", "label")
     peer_requests: dict[str, int] = {}
     peer_errors: dict[str, dict[str, int]] = {}
+    # Decision 0051: its fill budget's and compression queue's figures (AnswerCollector.
+    # figures), and its origin counters: name -> domain -> kind or reason ("" for none) ->
+    # count (Telemetry.edge_counters)
+    answers: list[int] = []
+    counters: dict[str, dict[str, dict[str, int]]] = {}
 
 
 class MemberInfo(EdgeReport, frozen=True, kw_only=True):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.observe.connection_metrics import CONNECTION_FIGURES, connection_metrics
+from proxy.observe.connection_metrics import CONNECTION_FIGURES, connection_metrics, merged
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -30,6 +30,11 @@ FIGURES: list[tuple[str, Labels]] = [
     ("p_http2_connections_total", ()),
     ("p_http2_streams_total", ()),
     ("p_http2_goaways_total", ()),
+    ("p_send_timeouts_total", ()),
+    ("p_answers_held_bytes", ()),
+    ("p_answers_held_connection_max_bytes", ()),
+    ("p_answers_held_client_max_bytes", ()),
+    ("p_answers_refused_total", ()),
 ]
 
 
@@ -65,3 +70,13 @@ def test_an_older_report_counts_the_figures_it_lacks_as_zero() -> None:
     assert found[("p_connections_per_client_max", "edge", ())] == 13
     assert found[("p_request_buffer_bytes", "edge", ())] == 0
     assert found[("p_http2_goaways_total", "edge", ())] == 0
+
+
+def test_a_node_takes_the_largest_per_connection_budget_and_sums_the_rest() -> None:
+    """Decision 0051: the budget per connection is each process's whole one, not a share."""
+    node = [0] * CONNECTION_FIGURES
+    for worker in ([5] * CONNECTION_FIGURES, [7] * CONNECTION_FIGURES):
+        merged(node, worker)
+    per_connection = [name for name, _ in FIGURES].index("p_answers_held_connection_max_bytes")
+    assert node[per_connection] == 7
+    assert [v for i, v in enumerate(node) if i != per_connection] == [12] * (CONNECTION_FIGURES - 1)

@@ -48,6 +48,7 @@ from proxy.core.auth.sessions import (
     needs_touch,
     session_digest,
 )
+from proxy.observe.log_floods import THROTTLED
 from proxy.state.admins import MAX_PASSWORD_LENGTH, is_valid_admin_name, verify_password
 
 log = logging.getLogger("proxy.dashboard")
@@ -256,7 +257,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     if verified is None:
         # Only a name that could be an admin's is logged: people type passwords there too.
         shown = repr(username) if keys.name else "an impossible name"
-        log.info("dashboard: failed sign-in as %s from %s", shown, request.remote)
+        log.info("dashboard: failed sign-in as %s from %s", shown, request.remote, extra=THROTTLED)
         return refused(403, WRONG_CREDENTIALS)
     session_id = await _start_session(ctx, username, password, verified, now)
     if session_id is None:  # the password changed, or the admin was removed, meanwhile

@@ -487,6 +487,11 @@ class H2Connection(asyncio.Protocol):
         if self._h2.reset_stream(writer.stream_id, code):
             self.flush_soon()
 
+    def timed_out(self, writer: StreamWriter) -> None:
+        """The answer waited send_timeout for too little: reset (CANCEL), and counted."""
+        self._front.guard.send_timeouts += 1
+        self.reset(writer, ErrorCodes.CANCEL)
+
     async def drained(self, writer: StreamWriter) -> None:
         """Return once the socket takes more (``send_timeout`` at most: then the stream is
         reset and StreamGone raised)."""
@@ -500,7 +505,7 @@ class H2Connection(asyncio.Protocol):
             async with asyncio.timeout(self.limits.send_timeout):
                 await asyncio.shield(self._writable)
         except TimeoutError:
-            self.reset(writer, ErrorCodes.CANCEL)
+            self.timed_out(writer)
             raise StreamGone("the client read nothing within send_timeout") from None
         if self._closed:
             raise StreamGone("the connection is closed")

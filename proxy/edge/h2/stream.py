@@ -54,6 +54,8 @@ class Sender(Protocol):
 
     def reset(self, writer: StreamWriter, code: ErrorCodes) -> None: ...
 
+    def timed_out(self, writer: StreamWriter) -> None: ...
+
     async def drained(self, writer: StreamWriter) -> None: ...
 
 
@@ -165,7 +167,7 @@ class StreamWriter(AbstractStreamWriter):
                 async with asyncio.timeout(connection.send_timeout - self._waited):
                     await self._window
             except TimeoutError:
-                connection.reset(self, ErrorCodes.CANCEL)
+                connection.timed_out(self)
                 raise StreamGone("the client opened too little window in send_timeout") from None
             finally:
                 self._window = None
@@ -231,10 +233,20 @@ class StreamTransport(asyncio.Transport):
 class StreamProtocol:
     """What a stream's request reads of its connection (aiohttp_h2.h2_request)."""
 
-    __slots__ = ("guard", "peername", "sockname", "ssl_context", "transport")
+    __slots__ = (
+        "connection",
+        "guard",
+        "peer_address",
+        "peername",
+        "sockname",
+        "ssl_context",
+        "transport",
+    )
 
     def __init__(self, transport: StreamTransport, of: Connection) -> None:
         self.transport = transport
+        self.connection = of  # what its answers are charged to (edge/answer_budget.py)
+        self.peer_address = of.peer_address  # and its client's address
         self.guard = of.guard  # the listener's: its request bodies' budget (edge/bodies.py)
         self.ssl_context = of.ssl_context
         self.peername = of.peername
@@ -243,6 +255,7 @@ class StreamProtocol:
 
 class Connection(Protocol):
     guard: ConnectionGuard
+    peer_address: str | None
     ssl_context: object | None
     peername: object | None
     sockname: object | None
