@@ -318,12 +318,13 @@ class GuardedRequestHandler(web.RequestHandler):
                 return
         start = 0
         for head in heads:
+            # aiohttp is idle: waiting for a request (or not begun, and never given one: a
+            # TLS connection's first read can come before its request loop has run).
             waiter = self._waiter
             if (
-                waiter is not None
-                and not waiter.done()
-                and not self._messages
+                not self._messages
                 and not self._paused
+                and ((waiter is not None and not waiter.done()) or not self._request_count)
                 and self.transport is not None
             ):
                 answer = lane.answer(self.transport, self._peer, head)

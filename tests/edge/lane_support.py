@@ -135,15 +135,22 @@ class Twins:
 
 @contextlib.asynccontextmanager
 async def twins_of(
-    tmp_path: Path, origin: Origin, edge: dict[str, Any] | None = None
+    tmp_path: Path, origin: Origin, edge: dict[str, Any] | None = None, *, logs: bool = False
 ) -> AsyncIterator[Twins]:
+    """The twins, with ``edge`` keys more; with ``logs``, each its access log in
+    ``tmp_path/on/access.log`` and ``tmp_path/off/access.log``."""
     origin.default = site
     clock = FakeClock()
     settings = {"listen": "127.0.0.1:0", "shutdown_timeout": 5, **(edge or {})}
-    (tmp_path / "on").mkdir()
-    (tmp_path / "off").mkdir()
-    on_config = make_config(tmp_path / "on", origin.url, edge={**settings, "hit_lane": True})
-    off_config = make_config(tmp_path / "off", origin.url, edge={**settings, "hit_lane": False})
+    configs = []
+    for name, lane in (("on", True), ("off", False)):
+        home = tmp_path / name
+        home.mkdir()
+        keys = {**settings, "hit_lane": lane}
+        if logs:
+            keys["access_log"] = str(home / "access.log")
+        configs.append(make_config(home, origin.url, edge=keys))
+    on_config, off_config = configs
     async with running(on_config, clock=clock) as on, running(off_config, clock=clock) as off:
         twins = Twins(on, off, origin, clock)
         await twins.prime()
