@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 from aiohttp import http_parser
 from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.streams import EMPTY_PAYLOAD
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +51,12 @@ def teardown_module() -> None:
 
 def llhttp_reads(data: bytes) -> list[tuple[object, ...]]:
     parser = http_parser.HttpRequestParser(
-        _Protocol(), LOOP, 2**16, max_line_size=8190, max_field_size=8190, max_headers=128
+        cast(Any, _Protocol()),
+        LOOP,
+        2**16,
+        max_line_size=8190,
+        max_field_size=8190,
+        max_headers=128,
     )
     messages, upgraded, tail = parser.feed_data(data)
     assert not upgraded and tail == b""
@@ -62,7 +69,7 @@ def llhttp_reads(data: bytes) -> list[tuple[object, ...]]:
             message.should_close,
             message.upgrade,
             message.chunked,
-            payload is http_parser.EMPTY_PAYLOAD or payload.is_eof(),
+            payload is EMPTY_PAYLOAD or payload.is_eof(),
         )
         for message, payload in messages
     ]
