@@ -40,9 +40,12 @@ _HEAD = re.compile(
     rb"(GET|HEAD) (" + _TARGET + rb") HTTP/1\.1\r\n"
     rb"((?:[" + _TCHAR + rb"]+:[\t -~]*\r\n){1,%d})\r\n" % MAX_FIELDS
 )
-# One field line of a head _HEAD matched: its name and its value without the white space
-# around it (RFC 9112 §5.1), as aiohttp reads them.
-_FIELD = re.compile(r"([^:]+):[ \t]*([^\r]*?)[ \t]*\r\n")
+# The names, and the values without the white space around them (RFC 9112 §5.1, as aiohttp
+# reads them), of the field lines _HEAD matched: one of each per line (a name holds no ':',
+# and a value runs to its line's end). Read in C, with no Python loop (measured: a loop over
+# the lines, and a lazy value pattern, cost a hit some 3,000 instructions).
+_NAMES = re.compile(r"^([^:]+):", re.MULTILINE)
+_VALUES = re.compile(r":[ \t]*((?:[^\r]*[^\r \t])?)[ \t]*\r\n")
 # Fields whose presence takes a request off the lane: they frame a body, or change what the
 # connection carries next (RFC 9112 §6, §9.6; RFC 9110 §7.8, §10.1.1).
 _BARRED = frozenset({"content-length", "transfer-encoding", "upgrade", "expect"})
@@ -85,9 +88,10 @@ def read_head(data: bytes, start: int = 0) -> LaneHead | None:
     end = match.end()
     if end - start > MAX_HEAD:
         return None
-    pairs = _FIELD.findall(match.group(3).decode("ascii"))
-    fields = Fields([(name.lower(), value) for name, value in pairs])
-    if len(fields) != len(pairs) or not _BARRED.isdisjoint(fields.keys()):
+    block = match.group(3).decode("ascii")
+    names = _NAMES.findall(block.lower())
+    fields = Fields(zip(names, _VALUES.findall(block), strict=True))
+    if len(fields) != len(names) or not _BARRED.isdisjoint(fields.keys()):
         return None  # a field named twice, or one that frames a body or an upgrade
     connection = dict.get(fields, "connection")
     if connection is not None and connection.lower() != "keep-alive":
