@@ -23,6 +23,7 @@ import os
 import shlex
 import statistics
 import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from benchmarks import wrk
@@ -138,20 +139,42 @@ def wrk_argv(port: int, coding: str | None, seconds: int, cpu: str) -> list[str]
     return [*argv, f"http://127.0.0.1:{port}{PATH}"]
 
 
+def start_origin(home: Path, files: Mapping[str, bytes], cpu: str) -> tuple[Server, int]:
+    """The static nginx origin (``ORIGIN_CONF``: gzip off) serving ``files`` (name: body) from
+    ``home``/www, on ``cpu``, with the directories nginx wants (``tmp``, ``cache``, ``www``),
+    readable by its workers (another user). Returns it and its port."""
+    for sub in ("tmp", "cache", "www"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    for directory in (home, home / "tmp", home / "cache", home / "www"):
+        directory.chmod(0o755)
+    for name, body in files.items():
+        (home / "www" / name).write_bytes(body)
+        (home / "www" / name).chmod(0o644)
+    port = free_port()
+    (home / "origin.conf").write_text(ORIGIN_CONF.format(home=home, port=port))
+    nginx = find_binary("nginx") or "nginx"
+    origin = Server("origin", [nginx, "-c", str(home / "origin.conf")], home / "o.log", cpu)
+    origin.start()
+    wait_for_port(origin, port)
+    return origin, port
+
+
+def run_in_home(
+    measure: Callable[[argparse.Namespace, Path], Awaitable[None]],
+    args: argparse.Namespace,
+    prefix: str,
+) -> None:
+    """``measure(args, home)`` in a temporary directory, removed after it."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        asyncio.run(measure(args, Path(tmp)))
+
+
 def start_servers(home: Path, server_cpu: str, load_cpu: str) -> dict[str, tuple[Server, int]]:
     nginx = find_binary("nginx") or "nginx"
-    for sub in ("tmp", "cache", "www"):
-        (home / sub).mkdir(parents=True)
-    for path in (home, home / "tmp", home / "cache", home / "www"):
-        path.chmod(0o755)
-    (home / "www" / PATH.lstrip("/")).write_bytes(page())
-    origin_port, nginx_port = free_port(), free_port()
-    (home / "origin.conf").write_text(ORIGIN_CONF.format(home=home, port=origin_port))
+    origin, origin_port = start_origin(home, {PATH.lstrip("/"): page()}, load_cpu)
+    nginx_port = free_port()
     edge = EDGE_CONF.format(home=home, port=nginx_port, origin=origin_port)
     (home / "edge.conf").write_text(edge)
-    origin = Server("origin", [nginx, "-c", str(home / "origin.conf")], home / "o.log", load_cpu)
-    origin.start()
-    wait_for_port(origin, origin_port)
     (home / "proxy.toml").write_text(
         '[edge]\nlisten = "127.0.0.1:0"\n\n[api]\nlisten = "127.0.0.1:0"\n\n'
         '[cache]\nmax_bytes = "1GiB"\n\n[state]\npath = "state.db"\n\n'
@@ -222,9 +245,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--server-cpu", default="1")
     parser.add_argument("--load-cpu", default="0")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="compression-bench-") as tmp:
-        asyncio.run(measure(args, Path(tmp)))
+    run_in_home(measure, parser.parse_args(), "compression-bench-")
 
 
 if __name__ == "__main__":

@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.compression import ORIGIN_CONF, cpu_seconds
+from benchmarks.compression import cpu_seconds, run_in_home, start_origin
 from benchmarks.systems import (
     PYTHON,
     Server,
@@ -115,19 +114,9 @@ async def refused(port: int) -> int:
 
 async def measure(args: argparse.Namespace, home: Path) -> None:
     nginx = find_binary("nginx") or "nginx"
-    for sub in ("tmp", "www"):
-        (home / sub).mkdir(parents=True)
-    for directory in (home, home / "tmp", home / "www"):
-        directory.chmod(0o755)  # nginx's workers run as another user
     sizes = [int(s) for s in args.sizes.split(",")]
-    for size in sizes:
-        (home / "www" / f"p{size}.html").write_bytes(page(size))
-        (home / "www" / f"p{size}.html").chmod(0o644)
-    origin_port = free_port()
-    (home / "origin.conf").write_text(ORIGIN_CONF.format(home=home, port=origin_port))
-    servers = [Server("origin", [nginx, "-c", str(home / "origin.conf")], home / "o.log", "0")]
-    servers[0].start()
-    wait_for_port(servers[0], origin_port)
+    origin, origin_port = start_origin(home, {f"p{s}.html": page(s) for s in sizes}, "0")
+    servers = [origin]
     (home / "proxy.toml").write_text(
         '[edge]\nlisten = "127.0.0.1:0"\n\n[api]\nlisten = "127.0.0.1:0"\n\n'
         '[cache]\nmax_bytes = "256MiB"\nmax_object_bytes = "8MiB"\n\n[state]\npath = "state.db"\n\n'
@@ -189,9 +178,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--sizes", default="65536,1048576,4194304")
     parser.add_argument("--server-cpu", default="1")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="compression-misses-") as tmp:
-        asyncio.run(measure(args, Path(tmp)))
+    run_in_home(measure, parser.parse_args(), "compression-misses-")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ Run: taskset -c 0 .venv/bin/python -m benchmarks.origin --port 19000 [--slow-ms 
   the life of the origin), answered ``304 Not Modified`` to a matching ``If-None-Match``;
   ``/swr/{size}/{name}`` adds ``stale-while-revalidate=60``. The soft-purge benchmark
   (``benchmarks.soft_purge``) uses them: a soft purge makes the cache revalidate.
+- ``GET /private/{size}/{name}`` is the slow object with ``Cache-Control: private``: never
+  stored by a shared cache (the hit-for-miss benchmark, ``benchmarks.hit_for_miss``).
 - ``GET /__origin/counts`` answers ``FULL NOT_MODIFIED``: the object requests answered with
   the body and with 304 since the last reset.
 - ``GET /__origin/count`` answers how many object requests were served since the last
@@ -36,6 +38,7 @@ MAX_SIZE = 64 * 1024 * 1024
 HEADERS = {"Cache-Control": "public, max-age=86400", "Content-Type": "application/octet-stream"}
 TAGGED = {**HEADERS, "Surrogate-Key": "product-1 category-2 page-3 author-4 site"}
 VALIDATED = {**HEADERS, "ETag": '"v1"'}
+PRIVATE = {**HEADERS, "Cache-Control": "private, max-age=86400"}
 SWR = {
     **VALIDATED,
     "Cache-Control": "public, max-age=86400, stale-while-revalidate=60",
@@ -73,7 +76,7 @@ class Origin:
         kind, _, rest = path[1:].partition("/")
         size_text, _, name = rest.partition("/")
         if (
-            kind not in ("o", "slow", "tagged", "etag", "swr")
+            kind not in ("o", "slow", "tagged", "etag", "swr", "private")
             or not size_text.isdigit()
             or not name
         ):
@@ -82,7 +85,7 @@ class Origin:
         if size > MAX_SIZE:
             return web.Response(status=413)
         self.count += 1
-        if kind in ("slow", "etag", "swr") and self.slow > 0:
+        if kind in ("slow", "etag", "swr", "private") and self.slow > 0:
             await asyncio.sleep(self.slow)
         if kind in ("etag", "swr"):
             headers = SWR if kind == "swr" else VALIDATED
@@ -91,7 +94,7 @@ class Origin:
                 return web.Response(status=304, headers=headers)
             self.bytes += size
             return web.Response(body=self.body(size), headers=headers)
-        headers = TAGGED if kind == "tagged" else HEADERS
+        headers = TAGGED if kind == "tagged" else PRIVATE if kind == "private" else HEADERS
         self.bytes += size
         return web.Response(body=self.body(size), headers=headers)
 

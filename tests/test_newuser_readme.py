@@ -73,3 +73,12 @@ def test_every_toml_sample_of_the_readme_loads(tmp_path: Path, index: int) -> No
 @pytest.mark.slow
 def test_the_readme_has_toml_samples() -> None:
     assert len(_toml_blocks()) >= 8  # the parametrized test above is not vacuous
+
+
+def test_no_page_says_config_check_refuses_config() -> None:
+    """The new-operator trial of issue 34: the README and operations.md said `config check
+    --config PATH` is refused, after it was made to take it (tests/test_config_check.py)."""
+    for page in DOCS:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        assert "not `--config PATH`" not in text, page
+        assert "`cdn-proxy config check --config PATH` is refused" not in text, page

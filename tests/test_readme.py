@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.cache.policy import HEURISTIC_FRACTION, HEURISTIC_MAX
+from proxy.core.cache.freshness import HEURISTIC_FRACTION, HEURISTIC_MAX
 from proxy.core.purge.purges import PurgeResult
 from proxy.core.purge.receipts import describe, receipt
 from proxy.state.admins import MIN_PASSWORD_LENGTH
@@ -60,6 +60,26 @@ def test_the_readmes_test_command_is_what_ci_runs() -> None:
         "./scripts/test",
     ]
     assert './scripts/test -m "not slow"' in README
+
+
+def test_the_readme_gives_both_durations_of_the_suite_as_measured() -> None:
+    """Issue 34 §5: "the README gives both durations". They are the development page's,
+    where the measurement and its command are."""
+    table = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    whole = re.search(r"whole suite, [\d,]+ tests\) \| ([\d]+ min [\d]+ s)", table)
+    quick = re.search(r"quick subset, about [\d,]+ tests\) \| ([\d]+ min [\d]+ s)", table)
+    assert whole is not None and quick is not None
+    assert f"the whole suite takes {whole[1]}" in " ".join(README.split())
+    assert f"The quick subset takes {quick[1]}" in " ".join(README.split())
+
+
+def test_every_feature_in_the_readme_links_to_its_page() -> None:
+    """Issue 34 §1: "a short feature list, each item linking to its page"."""
+    features = README.split("## Features")[1].split("## Where to go next")[0]
+    items = re.split(r"\n- ", features)[1:]
+    assert len(items) >= 15
+    unlinked = [item.split("\n")[0] for item in items if "](docs/" not in item]
+    assert unlinked == []
 
 
 def test_the_purge_receipt_sample_is_what_the_cli_prints() -> None:

@@ -156,3 +156,31 @@ async def test_a_stuck_worker_is_named_unknown_and_the_trace_still_answers(
     # for it.
     answer = await trace(node, secret, "/page")
     assert answer["outcome"] == "miss" and len(answer["workers"]) == 2, answer
+
+
+@pytest.mark.parametrize("tiered", [False, True], ids=["memory", "shared-tier"])
+async def test_a_trace_names_why_a_refused_key_holds_nothing(
+    tmp_path: Path, origin: Origin, nodes: list[Node], tiered: bool
+) -> None:
+    """Issue 34 §3: a trace without a fetch of an object refused as ``private`` said only "0
+    variants". The worker that filled it remembers why (hit-for-miss), and the trace says."""
+    origin.reply("/me", b"yours", headers={"Cache-Control": "private"})
+    if tiered:
+        tiered_config(tmp_path, origin, workers=2)
+    else:
+        write_config(tmp_path, origin.url, workers=2)
+    secret = await token(tmp_path)
+    node = await Node.start(tmp_path / "proxy.toml")
+    nodes.append(node)
+    assert (await trace(node, secret, "/me"))["store"]["refused"] is None
+    assert "private" in (await get_fresh(node, "/me"))[1]
+    answer = await trace(node, secret, "/me")
+    refused = answer["store"]["refused"]
+    assert (refused["why_not"], refused["status"]) == ("private", 200), answer
+    assert 0 <= refused["age"] < 60, answer
+    assert answer["store"]["variants"] == 0 and answer["outcome"] in ("miss", "mixed"), answer
+    status, out, err = await cli(
+        "trace", "http://example.com/me", "--api", node.api, "--token", secret
+    )
+    assert status == 0, err
+    assert "  last fill not stored, " in out and "s ago: private (status 200)" in out, out

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import urlsplit
 
@@ -32,7 +32,7 @@ from aiohttp.helpers import ChainMapProxy
 from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.api.readiness import READINESS
-from proxy.api.trace_workers import ASK_WORKERS, traced_by_workers
+from proxy.api.trace_workers import ASK_WORKERS, AskWorkers, traced_by_workers
 from proxy.config.model import Config, DomainConfig, EdgeConfig
 from proxy.core.auth.tokens import Scope
 from proxy.core.cache.policy import DontStore, Storable, assess_response
@@ -44,6 +44,8 @@ from proxy.core.http.compression import codings_of
 from proxy.core.http.encodings import preferred
 from proxy.core.http.headers import to_origin
 from proxy.edge.origin import origin_error
+from proxy.errors import FleetUnavailable
+from proxy.store.base import Positioned
 
 EXAMPLE = '{"url": "https://<cdn domain>/path?query", "headers": {"Cookie": "a=1"}}'
 FIELDS = ("url", "headers", "fetch", "method")
@@ -98,6 +100,8 @@ async def trace_route(request: web.Request) -> web.Response:
         client_address=request.remote or "",
         via=via_of(ctx.config),
     )
+    if isinstance(ctx.purger, Positioned):
+        await in_fleet_numbers(answer, ctx.purger, domain)
     body = json.dumps(answer, ensure_ascii=True).encode("ascii")
     response = web.Response(body=body, content_type="application/json")
     response.headers["Cache-Control"] = "no-store"
@@ -130,6 +134,10 @@ async def traced(
     probe = explain(held=None, now=clock())
     key_target = str(probe["key_target"])
     held = None if inspect is None else inspect(config.name, key_target)
+    ask = app.get(ASK_WORKERS)
+    if held is not None and held.refused is None and ask is not None:
+        # A node's shared tier, read here: its workers remember what they did not store.
+        held = await refused_by_workers(ask, held, config.name, key_target)
     servers = _servers(app, config)
     fetched = None
     if asked.fetch:
@@ -147,7 +155,6 @@ async def traced(
         held=held, now=clock(), servers=servers, balance=config.balance, fetched=fetched
     )
     if held is None and answer["outcome"] != "bypass":
-        ask = app.get(ASK_WORKERS)
         workers = None
         if ask is not None:
             workers = await traced_by_workers(
@@ -162,6 +169,34 @@ async def traced(
             return workers
         answer.update(outcome="unknown", why="the store is not in this process", entry=None)
     return answer
+
+
+async def refused_by_workers(ask: AskWorkers, held: Held, domain: str, target: str) -> Held:
+    """``held`` with the latest refusal of the key any worker remembers (hit-for-miss)."""
+    answers = await ask(domain, target)
+    refusals = [one.refused for one in answers.values() if one is not None and one.refused]
+    if not refusals:
+        return held
+    return replace(held, refused=max(refusals, key=lambda refusal: refusal[2]))
+
+
+async def in_fleet_numbers(answer: dict[str, object], fleet: Positioned, domain: str) -> None:
+    """With a fleet, its numbers in the store's row: each edge process and the shared tier
+    number purges in a count of their own, which is not the series of the receipts (issue
+    34 B3). ``purge_number`` becomes the fleet's latest number (every live edge process
+    applied every purge up to it), ``generation`` the number of the domain's last clear.
+    Valkey out of reach: both are null, and ``numbers`` says why."""
+    store = answer.get("store")
+    if not isinstance(store, dict):
+        return
+    try:
+        position = await fleet.position(domain)
+    except FleetUnavailable as exc:
+        store.update(generation=None, purge_number=None, numbers=f"unknown: {exc}")
+        return
+    store.update(
+        generation=position.generation, purge_number=position.number, numbers="the fleet's"
+    )
 
 
 def _servers(app: web.Application | ChainMapProxy, config: DomainConfig) -> list[Server]:

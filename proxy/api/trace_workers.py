@@ -10,12 +10,15 @@ to one worker (SO_REUSEPORT), so the next request's outcome is that worker's:
   each worker's own in ``why``;
 - a worker that did not answer in time (starting, or stuck) is ``unknown`` for its part.
 
+The store row's ``refused`` is the latest refusal any worker remembers (hit-for-miss).
+
 Every answer lists ``workers``: each worker's outcome and why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -57,5 +60,17 @@ async def traced_by_workers(
         answer.update(outcome=MIXED, why=why, entry=entry)
     elif not traced:
         answer.update(outcome="unknown", why=str(rows[0]["why"]), entry=None)
+    refusals = [refused for one in traced if (refused := _refused(one)) is not None]
+    store = answer.get("store")
+    if refusals and isinstance(store, dict):
+        # Each worker remembers what it did not store: the latest refusal, the next
+        # request's likeliest (hit-for-miss, edge/refusals.py).
+        answer["store"] = {**store, "refused": min(refusals, key=lambda r: r["age"])}
     answer["workers"] = rows
     return answer
+
+
+def _refused(traced: dict[str, object]) -> dict[str, Any] | None:
+    store = traced.get("store")
+    refused = store.get("refused") if isinstance(store, dict) else None
+    return refused if isinstance(refused, dict) else None

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 
 from proxy.cli.api_client import Failed, add_api_options, api_settings, json_object, post
+from proxy.core.purge.receipts import any_number_text
 from proxy.core.routes import TRACE_PATH
 
 TIMEOUT = 30.0  # seconds: a fetch waits for the origin
@@ -58,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(answer: Mapping[str, object]) -> str:
     """The trace for people, one decision a line."""
-    lines = [f"{answer.get('method', 'GET')} {answer.get('target')} on {answer.get('domain')}"]
+    method, scheme = answer.get("method", "GET"), answer.get("scheme")
+    if scheme in ("http", "https"):
+        lines = [f"{method} {scheme}://{answer.get('domain')}{answer.get('target')}"]
+    else:  # an API older than the scheme in its answer
+        lines = [f"{method} {answer.get('target')} on {answer.get('domain')}"]
     lines.append(f"  outcome: {answer.get('outcome')} ({answer.get('why')})")
     workers = _rows(answer.get("workers"))  # a node with workers: each one's outcome
     if workers:
@@ -76,11 +81,25 @@ def describe(answer: Mapping[str, object]) -> str:
         )
     store = answer.get("store")
     if isinstance(store, dict):
-        lines.append(
-            f"  store: {store.get('variants')} variant(s), generation {store.get('generation')}"
-        )
-        for purge in _rows(store.get("purges")):
-            lines.append(f"  purged by: {purge.get('kind')} {purge.get('items')}")
+        lines.append(f"  store: {store.get('variants')} variant(s)")
+        if store.get("purge_number") is None:  # a fleet whose Valkey did not answer
+            lines.append(f"  purge numbers: {store.get('numbers')}")
+        else:  # in the series of the receipts (`cdn-proxy purge`): issue 34 B3
+            number = any_number_text(store.get("purge_number"))
+            cleared = store.get("generation")
+            last = "never" if cleared == 0 else any_number_text(cleared)
+            lines.append(f"  latest purge: {number}; the domain's last clear: {last}")
+        for purge in _rows(store.get("purges")):  # of the URL: a copy stored since answers
+            items = purge.get("items")
+            named = " ".join(map(str, items)) if isinstance(items, list) else ""
+            kind = f"{'soft ' if purge.get('soft') else ''}{purge.get('kind')}"
+            lines.append(f"  recent purge of this URL: {kind} {named}".rstrip())
+        refused = store.get("refused")
+        if isinstance(refused, dict):  # hit-for-miss: why the last fill was not stored
+            lines.append(
+                f"  last fill not stored, {refused.get('age')}s ago: {refused.get('why_not')}"
+                f" (status {refused.get('status')})"
+            )
     origin = answer.get("origin")
     if isinstance(origin, dict):
         names = ", ".join(map(str, origin.get("candidates") or [])) or "none up"

@@ -59,6 +59,7 @@ from proxy.edge.fill_budget import FillBudget, Held
 from proxy.edge.flights import Flight, FlightResult
 from proxy.edge.forward import AskOrigin, relay
 from proxy.edge.origin import OriginResponse
+from proxy.edge.refusals import Refusals
 from proxy.errors import OriginError
 from proxy.store.base import Store
 from proxy.store.shared.large import BodyFile, FileBacked, file_backed, replaced
@@ -130,6 +131,7 @@ class Filler:
         from_stored: FromStored,
         ready: Ready,
         end_flight: Land,
+        refusals: Refusals | None = None,
     ) -> None:
         self._name = name
         self._via = via
@@ -148,6 +150,7 @@ class Filler:
         self._from_stored = from_stored
         self._ready = ready
         self._end_flight = end_flight
+        self._refusals = refusals  # what was not stored, by key (edge/refusals.py)
 
     async def close(self) -> None:
         """Stop making copies (at shutdown): those queued are dropped, unstored."""
@@ -471,8 +474,11 @@ class Filler:
         prefix: bytes | None = None,
     ) -> Filled | ranges.AskOrigin:
         """Relay a response that is not stored. Its waiters are released first (each asks the
-        origin itself), not kept until the relay ends."""
+        origin itself), not kept until the relay ends; the key's next misses do not wait."""
         self._end_flight(job.key, job.flight, None)
+        if self._refusals is not None and not job.background:
+            domain, _, target = job.key
+            self._refusals.refused(domain, target, reason, origin.status, self._clock())
         if job.stale is not None and origin.status == 200:
             # A new 200 replaced the stored response, and is not kept: the old one is neither
             # served again nor revalidated again (each time costing the origin up to

@@ -45,6 +45,7 @@ from proxy.core.cache.policy import (
     serve_while_revalidating,
 )
 from proxy.core.cache.rules import Applied, normalised_target
+from proxy.core.cache.trace import Held
 from proxy.core.domains import host_from_header
 from proxy.core.http.forwarded import request_client
 from proxy.core.http.headers import cache_status
@@ -68,6 +69,7 @@ from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
 from proxy.edge.peer_fill import CDN_LOOP, MARKED, PeerFills, PeerView, labelled, marked_for
+from proxy.edge.refusals import Refusals, with_refusals
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
@@ -104,6 +106,9 @@ class Edge:
         self._session = session
         self._clock = clock
         self.flights = Flights()
+        # Keys whose last answer was not stored: their misses skip the waiting list, and a
+        # trace names the reason (hit-for-miss, edge/refusals.py).
+        self.refusals = Refusals()
         # One fill per key for the node, across workers (issue 23 §2): the shared tier's
         # markers, and the markers this process holds, by key. A fleet's store wraps its own.
         local = getattr(store, "local", store)
@@ -177,6 +182,7 @@ class Edge:
             from_stored=self._from_stored,
             ready=self._ready,
             end_flight=self._end_flight,
+            refusals=self.refusals,
         )
         forwarder = Forwarder(
             config=config,
@@ -456,6 +462,9 @@ class Edge:
         partial = stale is None and ranges.forwarded(request)
         if partial and self.flights.get(key) is None:
             return await self._forward(request, config, target, fwd, "range")
+        if not partial and self.refusals.recent(key[0], key[2], now) is not None:
+            # Its last answer was not stored: no leader's answer to wait for, most likely.
+            return await self._fill(Fill(request, config, key, target, stale, fwd, None, rules))
         flight, leading = self.flights.join(key)
         if leading:
             job = Fill(request, config, key, target, stale, fwd, flight, rules)
@@ -512,6 +521,8 @@ class Edge:
         finally:
             # Waiters are released however the fetch ends, a client gone away included.
             self._end_flight(job.key, job.flight, None if filled is None else filled.result)
+        if isinstance(filled.result, StoredResponse):  # cacheable (again): collapsed again
+            self.refusals.stored(job.key[0], job.key[2])
         if not job.background:
             failed = isinstance(filled.result, OriginError)
             self._telemetry.request(job.config.name, ERROR if failed else outcome_of_fwd(job.fwd))
@@ -574,6 +585,11 @@ class Edge:
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def traced(self, inspect: Callable[[str, str], Held]) -> Callable[[str, str], Held]:
+        """``inspect`` (a store's read for a trace) with this edge's recent refusal of the
+        key: why its last fill was not stored (hit-for-miss)."""
+        return with_refusals(inspect, self.refusals, self._clock)
 
     async def close(self) -> None:
         """Cancel background revalidations still running (at shutdown)."""

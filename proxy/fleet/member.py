@@ -23,7 +23,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -44,6 +44,7 @@ from proxy.fleet.peers import live_peers
 from proxy.fleet.scripts import CLEARS, DRY, FleetScripts
 from proxy.fleet.settings import FleetSettings
 from proxy.store.base import ClearResult, Store
+from proxy.store.shared.node_writes import FleetBatch, NodeWrite
 from proxy.wire.fleet import (
     pack_ack_figures,
     pack_dry_answer,
@@ -64,6 +65,19 @@ class Distrusting(Protocol):
     def distrust_now(
         self, domains: Sequence[str], *, every: bool, made_for: str = ""
     ) -> list[ClearResult]: ...
+
+
+@runtime_checkable
+class NodeShared(Protocol):
+    """A store in front of a tier the node's processes share (proxy/store/tiered.py): a
+    batch's writes to that tier are made once per node, durably, off the event loop
+    (``apply_fleet``, decision 0048), and the batch is then applied to this process's own
+    copies (``memory``) without suspending."""
+
+    @property
+    def memory(self) -> Store: ...
+
+    async def apply_fleet(self, batch: FleetBatch) -> None: ...
 
 
 class FleetMember:
@@ -233,13 +247,22 @@ class FleetMember:
             missing = [s.domain for s in plan.purges if records.get(s.number) is None]
             clear = tuple(dict.fromkeys([*clear, *missing]))
         figures: list[tuple[int, int, int, bool]] = []
+        local = self.store
+        if isinstance(local, NodeShared):
+            # The node's shared tier first, durably, in its writer thread and once per node
+            # (decision 0048); a lookup meanwhile may still find this process's own copies,
+            # which is allowed: nothing of the batch is acked before the end.
+            batch = node_batch(plan, clear, records)
+            if batch.writes or batch.every:  # a renewal with nothing new writes nothing
+                await local.apply_fleet(batch)
+            local = local.memory
         # No await from here to the end: the batch is applied in one step, so no lookup sees
         # half of it. The store's clear_now and purge_now never suspend (the Store protocol
         # declares them plain methods; proxy/store/base.py).
         distrusted = self._distrust(plan, clear) if plan.clear_all or plan.unknown else {}
         for domain in clear:
             number = plan.applied.generations.get(domain, 0)
-            cleared = distrusted[domain] if domain in distrusted else self.store.clear_now(domain)
+            cleared = distrusted[domain] if domain in distrusted else local.clear_now(domain)
             if (  # a clear new to it, whose figures are asked for
                 not plan.clear_all
                 and number > self.applied.seq
@@ -250,7 +273,7 @@ class FleetMember:
             record = records.get(step.number)
             if record is None:
                 continue  # its domain was cleared instead
-            result = self.store.purge_now(record.domain, record.purge)
+            result = local.purge_now(record.domain, record.purge)
             figures.append((step.number, result.entries, result.bytes, result.exact))
             self.purges_applied += 1
         self.applied = plan.applied
@@ -263,6 +286,9 @@ class FleetMember:
         The domains so handled, with what their memory tier dropped; the caller clears the
         others."""
         store = self.store
+        if isinstance(store, NodeShared):  # the tier distrusted already (node_batch): copies
+            kept = clear if plan.clear_all else [d for d in plan.unknown if d in clear]
+            return {domain: store.memory.clear_now(domain) for domain in kept}
         if not isinstance(store, Distrusting):
             return {}
         if plan.clear_all:
@@ -404,3 +430,33 @@ class FleetMember:
             if asked is not None:
                 result = await self.store.purge(*asked)
                 await self._scripts.answer_dry(ident, pack_dry_answer(result, self.name))
+
+
+def node_batch(
+    plan: SyncPlan, clear: Sequence[str], records: Mapping[int, PurgeRecord]
+) -> FleetBatch:
+    """What a batch writes to the node's shared tier (node_writes.py), as ``_apply`` applies
+    it: a new epoch distrusts every domain (one write per node, named by ``epoch seq``); a
+    domain whose records were dropped is distrusted; the other cleared domains are cleared
+    (under their clear's number, or a purge's whose record could not be read); then the
+    purges, in order."""
+    applied = plan.applied
+    if plan.clear_all:
+        return FleetBatch(applied.epoch, applied.seq, (), every=f"{applied.epoch} {applied.seq}")
+    unknown = set(plan.unknown)
+    unread: dict[str, int] = {}
+    for step in plan.purges:
+        if records.get(step.number) is None:
+            unread[step.domain] = max(unread.get(step.domain, 0), step.number)
+    writes = []
+    for domain in clear:
+        if domain in unknown:
+            writes.append(NodeWrite(domain, applied.seq, distrust=True))
+            continue
+        number = max(applied.generations.get(domain, 0), unread.get(domain, 0))
+        writes.append(NodeWrite(domain, number or applied.seq))
+    for step in plan.purges:
+        record = records.get(step.number)
+        if record is not None:
+            writes.append(NodeWrite(record.domain, step.number, record.purge))
+    return FleetBatch(applied.epoch, applied.seq, tuple(writes))

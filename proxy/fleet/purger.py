@@ -36,7 +36,7 @@ from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.errors import ClearNotConfirmed, FleetUnavailable, NotReplicated, WireError
 from proxy.fleet.scripts import ACKED, ClearRecord, FleetScripts, MembersView
 from proxy.fleet.settings import FleetSettings
-from proxy.store.base import ClearResult
+from proxy.store.base import ClearResult, Position
 from proxy.wire.fleet import pack_dry_request, unpack_ack_hint, unpack_dry_answer
 from proxy.wire.reports import unpack_member_info
 
@@ -153,6 +153,11 @@ class FleetPurger:
         """Every member with its info, lease and ack (the Nodes page)."""
         return await self._scripts.members()
 
+    async def position(self, domain: str) -> Position:
+        """The fleet's latest number and ``domain``'s generation, for a dry run's receipt and
+        a trace: the series receipts are numbered in (issue 34 B3). FleetUnavailable."""
+        return await self._scripts.position(domain)
+
     async def clear_domain(self, domain: str) -> ClearResult:
         """Raises FleetUnavailable when the clear could not be recorded (or it is unknown
         whether it was, or fewer than ``replicas`` replicas confirmed it: NotReplicated),
@@ -207,6 +212,9 @@ class FleetPurger:
         ``clear_timeout`` (decision 0026, "Dry runs"). A member whose lease runs out while
         it is waited for no longer serves from its cache and is no longer waited for.
         FleetUnavailable if none is live, or none answered."""
+        # Read first: every purge answered before the dry run has a number up to this one,
+        # and every live member applied it before it was answered, so before it counts.
+        position = await self._scripts.position(domain)
         asked = self._live(await self._scripts.members())
         if not asked:
             raise FleetUnavailable("no live edge process to answer the dry run")
@@ -244,7 +252,14 @@ class FleetPurger:
         if not answers:
             raise FleetUnavailable(f"no edge process answered the dry run within {within:g} s")
         result = merge_dry_answers(domain, purge, list(answers.values()), len(asked))
-        return replace(result, seconds=time.perf_counter() - started)
+        # The members' answers number the purge in each store's own count: the receipt
+        # gives the fleet's numbers instead, the series of every purge's receipt.
+        return replace(
+            result,
+            number=position.number,
+            generation=position.generation,
+            seconds=time.perf_counter() - started,
+        )
 
     @staticmethod
     def _live(view: MembersView) -> set[str]:

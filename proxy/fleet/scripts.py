@@ -34,6 +34,7 @@ from proxy.errors import FleetUnavailable, NotReplicated, PurgeUnsupported, Wire
 from proxy.fleet import lua
 from proxy.fleet.lua import ACKED as ACKED
 from proxy.fleet.settings import FleetSettings
+from proxy.store.base import Position
 from proxy.wire.fleet import (
     pack_dry_ask,
     pack_record,
@@ -171,6 +172,15 @@ class FleetScripts:
         view = _view(reply[2:])
         number, generation = _int(reply[0]), _int(reply[1])
         return ClearRecord(number=number, epoch=view.epoch, view=view, generation=generation)
+
+    async def position(self, domain: str) -> Position:
+        """The fleet's latest number and ``domain``'s generation: two plain reads."""
+        number = await self._command("GET", lua.KEY["seq"])
+        generation = await self._command("HGET", lua.KEY["gen"], domain)
+        return Position(
+            number=0 if number is None else _int(number),
+            generation=0 if generation is None else _int(generation),
+        )
 
     async def records(self, lowest: int, highest: int) -> tuple[PurgeRecord | None, ...]:
         """The purge records numbered from ``lowest`` to ``highest`` (None: unreadable)."""

@@ -311,9 +311,12 @@ async def control_listening(
             store=store,
             clock=process.clock,
             fleet=fleet,
-            # A trace reads the store when it is this process's, or ``inspect`` (a node's
-            # shared tier); else it asks the workers (``ask_workers``) when there are some.
-            inspect=store.inspect if isinstance(store, MemoryStore | TieredStore) else inspect,
+            # A trace reads ``inspect`` (the edge's store and refusals in this process, or a
+            # node's shared tier), else the store when it is this process's; else it asks the
+            # workers (``ask_workers``) when there are some.
+            inspect=inspect
+            if inspect is not None or not isinstance(store, MemoryStore | TieredStore)
+            else store.inspect,
         )
         if ask_workers is not None:
             app[ASK_WORKERS] = ask_workers

@@ -51,7 +51,7 @@ from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.process.worker_args import WorkerArgs
-from proxy.store.base import ClearResult, Purger
+from proxy.store.base import ClearResult, Position, Purger
 from proxy.store.shared import SharedTier
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
@@ -143,9 +143,10 @@ async def _control_plane(
             fleet=figures,
             reload_hooks=reload_hooks,
             origin_states=process.telemetry.origin_servers,
-            # A trace reads the shared tier, else asks the workers (node_trace.py).
+            # A trace reads the shared tier, else asks the workers (node_trace.py); with
+            # the tier, the workers are asked only what they did not store (hit-for-miss).
             inspect=None if tier is None else partial(shared_held, tier),
-            ask_workers=asker(workers) if tier is None else None,
+            ask_workers=asker(workers),
         )
     )
     return api_url
@@ -214,6 +215,9 @@ class SharedFirstPurger:
         if not purge.dry_run:
             await self._tier.purge_async(domain, purge)
         return await self._purger.purge(domain, purge)
+
+    async def position(self, domain: str) -> Position:
+        return await self._purger.position(domain)
 
 
 @asynccontextmanager

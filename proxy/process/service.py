@@ -122,6 +122,7 @@ async def running(
                 store=store,
                 reload_hooks=reload_hooks,
                 origin_states=edge.upstreams.rows,  # /readyz shows the edge's view too
+                inspect=edge.traced(store.inspect),  # with its refusals (hit-for-miss)
             )
         )
         yield Service(

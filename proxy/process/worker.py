@@ -103,6 +103,7 @@ async def _run(config: Config, args: WorkerArgs, index: int) -> int:
                 report=_tell_node,
             )
         )
+        channel.inspect = handler.traced(local.inspect)  # and its refusals (hit-for-miss)
         telemetry.origin_servers = handler.upstreams.rows  # in its report (origin figures)
         telemetry.peer_fills = handler.peer_fills  # in its report too, with peer fills
         startup.freeze_heap()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from proxy.core.cache.entry import CacheKey, StoredResponse
 from proxy.core.purge.purges import Purge, PurgeResult
@@ -154,6 +154,25 @@ class Purger(Protocol):
         """Purge by URL, prefix, tag or all, hard or soft, or a dry run (decision 0024).
         Returns only once the purge is in effect wherever the domain is served."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a domain stands in a fleet's one series of numbers (issue 34 B3): ``number``,
+    the latest number the fleet gave a clear or purge of any domain; ``generation``, the
+    number of the domain's last clear (0: never cleared)."""
+
+    number: int
+    generation: int
+
+
+@runtime_checkable
+class Positioned(Protocol):
+    """A purger with a fleet behind it, whose numbers are not the edge processes' own:
+    dry runs and traces give these instead, so that every number an operator sees is of the
+    series receipts are in."""
+
+    async def position(self, domain: str) -> Position: ...
 
 
 class LocalPurger:

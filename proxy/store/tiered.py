@@ -24,12 +24,15 @@ Theory of operation (issue 23, decision 0030):
   client; it is never whole in memory, and never in the memory tier.
 - Purges and clears go to the shared tier first and are durable (fsync of its purge state)
   before the call returns; then to the memory tier. The API answers 200 only after that.
-  ``clear_now``/``purge_now`` (a fleet member's batch, which must not suspend) wait for the
-  fsync on the event loop: a few milliseconds per purge, the price of a purge that holds
-  across a crash. A purge the shared tier cannot make durable stops the tier in this process
+  A fleet member's batch (decision 0048) goes through ``apply_fleet``: the batch's writes to
+  the shared tier in one synced transaction in the tier's writer thread, made only by the
+  first worker of the node to get there (node_writes.py), then the member applies the batch
+  to ``memory`` without suspending. ``clear_now``/``purge_now`` still write the tier on the
+  caller's thread (the Store protocol's plain methods; no event loop calls them with a
+  tier). A purge the shared tier cannot make durable stops the tier in this process
   (it serves nothing more until the node restarts, and its entries are voided for that
   start): the purge still holds here, and ``not_durable`` counts it for /readyz and
-  /metrics. In a fleet every edge process applies every purge, so each stops its own tier.
+  /metrics.
 - A fleet member that cannot know what its node missed (a new epoch, a trimmed log) distrusts
   the shared tier instead of clearing it (``distrust_now``, decision 0040): its entries are
   served again only once revalidated by the origin, a burst of 304s instead of a refill.
@@ -65,6 +68,7 @@ from proxy.store.shared.bodies import Verified
 from proxy.store.shared.fill import AsyncFill
 from proxy.store.shared.large import BodyFile, FileBacked
 from proxy.store.shared.markers import Markers
+from proxy.store.shared.node_writes import FleetBatch
 
 log = logging.getLogger("proxy.store")
 
@@ -359,6 +363,15 @@ class TieredStore:
                 self._check(self.tier.distrust(domain))
         self._tokens.clear()
         return [self.memory.clear_now(domain) for domain in domains]
+
+    async def apply_fleet(self, batch: FleetBatch) -> None:
+        """A fleet batch's writes to the shared tier (a member's, before it applies the batch
+        to ``memory``): durable when this returns, written in the tier's writer thread, and
+        only when no other worker of the node has written them (node_writes.py). A distrust
+        also forgets this process's lookups, as ``distrust_now`` does."""
+        self._check(await self.tier.run(lambda: self.tier.apply_fleet(batch)))
+        if batch.every or any(write.distrust for write in batch.writes):
+            self._tokens.clear()
 
     async def clear_domain(self, domain: str) -> ClearResult:
         await self._durable(self.tier.clear_domain_async(domain))

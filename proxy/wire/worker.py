@@ -70,6 +70,7 @@ class HeldRecord(msgspec.Struct, frozen=True, kw_only=True):
     purge_number: int = 0
     purges: list[tuple[str, list[str], bool]] = []
     pending: int = 0
+    refused: tuple[str, int, float] | None = None  # hit-for-miss: why, status, when
 
 
 class Inspected(msgspec.Struct, frozen=True):
@@ -97,6 +98,7 @@ def pack_held(held: Held) -> HeldRecord:
         purge_number=held.purge_number,
         purges=[(kind, list(items), soft) for kind, items, soft in held.purges],
         pending=held.pending,
+        refused=held.refused,
     )
 
 
@@ -135,6 +137,7 @@ def unpack_held(record: HeldRecord) -> Held:
         purge_number=record.purge_number,
         purges=tuple((kind, tuple(items), soft) for kind, items, soft in record.purges),
         pending=record.pending,
+        refused=record.refused,
     )
 
 

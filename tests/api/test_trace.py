@@ -18,8 +18,9 @@ import pytest
 from aiohttp import web
 
 from proxy.api.app import create_api_app
+from proxy.cli.trace import describe
 from proxy.core.auth.tokens import Scope
-from proxy.process.service import running
+from proxy.process.service import Service, running
 from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger
 from tests.api.support import START, AiohttpClient
@@ -270,6 +271,7 @@ async def test_the_cli_prints_the_trace_and_its_json(traced: Traced, origin: Ori
         "http://example.com/p?utm_medium=y", "--api", api, "--token", traced.token
     )
     assert code == 0, err
+    assert out.splitlines()[0] == "GET http://example.com/p?utm_medium=y"  # the scheme shown
     assert "outcome: hit (stored and fresh)" in out
     assert "cache key: /p" in out and "lifetime 60.0s from origin" in out
     assert "rule account: skipped: '/p' matches none of its paths ('/account/*')" in out
@@ -291,6 +293,20 @@ async def test_the_cli_prints_the_trace_and_its_json(traced: Traced, origin: Ori
     assert origin.count("/p") == 1
 
 
+async def service_trace(
+    http: aiohttp.ClientSession, service: Service, token: str, url: str
+) -> dict[str, Any]:
+    """The running service's trace of ``url``."""
+    async with http.post(
+        service.api_url + "/api/v1/cdn/trace",
+        json={"url": url},
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        assert response.status == 200, await response.text()
+        answer: dict[str, Any] = await response.json()
+        return answer
+
+
 async def test_the_running_service_traces_its_own_store_and_origin_health(
     tmp_path: Path, origin: Origin
 ) -> None:
@@ -305,17 +321,32 @@ async def test_the_running_service_traces_its_own_store_and_origin_health(
         host = {"Host": "example.com"}
         async with http.get(service.edge_url + "/page", headers=host) as response:
             assert "stored" in response.headers["Cache-Status"]
-        async with http.post(
-            service.api_url + "/api/v1/cdn/trace",
-            json={"url": "http://example.com/page"},
-            headers={"Authorization": f"Bearer {token}"},
-        ) as response:
-            answer = await response.json()
+        answer = await service_trace(http, service, token, "http://example.com/page")
         assert answer["outcome"] == "hit", answer
         assert answer["origin"]["candidates"] == [origin.url]
         async with http.get(service.edge_url + "/page", headers=host) as response:
             assert response.headers["Cache-Status"].startswith("cdn-proxy; hit")
         assert origin.count("/page") == 1
+
+
+async def test_the_running_service_traces_why_a_refused_key_holds_nothing(
+    tmp_path: Path, origin: Origin
+) -> None:
+    """Issue 34 §3: without ``fetch``, a trace of an object refused as ``private`` said only
+    "0 variants". The edge remembers its refusals (hit-for-miss), and the trace names it."""
+    async with (
+        running(make_config(tmp_path, origin.url)) as service,
+        aiohttp.ClientSession() as http,
+    ):
+        token = await service.state.create_token("ops", Scope.everything(), START)
+        origin.reply("/me", b"yours", headers={"Cache-Control": "private"})
+        async with http.get(service.edge_url + "/me", headers={"Host": "example.com"}) as got:
+            assert "private" in got.headers["Cache-Status"]
+        answer = await service_trace(http, service, token, "http://example.com/me")
+        assert answer["scheme"] == "http", answer
+        assert answer["store"]["variants"] == 0, answer
+        refused = answer["store"]["refused"]
+        assert (refused["why_not"], refused["status"]) == ("private", 200), answer
 
 
 async def test_bad_fields_are_a_400_and_a_fetch_names_the_rule_lifetime(
@@ -386,3 +417,19 @@ async def test_the_trace_reads_accept_encoding_as_the_edge_does(
             response, _ = await traced.edge.get("/page", headers={"Accept-Encoding": coding})
             assert is_hit(response), (coding, response.headers.get("Cache-Status"))
             assert (answer["outcome"], answer["why"]) == ("hit", "stored and fresh"), coding
+
+
+def test_the_cli_names_recent_purges_of_the_url_not_of_the_stored_copy() -> None:
+    """The new-operator trial (issue 34): a hit filled after a prefix purge printed
+    ``purged by: prefix ['/assets/']``, which reads as if the stored copy were purged. The
+    purges listed are the recent ones that cover the URL; a copy stored after them answers."""
+    store = {
+        "variants": 1,
+        "generation": 0,
+        "purge_number": 3,
+        "purges": [{"kind": "prefix", "items": ["/assets/", "/img/"], "soft": True}],
+    }
+    answer = {"method": "GET", "scheme": "http", "domain": "example.com", "target": "/a"}
+    lines = describe({**answer, "outcome": "hit", "store": store}).splitlines()
+    assert "  recent purge of this URL: soft prefix /assets/ /img/" in lines, lines
+    assert not any("purged by" in line for line in lines), lines

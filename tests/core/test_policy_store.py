@@ -8,13 +8,11 @@ import pytest
 from multidict import CIMultiDict
 
 from proxy.core.cache.entry import ENTRY_OVERHEAD
+from proxy.core.cache.freshness import corrected_initial_age, explicit_lifetime, heuristic_lifetime
 from proxy.core.cache.policy import (
     DontStore,
     Storable,
     assess_response,
-    corrected_initial_age,
-    explicit_lifetime,
-    heuristic_lifetime,
 )
 from proxy.core.http.fields import Headers
 from proxy.core.http.httpdate import parse_cache_control

@@ -182,20 +182,23 @@ async def test_the_nodes_page_says_clear_numbers_as_the_times_they_stand_for(
 
 async def test_a_purge_with_workers_shows_one_series_of_numbers(signed_in: Browser) -> None:
     """B3 (in part): the preview of a dry run showed one worker's own purge number (3), the
-    receipt the fleet's (1795943780587952). The preview names none (a dry run numbers
-    nothing); the receipt and History say the fleet's number as the time it stands for."""
+    receipt the fleet's (1795943780587952). The preview names the fleet's latest number,
+    which the purge's is above; both are said as the time they stand for."""
     node = signed_in.node
     for n in range(4):
         await get_fresh(node, f"/page/{n}")
     fields = {"domain": "example.com", "kind": "url", "items": "/page/1"}
     status, preview = await signed_in.post("/dashboard/domains/purge", fields)
     assert status == 200, preview.text
-    assert preview.find(data_testid="number").text == "given with the purge"
+    shown = preview.find(data_testid="number")
+    before = int(shown.attrs["title"].removeprefix("purge number "))
+    assert before > 10**15 and shown.text.endswith(" UTC"), shown
     confirm = {"domain": "example.com", "kind": "url", "item": "/page/1"}
     status, receipt = await signed_in.post("/dashboard/domains/purge/confirm", confirm)
     assert status == 200, receipt.text
     cell = receipt.find(data_testid="number")
     number = int(cell.attrs["title"].removeprefix("purge number "))
+    assert number > before
     stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
     assert cell.text == stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
     _, history = await signed_in.get("/dashboard/history")

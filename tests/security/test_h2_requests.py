@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from aiohttp.base_protocol import BaseProtocol
@@ -29,51 +28,25 @@ from hypothesis import strategies as st
 
 from proxy.core.cache.keys import HTTPS_MARK, target_of
 from proxy.core.http.requests import METHODS, is_token
-from proxy.process.service import Service, running
+from proxy.process.service import Service
 from proxy.store.memory import MemoryStore
 from proxy.store.tiered import TieredStore
 from tests.edge.h2_support import Answer, RawH2
-from tests.edge.tls_support import Certificates, pair_keys, tls_config
-from tests.security.conftest import RawOriginFactory
-from tests.security.support import OriginRequest, RawOrigin, exchange, ok
-
-
-def by_target(request: OriginRequest) -> bytes:
-    return ok(b"answer for " + request.target.encode())
+from tests.security.support import RawOrigin, exchange
 
 
 @pytest.fixture
-async def server(raw_origin: RawOriginFactory) -> RawOrigin:
-    return await raw_origin(by_target)
-
-
-@pytest.fixture
-def certs(tmp_path: Path) -> Certificates:
-    return Certificates(tmp_path)
-
-
-@pytest.fixture
-async def service(tmp_path: Path, server: RawOrigin, certs: Certificates) -> AsyncIterator[Service]:
-    config = tls_config(tmp_path, server.url, edge={**pair_keys(certs.issue("example.com"))})
-    async with running(config) as running_service:
-        yield running_service
-
-
-@pytest.fixture
-async def client(service: Service, certs: Certificates) -> AsyncIterator[RawH2]:
-    assert service.tls_url is not None
-    connection = await RawH2.open(service.tls_url, certs.client())
-    # Sends what it is told: h2 as a client would refuse (or fix) what an attacker sends.
-    connection.h2.config.validate_outbound_headers = False
-    connection.h2.config.normalize_outbound_headers = False
-    yield connection
-    await connection.close()
+def h2_client(h2_client: RawH2) -> RawH2:
+    """Sends what it is told: h2 as a client would refuse (or fix) what an attacker sends."""
+    h2_client.h2.config.validate_outbound_headers = False
+    h2_client.h2.config.normalize_outbound_headers = False
+    return h2_client
 
 
 def raw_request(
-    client: RawH2, method: bytes, path: bytes, fields: list[tuple[bytes, bytes]] | None = None
+    h2_client: RawH2, method: bytes, path: bytes, fields: list[tuple[bytes, bytes]] | None = None
 ) -> int:
-    stream_id = client.h2.get_next_available_stream_id()
+    stream_id = h2_client.h2.get_next_available_stream_id()
     head = [
         (b":method", method),
         (b":path", path),
@@ -81,9 +54,9 @@ def raw_request(
         (b":authority", b"example.com"),
         *(fields or []),
     ]
-    client.h2.send_headers(stream_id, head, end_stream=True)
-    client.answers[stream_id] = Answer()
-    client.flush()
+    h2_client.h2.send_headers(stream_id, head, end_stream=True)
+    h2_client.answers[stream_id] = Answer()
+    h2_client.flush()
     return stream_id
 
 
@@ -100,12 +73,12 @@ def stored_targets(store: MemoryStore | TieredStore) -> list[str]:
     return targets
 
 
-async def http11(service: Service, method: bytes, target: bytes = b"/p") -> int:
-    assert service.edge_url is not None
+async def http11(tls_service: Service, method: bytes, target: bytes = b"/p") -> int:
+    assert tls_service.edge_url is not None
     request = (
         method + b" " + target + b" HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
     )
-    answer = await exchange(service.edge_url, request)
+    answer = await exchange(tls_service.edge_url, request)
     [status] = answer.statuses
     return status
 
@@ -175,31 +148,31 @@ def test_http2_takes_exactly_the_methods_http11_takes(
     ids=["lower", "mixed", "unknown", "space", "vt", "trailing-space"],
 )
 async def test_a_method_the_edge_does_not_take_never_reaches_the_origin_nor_evicts(
-    client: RawH2, service: Service, server: RawOrigin, method: bytes, h2_reset: bool
+    h2_client: RawH2, tls_service: Service, raw_server: RawOrigin, method: bytes, h2_reset: bool
 ) -> None:
     """The issue's attack: ``:method: get`` was forwarded as unknown (so unsafe), sent as
     GET by aiohttp's client, answered 200, and the URL was evicted for everyone. Both
     protocols now refuse the method, and the stored answer keeps being served."""
-    filled = await client.answer(client.request("/p"))
+    filled = await h2_client.answer(h2_client.request("/p"))
     assert (filled.status, filled.body) == (200, b"answer for /p")
-    answer = await client.answer(raw_request(client, method, b"/p"))
+    answer = await h2_client.answer(raw_request(h2_client, method, b"/p"))
     if h2_reset:
         assert (answer.status, answer.reset) == (0, ErrorCodes.PROTOCOL_ERROR)
     else:
         assert answer.status == 400 and answer.body.startswith(b"400 Bad Request")
     if not method.endswith(b" "):  # in HTTP/1.1 a space ends the method
-        assert await http11(service, method) == 400
-    again = await client.answer(client.request("/p"))
+        assert await http11(tls_service, method) == 400
+    again = await h2_client.answer(h2_client.request("/p"))
     assert (again.status, again.body) == (200, b"answer for /p")
-    assert [r.head.split(b" ")[0] for r in server.requests] == [b"GET"]  # the fill alone
+    assert [r.head.split(b" ")[0] for r in raw_server.requests] == [b"GET"]  # the fill alone
 
 
 async def test_a_method_the_edge_takes_is_sent_as_it_was_judged(
-    client: RawH2, server: RawOrigin
+    h2_client: RawH2, raw_server: RawOrigin
 ) -> None:
-    answer = await client.answer(raw_request(client, b"PURGE", b"/p"))
+    answer = await h2_client.answer(raw_request(h2_client, b"PURGE", b"/p"))
     assert answer.status == 200
-    [forwarded] = server.requests
+    [forwarded] = raw_server.requests
     assert forwarded.head.startswith(b"PURGE /p HTTP/1.1\r\n")
 
 
@@ -236,13 +209,13 @@ async def test_a_method_the_edge_takes_is_sent_as_it_was_judged(
     ],
 )
 async def test_a_path_with_characters_no_target_may_have_resets_the_stream(
-    client: RawH2, server: RawOrigin, path: bytes
+    h2_client: RawH2, raw_server: RawOrigin, path: bytes
 ) -> None:
-    answer = await client.answer(raw_request(client, b"GET", path))
+    answer = await h2_client.answer(raw_request(h2_client, b"GET", path))
     assert (answer.status, answer.reset) == (0, ErrorCodes.PROTOCOL_ERROR)
-    after = await client.answer(client.request("/after"))
+    after = await h2_client.answer(h2_client.request("/after"))
     assert after.status == 200  # a stream error: the connection lives
-    assert [r.target for r in server.requests] == ["/after"]
+    assert [r.target for r in raw_server.requests] == ["/after"]
 
 
 @pytest.mark.parametrize(
@@ -258,26 +231,26 @@ async def test_a_path_with_characters_no_target_may_have_resets_the_stream(
     ],
 )
 async def test_the_origin_is_sent_the_target_the_key_holds(
-    client: RawH2, service: Service, server: RawOrigin, path: str
+    h2_client: RawH2, tls_service: Service, raw_server: RawOrigin, path: str
 ) -> None:
-    answer = await client.answer(raw_request(client, b"GET", path.encode()))
+    answer = await h2_client.answer(raw_request(h2_client, b"GET", path.encode()))
     assert answer.status == 200
-    [forwarded] = server.requests
+    [forwarded] = raw_server.requests
     assert forwarded.target == path
-    assert stored_targets(service.store) == [path]
+    assert stored_targets(tls_service.store) == [path]
 
 
 async def test_an_empty_query_is_keyed_as_the_origin_is_asked(
-    client: RawH2, service: Service, server: RawOrigin
+    h2_client: RawH2, tls_service: Service, raw_server: RawOrigin
 ) -> None:
     """The origin client sends ``/a?`` as ``/a`` (its URL has no empty query), so the key is
     ``/a`` too: one entry for what the origin cannot tell apart, never a key naming bytes the
     origin was not sent."""
     for path in (b"/a?", b"/a"):
-        answer = await client.answer(raw_request(client, b"GET", path))
+        answer = await h2_client.answer(raw_request(h2_client, b"GET", path))
         assert answer.status == 200
-    assert [r.target for r in server.requests] == ["/a"]
-    assert stored_targets(service.store) == ["/a"]
+    assert [r.target for r in raw_server.requests] == ["/a"]
+    assert stored_targets(tls_service.store) == ["/a"]
 
 
 # -- field values (hole 5) --------------------------------------------------------------------
@@ -289,23 +262,23 @@ async def test_an_empty_query_is_keyed_as_the_origin_is_asked(
     ids=["vt", "del", "esc", "latin-1"],
 )
 async def test_a_value_http11_cannot_carry_resets_the_stream_with_no_traceback(
-    client: RawH2, server: RawOrigin, caplog: pytest.LogCaptureFixture, value: bytes
+    h2_client: RawH2, raw_server: RawOrigin, caplog: pytest.LogCaptureFixture, value: bytes
 ) -> None:
     """A VT or DEL passed the head check, aiohttp's client raised, the stream got a 500 and
     3.6 KB of traceback were logged each time."""
     caplog.set_level(logging.WARNING)
     for _ in range(3):
-        answer = await client.answer(raw_request(client, b"GET", b"/v", [(b"x-a", value)]))
+        answer = await h2_client.answer(raw_request(h2_client, b"GET", b"/v", [(b"x-a", value)]))
         assert (answer.status, answer.reset) == (0, ErrorCodes.PROTOCOL_ERROR)
-    assert server.requests == []
+    assert raw_server.requests == []
     assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
 
 
 async def test_utf8_and_tabs_in_values_reach_the_origin_byte_for_byte(
-    client: RawH2, server: RawOrigin
+    h2_client: RawH2, raw_server: RawOrigin
 ) -> None:
     value = "café\tnaïve".encode()
-    answer = await client.answer(raw_request(client, b"GET", b"/u", [(b"x-a", value)]))
+    answer = await h2_client.answer(raw_request(h2_client, b"GET", b"/u", [(b"x-a", value)]))
     assert answer.status == 200
-    [forwarded] = server.requests
+    [forwarded] = raw_server.requests
     assert b"\r\nx-a: " + value + b"\r\n" in forwarded.head

@@ -15,48 +15,23 @@ for an innocent URL. The rules held here:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from h2.errors import ErrorCodes
 
-from proxy.process.service import Service, running
+from proxy.process.service import Service
 from tests.edge.h2_support import RawH2
-from tests.edge.tls_support import Certificates, pair_keys, tls_config
-from tests.security.conftest import RawOriginFactory
-from tests.security.support import OriginRequest, RawOrigin, exchange, ok
+from tests.security.support import OriginRequest, RawOrigin, Responder, exchange, ok
 
 HOST = b"Host: example.com\r\n"
 
 
+@pytest.fixture
+def responder() -> Responder:
+    return by_target
+
+
 def by_target(request: OriginRequest) -> bytes:
     return ok(b"answer for " + request.target.encode() + b" " + request.body)
-
-
-@pytest.fixture
-async def server(raw_origin: RawOriginFactory) -> RawOrigin:
-    return await raw_origin(by_target)
-
-
-@pytest.fixture
-def certs(tmp_path: Path) -> Certificates:
-    return Certificates(tmp_path)
-
-
-@pytest.fixture
-async def service(tmp_path: Path, server: RawOrigin, certs: Certificates) -> AsyncIterator[Service]:
-    config = tls_config(tmp_path, server.url, edge={**pair_keys(certs.issue("example.com"))})
-    async with running(config) as running_service:
-        yield running_service
-
-
-@pytest.fixture
-async def client(service: Service, certs: Certificates) -> AsyncIterator[RawH2]:
-    assert service.tls_url is not None
-    connection = await RawH2.open(service.tls_url, certs.client())
-    yield connection
-    await connection.close()
 
 
 def framing(request: OriginRequest) -> list[str]:
@@ -64,20 +39,20 @@ def framing(request: OriginRequest) -> list[str]:
 
 
 async def test_a_length_on_a_head_that_ends_the_stream_is_never_forwarded(
-    client: RawH2, server: RawOrigin
+    h2_client: RawH2, raw_server: RawOrigin
 ) -> None:
     """The issue's attack: stream 1 claims 57 bytes and ends; stream 3 carries the request
     the origin would have read inside them. Stream 1 is reset; stream 3 is answered for its
     own URL and is the only request the origin sees."""
-    first_id = client.request("/a", headers=[("content-length", "57")])
+    first_id = h2_client.request("/a", headers=[("content-length", "57")])
     smuggled = ("x", "GET /secret.html HTTP/1.0")
-    second_id = client.request("/static/app.js", headers=[smuggled])
-    first = await client.answer(first_id)
-    second = await client.answer(second_id)
+    second_id = h2_client.request("/static/app.js", headers=[smuggled])
+    first = await h2_client.answer(first_id)
+    second = await h2_client.answer(second_id)
     assert first.reset == ErrorCodes.PROTOCOL_ERROR and first.status == 0
     assert (second.status, second.body) == (200, b"answer for /static/app.js ")
-    assert [r.target for r in server.requests] == ["/static/app.js"]
-    [forwarded] = server.requests
+    assert [r.target for r in raw_server.requests] == ["/static/app.js"]
+    [forwarded] = raw_server.requests
     assert framing(forwarded) == [] and forwarded.body == b""
     assert forwarded.head.startswith(b"GET /static/app.js HTTP/1.1\r\n")
 
@@ -88,68 +63,68 @@ async def test_a_length_on_a_head_that_ends_the_stream_is_never_forwarded(
     ids=["repeated", "differing", "list", "letters", "sign", "5000-digits", "20-digits"],
 )
 async def test_repeated_or_malformed_lengths_reset_the_stream(
-    client: RawH2, server: RawOrigin, lengths: tuple[str, ...]
+    h2_client: RawH2, raw_server: RawOrigin, lengths: tuple[str, ...]
 ) -> None:
     fields = [("content-length", value) for value in lengths]
-    stream = client.request("/p", method="POST", headers=fields, body=b"hello")
-    answer = await client.answer(stream)
-    after = client.request("/after")
-    followed = await client.answer(after)
+    stream = h2_client.request("/p", method="POST", headers=fields, body=b"hello")
+    answer = await h2_client.answer(stream)
+    after = h2_client.request("/after")
+    followed = await h2_client.answer(after)
     assert answer.reset == ErrorCodes.PROTOCOL_ERROR and answer.status == 0
     assert (followed.status, followed.body) == (200, b"answer for /after ")  # the connection lives
-    assert [r.target for r in server.requests] == ["/after"]
+    assert [r.target for r in raw_server.requests] == ["/after"]
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["with-length", "without-length"])
 async def test_a_body_reaches_the_origin_framed_by_the_edge(
-    client: RawH2, server: RawOrigin, declared: bool
+    h2_client: RawH2, raw_server: RawOrigin, declared: bool
 ) -> None:
     fields = [("content-length", "5")] if declared else []
-    stream = client.request("/up", method="POST", headers=fields, body=b"hello")
-    answer = await client.answer(stream)
+    stream = h2_client.request("/up", method="POST", headers=fields, body=b"hello")
+    answer = await h2_client.answer(stream)
     assert (answer.status, answer.body) == (200, b"answer for /up hello")
-    [forwarded] = server.requests
+    [forwarded] = raw_server.requests
     assert forwarded.header("content-length") == ["5"] and forwarded.body == b"hello"
     assert forwarded.header("transfer-encoding") == []
 
 
 async def test_a_length_that_differs_from_the_data_resets_the_stream(
-    client: RawH2, server: RawOrigin
+    h2_client: RawH2, raw_server: RawOrigin
 ) -> None:
-    short = client.request("/up", method="POST", headers=[("content-length", "9")], body=b"hi")
-    answer = await client.answer(short)
+    short = h2_client.request("/up", method="POST", headers=[("content-length", "9")], body=b"hi")
+    answer = await h2_client.answer(short)
     assert answer.reset == ErrorCodes.PROTOCOL_ERROR
-    assert all(r.body in (b"", b"hi") and r.complete is False for r in server.requests)
+    assert all(r.body in (b"", b"hi") and r.complete is False for r in raw_server.requests)
 
 
 async def test_a_get_with_a_body_over_http2_is_forwarded_framed_by_the_edge(
-    client: RawH2, server: RawOrigin
+    h2_client: RawH2, raw_server: RawOrigin
 ) -> None:
     """A GET with a body is forwarded, never filled (a fat GET: tests/security/
     test_query_and_fat_get.py), with the body framed by the edge; the cache keeps nothing of
     it, so the next GET without one is asked of the origin."""
-    stream = client.request("/g", headers=[("content-length", "5")], body=b"hello")
-    answer = await client.answer(stream)
-    plain = await client.answer(client.request("/g"))
+    stream = h2_client.request("/g", headers=[("content-length", "5")], body=b"hello")
+    answer = await h2_client.answer(stream)
+    plain = await h2_client.answer(h2_client.request("/g"))
     assert (answer.status, answer.body) == (200, b"answer for /g hello")
     assert (plain.status, plain.body) == (200, b"answer for /g ")
-    fat, fetched = server.requests
+    fat, fetched = raw_server.requests
     assert framing(fat) == ["5"] and fat.body == b"hello"
     assert framing(fetched) == [] and fetched.body == b""
 
 
 @pytest.mark.slow
 async def test_a_get_with_a_body_over_http11_is_forwarded_framed_by_the_edge(
-    service: Service, server: RawOrigin
+    tls_service: Service, raw_server: RawOrigin
 ) -> None:
     """HTTP/1.1 cannot reach the same state: the edge's parser reads the GET's body by its
     length, the origin gets it under a length the edge set, and the request that follows on
     the client's connection is its own."""
-    assert service.edge_url is not None
+    assert tls_service.edge_url is not None
     request = b"GET /g HTTP/1.1\r\n" + HOST + b"Content-Length: 5\r\n\r\nhello"
     after = b"GET /after HTTP/1.1\r\n" + HOST + b"Connection: close\r\n\r\n"
-    answer = await exchange(service.edge_url, request + after)
+    answer = await exchange(tls_service.edge_url, request + after)
     assert answer.statuses == [200, 200]
-    fat, plain = server.requests
+    fat, plain = raw_server.requests
     assert (fat.target, framing(fat), fat.body) == ("/g", ["5"], b"hello")
     assert (plain.target, framing(plain), plain.body) == ("/after", [], b"")

@@ -12,19 +12,20 @@ field a client may not pass on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import h11
 import pytest
 
-from proxy.process.service import Service, running
+from proxy.process.service import Service
 from tests.edge.h2_support import RawH2
-from tests.edge.tls_support import Certificates, pair_keys, tls_config
-from tests.security.conftest import RawOriginFactory
-from tests.security.support import OriginRequest, RawOrigin, exchange, ok
+from tests.edge.tls_support import Certificates
+from tests.security.support import OriginRequest, RawOrigin, Responder, exchange, ok
 
 HOST = b"Host: example.com\r\n"
+
+
+@pytest.fixture
+def responder() -> Responder:
+    return by_target
 
 
 def by_target(request: OriginRequest) -> bytes:
@@ -32,23 +33,6 @@ def by_target(request: OriginRequest) -> bytes:
     if request.head.startswith(b"HEAD "):
         return answer.partition(b"\r\n\r\n")[0] + b"\r\n\r\n"  # a HEAD's answer: no body
     return answer
-
-
-@pytest.fixture
-async def server(raw_origin: RawOriginFactory) -> RawOrigin:
-    return await raw_origin(by_target)
-
-
-@pytest.fixture
-def certs(tmp_path: Path) -> Certificates:
-    return Certificates(tmp_path)
-
-
-@pytest.fixture
-async def service(tmp_path: Path, server: RawOrigin, certs: Certificates) -> AsyncIterator[Service]:
-    config = tls_config(tmp_path, server.url, edge={**pair_keys(certs.issue("example.com"))})
-    async with running(config) as running_service:
-        yield running_service
 
 
 def read_strictly(data: bytes) -> list[tuple[h11.Request, bytes]]:
@@ -76,9 +60,9 @@ def read_strictly(data: bytes) -> list[tuple[h11.Request, bytes]]:
             requests[-1] = (request, body + event.data)
 
 
-def check_boundary(server: RawOrigin) -> list[tuple[h11.Request, bytes]]:
+def check_boundary(raw_server: RawOrigin) -> list[tuple[h11.Request, bytes]]:
     seen: list[tuple[h11.Request, bytes]] = []
-    for data in server.received:
+    for data in raw_server.received:
         for request, body in read_strictly(bytes(data)):
             fields = [(bytes(name).lower(), bytes(value)) for name, value in request.headers]
             names = [name for name, _ in fields]
@@ -124,16 +108,16 @@ HTTP11 = {
 
 @pytest.mark.parametrize("shape", list(HTTP11))
 async def test_every_http11_shape_reaches_the_origin_as_well_formed_http11(
-    service: Service, server: RawOrigin, shape: str
+    tls_service: Service, raw_server: RawOrigin, shape: str
 ) -> None:
     request, body = HTTP11[shape]
     closes = b"Connection: close" in request
-    answer = await exchange(service.edge_url, request, keep_open=not closes)
+    answer = await exchange(tls_service.edge_url, request, keep_open=not closes)
     if shape == "head":  # an answer to HEAD has no body: read as bytes, not parsed by length
         assert answer.data.startswith(b"HTTP/1.1 200 "), answer
     else:
         assert answer.statuses[-1:] == [200] and set(answer.statuses[:-1]) <= {100}, answer
-    [(forwarded, sent)] = check_boundary(server)
+    [(forwarded, sent)] = check_boundary(raw_server)
     assert sent == body
     assert forwarded.target in (b"/a", b"/a?x=1")  # origin-form, whatever form it came in
 
@@ -155,11 +139,11 @@ H2: dict[str, tuple[str, list[tuple[str, str]], bytes | None]] = {
 
 @pytest.mark.parametrize("shape", list(H2))
 async def test_every_http2_shape_reaches_the_origin_as_well_formed_http11(
-    service: Service, server: RawOrigin, certs: Certificates, shape: str
+    tls_service: Service, raw_server: RawOrigin, certs: Certificates, shape: str
 ) -> None:
     method, fields, body = H2[shape]
-    assert service.tls_url is not None
-    client = await RawH2.open(service.tls_url, certs.client())
+    assert tls_service.tls_url is not None
+    client = await RawH2.open(tls_service.tls_url, certs.client())
     try:
         stream = client.request("/a", method=method, headers=fields, end=body is None)
         if body is not None:
@@ -168,7 +152,7 @@ async def test_every_http2_shape_reaches_the_origin_as_well_formed_http11(
     finally:
         await client.close()
     assert answer.status == 200, answer
-    [(forwarded, sent)] = check_boundary(server)
+    [(forwarded, sent)] = check_boundary(raw_server)
     assert forwarded.method == method.encode() and sent == (body or b"")
     if shape == "cookie-crumbs":
         assert (b"cookie", b"a=1; b=2") in [(bytes(n), bytes(v)) for n, v in forwarded.headers]

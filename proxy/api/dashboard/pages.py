@@ -27,6 +27,7 @@ from aiohttp.typedefs import Handler
 
 from proxy.api.dashboard.context import Session
 from proxy.api.problems import status_phrase
+from proxy.core.purge.receipts import number_text
 from proxy.errors import StateError
 
 log = logging.getLogger("proxy.dashboard")
@@ -79,19 +80,10 @@ def when(at: float | None) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-# A fleet numbers its clears by Valkey's clock in microseconds (proxy/fleet/lua/prelude.lua:
-# each number is the later of the last one + 1 and the time), so a number from 10**15 up
-# stands for the time it was made; below, it is a count (one process's own).
-_CLOCK_NUMBERS = 10**15
-
-
 def clock_number(number: int) -> str:
-    """A clear's or purge's number for people: the time a fleet's number stands for, to
-    the millisecond; a small number (one process's own count) as it is."""
-    if number < _CLOCK_NUMBERS:
-        return str(number)
-    stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
-    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    """A clear's or purge's number for people, as the CLI says it (``number_text``), to the
+    millisecond: a table's cell has the whole number in its title."""
+    return number_text(number, digits=3)
 
 
 def clear_number(number: int) -> str:

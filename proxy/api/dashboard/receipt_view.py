@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from proxy.api.dashboard.pages import clock_number
 from proxy.api.purge import UNKNOWN_KIND
-from proxy.core.purge.receipts import amount_text, describe, duration_text
+from proxy.core.purge.receipts import CLOCK_NUMBERS, amount_text, describe, duration_text
 from proxy.state.sqlite import CLEAR_KIND, AuditRecord
 
 # Labels of the kinds, for the form's select and the pages.
@@ -64,12 +64,12 @@ class ReceiptView:
 
     @property
     def number_text(self) -> str:
-        """The purge's number for people (``clock_number``). A fleet's dry run numbers
-        nothing: the number its processes answered is each one's own count, of another
-        series than the purge's (issue 34 B3), so none is shown."""
+        """The purge's number for people (``clock_number``). A fleet's dry run is given the
+        fleet's latest number (issue 34 B3); an audit record of before that kept one
+        process's own count, of another series than the purge's, so none is shown."""
         if self.number is None:
             return "—"
-        if self.dry_run and self.live is not None:
+        if self.dry_run and self.live is not None and self.number < CLOCK_NUMBERS:
             return "given with the purge"
         return clock_number(self.number)
 

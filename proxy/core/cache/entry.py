@@ -177,7 +177,7 @@ class StoredResponse:
     # the request's values for them, normalised
     vary_values: _RarelySet[tuple[str | None, ...]] = _RarelySet()
     # Seconds past expiry it may be served while the origin fails: 0 forbidden, None the
-    # domain's default (policy.stale_if_error).
+    # domain's default (freshness.stale_if_error).
     stale_if_error: _RarelySet[float | None] = _RarelySet()
     # Seconds past expiry it may answer while revalidated in the background (RFC 5861 §3).
     stale_while_revalidate: _RarelySet[float] = _RarelySet()

@@ -16,10 +16,11 @@ Theory of operation. A request flows through three decisions:
 3. ``merge_not_modified`` (conditional.py) and ``refreshed`` (§4.3.4, §3.2): a 304 to a
    revalidation updates the stored headers, and the stored body is kept under them.
 
-Plus ``serve_while_revalidating`` (RFC 5861 §3) for stale entries; serving one when the
-origin fails (§4.2.4) is stale_on_error.py's, what an unsafe method invalidates (§4.4)
-invalidation.py's. Conditional requests, the cache's to its origin and the clients' to the
-cache (RFC 9110 §13.2.2), are in conditional.py.
+How long a response is fresh, and the stale windows past that, are freshness.py's
+arithmetic (§4.2, RFC 5861). Plus ``serve_while_revalidating`` (RFC 5861 §3) for stale
+entries; serving one when the origin fails (§4.2.4) is stale_on_error.py's, what an
+unsafe method invalidates (§4.4) invalidation.py's. Conditional requests, the cache's to
+its origin and the clients' to the cache (RFC 9110 §13.2.2), are in conditional.py.
 
 Nothing here reads the clock: every time is passed in as ``now``, ``request_time`` or
 ``response_time`` (wall-clock seconds).
@@ -34,9 +35,15 @@ from typing import Protocol
 
 from proxy.core.cache.deception import lent_refusal
 from proxy.core.cache.entry import StoredResponse, last_field
+from proxy.core.cache.freshness import (
+    corrected_initial_age,
+    explicit_lifetime,
+    heuristic_lifetime,
+    stale_if_error,
+    stale_while_revalidate,
+)
 from proxy.core.cache.rules import Applied, overridden
 from proxy.core.cache.storability import (
-    HEURISTICALLY_CACHEABLE,
     allows_authorized,
     refusal,
     stored_fields,
@@ -46,16 +53,11 @@ from proxy.core.http.fields import Headers, Lines
 from proxy.core.http.headers import not_passed_on_fill
 from proxy.core.http.httpdate import (
     Directives,
-    age_seconds,
     delta_seconds,
     field_names,
     parse_cache_control,
-    parse_http_date,
     unqualified,
 )
-
-HEURISTIC_FRACTION = 0.1  # §4.2.2: "a typical setting of this fraction might be 10%"
-HEURISTIC_MAX = 86_400.0
 
 # An entry keeps its status and reason for as long as it lives, and the client library makes
 # a new int (above 256) and reason string for every response: the standard ones are shared.
@@ -406,30 +408,6 @@ def _kept_lifetime(
     return float(lifetime or 0)
 
 
-def stale_if_error(cc: Directives) -> float | None:
-    """How long past expiry the response may be served when the origin fails (RFC 5861 §4,
-    RFC 9111 §4.2.4): 0 when the origin forbids serving it stale (must-revalidate,
-    proxy-revalidate, s-maxage, no-cache: §5.2.2.2, §5.2.2.8, §5.2.2.10, §5.2.2.4), the
-    stale-if-error value when given, and None to leave it to the domain's configuration."""
-    if "must-revalidate" in cc or "proxy-revalidate" in cc or "s-maxage" in cc:
-        return 0.0
-    if unqualified(cc, "no-cache"):
-        return 0.0
-    seconds = delta_seconds(cc, "stale-if-error")
-    if seconds is not None:
-        return float(max(seconds, 0))
-    return None
-
-
-def stale_while_revalidate(cc: Directives) -> float:
-    """How long past expiry the response may be served while it is revalidated in the
-    background (RFC 5861 §3); 0 when absent or when the origin forbids stale use."""
-    if stale_if_error(cc) == 0.0:
-        return 0.0  # must-revalidate, proxy-revalidate, s-maxage, no-cache
-    seconds = delta_seconds(cc, "stale-while-revalidate")
-    return float(seconds) if seconds is not None and seconds > 0 else 0.0
-
-
 def serve_while_revalidating(
     stored: StoredResponse, request: RequestHeaders, now: float, *, obey_request: bool = True
 ) -> bool:
@@ -445,52 +423,6 @@ def serve_while_revalidating(
         if "no-cache" in asked or "max-age" in asked or "min-fresh" in asked:
             return False  # the client wants a validated or fresher answer (§5.2.1)
     return stored.expires_at <= now <= stored.expires_at + stored.stale_while_revalidate
-
-
-def explicit_lifetime(
-    cc: Directives, lowered: Sequence[tuple[str, str]], response_time: float
-) -> float | None:
-    """§4.2.1: s-maxage, then max-age, then Expires minus Date. Invalid means stale (0)."""
-    for name in ("s-maxage", "max-age"):
-        seconds = delta_seconds(cc, name)
-        if seconds is not None:
-            return float(max(seconds, 0))
-    expires_values = [v for n, v in lowered if n == "expires"]
-    if not expires_values:
-        return None
-    expires = parse_http_date(expires_values[0]) if len(expires_values) == 1 else None
-    if expires is None:
-        return 0.0  # §5.3: an invalid Expires means "already expired"
-    date = parse_http_date(last_field(lowered, "date"))
-    return max(0.0, expires - (date if date is not None else response_time))
-
-
-def heuristic_lifetime(
-    status: int, lowered: Sequence[tuple[str, str]], response_time: float
-) -> float | None:
-    """§4.2.2: a fraction of the time since Last-Modified, for heuristically cacheable
-    statuses only; never for error statuses outside that list."""
-    if status not in HEURISTICALLY_CACHEABLE or status >= 400:  # errors: cache-poisoned DoS
-        return None
-    last_modified = parse_http_date(last_field(lowered, "last-modified"))
-    if last_modified is None:
-        return None
-    date = parse_http_date(last_field(lowered, "date"))
-    since = (date if date is not None else response_time) - last_modified
-    if since <= 0:
-        return None
-    return min(since * HEURISTIC_FRACTION, HEURISTIC_MAX)
-
-
-def corrected_initial_age(
-    lowered: Sequence[tuple[str, str]], request_time: float, response_time: float
-) -> float:
-    """§4.2.3."""
-    age_value = float(age_seconds([v for n, v in lowered if n == "age"]))
-    date = parse_http_date(last_field(lowered, "date"))
-    apparent_age = max(0.0, response_time - date) if date is not None else 0.0
-    response_delay = max(0.0, response_time - request_time)
-    return max(apparent_age, age_value + response_delay)
 
 
 def refreshed(stored: StoredResponse, fresh: Storable) -> StoredResponse:

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from proxy.core.cache.deception import rule_path
 from proxy.core.cache.entry import StoredResponse
+from proxy.core.cache.freshness import explicit_lifetime
 from proxy.core.cache.keys import cache_target
 from proxy.core.cache.policy import (
     DontStore,
@@ -32,7 +33,6 @@ from proxy.core.cache.policy import (
     Storable,
     _obeyed,
     decide_lookup,
-    explicit_lifetime,
 )
 from proxy.core.cache.rules import Applied, RuleSet, normalised_target
 from proxy.core.http.encodings import preferred
@@ -84,6 +84,9 @@ class Held:
     # the remembered purges covering the target: (kind, items, soft)
     purges: tuple[tuple[str, tuple[str, ...], bool], ...] = ()
     pending: int = 0  # variants an outstanding lazy purge drops at the next lookup
+    # The key's last fill was not stored, recently: why, the origin's status, and when
+    # (wall clock). Remembered by the edge process (proxy/edge/refusals.py: hit-for-miss).
+    refused: tuple[str, int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,7 @@ def trace(
     answer: dict[str, object] = {
         "domain": domain,
         "method": method,
+        "scheme": "https" if asked.https else "http",
         "target": target,
         "rules": rule_rows(rules, path),
         "applied": [] if applied is None else list(applied.names),
@@ -227,22 +231,28 @@ def trace(
         outcome, why, entry = _lookup(held, request, applied, now, codings)
     answer.update(outcome=outcome, why=why, entry=entry)
     if held is not None:
-        answer["store"] = _store_row(held)
+        answer["store"] = _store_row(held, now)
     answer["origin"] = _origin(servers, balance)
     if fetched is not None:
         answer["fetched"] = _fetched_row(fetched, applied)
     return answer
 
 
-def _store_row(held: Held) -> dict[str, object]:
+def _store_row(held: Held, now: float) -> dict[str, object]:
+    refused = None
+    if held.refused is not None:
+        reason, status, at = held.refused
+        refused = {"why_not": reason, "status": status, "age": round(max(0.0, now - at), 1)}
     return {
         "variants": len(held.variants),
         "generation": held.generation,
         "purge_number": held.purge_number,
+        "numbers": "the store's",  # with a fleet, the API gives the fleet's (api/trace.py)
         "pending_purges": held.pending,
         "purges": [
             {"kind": kind, "items": list(items), "soft": soft} for kind, items, soft in held.purges
         ],
+        "refused": refused,
     }
 
 

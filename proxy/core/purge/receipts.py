@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from proxy.core.purge.purges import PurgeResult
 
@@ -84,6 +85,31 @@ def audit_text(fields: Mapping[str, object]) -> str:
         kept["items"] = items[:AUDIT_ITEMS]
         kept["items_total"] = len(items)
     return json.dumps(kept, ensure_ascii=True, separators=(",", ":"))
+
+
+# A fleet numbers its clears and purges by Valkey's clock in microseconds
+# (proxy/fleet/lua/prelude.lua: each number is the later of the last one + 1 and the time),
+# so a number from 10**15 up stands for the time it was made; below, it is a count (a
+# one-process node's own sequence for the domain).
+CLOCK_NUMBERS = 10**15
+
+
+def number_text(number: int, *, digits: int = 6) -> str:
+    """A clear's or purge's number for people (issue 34 B3): the UTC time a fleet's number
+    stands for, with ``digits`` of the second (6: every digit of the number, so two purges
+    never read alike); a one-process node's small number as it is."""
+    if number < CLOCK_NUMBERS:
+        return str(number)
+    stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
+    text = stamp.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return text[: len(text) - 6 + digits] + " UTC"
+
+
+def any_number_text(value: object) -> str:
+    """``number_text`` of a receipt's or trace's field, read defensively (a JSON answer)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return number_text(value)
+    return str(value)
 
 
 def size_text(count: int) -> str:
@@ -156,10 +182,13 @@ def describe(fields: Mapping[str, object]) -> str:
         elif live is not None:
             line += f" (counted in the caches of {fields.get('reported')} of {live} live"
             line += " edge processes)"
+        number = fields.get("number")
+        if live is not None and isinstance(number, int) and number >= CLOCK_NUMBERS:
+            line += f"\ncounted after purge {any_number_text(number)}, the fleet's latest"
         if isinstance(sample, list) and sample:
             line += "\nsample: " + " ".join(str(key) for key in sample)
         return line
-    line = f"{soft}purged {what}: {amount} (purge {fields.get('number')}){took}"
+    line = f"{soft}purged {what}: {amount} (purge {any_number_text(fields.get('number'))}){took}"
     acked, live = fields.get("acked"), fields.get("live")
     if live is not None:
         line += f"; applied by {acked} of {live} live edge processes"

@@ -46,6 +46,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("figures", "{cdn}:figures"),  # hash: number -> "reported entries bytes inexact" from acks
 )
 _VALKEY_KEYS = tuple(key for _, key in KEYS)
+KEY = dict(KEYS)  # name -> Valkey key, for plain reads
 
 Arg = str | int | float  # what one ARGV item is sent as
 Argv = tuple[Arg, ...]

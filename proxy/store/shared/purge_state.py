@@ -7,19 +7,24 @@ an entry is judged at every lookup (``judge``):
 - covered by a prefix ban, a tag purge or a URL purge numbered above its mark: gone (hard), or
   stale from the purge's time (soft). The matching rules are core's (``covering``, ``Bans``,
   ``LastPurges``); a URL purge is a ban of the exact request-target (either scheme).
-Nothing on disk is visited at purge time: a purge is one small record, so it is O(items).
+Nothing on disk is visited at purge time. A URL purge is one record of its own in the URL
+log (url_log.py, decision 0048), the others change the domain's small record (domain_state.py):
+a purge costs O(its items), whatever the number of purges before it.
 
 The records live in their own LMDB environment (``state/``), opened synced: a commit returns
 after fsync, so a clear or a purge is on disk before the caller answers 200, and survives a
 kill -9 and a power loss. Readers keep each domain's parsed state until a purge announces
-itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it.
+itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it; then
+they read its small record again and the URL log on from where they stopped.
 
 Retention (decision 0037). Bans, tag and URL purges are kept until the domain's next clear, so
 the records get a byte budget (``cache.purge_state_max_bytes``, the node's, not divided: one
-tier per node). The bytes counted are the records' own (what each purge rewrites and fsyncs,
-and what a reader parses), summed in a meta record (``TOTAL``) kept by every write in its own
-transaction. A purge that takes the total over the budget also folds, in the same synced
-transaction: ``retention.plan`` over every domain's record size (all *outstanding*, nothing
+tier per node). The bytes counted are the domains' records and their live URL log records
+(``DomainState.held``; a record keeps its log's byte count), summed in a meta record
+(``TOTAL``) kept by every write in its own transaction. A clear takes its domain's log out of
+the count at once; its records are dropped by later writes (``url_log.sweep``). A purge
+that takes the total over the budget also folds, in the same synced transaction:
+``retention.plan`` over every domain's bytes (all *outstanding*, nothing
 remembered) names the domains over the fair level, and each is cleared (``DomainState.clear``:
 its entries' marks are then under ``cleared``, misses). Retiring only the bans older than the
 domain's oldest entry would need that mark, which the tier does not keep (left to its lurker,
@@ -42,23 +47,31 @@ of domains or entries.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field, replace
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import lmdb
 
-from proxy.core.cache.entry import StoredResponse
-from proxy.core.cache.keys import target_of
-from proxy.core.purge.purges import HARD, Bans, Covered, LastPurges, Purge, covering
+from proxy.core.purge.purges import Purge
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES, Held, plan
-from proxy.store.shared.records import pack_number, read_number
+from proxy.store.shared import url_log
+from proxy.store.shared.domain_state import (
+    DISTRUSTED,
+    DomainState,
+    distrusted_copy,
+    judge,
+)
+from proxy.store.shared.node_writes import FleetBatch, NodeWrite
+from proxy.store.shared.records import read_number
+
+__all__ = ["DISTRUSTED", "DomainState", "PurgeStateStore", "distrusted_copy", "judge"]
 
 EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
+UNREAD = -1  # a parsed state's epoch that no epoch equals: read again (``_seen``)
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
@@ -78,9 +91,10 @@ def _count(txn: lmdb.Transaction, key: bytes) -> int:
 
 
 def _sizes(txn: lmdb.Transaction) -> dict[str, int]:
-    """Every domain's record size (the meta records skipped)."""
+    """Every domain's bytes: its record's, and its live URL log's (the meta records and the
+    log's skipped: their keys start with NUL)."""
     return {
-        bytes(key).decode(): len(value)
+        bytes(key).decode(): DomainState.from_bytes(value).held
         for key, value in txn.cursor().iternext()
         if not bytes(key).startswith(b"\x00")
     }
@@ -101,132 +115,46 @@ def _top(txn: lmdb.Transaction) -> int:
     )
 
 
-def _read_state(txn: lmdb.Transaction, key: bytes) -> DomainState:
-    """A domain's committed state, under the floor of the last distrust of every domain."""
-    record = txn.get(key)
+def _read_state(
+    txn: lmdb.Transaction, domain: str, known: DomainState | None = None, log: bool = True
+) -> DomainState:
+    """A domain's committed state, under the floor of the last distrust of every domain;
+    with its URL log read into ``urls`` unless ``log`` is False (a writer's: it appends).
+    ``known``: the state this process read before, whose URL table is read on from where it
+    stopped when no clear came between (decision 0048): the table is shared, and grows in
+    place, which any holder of the older state may see: only purges committed since, never
+    fewer."""
+    record = txn.get(domain.encode())
     state = DomainState() if record is None else DomainState.from_bytes(record)
+    if log and not state.legacy:
+        if known is not None and known.cleared == state.cleared and known.read_to >= state.cleared:
+            state.urls = known.urls
+            start = known.read_to + 1
+        else:
+            start = state.cleared + 1
+        if state.url_top >= start:
+            url_log.read(txn, domain, start, state.urls)
+    state.read_to = state.number
     floor = txn.get(FLOOR)
     return state if floor is None else state.floored(int(_COUNT.unpack(floor)[0]))
 
 
-@dataclass(slots=True)
-class DomainState:
-    number: int = 0
-    cleared: int = 0  # the number the last clear moved it to: older marks are gone
-    bans: Bans = field(default_factory=Bans)
-    tags: dict[str, LastPurges] = field(default_factory=dict)
-    urls: dict[str, LastPurges] = field(default_factory=dict)  # request-target -> purges
-    top: int = 0  # the newest outstanding ban or purge: marks at or above it need no check
-    distrusted: int = 0  # marks under it are served only once revalidated (decision 0040)
-
-    def clear(self) -> int:
-        self.number += 1
-        self.cleared = self.number
-        self.bans = Bans()
-        self.tags = {}
-        self.urls = {}
-        self.top = 0
-        return self.number
-
-    def distrust(self) -> int:
-        """Every entry stored so far is to be revalidated before it is served: its number."""
-        self.number += 1
-        self.distrusted = self.number
-        return self.number
-
-    def floored(self, floor: int) -> DomainState:
-        """The state under a distrust of every domain at ``floor``: its number at least the
-        floor (a lookup from now on marks its fill at or above it), its own floor at least
-        the floor (every mark given out before is under it)."""
-        if self.number < floor:
-            self.number = floor
-        if self.distrusted < floor:
-            self.distrusted = floor
-        return self
-
-    def add(self, purge: Purge, at: float) -> int:
-        """Record a purge other than a hard ``all`` (a clear): its number."""
-        self.number += 1
-        number = self.number
-        if purge.kind == "all":
-            self.bans.add(number, ("",), purge.soft, at)
-        elif purge.kind == "prefix":
-            self.bans.add(number, purge.items, purge.soft, at)
-        else:
-            table = self.tags if purge.kind == "tag" else self.urls
-            for item in purge.items:
-                table.setdefault(item, LastPurges()).add(number, purge.soft, at)
-        self.top = number
-        return number
-
-    def to_bytes(self) -> bytes:
-        def lasts(table: dict[str, LastPurges]) -> list[list[Any]]:
-            return [[k, v.hard, v.soft, v.soft_at] for k, v in table.items()]
-
-        body = [self.cleared, self.top, lasts(self.bans.by_prefix), lasts(self.tags)]
-        body.append(lasts(self.urls))
-        if self.distrusted:
-            body.append(self.distrusted)
-        return pack_number(self.number, json.dumps(body, separators=(",", ":")).encode())
-
-    @classmethod
-    def from_bytes(cls, record: bytes | memoryview) -> DomainState:
-        cleared, top, bans, tags, urls, *rest = json.loads(bytes(record[8:]))
-        state = cls(number=read_number(record), cleared=cleared, top=top)
-        state.distrusted = int(rest[0]) if rest else 0
-        for prefix, hard, soft, soft_at in bans:
-            if hard:
-                state.bans.add(hard, (prefix,), False, 0.0)
-            if soft:
-                state.bans.add(soft, (prefix,), True, soft_at)
-        for table, rows in ((state.tags, tags), (state.urls, urls)):
-            for key, hard, soft, soft_at in rows:
-                table[key] = LastPurges(hard, soft, soft_at)
-        return state
-
-
-# An entry stored before a distrust (decision 0040): served only once revalidated. Compared by
-# identity; as a Covered it reads as stale since ever, for code that does not tell it apart.
-DISTRUSTED = Covered(hard=False, stale_at=float("-inf"))
-
-
-def judge(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
-    """What the domain's purges say about an entry with ``mark``, stored under ``target``
-    (a key target: either scheme's) with ``tags``: None when nothing covers it, HARD when
-    it is gone, DISTRUSTED when it must be revalidated first (a hard purge still wins)."""
-    if mark < state.cleared:
-        return HARD
-    if mark >= state.top:  # the usual case, with no call: nothing outstanding is newer
-        return None if mark >= state.distrusted else DISTRUSTED
-    found = _purged(state, mark, target, tags)
-    return DISTRUSTED if mark < state.distrusted and found is not HARD else found
-
-
-def distrusted_copy(response: StoredResponse) -> StoredResponse | None:
-    """What a lookup hands the edge for a DISTRUSTED entry: a copy stale at once, with no
-    stale-while-revalidate and no stale-if-error, so the edge sends a conditional request and
-    serves it only on a 304; None when it has no validator (dropped: a miss)."""
-    if response.etag is None and response.last_modified is None:
-        return None
-    copy = replace(response, freshness_lifetime=0.0, stale_while_revalidate=0.0, stale_if_error=0.0)
-    object.__setattr__(copy, "mark", response.mark)  # replace leaves it 0
-    return copy
-
-
-def _purged(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:
-    """The domain's bans, tag and URL purges numbered above ``mark`` (under ``state.top``)
-    that cover the entry."""
-    found = covering(state.bans, state.tags, mark=mark, target=target, tags=tags)
-    if found is HARD:
-        return found
-    last = state.urls.get(target_of(target))
-    if last is None:
-        return found
-    if last.hard > mark:
-        return HARD
-    if last.soft > mark and (found is None or last.soft_at < found.stale_at):
-        return Covered(hard=False, stale_at=last.soft_at)
-    return found
+def _migrate(txn: lmdb.Transaction, domain: str, state: DomainState) -> None:
+    """A record of the first layout, about to be written in the second: its inline URL
+    purges go to the URL log, one record per number, and whatever log records a downgrade
+    left (all numbered at or under its ``cleared``) are buried."""
+    numbered: dict[tuple[int, bool, float], list[str]] = {}
+    for target, last in state.urls.items():
+        if last.hard > state.cleared:
+            numbered.setdefault((last.hard, False, 0.0), []).append(target)
+        if last.soft > state.cleared:
+            numbered.setdefault((last.soft, True, last.soft_at), []).append(target)
+    for (number, soft, at), targets in sorted(numbered.items()):
+        state.log_bytes += url_log.append(txn, domain, number, url_log.pack(soft, at, targets))
+        state.url_top = max(state.url_top, number)
+    url_log.bury(txn, domain, state.cleared)
+    state.urls = {}
+    state.legacy = False
 
 
 class PurgeStateStore:
@@ -240,7 +168,15 @@ class PurgeStateStore:
     every commit up to V's; any later commit has a larger id, and its writer writes that id
     before its purge returns, so from then on no reader sees V and every one reads again. (Two
     writers may write their ids out of order: the epoch then moves back to an older id, which
-    is still not V, and costs one more read.)"""
+    is still not V, and costs one more read.)
+
+    That holds for what a process wrote itself. A process that finds its write made already
+    by another (a fleet batch another worker wrote, ``apply_fleet``; a distrust of every
+    domain made for the same, ``distrust_all``) may come between that writer's commit and its
+    announcement, and then acks and serves on the strength of a commit the epoch does not yet
+    show: it drops its parsed states first (``_seen``), so that its next lookup reads them
+    again (the fleet checker found the lookup in that window handing a worker's memory tier
+    an entry the purge covered, served after the purge's 200)."""
 
     def __init__(
         self, env: lmdb.Environment, epoch_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
@@ -248,6 +184,9 @@ class PurgeStateStore:
         self._env = env
         self.max_bytes = max_bytes
         self._parsed: dict[str, tuple[int, DomainState]] = {}
+        # Catch-ups of one process (its event loop, its writer thread) one at a time: they
+        # grow a domain's URL table in place.
+        self._reading = threading.Lock()
         fd = os.open(epoch_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             if os.fstat(fd).st_size < EPOCH.size:
@@ -261,40 +200,79 @@ class PurgeStateStore:
 
     def current(self, domain: str) -> DomainState:
         """The domain's state as last committed (a fresh default if never purged), under the
-        floor of the last distrust of every domain."""
+        floor of the last distrust of every domain. After a purge, read on from the state
+        read before: O(purges since), not O(purges)."""
         epoch: int = EPOCH.unpack_from(self._epoch)[0]
         cached = self._parsed.get(domain)
         if cached is not None and cached[0] == epoch:
             return cached[1]
-        with self._env.begin(buffers=True) as txn:
-            state = _read_state(txn, domain.encode())
-        self._parsed[domain] = (epoch, state)
+        with self._reading:
+            cached = self._parsed.get(domain)
+            if cached is not None and cached[0] == epoch:
+                return cached[1]
+            with self._env.begin(buffers=True) as txn:
+                state = _read_state(txn, domain, None if cached is None else cached[1])
+            self._parsed[domain] = (epoch, state)
         return state
 
-    def _update(self, domain: str, change: Any) -> int:
-        """Apply ``change`` (DomainState -> number) to the domain's committed state in one
-        synced write transaction, folding the state if it passes the budget, then announce it
-        in the epoch; the new number."""
-        key = domain.encode()
+    def _seen(self, domains: Iterable[str] | None) -> None:
+        """Another process's commit, seen by this one, covers a write it was about to make to
+        ``domains`` (None: to every domain): their parsed states are read again at their next
+        lookup, on from where they stopped (decision 0048), whatever the epoch says: the
+        writer announces its commit only after it returns, maybe after this process's next
+        lookup. Under ``_reading``: a read under way ends before, and is dropped."""
+        with self._reading:
+            stale = list(self._parsed) if domains is None else domains
+            for domain in stale:
+                cached = self._parsed.get(domain)
+                if cached is not None:
+                    self._parsed[domain] = (UNREAD, cached[1])
+
+    def _update(self, domain: str, change: Change) -> int:
+        """Apply ``change`` to the domain's committed state in one synced write transaction,
+        folding the state if it passes the budget, then announce it in the epoch; the new
+        number."""
         with self._env.begin(write=True) as txn:
-            record = txn.get(key)
-            state = _read_state(txn, key)
-            number: int = change(state)
-            written = state.to_bytes()
-            txn.put(key, written)
-            if txn.get(TOTAL) is None:  # a directory from before the count: count it once
-                total = sum(_sizes(txn).values())
-            else:
-                total = _count(txn, TOTAL) + len(written) - (0 if record is None else len(record))
-            highest = state.number
-            if total > self.max_bytes:
-                total, folded = self._fold(txn)
-                highest = max(highest, folded)
-            txn.put(TOTAL, _COUNT.pack(total))
-            txn.put(TOP, _COUNT.pack(max(_top(txn), highest)))
+            number = self._change(txn, domain, change)
+            self._settle(txn, self._top_of(txn, domain))
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
         return number
+
+    def _change(self, txn: lmdb.Transaction, domain: str, change: Change) -> int:
+        """One change of a domain's state in ``txn``, counted in ``TOTAL``: its number. Its
+        record is read without its URL log (a change appends to the log, never reads it)."""
+        key = domain.encode()
+        record = txn.get(key)
+        state = _read_state(txn, domain, log=False)
+        before = 0 if record is None else len(record) + state.log_bytes
+        if state.legacy:
+            _migrate(txn, domain, state)
+        cleared, logged = state.cleared, state.log_bytes
+        number = change(state, txn)
+        if state.cleared != cleared and logged:  # a clear: the log's records are dead
+            url_log.bury(txn, domain, state.cleared)
+        txn.put(key, state.to_bytes())
+        if txn.get(TOTAL) is None:  # a directory from before the count: count it once
+            txn.put(TOTAL, _COUNT.pack(sum(_sizes(txn).values())))
+        else:
+            txn.put(TOTAL, _COUNT.pack(_count(txn, TOTAL) + state.held - before))
+        return number
+
+    def _top_of(self, txn: lmdb.Transaction, domain: str) -> int:
+        record = txn.get(domain.encode())
+        return 0 if record is None else read_number(record)
+
+    def _settle(self, txn: lmdb.Transaction, highest: int) -> None:
+        """The end of every write: fold past the budget, keep ``TOP``, drop some dead log
+        records (decision 0048)."""
+        total = _count(txn, TOTAL)
+        if total > self.max_bytes:
+            total, folded = self._fold(txn)
+            highest = max(highest, folded)
+            txn.put(TOTAL, _COUNT.pack(total))
+        txn.put(TOP, _COUNT.pack(max(_top(txn), highest)))
+        url_log.sweep(txn)
 
     def _fold(self, txn: lmdb.Transaction) -> tuple[int, int]:
         """Clear every domain over its fair share of the budget, in ``txn``: the new total,
@@ -307,11 +285,14 @@ class PurgeStateStore:
         floor, highest = _count(txn, FLOOR), 0
         for fold in folds:
             key = fold.domain.encode()
-            state = DomainState(number=read_number(txn.get(key) or bytes(8))).floored(floor)
+            record = txn.get(key)
+            assert record is not None  # sized above, in this transaction
+            was = DomainState.from_bytes(record)
+            state = DomainState(number=was.number, fleet=was.fleet).floored(floor)
             highest = max(highest, state.clear())  # above the floor: covers entries after it
-            written = state.to_bytes()
-            txn.put(key, written)
-            sizes[fold.domain] = len(written)
+            url_log.bury(txn, fold.domain, state.cleared)
+            txn.put(key, state.to_bytes())
+            sizes[fold.domain] = state.held
         txn.put(FOLDED, _COUNT.pack(_count(txn, FOLDED) + len(folds)))
         return sum(sizes.values()), highest  # recounted: a fold corrects the running total
 
@@ -321,28 +302,129 @@ class PurgeStateStore:
         for the same non-empty one changes nothing (the other workers of the node, which learn
         of the same new epoch at the same number: the first one's floor is as good)."""
         with self._env.begin(write=True) as txn:
-            floor = _count(txn, FLOOR)
             if made_for and txn.get(FLOOR_FOR) == made_for:
+                floor = _count(txn, FLOOR)
+                self._seen(None)
                 return floor
-            floor = max(_top(txn), floor) + 1
-            txn.put(FLOOR, _COUNT.pack(floor))
-            txn.put(TOP, _COUNT.pack(floor))
-            txn.put(FLOOR_FOR, made_for)
+            floor = _floor(txn, made_for)
             committed = txn.id()
         EPOCH.pack_into(self._epoch, 0, committed)
         return floor
 
+    def apply_fleet(self, batch: FleetBatch, at: float) -> int:
+        """A fleet batch's writes, made once per node (node_writes.py), in one synced write
+        transaction: how many of its parts were written (0: all were durable already, and
+        no write transaction was committed). Soft purges are stamped ``at``."""
+        grouped = batch.by_domain()
+        made_for = batch.every.encode()
+        with self._env.begin() as reading:  # first without the writer lock
+            if (not made_for or reading.get(FLOOR_FOR) == made_for) and all(
+                batch.done(_fleet_of(reading, d), writes) for d, writes in grouped.items()
+            ):
+                self._seen(None if made_for else grouped)
+                return 0
+        txn = self._env.begin(write=True)
+        try:
+            written, highest = 0, 0
+            if made_for and txn.get(FLOOR_FOR) != made_for:
+                _floor(txn, made_for)
+                written += 1
+            for domain, writes in grouped.items():
+                if batch.done(_fleet_of(txn, domain), writes):
+                    continue
+                for write in writes:
+                    self._change(txn, domain, _writing(domain, write, at))
+                if batch.epoch is not None:
+                    self._change(txn, domain, _marking(batch.epoch, batch.seq))
+                highest = max(highest, self._top_of(txn, domain))
+                written += 1
+            if not written:
+                txn.abort()
+                self._seen(None if made_for else grouped)
+                return 0
+            self._settle(txn, highest)
+            committed = txn.id()
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+        EPOCH.pack_into(self._epoch, 0, committed)
+        return written
+
     def distrust(self, domain: str) -> int:
         """Distrust one domain's entries (synced): its new number."""
-        return self._update(domain, DomainState.distrust)
+        return self._update(domain, lambda state, txn: state.distrust())
 
     def usage(self) -> tuple[int, int]:
-        """The records' bytes, and how many domains folds have cleared (for /metrics)."""
+        """The purge state's bytes (records and live URL logs), and how many domains folds
+        have cleared (for /metrics)."""
         with self._env.begin() as txn:
             return _count(txn, TOTAL), _count(txn, FOLDED)
 
     def clear(self, domain: str) -> int:
-        return self._update(domain, DomainState.clear)
+        return self._update(domain, lambda state, txn: state.clear())
 
     def add(self, domain: str, purge: Purge, at: float) -> int:
-        return self._update(domain, lambda state: state.add(purge, at))
+        return self._update(domain, _adding(domain, purge, at))
+
+    def add_many(self, domain: str, purges: Sequence[Purge], at: float) -> int:
+        """Several purges of one domain in one synced write (a bulk load: the benchmark's):
+        the last one's number."""
+
+        def change(state: DomainState, txn: lmdb.Transaction) -> int:
+            number = state.number
+            for purge in purges:
+                number = _adding(domain, purge, at)(state, txn)
+            return number
+
+        return self._update(domain, change)
+
+
+Change = Callable[[DomainState, lmdb.Transaction], int]
+
+
+def _floor(txn: lmdb.Transaction, made_for: bytes) -> int:
+    """A new distrust floor of every domain, in ``txn``: above every number any domain's
+    record has held, so every mark given out so far is under it."""
+    floor = max(_top(txn), _count(txn, FLOOR)) + 1
+    txn.put(FLOOR, _COUNT.pack(floor))
+    txn.put(TOP, _COUNT.pack(floor))
+    txn.put(FLOOR_FOR, made_for)
+    return floor
+
+
+def _fleet_of(txn: lmdb.Transaction, domain: str) -> tuple[str, int] | None:
+    """The domain's fleet mark (node_writes.py), None when it has none."""
+    record = txn.get(domain.encode())
+    return None if record is None else DomainState.from_bytes(record).fleet
+
+
+def _writing(domain: str, write: NodeWrite, at: float) -> Change:
+    if write.distrust:
+        return lambda state, txn: state.distrust()
+    if write.purge is None or (write.purge.kind == "all" and not write.purge.soft):
+        return lambda state, txn: state.clear()
+    return _adding(domain, write.purge, at)
+
+
+def _marking(epoch: str, seq: int) -> Change:
+    def change(state: DomainState, txn: lmdb.Transaction) -> int:
+        state.fleet = (epoch, seq)
+        return state.number
+
+    return change
+
+
+def _adding(domain: str, purge: Purge, at: float) -> Change:
+    """The change that records ``purge`` (not a hard ``all``): a URL purge as one record of
+    the URL log, the others in the domain's record."""
+    if purge.kind != "url":
+        return lambda state, txn: state.add(purge, at)
+
+    def change(state: DomainState, txn: lmdb.Transaction) -> int:
+        number = state.add_url(purge)
+        value = url_log.pack(purge.soft, at, purge.items)
+        state.log_bytes += url_log.append(txn, domain, number, value)
+        return number
+
+    return change

@@ -47,6 +47,7 @@ from proxy.store.shared.lock import (
     unclean_since_boot,
     write_boot,
 )
+from proxy.store.shared.node_writes import FleetBatch
 from proxy.store.shared.purge_state import (
     DISTRUSTED,
     PurgeStateStore,
@@ -478,6 +479,11 @@ class SharedTier:
         if domain is None:
             return self._durably(lambda: self.purges.distrust_all(made_for))
         return self._durably(lambda: self.purges.distrust(domain))
+
+    def apply_fleet(self, batch: FleetBatch) -> int | None:
+        """A fleet batch's writes, once per node (node_writes.py), durably before it returns:
+        how many parts this call wrote. None as for ``clear_domain``. In the writer thread."""
+        return self._durably(lambda: self.purges.apply_fleet(batch, self._clock()))
 
     async def clear_domain_async(self, domain: str) -> int | None:
         """``clear_domain`` in the writer thread: its fsync never blocks the event loop."""

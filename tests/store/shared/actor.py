@@ -15,6 +15,9 @@ the line (no sleeps), and then kill it or let it end:
 - ``serve DIR INSTANCE DOMAIN MAX_BYTES``: as a worker of a tier of MAX_BYTES, for each line
   "TARGET SIZE" on stdin look TARGET up: print "hit", or fill SIZE bytes and print "miss
   <the bytes the tier counted for it>" (kept or not); until stdin closes.
+- ``fleet DIR INSTANCE EPOCH SEQ DOMAIN WRITE``: as a worker, apply a fleet batch of one write
+  of DOMAIN numbered SEQ in EPOCH (``clear``, ``distrust``, ``every``: a distrust of every
+  domain, or ``kind:soft|hard:item``) and print "written <parts written>".
 - ``second-node DIR``: try to open DIR as a node: "opened" or "locked <message>".
 - ``read-only DIR``: as the node, store /a, print "filled", wait for a line on stdin (the test
   gives the directory to nobody), become nobody, store /before and print how it went; wait for
@@ -36,6 +39,7 @@ from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import purge_request
 from proxy.errors import CacheDirectoryLocked
 from proxy.store.shared import Fill, SharedTier
+from proxy.store.shared.node_writes import FleetBatch, NodeWrite
 
 MAX_BYTES = 1 << 30
 CHUNK = 64 * 1024
@@ -74,6 +78,17 @@ def fill(
             print("half", flush=True)
             sys.stdin.read()
     return writer.commit()
+
+
+def fleet_batch(epoch: str, seq: int, domain: str, write: str) -> FleetBatch:
+    """A fleet batch of one write (``fleet``'s WRITE), as a member hands it to its tier."""
+    if write == "every":
+        return FleetBatch(epoch, seq, (), every=f"{epoch} {seq}")
+    if write in ("clear", "distrust"):
+        return FleetBatch(epoch, seq, (NodeWrite(domain, seq, distrust=write == "distrust"),))
+    kind, hardness, item = write.split(":", 2)
+    purge = purge_request(kind, [item], soft=hardness == "soft")
+    return FleetBatch(epoch, seq, (NodeWrite(domain, seq, purge),))
 
 
 def serve(directory: str, instance: str, domain: str, max_bytes: int) -> None:
@@ -135,6 +150,12 @@ def main(command: str, *args: str) -> None:
         return
     if command == "serve":
         serve(args[0], args[1], args[2], int(args[3]))
+        return
+    if command == "fleet":
+        directory, instance, epoch, seq, domain, write = args
+        tier = SharedTier.open_member(directory, max_bytes=MAX_BYTES, instance=instance)
+        print(f"written {tier.apply_fleet(fleet_batch(epoch, int(seq), domain, write))}")
+        tier.close()
         return
     directory, instance, domain, target, *rest = args
     tier = SharedTier.open_member(directory, max_bytes=MAX_BYTES, instance=instance)

@@ -45,10 +45,11 @@ def test_a_purge_by_the_node_holds_in_another_process(tier: SharedTier) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("purge", ["clear", "tag", "prefix"])
+@pytest.mark.parametrize("purge", ["clear", "tag", "prefix", "url"])
 def test_a_purge_holds_in_a_worker_that_has_read_before(tier: SharedTier, purge: str) -> None:
     """A worker keeps each domain's parsed purge state while nothing is committed: a purge
-    committed by the node must reach its next lookup."""
+    committed by the node must reach its next lookup (a URL purge: read on from the URL log
+    where the worker stopped, decision 0048)."""
     assert fill(tier, DOMAIN, "/a", b"a")
     tier.purge(DOMAIN, purge_request("url", ["/unrelated"]))  # the domain has a state record
     worker = Actor("read-twice", tier.directory, tier.instance, DOMAIN, "/a")
@@ -56,7 +57,8 @@ def test_a_purge_holds_in_a_worker_that_has_read_before(tier: SharedTier, purge:
     if purge == "clear":
         tier.clear_domain(DOMAIN)
     else:
-        tier.purge(DOMAIN, purge_request(purge, ["t1"] if purge == "tag" else ["/"]))
+        items = {"tag": ["t1"], "url": ["/a"]}.get(purge, ["/"])
+        tier.purge(DOMAIN, purge_request(purge, items))
     worker.say("again")
     assert worker.line() == "miss"
     worker.say("done")

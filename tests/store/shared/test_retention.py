@@ -38,7 +38,8 @@ def flood(tier: SharedTier, rounds: int, start: int = 0) -> None:
 
 
 def record_bytes(tier: SharedTier, domain: str) -> int:
-    return len(tier.purges.current(domain).to_bytes())
+    """The domain's purge state: its record and its live URL log (decision 0048)."""
+    return tier.purges.current(domain).held
 
 
 def hit(tier: SharedTier, domain: str, target: str) -> bytes | None:

@@ -1,0 +1,109 @@
+"""The shared tier's purge state as URL purges pile up on one domain (issue 31 item 3, 0048).
+
+Run: taskset -c 1 .venv/bin/python -m benchmarks.purge_state [--sizes 1000,10000,100000]
+     [--samples 50] [--root DIR]
+
+For each size N: a fresh tier (a real directory, its synced ``state/`` environment), N URL
+purges of distinct 60-character paths on one domain written in one transaction (the state a
+domain reaches after N purges, without waiting for N fsyncs), then ``--samples`` more URL
+purges through ``SharedTier.purge`` (each synced, as the API makes it). Timed: each purge, and
+the first ``SharedTier.lookup`` of the domain after it (the reader's catch-up; every process
+of the node pays it once per purge). Prints p50 and p99 of both, and the p99 of a purge's CPU
+time (its cost without the fsync's wait, which a busy disk makes noisy), in milliseconds. ``--root``
+runs another checkout (its ``proxy`` package first on the path), to compare layouts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DOMAIN = "news.example"
+
+
+def path_of(n: int) -> str:
+    head = f"/articles/{n}/"
+    return head + "x" * (60 - len(head))
+
+
+def populate(tier: Any, count: int) -> None:
+    """``count`` URL purges on DOMAIN in one write transaction, in whichever layout the
+    checkout has: the URL log (0048) or the one JSON record per domain (before it)."""
+    from proxy.core.purge.purges import Purge
+
+    store = tier.purges
+    if hasattr(store, "add_many"):
+        store.add_many(DOMAIN, [Purge("url", (path_of(n),)) for n in range(count)], time.time())
+        return
+    state_module = importlib.import_module("proxy.store.shared.purge_state")
+    key = DOMAIN.encode()
+    with store._env.begin(write=True) as txn:
+        state = state_module.DomainState()
+        for n in range(count):
+            state.add(Purge("url", (path_of(n),)), time.time())
+        txn.put(key, state.to_bytes())
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def measure(count: int, samples: int) -> tuple[list[float], list[float], list[float]]:
+    """Each purge's time, its CPU time (without the fsync's wait: what the purge state costs
+    to rewrite), and the first lookup's after it, in milliseconds."""
+    from proxy.core.purge.purges import Purge
+    from proxy.store.shared import SharedTier
+
+    with tempfile.TemporaryDirectory(prefix="purge-state-") as directory:
+        tier = SharedTier.open_node(
+            Path(directory) / "cache", max_bytes=64 << 20, purge_max_bytes=1 << 40
+        )
+        try:
+            populate(tier, count)
+            tier.lookup(DOMAIN, "/warm")
+            purges, cpu, lookups = [], [], []
+            for n in range(samples):
+                started, on_cpu = time.perf_counter(), time.process_time()
+                assert tier.purge(DOMAIN, Purge("url", (path_of(count + n),))) is not None
+                purged, cpu_done = time.perf_counter(), time.process_time()
+                tier.lookup(DOMAIN, "/other")
+                looked = time.perf_counter()
+                purges.append((purged - started) * 1000)
+                cpu.append((cpu_done - on_cpu) * 1000)
+                lookups.append((looked - purged) * 1000)
+            return purges, cpu, lookups
+        finally:
+            tier.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--root", type=Path, default=None)
+    args = parser.parse_args()
+    if args.root is not None:
+        sys.path.insert(0, str(args.root.resolve()))
+    print(
+        f"{'URL purges':>10}  {'purge p50':>9}  {'purge p99':>9}  {'CPU p99':>9}  "
+        f"{'lookup p50':>10}  {'lookup p99':>10}  (ms, {args.samples} samples)"
+    )
+    for size in (int(s) for s in args.sizes.split(",")):
+        purges, cpu, lookups = measure(size, args.samples)
+        print(
+            f"{size:>10}  {statistics.median(purges):9.2f}  {percentile(purges, 0.99):9.2f}  "
+            f"{percentile(cpu, 0.99):9.2f}  "
+            f"{statistics.median(lookups):10.2f}  {percentile(lookups, 0.99):10.2f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
