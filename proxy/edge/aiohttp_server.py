@@ -31,6 +31,16 @@ asserts each assumption; pyproject.toml pins aiohttp to the minor version those 
   client that keeps up is never timed. Assumed: ``BaseProtocol.pause_writing`` and
   ``resume_writing`` are the transport's flow-control calls, and aiohttp's writer waits on
   them.
+- The hit lane (decision 0050): with a ``lane``, each read is first given to it
+  (``_through_lane``), which answers fresh hits itself and feeds aiohttp's parser
+  (``RequestHandler.data_received``) only whole request heads, or a whole read it could not
+  take. Assumed: aiohttp's request loop is idle when ``_waiter`` is pending with nothing in
+  ``_messages`` (or before it first ran, with ``_request_count`` 0); it drops reads once
+  ``_close`` or ``_force_close`` is set; ``_paused`` is true while the transport's buffer is
+  full; and after a response on a kept-open connection it sets ``_keepalive`` and its
+  keep-alive timer (``_next_keepalive_close_time``, ``_keepalive_handle`` calling
+  ``_process_keepalive`` ``_keepalive_timeout`` later), which the lane does the same way.
+  tests/edge/test_hit_lane.py and test_hit_lane_service.py (the timers) fail if one breaks.
 """
 
 from __future__ import annotations

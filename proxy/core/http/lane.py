@@ -79,6 +79,9 @@ class LaneHead(NamedTuple):
     end: int
 
 
+_new_head = tuple.__new__
+
+
 def read_head(data: bytes, start: int = 0) -> LaneHead | None:
     """The request head at ``data[start:]``, if it is whole and of the lane's strict subset
     (module docstring); else None, and aiohttp reads those bytes."""
@@ -100,7 +103,8 @@ def read_head(data: bytes, start: int = 0) -> LaneHead | None:
     if not host:
         return None
     method, target = match.group(1, 2)
-    return LaneHead(method.decode("ascii"), target.decode("ascii"), fields, host, end)
+    # tuple.__new__: the NamedTuple's own __new__ is a Python function, a frame per head.
+    return _new_head(LaneHead, (method.decode("ascii"), target.decode("ascii"), fields, host, end))
 
 
 def fast_hit(
