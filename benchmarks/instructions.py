@@ -21,6 +21,8 @@ compare a change with what it replaces, in the same venv.
 
 ``--tagged`` fetches an object the origin tags five times (``Surrogate-Key``), for the hit cost
 of a tagged entry.
+``--edge "hit_lane = false"`` adds a key to cdn-proxy's [edge] table (repeatable): the hit
+lane off (decision 0050), say.
 ``--access-log combined|json`` runs cdn-proxy with its access log on, written to a file in
 its temporary directory (decision 0019); off by default, as in the default config.
 
@@ -84,6 +86,7 @@ def start(
     access_log: str | None = None,
     rules: int = 0,
     tier: str | None = None,
+    edge_keys: tuple[str, ...] = (),
 ) -> tuple[Server, int]:
     """The system started under callgrind (writing to ``out``), and the port it serves on."""
     callgrind = callgrind_argv(out)
@@ -99,6 +102,9 @@ def start(
             config.write_text(text)
         if rules:
             config.write_text(with_rules(config.read_text(), rules))
+        if edge_keys:
+            lines = "".join(f"{key}\n" for key in edge_keys)
+            config.write_text(config.read_text().replace("[edge]\n", f"[edge]\n{lines}", 1))
         if tier is not None:
             memory = "8GiB" if tier == "memory" else "4KiB"  # disk: no 1 KiB object fits
             text = config.read_text().replace(
@@ -155,11 +161,14 @@ def instructions(
     post: bool = False,
     rules: int = 0,
     tier: str | None = None,
+    edge_keys: tuple[str, ...] = (),
 ) -> int:
     home = tmp / f"{system}-{requests}"
     home.mkdir()
     out = home / "callgrind.out"
-    server, port = start(system, out, size, origin_port, root, home, access_log, rules, tier)
+    server, port = start(
+        system, out, size, origin_port, root, home, access_log, rules, tier, edge_keys
+    )
     try:
         asyncio.run(drive(port, f"/{kind}/{size}/0", requests, b"x" * size if post else None))
     finally:
@@ -249,7 +258,14 @@ def main() -> None:
     parser.add_argument(
         "--tier", choices=("memory", "disk"), help="cdn-proxy with its shared tier, hits from it"
     )
+    parser.add_argument(
+        "--edge",
+        action="append",
+        default=[],
+        help='an [edge] key for cdn-proxy, as TOML ("hit_lane = false"); repeatable',
+    )
     args = parser.parse_args()
+    edge_keys = tuple(args.edge)
     if args.clears:
         with tempfile.TemporaryDirectory(prefix="cdn-proxy-ir-") as name:
             tmp = Path(name)
@@ -274,8 +290,20 @@ def main() -> None:
                 log = args.access_log if system == "cdn-proxy" else None
                 rules = args.rules if system == "cdn-proxy" else 0
                 tier = args.tier if system == "cdn-proxy" else None
+                keys = edge_keys if system == "cdn-proxy" else ()
                 base = instructions(
-                    system, args.size, 0, origin.port, root, tmp, kind, log, args.post, rules, tier
+                    system,
+                    args.size,
+                    0,
+                    origin.port,
+                    root,
+                    tmp,
+                    kind,
+                    log,
+                    args.post,
+                    rules,
+                    tier,
+                    keys,
                 )
                 loaded = instructions(
                     system,
@@ -289,6 +317,7 @@ def main() -> None:
                     args.post,
                     rules,
                     tier,
+                    keys,
                 )
                 results[system] = (loaded - base) / args.requests
                 what = "forwarded POST" if args.post else "hit"

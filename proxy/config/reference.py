@@ -176,6 +176,7 @@ MEANINGS = {
     "edge.access_log_format": "Format of access log lines.",
     "edge.http2": "Offer HTTP/2 by ALPN on the TLS listener.",
     "edge.h2c": "Serve HTTP/2 with prior knowledge on the plain listener.",
+    "edge.hit_lane": "Answer fresh HTTP/1.1 hits before aiohttp reads them (a strict subset).",
     "edge.http2_max_concurrent_streams": "HTTP/2 streams open at once per connection.",
     "edge.http2_max_header_list_bytes": "Largest decoded HTTP/2 request head.",
     "edge.http2_max_requests": "Requests per HTTP/2 connection; then GOAWAY.",

@@ -31,6 +31,16 @@ asserts each assumption; pyproject.toml pins aiohttp to the minor version those 
   client that keeps up is never timed. Assumed: ``BaseProtocol.pause_writing`` and
   ``resume_writing`` are the transport's flow-control calls, and aiohttp's writer waits on
   them.
+- The hit lane (decision 0050): with a ``lane``, each read is first given to it
+  (``_through_lane``), which answers fresh hits itself and feeds aiohttp's parser
+  (``RequestHandler.data_received``) only whole request heads, or a whole read it could not
+  take. Assumed: aiohttp's request loop is idle when ``_waiter`` is pending with nothing in
+  ``_messages`` (or before it first ran, with ``_request_count`` 0); it drops reads once
+  ``_close`` or ``_force_close`` is set; ``_paused`` is true while the transport's buffer is
+  full; and after a response on a kept-open connection it sets ``_keepalive`` and its
+  keep-alive timer (``_next_keepalive_close_time``, ``_keepalive_handle`` calling
+  ``_process_keepalive`` ``_keepalive_timeout`` later), which the lane does the same way.
+  tests/edge/test_hit_lane.py and test_hit_lane_service.py (the timers) fail if one breaks.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from typing import Any, Protocol, cast
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
+from proxy.core.http.lane import LaneHead, read_head
 from proxy.edge.connections import ConnectionGuard
 
 log = logging.getLogger("proxy.edge")
@@ -80,6 +91,16 @@ class Http2Front(Protocol):
         """Close the connections still open."""
 
 
+class HitLaneFront(Protocol):
+    """The hit lane of a listener (proxy/edge/hit_lane.py, decision 0050), as a
+    ``GuardedRequestHandler`` sees it."""
+
+    def answer(
+        self, transport: object, peer: str | None, head: LaneHead
+    ) -> tuple[bytes, ...] | None:
+        """The answer to write for ``head`` (counted and logged), or None: aiohttp's."""
+
+
 # Sent on a connection refused at the limit, before its request is read: a client that
 # reads it knows to come back; the connection is closed at once either way.
 REFUSED = (
@@ -110,6 +131,7 @@ class GuardedRequestHandler(web.RequestHandler):
         "_head_begun",
         "_head_timer",
         "_http2",
+        "_lane",
         "_lingering",
         "_peer",
         "_preadmitted",
@@ -129,11 +151,15 @@ class GuardedRequestHandler(web.RequestHandler):
         admitted: bool = False,
         peer: str | None = None,
         http2: Http2Front | None = None,
+        lane: HitLaneFront | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self.guard = guard
         self._http2 = http2
+        # The hit lane, while aiohttp's parser has been fed only whole heads it read (so is
+        # between messages); None from the first byte it could not read on (decision 0050).
+        self._lane = lane
         self._h2c_first = False  # the next bytes are the connection's first, h2c is on
         self._preadmitted = admitted  # by _TlsAccepted, before the handshake
         self._peer = peer  # the address the guard counts the connection against
@@ -276,9 +302,81 @@ class GuardedRequestHandler(web.RequestHandler):
                 self._to_http2(self._http2, data)
                 return
         if self._refusing is None:
+            if self._lane is not None:
+                self._through_lane(self._lane, data)
+                return
             _data_received(self, data)
             if self._head_timer is not None or not self._messages:
                 self._head_progress(data)
+
+    def _through_lane(self, lane: HitLaneFront, data: bytes) -> None:
+        """The heads in ``data``, if it is whole heads of the lane's subset (core/http/lane.py)
+        and nothing else: each answered by the lane if aiohttp is idle and the lane has the
+        answer, else fed to aiohttp's parser as it came, alone (so its parser stays between
+        messages). Any other ``data`` goes to aiohttp whole, as with the lane off (even the
+        heads before the bytes it could not read: aiohttp's parser drops a whole read with
+        an error in it), and the lane is off for the connection. Once aiohttp holds a
+        request, the ones behind it are aiohttp's too: the answers keep the requests' order."""
+        if self._force_close or self._close:
+            return  # as aiohttp's data_received
+        head = read_head(data)
+        size = len(data)
+        if head is not None and head.end == size:
+            heads = [head]  # the usual read: one head
+        else:
+            heads = []
+            while head is not None:
+                heads.append(head)
+                head = read_head(data, head.end) if head.end < size else None
+            if not heads or heads[-1].end != size:
+                self._lane = None
+                self._to_parser(data)
+                return
+        start = 0
+        for head in heads:
+            # aiohttp is idle: waiting for a request (or not begun, and never given one: a
+            # TLS connection's first read can come before its request loop has run).
+            waiter = self._waiter
+            if (
+                not self._messages
+                and not self._paused
+                and ((waiter is not None and not waiter.done()) or not self._request_count)
+                and self.transport is not None
+            ):
+                answer = lane.answer(self.transport, self._peer, head)
+                if answer is not None:
+                    self._lane_sent(answer)
+                    start = head.end
+                    continue
+            self._to_parser(data[start : head.end] if start or head.end < size else data)
+            start = head.end
+
+    def _to_parser(self, data: bytes) -> None:
+        _data_received(self, data)
+        if self._head_timer is not None or not self._messages:
+            self._head_progress(data)
+
+    def _lane_sent(self, answer: tuple[bytes, ...]) -> None:
+        """After a lane answer: what aiohttp does once a response is sent on a connection
+        kept open (its keep-alive timer from now), and the head timer stopped, as for any
+        whole head."""
+        transport = self.transport
+        assert transport is not None
+        if len(answer) == 1:
+            transport.write(answer[0])
+        else:
+            transport.writelines(answer)
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._head_begun = False
+        self._keepalive = True  # as aiohttp sets it from a response that keeps the connection
+        loop = self._loop
+        self._next_keepalive_close_time = loop.time() + self._keepalive_timeout
+        if self._keepalive_handle is None:
+            self._keepalive_handle = loop.call_at(
+                self._next_keepalive_close_time, self._process_keepalive
+            )
 
     def _to_http2(self, http2: Http2Front, data: bytes) -> None:
         """Hand the connection, admission and all, to HTTP/2 (h2c with prior knowledge): this
@@ -368,15 +466,22 @@ class GuardedServer(web.Server):
         *,
         guard: ConnectionGuard,
         http2: Http2Front | None = None,
+        lane: HitLaneFront | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(handler, keepalive_timeout=guard.keepalive_timeout, **kwargs)
         self.guard = guard
         self.http2 = http2  # HTTP/2 beside HTTP/1.1 (ALPN h2, or h2c): decision 0036
+        self.lane = lane  # fresh hits before aiohttp reads them: decision 0050
 
     def __call__(self) -> web.RequestHandler:
         return GuardedRequestHandler(
-            self, guard=self.guard, http2=self.http2, loop=self._loop, **self._kwargs
+            self,
+            guard=self.guard,
+            http2=self.http2,
+            lane=self.lane,
+            loop=self._loop,
+            **self._kwargs,
         )
 
     def admitted(self, peer: str | None) -> GuardedRequestHandler:
@@ -388,6 +493,7 @@ class GuardedServer(web.Server):
             admitted=True,
             peer=peer,
             http2=self.http2,
+            lane=self.lane,
             loop=self._loop,
             **self._kwargs,
         )

@@ -49,7 +49,8 @@ from proxy.core.cache.trace import Held
 from proxy.core.domains import host_from_header
 from proxy.core.http.forwarded import request_client
 from proxy.core.http.headers import cache_status
-from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
+from proxy.core.http.lane import Fields, fast_hit
+from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
 from proxy.core.peer import loop_marked
@@ -122,6 +123,7 @@ class Edge:
             store, config, self._telemetry, self._figures, clock, lambda: self._domains
         )
         self._hit_status = cache_status(self._name, hit=True)
+        self.lane_answered = 0  # hits the HTTP/1.1 hit lane answered (decision 0050)
         # A hit from the node's shared tier (RFC 9211 §2.8: detail is the cache's own text).
         self._disk_hit_status = cache_status(self._name, hit=True, detail="disk")
         # Host header spellings already routed to a domain (bounded: see _route).
@@ -261,12 +263,14 @@ class Edge:
         # (StoredResponse.fresh_age): the answer the full rules below would give, written from
         # its precomputed lines plus Age (respond.Hit); from the memory tier, else the shared
         # tier (edge/disk_hits.py). Anything else takes the full path (benchmarks/README.md).
-        if (
-            not config.early_hints  # a hit then sends its preloads first: the full path (0049)
-            and ((head.version == HttpVersion11 and not head.should_close) or head.version == HTTP2)
-            and plain_get(head.method, headers, has_body=request.body_exists)
-            and (config.rules is None or fast_under_rules(config.rules, head.path, headers))
-        ):
+        if fast_hit(
+            head.method,
+            headers,
+            keep_alive=(head.version == HttpVersion11 and not head.should_close)
+            or head.version == HTTP2,
+            has_body=request.body_exists,
+            early_hints=config.early_hints,
+        ) and (config.rules is None or fast_under_rules(config.rules, head.path, headers)):
             started = perf_counter()
             raw = head.path
             origin_form = raw[:1] == "/"  # what core.keys needs of a target to key it
@@ -285,6 +289,53 @@ class Edge:
                 if hit is not None:
                     return hit
         return await self._full(request, config, headers)
+
+    def lane_hit(
+        self, method: str, target: str, fields: Fields, host: str, *, tls: bool, peer: str | None
+    ) -> tuple[tuple[bytes, ...], list[float]] | None:
+        """The hit lane's question (proxy/edge/hit_lane.py, decision 0050): the parts of the
+        answer ``handle``'s fast path would give a request the lane read (HTTP/1.1, kept
+        open, no body), with the domain's response figures; None when the full path must
+        answer it (an unknown Host, a miss, a stale entry, the shared tier's, a peer's
+        request...). A hit is counted here, as ``handle`` counts one."""
+        config = self._hosts.get(host)
+        if config is None:
+            config = self._route(host)
+            if config is None:
+                return None
+        if not fast_hit(
+            method, fields, keep_alive=True, has_body=False, early_hints=config.early_hints
+        ):
+            return None
+        if config.rules is not None and not fast_under_rules(config.rules, target, fields):  # type: ignore[arg-type]
+            return None
+        if self._peers is not None and CDN_LOOP in fields:
+            return None  # perhaps a peer's: _handle_peers decides
+        raw = target
+        if self._keyed_by_scheme:
+            https = tls
+            if self._trusted:
+                https = (
+                    self._trusted.client(
+                        peer or "",
+                        "https" if tls else "http",
+                        forwarded_for=fields.getall(hdrs.X_FORWARDED_FOR, ()),
+                        forwarded_proto=fields.getall(hdrs.X_FORWARDED_PROTO, ()),
+                        forwarded=fields.getall(hdrs.FORWARDED, ()),
+                    ).scheme
+                    == "https"
+                )
+            raw = cache_target(raw, https)
+        entry = self._peek(config.name, raw)
+        if entry is None or not entry.hit_lines:
+            return None
+        now = self._clock()
+        age = entry.fresh_age(now)
+        if age is None:
+            return None
+        self._telemetry.request_at(config.name, HIT, now)
+        self.lane_answered += 1
+        return (*entry.hit_lines, b"Age: %d\r\n\r\n" % age, entry.body), self._figures[config.name]
 
     async def _handle_peers(self, request: web.BaseRequest) -> web.StreamResponse:
         """``handle`` with peer fills on: a peer's request (its CDN-Loop names this cache)

@@ -134,6 +134,12 @@ class EdgeTls:
         connection = transport.get_extra_info("ssl_object") if transport is not None else None
         return None if connection is None else self._names.get(connection)
 
+    def sni_of(self, transport: object) -> str | None:
+        """``sni`` of a connection's transport (the hit lane's: it has no request)."""
+        get = getattr(transport, "get_extra_info", None)
+        connection = get("ssl_object") if get is not None else None
+        return None if connection is None else self._names.get(connection)
+
     def origin(self, domain: str) -> ssl.SSLContext | bool:
         """How the domain's https:// origin is verified: its own CA bundle, else the system
         store (True). Ignored for an http:// origin."""

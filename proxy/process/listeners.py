@@ -44,6 +44,7 @@ from proxy.edge.h2.front import H2Front
 from proxy.edge.h2.limits import H2Limits
 from proxy.edge.handler import Edge
 from proxy.edge.handshakes import HandshakeTimedSite
+from proxy.edge.hit_lane import HitLane
 from proxy.edge.origin import new_session
 from proxy.edge.peer_fill import PeerView
 from proxy.edge.tls import TlsHandler
@@ -173,13 +174,17 @@ async def edge_listening(
         guard = _edge_guard(config)
         telemetry.connections.append(guard)
         h2c = _http2(edge.handle, guard, access, edge_config, tls=False)
-        runner = await _edge_runner(edge.handle, guard, access, draining, stack, h2c)
+        lane = HitLane(edge, access) if edge_config.hit_lane else None
+        runner = await _edge_runner(edge.handle, guard, access, draining, stack, h2c, lane)
         tls_runner = None
         if edge_config.tls_listen is not None:
             # The same edge behind the Host-vs-SNI check, with the same log and figures.
             tls_handler = TlsHandler(edge.handle, edge.tls).handle
             h2 = _http2(tls_handler, guard, access, edge_config, tls=True)
-            tls_runner = await _edge_runner(tls_handler, guard, access, draining, stack, h2)
+            tls_lane = HitLane(edge, access, tls=edge.tls) if edge_config.hit_lane else None
+            tls_runner = await _edge_runner(
+                tls_handler, guard, access, draining, stack, h2, tls_lane
+            )
         stack.push_async_callback(draining.drain)  # before the runners' cleanup
         where = edge_config.listen if port is None else Listen(edge_config.listen.host, port)
         url = await _listen(runner, where, "edge.listen", reuse_port=reuse_port)
@@ -246,6 +251,7 @@ async def _edge_runner(
     draining: Draining,
     stack: AsyncExitStack,
     http2: H2Front | None = None,
+    lane: HitLane | None = None,
 ) -> web.ServerRunner:
     """One edge listener's server and runner, set up, cleaned up by ``stack`` and drained
     with the process's other listeners."""
@@ -254,6 +260,7 @@ async def _edge_runner(
         handler,
         guard=guard,
         http2=http2,
+        lane=lane,  # decision 0050
         # aiohttp's access-log hook, public API: each response, once sent (decision 0019).
         access_log=access,
         access_log_class=access.logger_class(),

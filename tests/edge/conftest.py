@@ -14,6 +14,7 @@ from proxy.edge.handler import Edge
 from proxy.edge.origin import new_session
 from proxy.store.memory import MemoryStore
 from tests.conftest import FakeClock, Origin, make_config
+from tests.edge.lane_support import Twins, twins_of
 
 
 class StillClock(FakeClock):
@@ -50,3 +51,11 @@ async def clocked_edge(tmp_path: Path, origin: Origin) -> AsyncIterator[ClockedE
     yield ClockedEdge(edge=edge, clock=clock)
     await edge.close()
     await session.close()
+
+
+@pytest.fixture
+async def twins(tmp_path: Path, origin: Origin) -> AsyncIterator[Twins]:
+    """The hit lane's test bed (tests/edge/lane_support.py): an edge with it on and one with
+    it off, in front of one origin, the URLs of ``PRIMED`` stored in both."""
+    async with twins_of(tmp_path, origin) as made:
+        yield made

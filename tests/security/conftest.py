@@ -13,12 +13,16 @@ The tests that must see every byte an origin is sent use the raw origin instead:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from proxy.process.service import Service, running
-from tests.conftest import Origin, make_config
+from proxy.store.memory import MemoryStore
+from tests.conftest import EdgeFactory, EdgeUnderTest, FakeClock, Origin, make_config
 from tests.edge.h2_support import RawH2
 from tests.edge.tls_support import Certificates, pair_keys, tls_config
 from tests.security.support import OriginRequest, RawOrigin, Responder, ok
@@ -47,11 +51,56 @@ async def raw_origin() -> AsyncIterator[RawOriginFactory]:
         await server.stop()
 
 
+# The hit lane on and off (decision 0050): each test of the whole process runs with both.
+LANES = pytest.fixture(params=[True, False], ids=["lane", "no-lane"])
+
+
+@LANES
+def hit_lane(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 @pytest.fixture
-async def service(tmp_path: Path, origin: Site) -> AsyncIterator[Service]:
+async def service(tmp_path: Path, origin: Site, hit_lane: bool) -> AsyncIterator[Service]:
     """The whole process as `cdn-proxy serve` runs it: the edge and the API listeners."""
-    async with running(make_config(tmp_path, origin.url)) as running_service:
+    edge = {"listen": "127.0.0.1:0", "shutdown_timeout": 5, "hit_lane": hit_lane}
+    async with running(make_config(tmp_path, origin.url, edge=edge)) as running_service:
         yield running_service
+
+
+@pytest.fixture
+async def make_edge(tmp_path: Path, origin: Site, hit_lane: bool) -> AsyncIterator[EdgeFactory]:
+    """The attack tests' edge: the whole edge as ``cdn-proxy serve`` runs it (its guarded
+    HTTP/1.1 server), with the hit lane on and with it off (decision 0050), every test run
+    against both. (tests/conftest.py's, which these replace, serves the handler on aiohttp's
+    test server, without the lane.)"""
+    lane = hit_lane
+    made: list[EdgeUnderTest] = []
+    async with AsyncExitStack() as stack:
+
+        async def factory(**overrides: Any) -> EdgeUnderTest:
+            clock = FakeClock()
+            edge = {"listen": "127.0.0.1:0", "shutdown_timeout": 5, **overrides.pop("edge", {})}
+            home = tmp_path / f"edge{len(made)}"
+            home.mkdir()
+            config = make_config(home, origin.url, edge={**edge, "hit_lane": lane}, **overrides)
+            service = await stack.enter_async_context(running(config, clock=clock))
+            client = aiohttp.ClientSession(auto_decompress=False)
+            stack.push_async_callback(client.close)
+            assert isinstance(service.store, MemoryStore)
+            made.append(
+                under_test := EdgeUnderTest(
+                    edge=service.edge,
+                    store=service.store,
+                    url=service.edge_url,
+                    client=client,
+                    clock=clock,
+                    telemetry=service.telemetry,
+                )
+            )
+            return under_test
+
+        yield factory
 
 
 def answer_by_target(request: OriginRequest) -> bytes:
@@ -76,10 +125,11 @@ def certs(tmp_path: Path) -> Certificates:
 
 @pytest.fixture
 async def tls_service(
-    tmp_path: Path, raw_server: RawOrigin, certs: Certificates
+    tmp_path: Path, raw_server: RawOrigin, certs: Certificates, hit_lane: bool
 ) -> AsyncIterator[Service]:
     """The whole process, its TLS listener serving example.com from ``raw_server``."""
-    config = tls_config(tmp_path, raw_server.url, edge={**pair_keys(certs.issue("example.com"))})
+    keys = {**pair_keys(certs.issue("example.com")), "hit_lane": hit_lane}
+    config = tls_config(tmp_path, raw_server.url, edge=keys)
     async with running(config) as running_service:
         yield running_service
 

@@ -75,10 +75,12 @@ async def fetch(service: Service, path: str, headers: dict[str, str] | None = No
 
 
 @pytest.fixture
-async def service(tmp_path: Path, origin: Site) -> AsyncIterator[Service]:
-    """`cdn-proxy serve`'s process, with the sample config's static and account rules."""
+async def service(tmp_path: Path, origin: Site, hit_lane: bool) -> AsyncIterator[Service]:
+    """`cdn-proxy serve`'s process, with the sample config's static and account rules (the
+    hit lane on and off: tests/security/conftest.py)."""
     origin.default = php_site
-    config = make_config(tmp_path, origin.url, domains=domains(origin, STATIC, ACCOUNT))
+    edge = {"listen": "127.0.0.1:0", "shutdown_timeout": 5, "hit_lane": hit_lane}
+    config = make_config(tmp_path, origin.url, edge=edge, domains=domains(origin, STATIC, ACCOUNT))
     async with running(config) as running_service:
         yield running_service
 

@@ -67,6 +67,12 @@ _IF_NONE_MATCH = istr("If-None-Match")
 _IF_MODIFIED_SINCE = istr("If-Modified-Since")
 _RANGE = istr("Range")
 _UPGRADE = istr("Upgrade")
+# The same names in lower case: the fields ``plain_get`` refuses, for a mapping whose names
+# are lower case already (the hit lane's: core/http/lane.py).
+PLAIN_GET_BARRED = frozenset(
+    name.lower()
+    for name in (_CACHE_CONTROL, _PRAGMA, _IF_NONE_MATCH, _IF_MODIFIED_SINCE, _RANGE, _UPGRADE)
+)
 
 
 class FieldNames(Protocol):
