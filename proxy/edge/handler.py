@@ -51,7 +51,6 @@ from proxy.core.http.headers import cache_status
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache, plain_get
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.core.peer import loop_marked
 from proxy.edge import ranges, respond
 from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
@@ -66,7 +65,7 @@ from proxy.edge.interim import EARLY_HINTS
 from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
-from proxy.edge.peer_fill import CDN_LOOP, MARKED, PeerFills, PeerView, labelled, marked_for
+from proxy.edge.peer_fill import PeerAnswers, PeerFills, PeerView, answering_peer, labelled
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
@@ -133,14 +132,25 @@ class Edge:
         # Peer fills (decision 0047): only a fleet member's edge with [fleet] peer_fill.
         fleet = config.fleet
         self._peers = peers if fleet is not None and fleet.peer_fill else None
-        self.peer_fills: PeerFills | None = None
+        self.peer_fills: PeerFills | None  # set by _paths
         self._filler, self._forwarder = self._paths(config)
         self._answers = AnswerCollector(
             self._filler.budget, self._filler.compressions, PREFIX
         )  # decision 0046
         self._telemetry.registry.register(self._answers)
-        if self._peers is not None:
-            self.handle = self._handle_peers  # type: ignore[method-assign]
+        if self.peer_fills is not None:  # an owner's side of peer fills (edge/peer_fill.py)
+            assert self._peers is not None
+            answers = PeerAnswers(
+                view=self._peers,
+                name=self._name,
+                plain=self.handle,
+                route=self._route,
+                full=self._full,
+                https=self._https,
+                counts=self.peer_fills,
+            )
+            self.handle = answers.handle  # type: ignore[method-assign]
+            self._https = answers.https  # type: ignore[method-assign]
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
         """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
@@ -151,6 +161,7 @@ class Edge:
         )
         self._from_stored = messages.from_stored
         ask_fill = messages.ask
+        self.peer_fills = None
         if self._peers is not None:
             assert config.fleet is not None
             self.peer_fills = PeerFills(
@@ -158,6 +169,7 @@ class Edge:
                 name=self._name,
                 timeout=config.fleet.peer_timeout,
                 ask_origin=messages.ask,
+                origin_bytes=lambda: self.upstreams.received,
             )
             ask_fill = self.peer_fills.ask
             self._from_stored = labelled(messages.from_stored)
@@ -279,23 +291,6 @@ class Edge:
                     return hit
         return await self._full(request, config, headers)
 
-    async def _handle_peers(self, request: web.BaseRequest) -> web.StreamResponse:
-        """``handle`` with peer fills on: a peer's request (its CDN-Loop names this cache)
-        takes the full path, labelled (edge/peer_fill.py); any other, ``handle``."""
-        headers = request.headers
-        if CDN_LOOP not in headers or not loop_marked(headers.getall(CDN_LOOP), self._name):
-            return await Edge.handle(self, request)
-        host = headers.get(hdrs.HOST)
-        config = self._route(host)
-        if config is None:
-            return respond.text(421, "421 Misdirected Request: this edge does not serve that host")
-        assert self._peers is not None
-        token = MARKED.set(marked_for(self._peers, config))
-        try:
-            return await self._full(request, config, headers)
-        finally:
-            MARKED.reset(token)
-
     async def _full(
         self, request: web.BaseRequest, config: DomainConfig, headers: CIMultiDictProxy[str]
     ) -> web.StreamResponse:
@@ -412,7 +407,7 @@ class Edge:
                 return await self._fill_for_node(job, coding, obey)
             return await self._fill(job)
         job = Fill(request, config, key, target, stale, fwd, None, rules)
-        if self._peers is not None and MARKED.get() is not None:
+        if self._peers is not None and answering_peer():
             # A peer's request never takes an answer of a fill that began before it arrived:
             # that fill may predate a purge its label says was applied (decision 0047).
             return await self._fill(job)

@@ -78,7 +78,15 @@ def peer_report(telemetry: Telemetry) -> dict[str, Any]:
     errors: dict[str, dict[str, int]] = {}
     for (peer, kind), count in fills.errors.items():
         errors.setdefault(peer, {})[kind] = count
-    return {"peer_requests": dict(fills.requests), "peer_errors": errors}
+    sent = sum(figures.sent for figures in telemetry.responses.domains.values())
+    return {
+        "peer_requests": dict(fills.requests),
+        "peer_errors": errors,
+        "peer_answers": fills.answers,
+        "peer_answer_bytes": fills.answer_bytes,
+        "served_bytes": max(0, sent - fills.answer_bytes),
+        "origin_bytes": fills.origin_bytes(),
+    }
 
 
 @dataclass(frozen=True, slots=True)
