@@ -65,7 +65,14 @@ from proxy.edge.interim import EARLY_HINTS
 from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
-from proxy.edge.peer_fill import PeerAnswers, PeerFills, PeerView, answering_peer, labelled
+from proxy.edge.peer_fill import (
+    PeerAnswers,
+    PeerFills,
+    PeerView,
+    labelled,
+    may_follow,
+    position_of,
+)
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
 from proxy.edge.upstreams import Upstreams
@@ -170,6 +177,7 @@ class Edge:
                 timeout=config.fleet.peer_timeout,
                 ask_origin=messages.ask,
                 origin_bytes=lambda: self.upstreams.received,
+                hold=config.fleet.lease,
             )
             ask_fill = self.peer_fills.ask
             self._from_stored = labelled(messages.from_stored)
@@ -402,14 +410,16 @@ class Edge:
             return await self._forward(request, config, target, fwd, "range")
         flight, leading = self.flights.join(key)
         if leading:
+            if self._peers is not None:
+                flight.position = position_of(self._peers)
             job = Fill(request, config, key, target, stale, fwd, flight, rules)
             if (stale is None or fwd == "stale") and not partial and self._tiered is not None:
                 return await self._fill_for_node(job, coding, obey)
             return await self._fill(job)
         job = Fill(request, config, key, target, stale, fwd, None, rules)
-        if self._peers is not None and answering_peer():
-            # A peer's request never takes an answer of a fill that began before it arrived:
-            # that fill may predate a purge its label says was applied (decision 0047).
+        if self._peers is not None and not may_follow(flight):
+            # A peer's request takes the answer of a fill that began before it arrived only
+            # when no purge was applied in between (decision 0047).
             return await self._fill(job)
         return await self._follow(job, flight, https, partial, coding)
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -68,6 +69,7 @@ from proxy.core.peer import (
 )
 from proxy.core.purge.purges import TAG_HEADERS
 from proxy.edge import bodies, respond
+from proxy.edge.flights import Flight
 from proxy.edge.forward import AskOrigin
 from proxy.edge.origin import OriginResponse, origin_request
 from proxy.edge.peer_mark import MARKED, Marked, add_peer_fields
@@ -120,8 +122,15 @@ class PeerFills:
         timeout: float,
         ask_origin: AskOrigin,
         origin_bytes: Callable[[], int] = lambda: 0,
+        hold: float = 0.0,
     ) -> None:
         self._view = view
+        # Owners that could not be reached (a refused connection: a dead node), until when
+        # they are passed over (``hold``: the fleet's lease, within which a dead node leaves
+        # the list). Their keys go to the next owner by rendezvous, the same on every node
+        # that saw it.
+        self._hold = hold
+        self._down: dict[str, float] = {}
         self._name = name
         self._timeout = timeout
         self._ask_origin = ask_origin
@@ -138,6 +147,8 @@ class PeerFills:
             return None  # the loop guard: a peer's request never goes to another peer
         view = self._view
         peers = view.peers
+        if self._down:
+            peers = self._reachable(peers)
         if len(peers) < 2 or scheme not in ("http", "https"):
             return None
         if scheme == "https" and view.peer_key is None:
@@ -147,6 +158,16 @@ class PeerFills:
         if peer_route(owner=owner, me=view.node, marked=False) is not Route.PEER:
             return None
         return owner
+
+    def _reachable(self, peers: Mapping[str, str]) -> Mapping[str, str]:
+        """``peers`` without the owners passed over for now."""
+        now = time.monotonic()
+        for node, until in list(self._down.items()):
+            if until <= now or node not in peers:
+                del self._down[node]
+        if not self._down:
+            return peers
+        return {node: url for node, url in peers.items() if node not in self._down}
 
     @asynccontextmanager
     async def ask(
@@ -214,6 +235,8 @@ class PeerFills:
             await inner.aclose()
             kind = "timeout" if isinstance(exc, TimeoutError) else error_kind(exc)
             self.errors[owner, kind] += 1
+            if kind == "unreachable":  # not "timeout": a slow origin makes a slow owner
+                self._down[owner] = time.monotonic() + self._hold
             log.info("peer %s (%s) not used for %s: %s", owner, url, domain.name, kind)
             return None
         label = unpack_label(_last(answer.headers, _LABEL))
@@ -258,12 +281,19 @@ class PeerFills:
 def marked_for(view: PeerView, domain: DomainConfig, scheme: str | None = None) -> Marked:
     """What a peer's request is answered with, taken when it arrives: the label of this
     node's epoch and applied purge number, the domain's tag field, and the scheme."""
-    applied = view.applied
+    position = position_of(view)
     label = None
-    if applied.epoch is not None:
-        label = pack_label(PurgeLabel(applied.epoch, applied.seq))
+    if position is not None:
+        label = pack_label(PurgeLabel(*position))
     tag_field = next((n for n in domain.tag_headers if n.lower() in TAG_HEADERS), None)
-    return Marked(label, tag_field, scheme)
+    return Marked(label, tag_field, scheme, position)
+
+
+def position_of(view: PeerView) -> tuple[str, int] | None:
+    """The fleet purge position this node has applied: its epoch and purge number (None
+    before its first sync)."""
+    applied = view.applied
+    return None if applied.epoch is None else (applied.epoch, applied.seq)
 
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
@@ -338,10 +368,17 @@ class PeerAnswers:
         return self._https(request)
 
 
-def answering_peer() -> bool:
-    """Whether this task answers a peer's request (it never follows a flight that began
-    before it arrived: that flight's result may predate a purge its label covers)."""
-    return MARKED.get() is not None
+def may_follow(flight: Flight) -> bool:
+    """Whether this task may take the answer of ``flight``, a fill of its key that began
+    before it arrived: any request may, but a peer's only when the flight began at the
+    position its label says (no purge applied in between: the flight's origin request
+    then came after every purge the label names). Otherwise its result may predate a purge
+    the label covers, and a flight shares its result even when a purge made it
+    unstorable: the peer's request fills by itself."""
+    marked = MARKED.get()
+    if marked is None:
+        return True
+    return marked.position is not None and flight.position == marked.position
 
 
 FromStored = Callable[..., web.Response]

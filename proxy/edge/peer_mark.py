@@ -27,12 +27,13 @@ from proxy.wire.peer import LABEL_HEADER
 class Marked:
     """A peer's request being answered: the label its answers carry (None before this
     node's first sync: no label, and the asking node goes to the origin), the field the
-    domain's tags are sent in, and the scheme the asking node keyed it by (None: this
-    node's own reading of the request)."""
+    domain's tags are sent in, the scheme the asking node keyed it by (None: this node's
+    own reading of the request), and the purge position the label says (epoch, number)."""
 
     label: str | None
     tag_field: str | None
     scheme: str | None = None
+    position: tuple[str, int] | None = None
 
 
 # Set while this process answers a peer's request (its own task: aiohttp runs each request

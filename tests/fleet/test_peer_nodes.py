@@ -14,6 +14,8 @@ is asked (benchmarks/fleet_cluster.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,6 +128,9 @@ async def test_a_killed_owner_costs_no_client_an_error(cluster: PeerCluster) -> 
             assert "peer=edge2" not in cache
     for page in pages:  # at most one origin request per node that asked
         assert origin_asks(cluster, page) <= 2, page
+    # A node that found the owner dead passes it over, so its keys go to their next owner
+    # (the same on both nodes): after each node's first refusal, one origin request a key.
+    assert sum(origin_asks(cluster, page) for page in pages) <= len(pages) + 2
 
 
 async def metrics(cluster: Cluster) -> str:
@@ -455,3 +460,23 @@ async def test_metrics_show_owner_load_origin_requests_avoided_and_the_origin_of
     assert all(answers[f'{{node="{node}"}}'] >= 8 for node in NODES), answers
     offload = samples(text, "cdn_proxy_origin_offload")[""]
     assert 0.5 < offload <= 1.0, offload
+
+
+async def test_peers_misses_during_the_owners_fill_follow_it(cluster: PeerCluster) -> None:
+    """The owner's fill began before the peers' requests arrived, and no purge was applied
+    in between: they take its answer (one origin request), as any request would."""
+    await peers_ready(cluster, NODES, cluster.edges)
+    page = fresh_page(owned_by="edge1")
+    held = cluster.origin.held[f"{D}/{page}"] = asyncio.Event()
+    reads = [asyncio.create_task(read(cluster.edges[1], page))]  # the owner's own client
+    await until(lambda: origin_asks(cluster, page) == 1, every=0.01)
+    reads += [
+        asyncio.create_task(read(edge, page)) for edge in (cluster.edges[0], cluster.edges[2])
+    ]
+    # A peer's request that did not follow the flight would ask the origin: give it time to.
+    with contextlib.suppress(AssertionError):
+        await until(lambda: origin_asks(cluster, page) > 1, every=0.01, within=2.0)
+    held.set()
+    for status, body, cache in await asyncio.gather(*reads):
+        assert (status, body) == (200, "1"), cache
+    assert origin_asks(cluster, page) == 1
