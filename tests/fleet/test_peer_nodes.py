@@ -480,3 +480,42 @@ async def test_peers_misses_during_the_owners_fill_follow_it(cluster: PeerCluste
     for status, body, cache in await asyncio.gather(*reads):
         assert (status, body) == (200, "1"), cache
     assert origin_asks(cluster, page) == 1
+
+
+async def trace_of(cluster: Cluster, page: str) -> dict[str, object]:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            f"{cluster.api_url}/api/v1/cdn/trace",
+            json={"url": f"http://{D}/{D}/{page}"},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+        answer: dict[str, object] = await response.json()
+        return answer
+
+
+async def test_the_trace_names_the_keys_owner_and_whether_it_answered(
+    cluster: PeerCluster,
+) -> None:
+    """Asked with only-if-cached, so the trace makes the owner fill nothing."""
+    await peers_ready(cluster, NODES, cluster.edges)
+    page = fresh_page(owned_by="edge2")
+
+    async def owner() -> object:
+        return (await trace_of(cluster, page)).get("owner")
+
+    word = await until(owner, every=0.1)  # once the control plane has the nodes' reports
+    assert word == {"node": "edge2", "among": list(NODES), "answered": "does not hold it"}
+    assert origin_asks(cluster, page) == 0  # the trace filled nothing
+    assert (await read(cluster.edges[0], page))[:2] == (200, "1")  # through the owner
+    assert (await trace_of(cluster, page))["owner"] == {
+        "node": "edge2",
+        "among": list(NODES),
+        "answered": "holds it",
+    }
+    await cluster.edges[2].node.kill()
+    answered = (await trace_of(cluster, page))["owner"]
+    assert isinstance(answered, dict)
+    assert answered["answered"] != "holds it"  # no answer, or another owner once it left
