@@ -33,7 +33,7 @@ from aiohttp.helpers import ChainMapProxy
 from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.api.readiness import READINESS
-from proxy.api.trace_owner import Reports, owner_word
+from proxy.api.trace_owner import PeerNodes, owner_word
 from proxy.api.trace_workers import ASK_WORKERS, traced_by_workers
 from proxy.config.model import CacheConfig, Config, DomainConfig, EdgeConfig
 from proxy.core.auth.tokens import Scope
@@ -72,8 +72,8 @@ class TraceRequest:
 Inspect = Callable[[str, str], Held]
 # What the store holds for a URL, read changing nothing; absent: no store in this process.
 INSPECT: web.AppKey[Inspect] = web.AppKey("trace_inspect")
-# The fleet's member reports (proxy/fleet/figures.py), for the key's owner; absent: no fleet.
-FLEET_REPORTS: web.AppKey[Reports] = web.AppKey("trace_fleet_reports")
+# The fleet's live nodes that take peer fills, for the key's owner; absent: no fleet.
+PEER_NODES: web.AppKey[PeerNodes] = web.AppKey("trace_peer_nodes")
 
 
 async def trace_route(request: web.Request) -> web.Response:
@@ -95,7 +95,7 @@ async def trace_route(request: web.Request) -> web.Response:
     asked = wanted[0]
     config = ctx.config.by_name[domain]
     inspect = request.app.get(INSPECT)
-    reports = request.app.get(FLEET_REPORTS)
+    peer_nodes = request.app.get(PEER_NODES)
     answer = await traced(
         request.app,
         config,
@@ -105,9 +105,10 @@ async def trace_route(request: web.Request) -> web.Response:
         client_address=request.remote or "",
         via=via_of(ctx.config),
     )
-    if reports is not None:  # with peer fills: the key's owner, and whether it answered
+    if peer_nodes is not None:  # with peer fills: the key's owner, and whether it answered
         name = ctx.config.cache.name if ctx.config.cache is not None else DEFAULT_NAME
-        owner = await owner_word(reports(), config.name, str(answer["key_target"]), name=name)
+        nodes = await peer_nodes()
+        owner = await owner_word(nodes, config.name, str(answer["key_target"]), name=name)
         if owner is not None:
             answer["owner"] = owner
     body = json.dumps(answer, ensure_ascii=True).encode("ascii")

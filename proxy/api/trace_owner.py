@@ -1,10 +1,11 @@
 """The trace's word on peer fills (decision 0047): which node owns the traced key, and
 whether it answered when asked for it.
 
-On a fleet whose nodes take peer fills, the control plane knows the live nodes from their
-reports (proxy/fleet/figures.py: each with its advertise URL). The owner is chosen by the
-edges' own rule (``core.peer.owner_of`` of the domain and the key's target). The owner is
-then asked as a peer asks it, with one difference that keeps the trace free of effects:
+On a fleet whose nodes take peer fills, the control plane reads the live nodes from Valkey
+as the edges do (proxy/fleet/figures.py ``peer_nodes``: each with its advertise URL). The
+owner is chosen by the edges' own rule (``core.peer.owner_of`` of the domain and the key's
+target), then asked as a peer asks it, with one difference that keeps the trace free of
+effects:
 ``Cache-Control: only-if-cached`` (RFC 9111 §5.2.1.7), so that it answers from its cache or
 504, never fills, and never asks another peer (``CDN-Loop`` names the fleet). An https key
 is not asked: the owner believes a scheme only with the fleet's peer key, which the control
@@ -13,40 +14,29 @@ plane does not hold.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 
 from proxy.core.peer import owner_of
-from proxy.wire.reports import MemberInfo
 
 ASK_TIMEOUT = 2.0  # seconds for the owner's answer head
 
-Reports = Callable[[], Sequence[tuple[MemberInfo, bool]]]
-
-
-def live_owners(reports: Sequence[tuple[MemberInfo, bool]]) -> dict[str, str]:
-    """The live nodes that take peer fills, with their advertise URLs (as the edges'
-    ``fleet.peers.live_peers`` reads them from Valkey)."""
-    nodes: dict[str, str] = {}
-    for info, live in reports:
-        if live and info.peer_fill and info.advertise and info.node and not info.fenced:
-            nodes.setdefault(info.node, info.advertise)
-    return dict(sorted(nodes.items()))
+PeerNodes = Callable[[], Awaitable[Mapping[str, str]]]
 
 
 async def owner_word(
-    reports: Sequence[tuple[MemberInfo, bool]], domain: str, key_target: str, *, name: str
+    nodes: Mapping[str, str], domain: str, key_target: str, *, name: str
 ) -> dict[str, object] | None:
     """The trace's ``owner`` field, or None when no node takes peer fills: the owner's
-    name, the nodes it was chosen among, and ``answered``: "holds it", "does not hold it",
-    "no answer: ..." or "not asked: ...". ``name``: the fleet's cache name (CDN-Loop)."""
-    nodes = live_owners(reports)
+    name, the nodes it was chosen among (``nodes``: the live ones, with their advertise
+    URLs), and ``answered``: "holds it", "does not hold it", "no answer: ..." or "not
+    asked: ...". ``name``: the fleet's cache name (CDN-Loop)."""
     if not nodes:
         return None
     owner = owner_of(f"{domain}\0{key_target}".encode(), nodes)
     assert owner is not None
-    word: dict[str, object] = {"node": owner, "among": list(nodes)}
+    word: dict[str, object] = {"node": owner, "among": sorted(nodes)}
     if key_target.startswith("https:"):
         word["answered"] = "not asked: an https key (its scheme is believed only from a peer)"
         return word

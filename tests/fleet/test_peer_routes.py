@@ -96,7 +96,7 @@ def test_a_peers_request_is_answered_with_the_position_taken_at_arrival() -> Non
     domain = DomainConfig("example.com", origin, origins=(origin,))
     view = View(applied=Applied("e", 7, {}))
     marked = marked_for(view, domain)
-    assert marked == Marked("peer-label/1 e 7", "Surrogate-Key")
+    assert marked == Marked("peer-label/1 e 7", "Surrogate-Key", None, ("e", 7))
     view.applied = Applied("e", 8, {})  # applied later: the request keeps its label
     assert marked.label == "peer-label/1 e 7"
 
