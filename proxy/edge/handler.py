@@ -139,30 +139,17 @@ class Edge:
         # Peer fills (decision 0047): only a fleet member's edge with [fleet] peer_fill.
         fleet = config.fleet
         self._peers = peers if fleet is not None and fleet.peer_fill else None
-        self.peer_fills: PeerFills | None  # set by _paths
+        self.peer_fills: PeerFills | None  # and the owner's side: set by _paths
         self._filler, self._forwarder = self._paths(config)
         self._answers = AnswerCollector(
             self._filler.budget, self._filler.compressions, PREFIX
         )  # decision 0046
         self._telemetry.registry.register(self._answers)
-        if self.peer_fills is not None:  # an owner's side of peer fills (edge/peer_fill.py)
-            assert self._peers is not None
-            answers = PeerAnswers(
-                view=self._peers,
-                name=self._name,
-                plain=self.handle,
-                route=self._route,
-                full=self._full,
-                https=self._https,
-                counts=self.peer_fills,
-            )
-            self.handle = answers.handle  # type: ignore[method-assign]
-            self._https = answers.https  # type: ignore[method-assign]
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
         """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
-        through ``_messages``; with peer fills, a fill asks the key's owner first, and an
-        answer from a stored entry is labelled for a peer (edge/peer_fill.py)."""
+        through ``_messages``; with peer fills, a fill asks the key's owner first, and a
+        peer's request is answered labelled (edge/peer_fill.py)."""
         self._messages = messages = Messages(
             name=self._name, via=self._via, trusted=self._trusted, upstreams=self.upstreams
         )
@@ -181,6 +168,16 @@ class Edge:
             )
             ask_fill = self.peer_fills.ask
             self._from_stored = labelled(messages.from_stored)
+            answers = PeerAnswers(  # the owner's side: set once, so with peer fills off the
+                view=self._peers,  # hit path is the same code
+                name=self._name,
+                plain=self.handle,
+                route=self._route,
+                full=self._full,
+                https=self._https,
+                counts=self.peer_fills,
+            )
+            self.handle, self._https = answers.handle, answers.https  # type: ignore[method-assign]
         filler = Filler(
             name=self._name,
             via=self._via,

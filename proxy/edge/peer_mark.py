@@ -7,9 +7,9 @@ them: those made from a stored entry (edge/peer_fill.py ``labelled``, around
 Messages.from_stored) and those relayed from the origin (``respond.relayed_headers``: a
 response not stored, streamed to its first client, or cut to a range). Both are safe to
 label: the owner's lookup, or its own origin request, came after the purges its label
-names were applied (a peer's request never follows a flight that began before it:
-edge/handler.py). The owner's own answers (an error, a refusal) carry no label: the asking
-node then goes to the origin itself.
+names were applied (a peer's request follows a flight that began before it only when no
+purge was applied in between: edge/peer_fill.py ``may_follow``). The owner's own answers
+(an error, a refusal) carry no label: the asking node then goes to the origin itself.
 """
 
 from __future__ import annotations
