@@ -26,6 +26,7 @@ from aiohttp import web
 
 from benchmarks.fleet_cluster import Cluster, Edge, large_body
 from benchmarks.peer_fill_latency import NODES, D, PeerCluster, fresh_page, read
+from proxy.cli.trace import describe
 from proxy.core.peer import PeerScheme, PurgeLabel, owner_of
 from proxy.fleet.member import FleetMember
 from proxy.fleet.peers import live_peers
@@ -109,8 +110,10 @@ async def test_each_object_read_through_every_node_reaches_the_origin_about_once
             assert (status, body) == (200, "1"), cache
     asks = sum(origin_asks(cluster, page) for page in pages)
     # Without peer fills: 90. On a failure, say why: a peer answer slower than peer_timeout
-    # (kind "timeout"), or refused ("label"), in the nodes' reports.
-    assert asks <= len(pages) + 2, (asks, await peer_errors(cluster))
+    # (kind "timeout") or refused ("label") in the nodes' reports, or revalidations (a node
+    # that lost its lease under load distrusts its shared tier: decision 0040).
+    conditional = [seen for seen in cluster.origin.seen if seen[1] is not None]
+    assert asks <= len(pages) + 2, (asks, await peer_errors(cluster), conditional)
     # A non-owner's fill names its owner; its copy is then a local hit.
     page = fresh_page(owned_by="edge1")
     assert 'detail="peer=edge1"' in (await read(cluster.edges[0], page))[2]
@@ -516,11 +519,9 @@ async def test_the_trace_names_the_keys_owner_and_whether_it_answered(
     assert word == {"node": "edge2", "among": list(NODES), "answered": "does not hold it"}
     assert origin_asks(cluster, page) == 0  # the trace filled nothing
     assert (await read(cluster.edges[0], page))[:2] == (200, "1")  # through the owner
-    assert (await trace_of(cluster, page))["owner"] == {
-        "node": "edge2",
-        "among": list(NODES),
-        "answered": "holds it",
-    }
+    answer = await trace_of(cluster, page)
+    assert answer["owner"] == {"node": "edge2", "among": list(NODES), "answered": "holds it"}
+    assert "  owner: edge2, asked: holds it" in describe(answer).splitlines()  # cdn-proxy trace
     await cluster.edges[2].node.kill()
     answered = (await trace_of(cluster, page))["owner"]
     assert isinstance(answered, dict)
