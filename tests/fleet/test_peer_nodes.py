@@ -512,15 +512,29 @@ async def test_the_trace_names_the_keys_owner_and_whether_it_answered(
     await peers_ready(cluster, NODES, cluster.edges)
     page = fresh_page(owned_by="edge2")
 
-    async def owner() -> object:
-        return (await trace_of(cluster, page)).get("owner")
+    def word(answered: str) -> dict[str, object]:
+        return {"node": "edge2", "among": list(NODES), "answered": answered}
 
-    word = await until(owner, every=0.1)  # once the control plane has the nodes' reports
-    assert word == {"node": "edge2", "among": list(NODES), "answered": "does not hold it"}
+    async def traced(answered: str) -> dict[str, object] | None:
+        """The trace, once it says so (the control plane reads the live nodes from Valkey:
+        on a loaded machine a node may miss a renewal, and be left out for a moment)."""
+        answer = await trace_of(cluster, page)
+        said.append(answer.get("owner"))
+        return answer if answer.get("owner") == word(answered) else None
+
+    said: list[object] = []
+
+    try:
+        await until(lambda: traced("does not hold it"), every=0.1)
+    except AssertionError:
+        raise AssertionError(said[-3:]) from None
     assert origin_asks(cluster, page) == 0  # the trace filled nothing
-    assert (await read(cluster.edges[0], page))[:2] == (200, "1")  # through the owner
-    answer = await trace_of(cluster, page)
-    assert answer["owner"] == {"node": "edge2", "among": list(NODES), "answered": "holds it"}
+    assert (await read(cluster.edges[2], page))[:2] == (200, "1")  # the owner fills it
+    try:
+        answer = await until(lambda: traced("holds it"), every=0.1)
+    except AssertionError:
+        raise AssertionError(said[-3:]) from None
+    assert answer is not None
     assert "  owner: edge2, asked: holds it" in describe(answer).splitlines()  # cdn-proxy trace
     await cluster.edges[2].node.kill()
     answered = (await trace_of(cluster, page))["owner"]
