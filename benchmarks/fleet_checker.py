@@ -1,6 +1,7 @@
 """The checker of issue 12: is ``200 Cache cleared`` true on every edge process, while they fail?
 
 Run: python -m benchmarks.fleet_checker [--clears 2000] [--seed N] [--dir PATH] [--disk]
+     [--peer-fill]
 
 It starts a fleet of real processes (benchmarks/fleet_cluster.py: Valkey, one control plane,
 three edge nodes, one of them with two workers), then at the same time:
@@ -30,6 +31,12 @@ outlives its processes: a node killed and restarted finds what it stored, and mu
 purges it missed before serving it; after Valkey's restart the tier's entries are distrusted
 and revalidated. The origin then gives ``page0`` an ETag (revalidated with a 304 when
 unchanged) and ``page1`` none (dropped, a miss).
+
+With ``--peer-fill`` every edge node has ``[fleet] peer_fill = true`` (decision 0047): a miss
+asks the key's owner first, and an owner's answer is used only with a purge label that
+covers every purge the asking node applied. The faults then hit owners too (killed,
+stopped, cut off from Valkey, a new epoch), and the property must still hold with no
+second purge.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ import valkey.asyncio
 
 from benchmarks.fleet_cluster import Cluster, Edge
 from benchmarks.fleet_history import Clear, Fault, History, Read
+from benchmarks.peer_fill_latency import PeerCluster
 
 KILL_EDGE, STOP_EDGE, DROP, BLACKHOLE = "kill-edge", "stop-edge", "drop", "blackhole"
 RESTART_VALKEY, KILL_CONTROL = "restart-valkey", "kill-control"
@@ -77,6 +85,8 @@ class Checker:
         self._confirmed = asyncio.Event()  # set at each clear answered 200
         # Reads answered from a shared tier (Cache-Status detail="disk"): node, start.
         self.disk_hits: list[tuple[str, float]] = []
+        # Reads filled through the key's owner (Cache-Status detail="peer=..."): node, start.
+        self.peer_fills: list[tuple[str, float]] = []
         self._edge_turn = 0
 
     async def run(
@@ -237,6 +247,8 @@ class Checker:
         hit = "; hit" in cache
         if hit and 'detail="disk"' in cache:
             self.disk_hits.append((edge.node.name, start))
+        if "peer=" in cache:
+            self.peer_fills.append((edge.node.name, start))
         end = time.monotonic()
         read = Read(edge.node.name, domain, start, end, status, version, hit, error, page)
         self.history.reads.append(read)
@@ -312,16 +324,19 @@ async def check(
     min_clears: int = 0,
     seed: int = 0,
     disk: bool = False,
+    peer_fill: bool = False,
 ) -> History:
-    """Start a cluster under ``directory`` (``disk``: a shared tier on every edge node), run
-    the checker on it, stop everything."""
-    cluster = disk_cluster(directory) if disk else Cluster(directory)
+    """Start a cluster under ``directory`` (``disk``: a shared tier on every edge node;
+    ``peer_fill``: peer fills on), run the checker on it, stop everything."""
+    cluster = checker_cluster(directory, disk=disk, peer_fill=peer_fill)
     try:
         await cluster.start()
         checker = Checker(cluster, seed=seed)
         history = await checker.run(faults, rounds=rounds, min_clears=min_clears)
         if disk:
             print(disk_report(checker))
+        if peer_fill:
+            print(f"reads filled through the key's owner {len(checker.peer_fills)}")
         return history
     finally:
         await cluster.close()
@@ -331,6 +346,16 @@ def disk_cluster(directory: Path) -> Cluster:
     """The checker's cluster with a shared tier on every edge node; PAGES[0] carries an
     ETag, PAGES[1] none."""
     return Cluster(directory, disk=True, validated=PAGES[:1])
+
+
+def checker_cluster(directory: Path, *, disk: bool = False, peer_fill: bool = False) -> Cluster:
+    """The checker's cluster: ``disk`` as ``disk_cluster``; with ``peer_fill``, every edge
+    node takes peer fills (benchmarks/peer_fill_latency.py ``PeerCluster``, at its default
+    peer_timeout of 0.3 s: a stopped owner costs a read that long, then the origin)."""
+    if not peer_fill:
+        return disk_cluster(directory) if disk else Cluster(directory)
+    validated = PAGES[:1] if disk else ()
+    return PeerCluster(directory, disk=disk, validated=validated)
 
 
 def disk_report(checker: Checker) -> str:
@@ -353,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, help="where the nodes' configs and logs go")
     parser.add_argument("--disk", action="store_true", help="a shared tier on every edge node")
+    parser.add_argument("--peer-fill", action="store_true", help="[fleet] peer_fill = true")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fleet-checker-") as scratch:
@@ -364,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 min_clears=args.clears,
                 seed=args.seed,
                 disk=args.disk,
+                peer_fill=args.peer_fill,
             )
         )
     print(history.report())

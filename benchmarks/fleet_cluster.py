@@ -74,6 +74,7 @@ class Origin:
         validated: Sequence[str] = (),
         stale: Sequence[str] = (),
         large: Sequence[str] = (),
+        unstored: Sequence[str] = (),
     ) -> None:
         self.versions = dict.fromkeys(domains, 1)
         self.pages: dict[str, int] = {}  # "DOMAIN/PAGE" -> its own version
@@ -83,7 +84,10 @@ class Origin:
         self.stale = frozenset(stale)  # pages that allow stale-while-revalidate, -if-error
         self.failing: set[str] = set()  # "DOMAIN/PAGE" answered 500 (set by a test)
         self.large = frozenset(large)  # pages whose body is ``large_body``, not the version
+        self.unstored = frozenset(unstored)  # pages answered with Cache-Control: no-store
+        self.held: dict[str, asyncio.Event] = {}  # "DOMAIN/PAGE" answered once set (tests)
         self.seen: list[tuple[str, str | None, int]] = []  # "DOMAIN/PAGE", If-None-Match, status
+        self.schemes: list[tuple[str, str | None]] = []  # "DOMAIN/PAGE", X-Forwarded-Proto
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._counter = 1
@@ -120,12 +124,18 @@ class Origin:
         headers = {"Cache-Control": "max-age=600", "Surrogate-Key": page or "-"}
         if page in self.stale:
             headers["Cache-Control"] += ", stale-while-revalidate=600, stale-if-error=600"
+        if page in self.unstored:
+            headers["Cache-Control"] = "no-store"
         asked = request.headers.get("If-None-Match")
         status = 500 if f"{domain}/{page}" in self.failing else 200
         if page in self.validated:
             headers["ETag"] = f'"{version}"'
             status = 304 if status == 200 and asked == headers["ETag"] else status
         self.seen.append((f"{domain}/{page}", asked, status))
+        self.schemes.append((f"{domain}/{page}", request.headers.get("X-Forwarded-Proto")))
+        held = self.held.get(f"{domain}/{page}")
+        if held is not None:
+            await held.wait()
         if status != 200:
             return web.Response(status=status, headers=headers)
         if page in self.large:
@@ -217,11 +227,14 @@ class Cluster:
         validated: Sequence[str] = (),
         stale: Sequence[str] = (),
         large: Sequence[str] = (),
+        unstored: Sequence[str] = (),
     ) -> None:
         self.directory = directory
         self.domains = tuple(domains)
         self.timing = timing or Timing()
-        self.origin = Origin(self.domains, validated=validated, stale=stale, large=large)
+        self.origin = Origin(
+            self.domains, validated=validated, stale=stale, large=large, unstored=unstored
+        )
         self.disk = disk  # a shared tier (cache.disk_path) on every edge node
         self.valkey_port = free_port()
         self.valkey = ValkeyServer(port=self.valkey_port, save="", appendonly="no")
@@ -230,6 +243,7 @@ class Cluster:
         self._workers = tuple(workers)
         self.edges: list[Edge] = []
         self.token = ""
+        self.edge_extra = ""  # more [edge] lines for every edge node
 
     async def start(self) -> None:
         await self.origin.start()
@@ -241,21 +255,32 @@ class Cluster:
         self.control.config.write_text(api + self._common(valkey_url, "control"))
         self.token = await create_token(self.control.config)
         for index, count in enumerate(self._workers):
-            name = f"edge{index}"
-            relay = Relay(self.valkey_port)
-            await relay.start()
-            port = free_port()
-            edge = f'[edge]\nlisten = "127.0.0.1:{port}"\nshutdown_timeout = 1\n'
-            edge += f'workers = {count}\n[cache]\nmax_bytes = "8MiB"\n'
-            config = self.directory / name / "node.toml"
-            if self.disk:
-                edge += f'disk_path = "{config.parent / "cache"}"\ndisk_max_bytes = "64MiB"\n'
-
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(edge + self._common(relay.url, name))
-            node = NodeProcess(name, config, ("edge",))
-            self.edges.append(Edge(node, relay, f"http://127.0.0.1:{port}", count))
+            await self._new_edge(index, count)
         await asyncio.gather(self.control.start(), *(edge.node.start() for edge in self.edges))
+
+    async def _new_edge(self, index: int, count: int) -> Edge:
+        """Edge node ``edge<index>``, its relay and its config (not started)."""
+        name = f"edge{index}"
+        relay = Relay(self.valkey_port)
+        await relay.start()
+        port = free_port()
+        edge = f'[edge]\nlisten = "127.0.0.1:{port}"\nshutdown_timeout = 1\n'
+        edge += f'workers = {count}\n{self.edge_extra}[cache]\nmax_bytes = "8MiB"\n'
+        config = self.directory / name / "node.toml"
+        if self.disk:
+            edge += f'disk_path = "{config.parent / "cache"}"\ndisk_max_bytes = "64MiB"\n'
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(edge + self._common(relay.url, name))
+        node = NodeProcess(name, config, ("edge",))
+        added = Edge(node, relay, f"http://127.0.0.1:{port}", count)
+        self.edges.append(added)
+        return added
+
+    async def add_edge(self, workers: int = 1) -> Edge:
+        """One more edge node, started (after ``start``)."""
+        edge = await self._new_edge(len(self.edges), workers)
+        await edge.node.start()
+        return edge
 
     def _common(self, fleet_url: str, node: str) -> str:
         timing = self.timing

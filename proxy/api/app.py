@@ -27,7 +27,7 @@ from proxy.api.dashboard import PREFIX as DASHBOARD_PREFIX
 from proxy.api.dashboard import create_dashboard
 from proxy.api.purge import purge
 from proxy.api.readiness import READINESS, READYZ_PATH, Readiness, readiness_context, readyz
-from proxy.api.trace import INSPECT, Inspect, trace_route
+from proxy.api.trace import INSPECT, PEER_NODES, Inspect, trace_route
 from proxy.config.model import Config
 from proxy.core.auth.ratelimit import FailureThrottle, SlidingWindow
 from proxy.core.routes import CLEAR_CACHE_PATH, PURGE_PATH, TRACE_PATH
@@ -98,6 +98,8 @@ def create_api_app(
     app.router.add_post(TRACE_PATH, trace_route)
     if inspect is not None:
         app[INSPECT] = inspect
+    if fleet is not None:
+        app[PEER_NODES] = fleet.peer_nodes
     app.router.add_get(HEALTHZ_PATH, healthz)
     # Readiness (the origins answer) apart from liveness (the process answers): readiness.py.
     app[READINESS] = Readiness(config)

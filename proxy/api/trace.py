@@ -13,7 +13,8 @@ answer is assessed (``policy.assess_response``) and dropped, never stored.
 Where the store lives in other processes, a node's control process asks its edge workers
 (proxy/api/trace_workers.py), or reads its shared tier when it has one (``inspect``); a
 control process with neither (a fleet's API-only node) answers ``unknown`` unless the rules
-alone decide (a bypass).
+alone decide (a bypass). On a fleet with peer fills the answer names the key's owner and
+whether it answered (proxy/api/trace_owner.py).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from aiohttp.helpers import ChainMapProxy
 from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.api.readiness import READINESS
+from proxy.api.trace_owner import PeerNodes, owner_word
 from proxy.api.trace_workers import ASK_WORKERS, AskWorkers, traced_by_workers
-from proxy.config.model import Config, DomainConfig, EdgeConfig
+from proxy.config.model import CacheConfig, Config, DomainConfig, EdgeConfig
 from proxy.core.auth.tokens import Scope
 from proxy.core.cache.policy import DontStore, Storable, assess_response
 from proxy.core.cache.rules import Applied
@@ -54,6 +56,8 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # The name in Via of a node without an edge (an API-only node): the edge's default.
 DEFAULT_VIA: str = EdgeConfig.__dataclass_fields__["via"].default  # type: ignore[assignment]
+# The edges' cache name (CDN-Loop) on a node without [cache]: the default.
+DEFAULT_NAME: str = CacheConfig.__dataclass_fields__["name"].default  # type: ignore[assignment]
 FETCH_TIMEOUT = 10.0  # seconds for the one origin request of a fetch
 
 
@@ -70,6 +74,8 @@ class TraceRequest:
 Inspect = Callable[[str, str], Held]
 # What the store holds for a URL, read changing nothing; absent: no store in this process.
 INSPECT: web.AppKey[Inspect] = web.AppKey("trace_inspect")
+# The fleet's live nodes that take peer fills, for the key's owner; absent: no fleet.
+PEER_NODES: web.AppKey[PeerNodes] = web.AppKey("trace_peer_nodes")
 
 
 async def trace_route(request: web.Request) -> web.Response:
@@ -91,6 +97,7 @@ async def trace_route(request: web.Request) -> web.Response:
     asked = wanted[0]
     config = ctx.config.by_name[domain]
     inspect = request.app.get(INSPECT)
+    peer_nodes = request.app.get(PEER_NODES)
     answer = await traced(
         request.app,
         config,
@@ -102,6 +109,12 @@ async def trace_route(request: web.Request) -> web.Response:
     )
     if isinstance(ctx.purger, Positioned):
         await in_fleet_numbers(answer, ctx.purger, domain)
+    if peer_nodes is not None:  # with peer fills: the key's owner, and whether it answered
+        name = ctx.config.cache.name if ctx.config.cache is not None else DEFAULT_NAME
+        nodes = await peer_nodes()
+        owner = await owner_word(nodes, config.name, str(answer["key_target"]), name=name)
+        if owner is not None:
+            answer["owner"] = owner
     body = json.dumps(answer, ensure_ascii=True).encode("ascii")
     response = web.Response(body=body, content_type="application/json")
     response.headers["Cache-Control"] = "no-store"

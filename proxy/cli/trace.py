@@ -70,6 +70,9 @@ def describe(answer: Mapping[str, object]) -> str:
         each = ", ".join(f"{row.get('worker')}: {row.get('outcome')}" for row in workers)
         lines.append(f"  edge workers: {each}")
     lines.append(f"  cache key: {answer.get('key')}")
+    owner = answer.get("owner")  # a fleet with peer fills (decision 0047)
+    if isinstance(owner, dict):
+        lines.append(f"  owner: {owner.get('node')}, asked: {owner.get('answered')}")
     for row in _rows(answer.get("rules")):
         mark = "applies" if row.get("matched") else "skipped"
         lines.append(f"  rule {row.get('name')}: {mark}: {row.get('why')}")

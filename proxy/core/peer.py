@@ -23,11 +23,17 @@ director and Traffic Server's consistent-hash parents work this way.
   has applied. Otherwise it neither stores nor serves it: it goes to the origin. No second
   purge is needed: a purge answered 200 was applied by every live member first, so any node
   that knows of it refuses answers made before it.
+- **The scheme** (``believed_scheme``). Keys carry the scheme (decision 0041), which an
+  asking node reads from its own listener or trusted proxies; the owner must key and fill
+  the same variant. The asking node says the scheme with the fleet's *peer key* (a random
+  value every member reads from Valkey, which clients cannot), and the owner believes the
+  scheme only with that key: a client that sends the field is refused, never believed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -95,6 +101,25 @@ def usable(label: PurgeLabel | None, *, epoch: str | None, applied: int) -> bool
     if label is None or epoch is None or label.epoch != epoch:
         return False
     return label.number >= applied
+
+
+@dataclass(frozen=True, slots=True)
+class PeerScheme:
+    """The scheme an asking node keyed a peer request by, and the peer key it offers."""
+
+    scheme: str
+    key: str
+
+
+def believed_scheme(claim: PeerScheme | None, key: str | None) -> str | None:
+    """The scheme an owner keys a peer's request by: the claimed one when it comes with the
+    fleet's peer key (``key``, as this node last read it), else None (the request is
+    refused: a client's claim, or a peer's key of another epoch)."""
+    if claim is None or key is None:
+        return None
+    if not hmac.compare_digest(claim.key.encode(), key.encode()):
+        return None
+    return claim.scheme
 
 
 def moved_share(before: Sequence[str], after: Sequence[str], keys: Iterable[bytes]) -> float:

@@ -348,7 +348,7 @@ class Filler:
             return None
         if rules is not None and rules.browser_ttl is not None:
             fields = browser_fields(fields, rules)
-        headers = respond.relayed_headers(fields, via=self._via, status=status)
+        headers = respond.relayed_headers(fields, via=self._via, status=status, tags=entry.tags)
         headers[hdrs.AGE] = str(int(entry.age(response_time)))
         return headers
 

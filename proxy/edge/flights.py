@@ -31,7 +31,15 @@ FlightResult = StoredResponse | OriginError | None
 
 
 class Flight:
-    __slots__ = ("_future", "_loop", "on_progress", "progressed", "started", "waiters")
+    __slots__ = (
+        "_future",
+        "_loop",
+        "on_progress",
+        "position",
+        "progressed",
+        "started",
+        "waiters",
+    )
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -43,6 +51,9 @@ class Flight:
         self.waiters = 0  # requests waiting on the leader; for metrics and tests
         # Told of each progress (the node's fill marker: edge/node_fills.py's Renewal).
         self.on_progress: Callable[[float], None] | None = None
+        # With peer fills, the fleet purge position applied when it began (edge/peer_fill.py
+        # ``may_follow``); None: unknown, and no peer's request follows it.
+        self.position: tuple[str, int] | None = None
 
     def progress(self) -> None:
         """The leader's response moved: its headers arrived, or more of its body did."""

@@ -179,7 +179,9 @@ async def relay(
         origin.close()
         respond.log.warning("origin answered %d to a request not tunnelled", origin.status)
         return respond.text(502, "502 Bad Gateway: the origin switched protocols unasked")
-    headers = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
+    headers = respond.relayed_headers(
+        from_origin(origin.headers), via=via, status=status, tags=origin.tags
+    )
     if request.method == "HEAD" or origin.status in (204, 304):
         origin.close()
         response = web.Response(status=origin.status, reason=origin.reason, headers=headers)

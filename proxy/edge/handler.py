@@ -53,7 +53,6 @@ from proxy.core.http.lane import Fields, fast_hit
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.core.peer import loop_marked
 from proxy.edge import ranges, respond
 from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
@@ -68,7 +67,15 @@ from proxy.edge.interim import EARLY_HINTS
 from proxy.edge.messages import Messages
 from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
 from proxy.edge.origin import REQUEST_STARTED
-from proxy.edge.peer_fill import CDN_LOOP, MARKED, PeerFills, PeerView, labelled, marked_for
+from proxy.edge.peer_fill import (
+    CDN_LOOP,
+    PeerAnswers,
+    PeerFills,
+    PeerView,
+    labelled,
+    may_follow,
+    position_of,
+)
 from proxy.edge.refusals import Refusals, with_refusals
 from proxy.edge.tls import EdgeTls
 from proxy.edge.tunnel import Tunnels
@@ -140,25 +147,24 @@ class Edge:
         # Peer fills (decision 0047): only a fleet member's edge with [fleet] peer_fill.
         fleet = config.fleet
         self._peers = peers if fleet is not None and fleet.peer_fill else None
-        self.peer_fills: PeerFills | None = None
+        self.peer_fills: PeerFills | None  # and the owner's side: set by _paths
         self._filler, self._forwarder = self._paths(config)
         self._answers = AnswerCollector(
             self._filler.budget, self._filler.compressions, PREFIX
         )  # decision 0046
         self._telemetry.registry.register(self._answers)
         self._telemetry.answers = self._answers  # an edge worker's report (decision 0051)
-        if self._peers is not None:
-            self.handle = self._handle_peers  # type: ignore[method-assign]
 
     def _paths(self, config: Config) -> tuple[Filler, Forwarder]:
         """The fill (edge/fill.py) and forwarded (edge/forward.py) paths, which ask the origin
-        through ``_messages``; with peer fills, a fill asks the key's owner first, and an
-        answer from a stored entry is labelled for a peer (edge/peer_fill.py)."""
+        through ``_messages``; with peer fills, a fill asks the key's owner first, and a
+        peer's request is answered labelled (edge/peer_fill.py)."""
         self._messages = messages = Messages(
             name=self._name, via=self._via, trusted=self._trusted, upstreams=self.upstreams
         )
         self._from_stored = messages.from_stored
         ask_fill = messages.ask
+        self.peer_fills = None
         if self._peers is not None:
             assert config.fleet is not None
             self.peer_fills = PeerFills(
@@ -166,9 +172,21 @@ class Edge:
                 name=self._name,
                 timeout=config.fleet.peer_timeout,
                 ask_origin=messages.ask,
+                origin_bytes=lambda: self.upstreams.received,
+                hold=config.fleet.lease,
             )
             ask_fill = self.peer_fills.ask
             self._from_stored = labelled(messages.from_stored)
+            answers = PeerAnswers(  # the owner's side: set once, so with peer fills off the
+                view=self._peers,  # hit path is the same code
+                name=self._name,
+                plain=self.handle,
+                route=self._route,
+                full=self._full,
+                https=self._https,
+                counts=self.peer_fills,
+            )
+            self.handle, self._https = answers.handle, answers.https  # type: ignore[method-assign]
         filler = Filler(
             name=self._name,
             via=self._via,
@@ -337,23 +355,6 @@ class Edge:
         self.lane_answered += 1
         return (*entry.hit_lines, b"Age: %d\r\n\r\n" % age, entry.body), self._figures[config.name]
 
-    async def _handle_peers(self, request: web.BaseRequest) -> web.StreamResponse:
-        """``handle`` with peer fills on: a peer's request (its CDN-Loop names this cache)
-        takes the full path, labelled (edge/peer_fill.py); any other, ``handle``."""
-        headers = request.headers
-        if CDN_LOOP not in headers or not loop_marked(headers.getall(CDN_LOOP), self._name):
-            return await Edge.handle(self, request)
-        host = headers.get(hdrs.HOST)
-        config = self._route(host)
-        if config is None:
-            return respond.text(421, "421 Misdirected Request: this edge does not serve that host")
-        assert self._peers is not None
-        token = MARKED.set(marked_for(self._peers, config))
-        try:
-            return await self._full(request, config, headers)
-        finally:
-            MARKED.reset(token)
-
     async def _full(
         self, request: web.BaseRequest, config: DomainConfig, headers: CIMultiDictProxy[str]
     ) -> web.StreamResponse:
@@ -468,14 +469,16 @@ class Edge:
             return await self._fill(Fill(request, config, key, target, stale, fwd, None, rules))
         flight, leading = self.flights.join(key)
         if leading:
+            if self._peers is not None:
+                flight.position = position_of(self._peers)
             job = Fill(request, config, key, target, stale, fwd, flight, rules)
             if (stale is None or fwd == "stale") and not partial and self._tiered is not None:
                 return await self._fill_for_node(job, coding, obey)
             return await self._fill(job)
         job = Fill(request, config, key, target, stale, fwd, None, rules)
-        if self._peers is not None and MARKED.get() is not None:
-            # A peer's request never takes an answer of a fill that began before it arrived:
-            # that fill may predate a purge its label says was applied (decision 0047).
+        if self._peers is not None and not may_follow(flight):
+            # A peer's request takes the answer of a fill that began before it arrived only
+            # when no purge was applied in between (decision 0047).
             return await self._fill(job)
         return await self._follow(job, flight, https, partial, coding)
 

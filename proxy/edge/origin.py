@@ -103,6 +103,7 @@ class OriginResponse:
         "headers",
         "peer",
         "reason",
+        "received",
         "status",
         "tags",
     )
@@ -123,6 +124,7 @@ class OriginResponse:
         self.tags: tuple[str, ...] | None
         self.headers, self.tags = split_tags(tuple(response.headers.items()), tag_headers)
         self.peer: str | None = None  # the owner node that answered a peer fill (0047)
+        self.received = 0  # body bytes read (origin offload: decision 0047)
 
     @property
     def content_length(self) -> int | None:
@@ -131,12 +133,14 @@ class OriginResponse:
     async def read_chunk(self) -> bytes:
         """The next piece of the body; b"" at its end. Raises OriginError."""
         try:
-            return await self._response.content.readany()
+            chunk = await self._response.content.readany()
         except Exception as exc:
             error = origin_error(exc, self._response.url.host or "origin")
             if self._telemetry is not None and isinstance(error, OriginError):
                 self._telemetry.origin_error(self._domain, error_kind(error))
             raise error from None
+        self.received += len(chunk)
+        return chunk
 
     async def read_up_to(
         self, limit: int, progress: Callable[[], None] | None = None

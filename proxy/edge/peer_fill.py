@@ -21,11 +21,19 @@ The rules are core's (proxy/core/peer.py: ``owner_of``, ``peer_route``, ``loop_m
   every answer made from a stored entry (``labelled``: Messages.from_stored, the one place
   such answers are made) carries the label taken when the request arrived, and the entry's
   tags in the domain's tag field, so the asking node's copy is covered by tag purges as the
-  owner's is. Answers not made from an entry (relayed, unstored, streamed to the first
-  client) carry no label: the asking node goes to the origin for those.
+  owner's is; so does every answer relayed from the owner's own origin request (not
+  stored, streamed to its first client: edge/peer_mark.py), so such an answer costs the
+  origin one request, not two. The owner's own answers (errors, refusals) carry none:
+  the asking node goes to the origin for those.
 
-Only https-keyed requests are left to the origin: an owner keys a peer's request by its
-own reading of the scheme (the peer is not a trusted proxy of it), which could differ.
+- **The scheme.** The key carries the scheme (decision 0041), which the owner cannot read
+  from a peer's connection (plain HTTP, from a node that is no trusted proxy of it). The
+  asking node says it, with the fleet's peer key (``CDN-Proxy-Peer-Scheme``; the key is
+  read from Valkey, never sent to an origin), and the owner keys, fills and tells its
+  origin that scheme (``PeerAnswers``: the request is cloned with it). A claim without
+  the key (a client's, or a peer's of another epoch) is refused with a 403, which the
+  asking node takes for an answer not usable: it goes to the origin. Before the key is
+  read, an https-keyed miss goes to the origin.
 """
 
 from __future__ import annotations
@@ -33,14 +41,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDictProxy
 
 from proxy.config.model import DomainConfig
 from proxy.core.cache.entry import StoredResponse
@@ -48,35 +57,38 @@ from proxy.core.cache.keys import cache_target
 from proxy.core.cache.rules import Applied as AppliedRules
 from proxy.core.http.fields import Headers
 from proxy.core.lease import Applied
-from proxy.core.peer import PurgeLabel, Route, owner_of, peer_route, usable
+from proxy.core.peer import (
+    PeerScheme,
+    PurgeLabel,
+    Route,
+    believed_scheme,
+    loop_marked,
+    owner_of,
+    peer_route,
+    usable,
+)
 from proxy.core.purge.purges import TAG_HEADERS
-from proxy.edge import bodies
+from proxy.edge import bodies, respond
+from proxy.edge.flights import Flight
 from proxy.edge.forward import AskOrigin
 from proxy.edge.origin import OriginResponse, origin_request
+from proxy.edge.peer_mark import MARKED, Marked, add_peer_fields
 from proxy.errors import OriginError
 from proxy.observe.log_floods import THROTTLED
 from proxy.observe.telemetry import error_kind
-from proxy.wire.peer import LABEL_HEADER, pack_label, unpack_label
+from proxy.wire.peer import (
+    LABEL_HEADER,
+    SCHEME_HEADER,
+    pack_label,
+    pack_scheme,
+    unpack_label,
+    unpack_scheme,
+)
 
 log = logging.getLogger("proxy.peers")
 
 CDN_LOOP = "CDN-Loop"
 _LABEL = LABEL_HEADER.lower()
-
-
-@dataclass(frozen=True, slots=True)
-class Marked:
-    """A peer's request being answered: the label its answers carry (None before this
-    node's first sync: no label, and the asking node goes to the origin), and the field the
-    domain's tags are sent in."""
-
-    label: str | None
-    tag_field: str | None
-
-
-# Set while this process answers a peer's request (its own task: aiohttp runs each request
-# in one), reset when the handler returns.
-MARKED: ContextVar[Marked | None] = ContextVar("peer_marked", default=None)
 
 
 class PeerView(Protocol):
@@ -92,37 +104,71 @@ class PeerView(Protocol):
     @property
     def applied(self) -> Applied: ...
 
+    @property
+    def peer_key(self) -> str | None: ...
+
 
 class PeerFills:
     """The asking side; ``ask`` replaces ``Messages.ask`` for fills. Figures: requests sent
     to each peer, and its failures by kind (``timeout``, ``unreachable``, ``protocol``,
-    ``label``: an answer not usable)."""
+    ``label``: an answer not usable); the peers' requests this node answered as their
+    owner, and the bytes of those answers (counted by ``PeerAnswers``); and the body bytes
+    this process read from origin servers (``origin_bytes``: for the origin offload)."""
 
-    def __init__(self, *, view: PeerView, name: str, timeout: float, ask_origin: AskOrigin) -> None:
+    def __init__(
+        self,
+        *,
+        view: PeerView,
+        name: str,
+        timeout: float,
+        ask_origin: AskOrigin,
+        origin_bytes: Callable[[], int] = lambda: 0,
+        hold: float = 0.0,
+    ) -> None:
         self._view = view
+        # Owners that could not be reached (a refused connection: a dead node), until when
+        # they are passed over (``hold``: the fleet's lease, within which a dead node leaves
+        # the list). Their keys go to the next owner by rendezvous, the same on every node
+        # that saw it.
+        self._hold = hold
+        self._down: dict[str, float] = {}
         self._name = name
         self._timeout = timeout
         self._ask_origin = ask_origin
         self._session: aiohttp.ClientSession | None = None
         self.requests: collections.Counter[str] = collections.Counter()
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.answers = 0
+        self.answer_bytes = 0
+        self.origin_bytes = origin_bytes
 
-    def owner(self, domain: str, target: str, headers: list[tuple[str, str]]) -> str | None:
+    def owner(self, domain: str, target: str, scheme: str | None) -> str | None:
         """The node that owns the fill's key, when it should be asked (None: the origin)."""
         if MARKED.get() is not None:
             return None  # the loop guard: a peer's request never goes to another peer
         view = self._view
         peers = view.peers
-        if len(peers) < 2:
+        if self._down:
+            peers = self._reachable(peers)
+        if len(peers) < 2 or scheme not in ("http", "https"):
             return None
-        scheme = _last(headers, "x-forwarded-proto")
-        if scheme != "http":
-            return None  # https: see the module's docstring
-        key = f"{domain}\0{cache_target(target, False)}".encode()
+        if scheme == "https" and view.peer_key is None:
+            return None  # the owner could not believe the scheme yet
+        key = f"{domain}\0{cache_target(target, scheme == 'https')}".encode()
         owner = owner_of(key, peers)
         if peer_route(owner=owner, me=view.node, marked=False) is not Route.PEER:
             return None
         return owner
+
+    def _reachable(self, peers: Mapping[str, str]) -> Mapping[str, str]:
+        """``peers`` without the owners passed over for now."""
+        now = time.monotonic()
+        for node, until in list(self._down.items()):
+            if until <= now or node not in peers:
+                del self._down[node]
+        if not self._down:
+            return peers
+        return {node: url for node, url in peers.items() if node not in self._down}
 
     @asynccontextmanager
     async def ask(
@@ -138,10 +184,13 @@ class PeerFills:
         async with AsyncExitStack() as stack:
             answer = None
             owner = None
+            # The scheme the key was made with: the one the origin is told, last in the
+            # head to_origin builds.
+            scheme = _last(headers, "x-forwarded-proto")
             if method == "GET" and data is None:
-                owner = self.owner(domain.name, target, headers)
-            if owner is not None:
-                answer = await self._from_owner(stack, owner, domain, target, headers)
+                owner = self.owner(domain.name, target, scheme)
+            if owner is not None and scheme is not None:
+                answer = await self._from_owner(stack, owner, domain, target, headers, scheme)
             if answer is None:
                 answer = await stack.enter_async_context(
                     self._ask_origin(domain, method, target, headers, data)
@@ -155,11 +204,16 @@ class PeerFills:
         domain: DomainConfig,
         target: str,
         headers: list[tuple[str, str]],
+        scheme: str,
     ) -> OriginResponse | None:
         url = self._view.peers.get(owner)
         if url is None:
             return None
         applied = self._view.applied  # before sending: the label must cover it
+        marks = [(CDN_LOOP, self._name)]
+        key = self._view.peer_key
+        if key is not None:  # the scheme the key was made with, which the owner keys by
+            marks.append((SCHEME_HEADER, pack_scheme(PeerScheme(scheme, key))))
         self.requests[owner] += 1
         timeout = self._timeout
         # The owner is reached within peer_timeout; its body, once its head came, at the
@@ -174,7 +228,7 @@ class PeerFills:
                         peer,
                         "GET",
                         target,
-                        [*headers, (CDN_LOOP, self._name)],
+                        [*headers, *marks],
                         server=url,
                     )
                 )
@@ -182,6 +236,8 @@ class PeerFills:
             await inner.aclose()
             kind = "timeout" if isinstance(exc, TimeoutError) else error_kind(exc)
             self.errors[owner, kind] += 1
+            if kind == "unreachable":  # not "timeout": a slow origin makes a slow owner
+                self._down[owner] = time.monotonic() + self._hold
             log.info(
                 "peer %s (%s) not used for %s: %s", owner, url, domain.name, kind, extra=THROTTLED
             )
@@ -230,15 +286,107 @@ class PeerFills:
             self._session = None
 
 
-def marked_for(view: PeerView, domain: DomainConfig) -> Marked:
+def marked_for(view: PeerView, domain: DomainConfig, scheme: str | None = None) -> Marked:
     """What a peer's request is answered with, taken when it arrives: the label of this
-    node's epoch and applied purge number, and the domain's tag field."""
-    applied = view.applied
+    node's epoch and applied purge number, the domain's tag field, and the scheme."""
+    position = position_of(view)
     label = None
-    if applied.epoch is not None:
-        label = pack_label(PurgeLabel(applied.epoch, applied.seq))
+    if position is not None:
+        label = pack_label(PurgeLabel(*position))
     tag_field = next((n for n in domain.tag_headers if n.lower() in TAG_HEADERS), None)
-    return Marked(label, tag_field)
+    return Marked(label, tag_field, scheme, position)
+
+
+def position_of(view: PeerView) -> tuple[str, int] | None:
+    """The fleet purge position this node has applied: its epoch and purge number (None
+    before its first sync)."""
+    applied = view.applied
+    return None if applied.epoch is None else (applied.epoch, applied.seq)
+
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+FullPath = Callable[
+    [web.BaseRequest, DomainConfig, CIMultiDictProxy[str]], Awaitable[web.StreamResponse]
+]
+
+
+class PeerAnswers:
+    """The answering side, an owner's: ``handle`` and ``https`` replace the Edge's with peer
+    fills on (edge/handler.py sets them once, so with the feature off the code is the same).
+
+    A request whose CDN-Loop names this cache is a peer's: it takes the full path (never the
+    fast one, which has no label) under ``MARKED``; with a scheme claim, keyed by the claimed
+    scheme when the peer key proves it, else refused."""
+
+    def __init__(
+        self,
+        *,
+        view: PeerView,
+        name: str,
+        plain: Handler,
+        route: Callable[[str | None], DomainConfig | None],
+        full: FullPath,
+        https: Callable[[web.BaseRequest], bool],
+        counts: PeerFills,
+    ) -> None:
+        self._counts = counts
+        self._view = view
+        self._name = name
+        self._plain = plain
+        self._route = route
+        self._full = full
+        self._https = https
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        headers = request.headers
+        if CDN_LOOP not in headers or not loop_marked(headers.getall(CDN_LOOP), self._name):
+            return await self._plain(request)
+        config = self._route(headers.get(hdrs.HOST))
+        if config is None:
+            return respond.text(421, "421 Misdirected Request: this edge does not serve that host")
+        scheme = None
+        claim = headers.get(SCHEME_HEADER)
+        if claim is not None:
+            scheme = believed_scheme(unpack_scheme(claim), self._view.peer_key)
+            if scheme is None:
+                log.info("a peer request's scheme was refused (no valid peer key)")
+                return respond.text(403, "403 Forbidden: not a peer of this fleet")
+            # The origin is told this scheme too (Messages.headers reads the request's).
+            request = request.clone(scheme=scheme)
+        token = MARKED.set(marked_for(self._view, config, scheme))
+        try:
+            response = await self._full(request, config, headers)
+        finally:
+            MARKED.reset(token)
+        # The owner's load. A response sent already (streamed) has its length; another, the
+        # body it will be sent with.
+        counts = self._counts
+        counts.answers += 1
+        if response.prepared:
+            counts.answer_bytes += response.body_length
+        elif isinstance(response, web.Response) and isinstance(response.body, bytes):
+            counts.answer_bytes += len(response.body)
+        return response
+
+    def https(self, request: web.BaseRequest) -> bool:
+        """Whether the request is keyed as https: a peer's by the scheme it proved."""
+        marked = MARKED.get()
+        if marked is not None and marked.scheme is not None:
+            return marked.scheme == "https"
+        return self._https(request)
+
+
+def may_follow(flight: Flight) -> bool:
+    """Whether this task may take the answer of ``flight``, a fill of its key that began
+    before it arrived: any request may, but a peer's only when the flight began at the
+    position its label says (no purge applied in between: the flight's origin request
+    then came after every purge the label names). Otherwise its result may predate a purge
+    the label covers, and a flight shares its result even when a purge made it
+    unstorable: the peer's request fills by itself."""
+    marked = MARKED.get()
+    if marked is None:
+        return True
+    return marked.position is not None and flight.position == marked.position
 
 
 FromStored = Callable[..., web.Response]
@@ -259,12 +407,7 @@ def labelled(from_stored: FromStored) -> FromStored:
         rules: AppliedRules | None = None,
     ) -> web.Response:
         response = from_stored(request, entry, now, status, headers=headers, rules=rules)
-        marked = MARKED.get()
-        if marked is not None and marked.label is not None:
-            response.headers[LABEL_HEADER] = marked.label
-            if marked.tag_field is not None and entry.tags:
-                separator = TAG_HEADERS[marked.tag_field.lower()]
-                response.headers[marked.tag_field] = separator.join(entry.tags)
+        add_peer_fields(response.headers, entry.tags)
         return response
 
     return answer

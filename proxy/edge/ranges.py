@@ -104,7 +104,9 @@ def cut(
 ) -> web.Response:
     """The answer to a Range request from the origin's whole 200 (``body``, read to its end),
     which is not stored: the range cut from it, as from a stored response."""
-    fields = respond.relayed_headers(from_origin(origin.headers), via=via, status=status)
+    fields = respond.relayed_headers(
+        from_origin(origin.headers), via=via, status=status, tags=origin.tags
+    )
     full = web.Response(status=200, reason=origin.reason, headers=fields, body=body)
     return answer(request, full, body)
 

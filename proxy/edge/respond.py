@@ -18,6 +18,7 @@ from proxy.core.http.headers import via_value
 from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.file_body import FilePayload
 from proxy.edge.interim import EARLY_HINTS, Hinted, preload_links
+from proxy.edge.peer_mark import add_peer_fields
 from proxy.errors import OriginBusy, OriginError, OriginsDown, RequestBodyError
 from proxy.store.shared.large import file_backed
 
@@ -168,12 +169,19 @@ def _shared_line(line: bytes) -> bytes:
     return line
 
 
-def relayed_headers(origin_headers: Headers, *, via: str, status: str) -> CIMultiDict[str]:
+def relayed_headers(
+    origin_headers: Headers, *, via: str, status: str, tags: tuple[str, ...] | None = None
+) -> CIMultiDict[str]:
+    """The head of an answer relayed from the origin. ``tags``: the response's, when it is
+    the origin's answer to this request (a fleet peer's request then gets them, with the
+    purge label: edge/peer_mark.py); None for anything else."""
     headers = CIMultiDict(origin_headers)
     if "Age" not in headers:
         headers["Age"] = "0"
     headers["Cache-Status"] = status
     with_via(headers, via)
+    if tags is not None:
+        add_peer_fields(headers, tags)
     return headers
 
 

@@ -106,6 +106,7 @@ class Upstreams:
         self._started = False
         self._via = config.edge.via if config.edge is not None else "cdn-proxy"
         self._collector = _Collector(self)
+        self.received = 0  # body bytes read from origin servers (origin offload: 0047)
         telemetry.registry.register(self._collector)
         self._configure(config.domains)
 
@@ -197,6 +198,7 @@ class Upstreams:
             raise
         finally:
             server.active -= 1
+            self.received += response.received
 
     async def connect(
         self, domain: DomainConfig, target: str, opener: Callable[[str], Awaitable[Link]]

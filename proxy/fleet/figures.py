@@ -22,6 +22,7 @@ from typing import Any
 from proxy.core.observe.responses import Responses
 from proxy.core.observe.traffic import OUTCOMES, MinuteCounts
 from proxy.errors import FleetUnavailable, WireError
+from proxy.fleet.peers import live_peers
 from proxy.fleet.scripts import FleetScripts, MembersView
 from proxy.observe.connection_metrics import CONNECTION_FIGURES, merged
 from proxy.observe.telemetry import Telemetry
@@ -80,7 +81,15 @@ def peer_report(telemetry: Telemetry) -> dict[str, Any]:
     errors: dict[str, dict[str, int]] = {}
     for (peer, kind), count in fills.errors.items():
         errors.setdefault(peer, {})[kind] = count
-    return {"peer_requests": dict(fills.requests), "peer_errors": errors}
+    sent = sum(figures.sent for figures in telemetry.responses.domains.values())
+    return {
+        "peer_requests": dict(fills.requests),
+        "peer_errors": errors,
+        "peer_answers": fills.answers,
+        "peer_answer_bytes": fills.answer_bytes,
+        "served_bytes": max(0, sent - fills.answer_bytes),
+        "origin_bytes": fills.origin_bytes(),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,14 @@ class FleetFigures:
             except WireError as exc:
                 log.debug("member %s left out of the figures: %s", row.member, exc)
         self._view, self._reports, self._totals = view, reports, _Totals.of(reports.values())
+
+    async def peer_nodes(self) -> dict[str, str]:
+        """The live nodes that take peer fills, read now as the edges read them (decision
+        0047: ``fleet.peers.live_peers``): the trace's owners. {} when Valkey cannot say."""
+        try:
+            return live_peers(await self._scripts.members())
+        except FleetUnavailable:
+            return {}
 
     async def _refresh_loop(self) -> None:
         while True:

@@ -127,6 +127,10 @@ class FleetMember:
         # nodes that take them (node -> advertise URL), read again at each renewal.
         self.advertise = advertise if settings.peer_fill else ""
         self.peers: dict[str, str] = {}
+        # The fleet's peer key, which a peer request's scheme is believed with (None until
+        # read), and the one this member offers should Valkey hold none.
+        self.peer_key: str | None = None
+        self._key_offered = secrets.token_urlsafe(24)
 
     @property
     def node(self) -> str:
@@ -216,6 +220,7 @@ class FleetMember:
         assert self._scripts is not None
         with contextlib.suppress(FleetUnavailable):
             self.peers = live_peers(await self._scripts.members())
+            self.peer_key = await self._scripts.peer_key(self._key_offered)
 
     async def apply_hints(self, hints: list[ClearHint]) -> bool:
         """Apply published clears without a sync, and ack them; False when they do not

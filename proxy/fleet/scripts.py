@@ -44,6 +44,7 @@ from proxy.wire.fleet import (
 )
 
 CLEARS = "{cdn}:clears"  # pub/sub hint: "epoch previous number domain" of each clear
+PEER_KEY = "{cdn}:peer-key"  # the key fleet peers prove themselves with (decision 0047)
 DRY = "{cdn}:dry"  # pub/sub: "id member", a dry run asked of a member (decision 0026)
 DRY_ANSWERS_AT_ONCE = 1000  # answers one LPOP takes
 LOG_CAP = 10_000
@@ -256,6 +257,13 @@ class FleetScripts:
             for i in range(0, len(rest), 4)
         )
         return MembersView(now_ms=_int(reply[0]), members=rows)
+
+    async def peer_key(self, candidate: str) -> str:
+        """The fleet's peer key: the one Valkey holds, else ``candidate``, set now (one
+        command, so two members setting it at once agree). A Valkey that lost its keys (a
+        restart: a new epoch) gets a new one from the first member to ask."""
+        held = await self._command("SET", PEER_KEY, candidate, "NX", "GET")
+        return candidate if held is None else _text(held)
 
     async def ask_dry(self, members: Iterable[str], request: str, *, ttl: float) -> str | None:
         """Ask each of ``members`` for a dry run: the request waits under ``{cdn}:dry:<id>``

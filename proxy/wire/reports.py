@@ -87,6 +87,12 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     # count (Telemetry.edge_counters)
     answers: list[int] = []
     counters: dict[str, dict[str, dict[str, int]]] = {}
+    # peers' requests it answered as the key's owner, and their bytes; the bytes it sent its
+    # clients (not its peers), and read from origin servers (the origin offload)
+    peer_answers: int = 0
+    peer_answer_bytes: int = 0
+    served_bytes: int = 0
+    origin_bytes: int = 0
 
 
 class MemberInfo(EdgeReport, frozen=True, kw_only=True):

@@ -11,8 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.peer import (
+    PeerScheme,
     PurgeLabel,
     Route,
+    believed_scheme,
     loop_marked,
     moved_share,
     owner_of,
@@ -106,3 +108,20 @@ def test_an_owners_answer_is_used_only_when_its_label_covers_this_nodes_purges(
     """Issue 33, "Purge truth, with no second purge": Fastly's race (a purged edge asking an
     unpurged shield) cannot store or serve the old object."""
     assert usable(label, epoch=epoch, applied=applied) is ok
+
+
+@pytest.mark.parametrize(
+    ("claim", "key", "believed"),
+    [
+        (PeerScheme("https", "k1"), "k1", "https"),
+        (PeerScheme("http", "k1"), "k1", "http"),
+        (PeerScheme("https", "k0"), "k1", None),  # a key of another epoch, or a guess
+        (PeerScheme("https", "k1"), None, None),  # this node has not read the key yet
+        (None, "k1", None),  # a claim this build cannot read
+    ],
+)
+def test_an_owner_believes_a_peers_scheme_only_with_the_fleets_peer_key(
+    claim: PeerScheme | None, key: str | None, believed: str | None
+) -> None:
+    """Keys carry the scheme (decision 0041): a client must not choose the variant filled."""
+    assert believed_scheme(claim, key) == believed

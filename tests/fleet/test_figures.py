@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from functools import partial
 
 import pytest
 
 from proxy.api.dashboard.pages import clear_number
+from proxy.core.lease import Applied
 from proxy.core.observe.traffic import HIT, MISS
+from proxy.edge.origin import OriginResponse
+from proxy.edge.peer_fill import PeerFills
 from proxy.fleet.figures import FleetFigures, edge_report
 from proxy.fleet.member import FleetMember
 from proxy.fleet.scripts import FleetScripts, connect
@@ -131,3 +136,61 @@ async def test_a_process_whose_info_cannot_be_read_is_listed_but_left_out_of_the
         assert figures.live_and_fenced() == (2, 0)
     finally:
         await member.close()
+
+
+async def test_the_nodes_page_shows_each_nodes_share_of_keys_and_its_peer_errors(
+    fleet: Fleet, figures: FleetFigures, make_dashboard: DashboardFactory
+) -> None:
+    """decision 0047: with peer fills, each node's share of the key space (rendezvous among
+    the live nodes that take them), the peers' requests it answered and its peer errors."""
+    members = []
+    for node, url in (("n1", "http://127.0.0.1:1"), ("n2", "http://127.0.0.1:2")):
+        memory = MemoryStore(max_bytes=1 << 20)
+        telemetry = Telemetry(store=memory, domains=DOMAINS)
+        fills = PeerFills(view=_NoView(), name="cdn-proxy", timeout=0.3, ask_origin=_never)
+        fills.requests["n2" if node == "n1" else "n1"] += 5
+        if node == "n1":
+            fills.errors["n2", "timeout"] += 2
+        fills.answers = 7 if node == "n2" else 3
+        telemetry.peer_fills = fills
+        member = FleetMember(
+            settings=settings(fleet.server.url, peer_fill=True),
+            store=memory,
+            domains=DOMAINS,
+            node=node,
+            advertise=url,
+            report=partial(edge_report, telemetry, memory, DOMAINS, time.time()),
+        )
+        await member.start()
+        members.append(member)
+    try:
+        for member in members:
+            assert await member.sync()
+        await figures.refresh()
+        dashboard = await make_dashboard(fleet=figures)
+        await dashboard.sign_in()
+        page = await dashboard.get("/dashboard/nodes")
+        assert page.status == 200
+        table = page.html.find("table", class_="peers")
+        cells = {
+            n: [c.text for c in table.find_all("tr", data_node=n)[0].find_all("td")]
+            for n in ("n1", "n2")
+        }
+        shares = [float(cells[n][1].removesuffix("%")) for n in cells]
+        assert abs(sum(shares) - 100) < 0.2 and all(40 < s < 60 for s in shares), shares
+        assert cells["n1"][2:] == ["3", "5", "timeout 2"]  # answered, sent, errors
+        assert cells["n2"][2:] == ["7", "5", "none"]
+    finally:
+        for member in members:
+            await member.close()
+
+
+class _NoView:
+    node = "n0"
+    peers: dict[str, str] = {}
+    applied = Applied(None, 0, {})
+    peer_key = None
+
+
+def _never(*args: object) -> AbstractAsyncContextManager[OriginResponse]:
+    raise AssertionError("no fill here")

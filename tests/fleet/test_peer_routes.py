@@ -1,5 +1,6 @@
 """Which fills ``PeerFills`` sends to an owner (proxy/edge/peer_fill.py, decision 0047): only
-a plain-http key owned by another live node, for a request that is not itself a peer's."""
+a key owned by another live node, for a request that is not itself a peer's; an https key
+only once the fleet's peer key is known (the owner believes the scheme only with it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from proxy.core.lease import Applied
 from proxy.core.peer import owner_of
 from proxy.edge import bodies
 from proxy.edge.origin import OriginResponse
-from proxy.edge.peer_fill import MARKED, Marked, PeerFills, marked_for
+from proxy.edge.peer_fill import PeerFills, marked_for
+from proxy.edge.peer_mark import MARKED, Marked
 
 NODES = {"edge-1": "http://127.0.0.1:1", "edge-2": "http://127.0.0.1:2"}
 
@@ -24,6 +26,7 @@ class View:
     node: str = "edge-1"
     peers: Mapping[str, str] = field(default_factory=lambda: dict(NODES))
     applied: Applied = field(default_factory=lambda: Applied("e", 1, {}))
+    peer_key: str | None = "k"
 
 
 def never(
@@ -40,15 +43,16 @@ def fills(view: View) -> PeerFills:
     return PeerFills(view=view, name="cdn-proxy", timeout=0.3, ask_origin=never)
 
 
-def target_owned_by(node: str) -> str:
+def target_owned_by(node: str, *, https: bool = False) -> str:
     for i in range(1000):
         target = f"/page{i}"
-        if owner_of(f"example.com\0{target}".encode(), NODES) == node:
+        key = ("https:" if https else "") + target
+        if owner_of(f"example.com\0{key}".encode(), NODES) == node:
             return target
     raise AssertionError("no such target")
 
 
-HTTP = [("Host", "example.com"), ("X-Forwarded-Proto", "http")]
+HTTP = "http"
 
 
 def test_a_key_another_node_owns_goes_to_it() -> None:
@@ -56,19 +60,27 @@ def test_a_key_another_node_owns_goes_to_it() -> None:
     assert fills(View()).owner("example.com", target, HTTP) == "edge-2"
 
 
+def test_an_https_key_is_owned_by_the_owner_of_its_https_form() -> None:
+    """decision 0041: the scheme is part of the key, so of what the owner is chosen by."""
+    target = target_owned_by("edge-2", https=True)
+    assert fills(View()).owner("example.com", target, "https") == "edge-2"
+    target = target_owned_by("edge-1", https=True)
+    assert fills(View()).owner("example.com", target, "https") is None  # this node's own
+
+
 @pytest.mark.parametrize(
-    ("view", "target", "headers"),
+    ("view", "target", "scheme"),
     [
         (View(), target_owned_by("edge-1"), HTTP),  # this node owns it: the origin
         (View(peers={"edge-1": NODES["edge-1"]}), target_owned_by("edge-2"), HTTP),  # alone
         (View(peers={}), target_owned_by("edge-2"), HTTP),  # no list yet
-        (View(), target_owned_by("edge-2"), [("X-Forwarded-Proto", "https")]),  # https key
+        # https before the peer key is read: the owner could not believe the scheme
+        (View(peer_key=None), target_owned_by("edge-2", https=True), "https"),
+        (View(), target_owned_by("edge-2"), None),  # no scheme said
     ],
 )
-def test_other_fills_go_to_the_origin(
-    view: View, target: str, headers: list[tuple[str, str]]
-) -> None:
-    assert fills(view).owner("example.com", target, headers) is None
+def test_other_fills_go_to_the_origin(view: View, target: str, scheme: str | None) -> None:
+    assert fills(view).owner("example.com", target, scheme) is None
 
 
 def test_a_peers_request_is_never_sent_on_to_a_peer() -> None:
@@ -84,7 +96,7 @@ def test_a_peers_request_is_answered_with_the_position_taken_at_arrival() -> Non
     domain = DomainConfig("example.com", origin, origins=(origin,))
     view = View(applied=Applied("e", 7, {}))
     marked = marked_for(view, domain)
-    assert marked == Marked("peer-label/1 e 7", "Surrogate-Key")
+    assert marked == Marked("peer-label/1 e 7", "Surrogate-Key", None, ("e", 7))
     view.applied = Applied("e", 8, {})  # applied later: the request keeps its label
     assert marked.label == "peer-label/1 e 7"
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.peer import PurgeLabel
-from proxy.wire.peer import pack_label, unpack_label
+from proxy.core.peer import PeerScheme, PurgeLabel
+from proxy.wire.peer import pack_label, pack_scheme, unpack_label, unpack_scheme
 
 
 @given(st.from_regex(r"[0-9a-f]{1,32}", fullmatch=True), st.integers(0, 2**63))
@@ -41,3 +41,25 @@ def test_anything_else_is_no_label(text: str | None) -> None:
 def test_any_text_is_a_label_or_none(text: str) -> None:
     label = unpack_label(text)
     assert label is None or unpack_label(pack_label(label)) == label
+
+
+@given(st.sampled_from(["http", "https"]), st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True))
+def test_a_scheme_claim_reads_back(scheme: str, key: str) -> None:
+    claim = PeerScheme(scheme, key)
+    assert unpack_scheme(pack_scheme(claim)) == claim
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "https k",  # untagged
+        "peer-scheme/2 https k",  # a later version
+        "peer-scheme/1 ftp k",
+        "peer-scheme/1 https",
+        "peer-scheme/1 https k\x00",
+        "peer-scheme/1 https " + "k" * 129,
+    ],
+)
+def test_anything_else_is_no_claim(text: str) -> None:
+    assert unpack_scheme(text) is None

@@ -21,6 +21,7 @@ from proxy.api.dashboard.auth import action, see_other, signed_in
 from proxy.api.dashboard.chart import build_chart
 from proxy.api.dashboard.context import DASHBOARD, PREFIX, DashboardContext, Session
 from proxy.api.dashboard.pages import PageError, render
+from proxy.api.dashboard.peer_view import peer_nodes
 from proxy.api.dashboard.receipt_view import HISTORY_KINDS, KIND_LABELS, history_row
 from proxy.api.dashboard.tiers import process_tiers, tiers_view
 from proxy.api.readiness import READINESS, ServerView
@@ -235,6 +236,7 @@ async def nodes_page(request: web.Request, session: Session) -> web.StreamRespon
     processes = ctx.fleet.processes() if ctx.fleet is not None else None
     tiers = await tiers_view(ctx.telemetry, ctx.store, [d.name for d in ctx.config.domains])
     each = process_tiers(ctx.fleet) if ctx.fleet is not None else {}
+    peers = peer_nodes(ctx.fleet.reports()) if ctx.fleet is not None else None
     return render(
         request,
         "nodes.html",
@@ -244,6 +246,7 @@ async def nodes_page(request: web.Request, session: Session) -> web.StreamRespon
             "processes": processes,
             "tiers": tiers,
             "process_tiers": each,
+            "peers": peers,
         },
         session=session,
     )

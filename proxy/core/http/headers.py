@@ -69,6 +69,7 @@ CLIENT_FORWARDING = frozenset(
         "x-rewrite-url",
         "true-client-ip",
         "cdn-loop",
+        "cdn-proxy-peer-scheme",  # a fleet peer's key (decision 0047): never to an origin
         # Trusted by frameworks for the path or host they generate links and routes from.
         "x-forwarded-prefix",
         "x-forwarded-uri",
