@@ -132,7 +132,7 @@ class TieredStore:
         held = self.memory.inspect(domain, target)
         if held.variants or held.pending:
             return held
-        shared = self.tier.lookup(domain, target)
+        shared = self.tier.inspect(domain, target)
         if not shared.variants:
             return held
         return replace(held, variants=tuple(entry.response for entry in shared.variants))
@@ -219,7 +219,7 @@ class TieredStore:
         if entry.path is None:
             return entry.response
         if entry.length > self.memory_object_max:
-            if any(key == entry.key for key, _ in self.tier.doomed):
+            if self.tier.is_doomed(entry.key):
                 return None  # found corrupt by an earlier send: a miss until it is replaced
             return FileBacked(entry.response, BodyFile(entry, self.tier, self.verified))
         body = await asyncio.to_thread(self.tier.read_all, entry)
