@@ -21,9 +21,9 @@ Where each part lives:
   commit reads and lowers them. What a write transaction sets is held aside (``_Pending``)
   and applied once it commits (``committed``), as a change from what it read, so hits that
   came meanwhile count; a transaction that aborts changes no counter (``aborted``). A
-  reader finds the counter from the entry's sequence alone (``sequence % slots``), so the commit picks the new entry's sequence among the next few
-  whose slot no stored entry holds (``next_sequence``): two entries share a counter only
-  when nearly every slot is taken.
+  reader finds the counter from the entry's sequence alone (``sequence % slots``), so the
+  commit picks the new entry's sequence among the next few whose slot no stored entry holds
+  (``next_sequence``): two entries share a counter only when nearly every slot is taken.
 
 Eviction is O(1) amortised per insert: every step moves or drops the oldest key of a queue
 (``cursor.first``), a move lowers a counter, and counters only rise with hits; never a scan.
