@@ -195,6 +195,9 @@ class CacheConfig:
     # Hits of bodies stored in files, on plain HTTP/1.1, by sendfile (zero copy) instead of
     # reads and writes: off by default, as nginx's `sendfile` (decision 0039 has the numbers).
     sendfile: Annotated[bool, check.flag] = False
+    # Seconds between two walks of the shared tier's body files by the node's sweep, which
+    # removes the files a crash left behind (issue 31 §5, proxy/store/shared/sweep.py).
+    sweep_pause: Annotated[float, check.seconds] = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +391,7 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
     if cache.disk_path is None:
-        for key in ("disk_max_bytes", "lock_timeout", "sendfile"):
+        for key in ("disk_max_bytes", "lock_timeout", "sendfile", "sweep_pause"):
             if key in raw:
                 raise ConfigError(f"cache.{key}", "needs cache.disk_path (the shared tier)")
         if cache.max_object_bytes > cache.max_bytes:

@@ -53,6 +53,7 @@ from proxy.process.worker import fleet_settings
 from proxy.process.worker_args import WorkerArgs
 from proxy.store.base import ClearResult, Purger
 from proxy.store.shared import SharedTier
+from proxy.store.shared.sweep import sweeping
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
 log = logging.getLogger("proxy.node")
@@ -185,7 +186,9 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
         yield None
         return
     try:
-        yield tier
+        pause = config.edge_role()[1].sweep_pause
+        async with sweeping(tier, round_pause=pause):  # orphaned body files, in the background
+            yield tier
     finally:
         await asyncio.to_thread(tier.close)
 

@@ -225,7 +225,7 @@ class Fill:
             target=named_in_record(self._domain, self._target),
         )
         cost = self.cost = entry_cost(len(self.key), len(record), file)
-        totals = _Totals(txn, tier)
+        totals = Totals(txn, tier)
         totals.remove(self.key, -1, gone, forget=False)  # replaced: the evictor keeps its place
         for key, expected in doomed:  # found dead by readers: given back if this aborts
             totals.remove(key, expected, gone)
@@ -251,7 +251,7 @@ class Fill:
         return False
 
 
-class _Totals:
+class Totals:
     """The tier's entry count and bytes inside one write transaction."""
 
     def __init__(self, txn: lmdb.Transaction, tier: SharedTier) -> None:
@@ -359,7 +359,7 @@ def trim(tier: SharedTier, *, force: bool = False) -> int:
         if used <= tier.capacity and not force:
             return 0
         with tier.writing() as (txn, _):
-            totals = _Totals(txn, tier)
+            totals = Totals(txn, tier)
             evicted = totals.trim(LOW * min(used, tier.capacity), gone)
             totals.save()
     except lmdb.Error as error:

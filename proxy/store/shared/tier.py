@@ -100,6 +100,9 @@ class SharedStats:
     purge_state_bytes: int = 0  # the purge records' bytes, against cache.purge_state_max_bytes
     purge_state_max_bytes: int = 0
     purge_folds: int = 0  # domains cleared to keep the purge state within its budget
+    orphans: int = 0  # body files no record named, removed by the sweep (sweep.py)
+    orphan_bytes: int = 0
+    swept: int = 0  # entries of cleared domains the sweep removed with their files
 
 
 class SharedTier:
@@ -466,14 +469,15 @@ class SharedTier:
         return self.health.status()
 
     def stats(self) -> SharedStats:
+        names = (b"entries", b"bytes", b"evicted", b"orphans", b"orphan-bytes", b"swept")
         try:
             with self._env.begin(db=self.db_meta) as txn:
-                numbers = [_read_u64(txn.get(name)) for name in (b"entries", b"bytes", b"evicted")]
+                numbers = [_read_u64(txn.get(name)) for name in names]
             numbers.extend(self.purges.usage())
         except (lmdb.Error, OSError) as error:
             self.health.fault("stats", error)
-            numbers = [0, 0, 0, 0, 0]
-        entries, size, evictions, purge_bytes, folds = numbers
+            numbers = [0] * (len(names) + 2)
+        entries, size, evictions, orphans, orphan_bytes, swept, purge_bytes, folds = numbers
         status = self.health.status()
         return SharedStats(
             entries,
@@ -484,6 +488,9 @@ class SharedTier:
             purge_bytes,
             self.purges.max_bytes,
             folds,
+            orphans,
+            orphan_bytes,
+            swept,
         )
 
     # -- checks ---------------------------------------------------------------------------------
