@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from proxy.config import values as check
 from proxy.config.domains import DomainConfig, HealthCheckConfig, build_domains
+from proxy.config.filesystems import refusal
 from proxy.config.tables import build, only_keys, table
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
@@ -402,7 +403,11 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
     if cache.max_object_bytes > cache.disk_max_bytes:
         raise ConfigError("cache.max_object_bytes", "must not be larger than cache.disk_max_bytes")
     # An absolute disk_path stays as it is: joining an absolute path replaces the base.
-    return dataclasses.replace(cache, disk_path=base_dir / cache.disk_path)
+    disk_path = base_dir / cache.disk_path
+    refused = refusal(disk_path)
+    if refused is not None:
+        raise ConfigError("cache.disk_path", refused)
+    return dataclasses.replace(cache, disk_path=disk_path)
 
 
 def _dashboard(raw: Mapping[str, Any]) -> DashboardConfig:

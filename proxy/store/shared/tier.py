@@ -34,6 +34,7 @@ from typing import NamedTuple, TypeVar
 
 import lmdb
 
+from proxy.config.filesystems import refusal
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD, Purge, stale_lifetime
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
@@ -167,6 +168,9 @@ class SharedTier:
         why). Entries that cannot be trusted (the last run ended in an OS crash or a power
         loss, or lost a purge) are emptied first."""
         path = Path(directory)
+        refused = refusal(path)  # the config refuses it too: a caller that passed no config
+        if refused is not None:
+            raise DiskTierError(f"cache directory {path}: {refused}")
         try:
             path.mkdir(parents=True, exist_ok=True)
             lock = NodeLock.acquire(path)
