@@ -64,7 +64,12 @@ from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
 from proxy.edge.interim import EARLY_HINTS
 from proxy.edge.messages import Messages
-from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
+from proxy.edge.node_fills import (
+    LOCK_TIMEOUT_DETAIL,
+    WAIT_LIMIT,
+    Renewal,
+    wait_for_worker,
+)
 from proxy.edge.origin import REQUEST_STARTED
 from proxy.edge.peer_fill import CDN_LOOP, MARKED, PeerFills, PeerView, labelled, marked_for
 from proxy.edge.tls import EdgeTls
@@ -483,6 +488,7 @@ class Edge:
                 coding=coding,
                 obey=obey,
                 clock=self._clock,
+                limit=WAIT_LIMIT * self._lock_timeout,
             )
             if waited.response is not None:
                 tiered.collapsed += 1
