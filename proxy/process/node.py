@@ -28,6 +28,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -210,8 +211,11 @@ class SharedFirstPurger:
         return self._purger.name
 
     async def clear_domain(self, domain: str) -> ClearResult:
-        await self._tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
-        return await self._purger.clear_domain(domain)
+        tier = self._tier
+        held = await tier.run(lambda: tier.held(domain))  # what the clear drops from the tier
+        await tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
+        result = await self._purger.clear_domain(domain)  # with the workers' copies
+        return replace(result, entries_dropped=result.entries_dropped + held)
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
         if not purge.dry_run:

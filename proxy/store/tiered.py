@@ -361,8 +361,13 @@ class TieredStore:
         return [self.memory.clear_now(domain) for domain in domains]
 
     async def clear_domain(self, domain: str) -> ClearResult:
-        await self._durable(self.tier.clear_domain_async(domain))
-        return self.memory.clear_now(domain)
+        """The API's clear on a node of one process: the shared tier's, durable, then the
+        memory tier's; the entries dropped are both tiers' (the tier's counted first)."""
+        tier = self.tier
+        held = await tier.run(lambda: tier.held(domain))
+        await self._durable(tier.clear_domain_async(domain))
+        result = self.memory.clear_now(domain)
+        return replace(result, entries_dropped=result.entries_dropped + held)
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
         if purge.dry_run:  # counted in the memory tier only (a count of the disk is a scan)
