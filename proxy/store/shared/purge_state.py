@@ -12,7 +12,7 @@ Nothing on disk is visited at purge time: a purge is one small record, so it is 
 The records live in their own LMDB environment (``state/``), opened synced: a commit returns
 after fsync, so a clear or a purge is on disk before the caller answers 200, and survives a
 kill -9 and a power loss. Readers keep each domain's parsed state until a purge announces
-itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it.
+itself in ``state/stamp`` (``PurgeStateStore``), so a lookup costs no transaction for it.
 
 Retention (decision 0037). Bans, tag and URL purges are kept until the domain's next clear, so
 the records get a byte budget (``cache.purge_state_max_bytes``, the node's, not divided: one
@@ -58,7 +58,7 @@ from proxy.core.purge.purges import HARD, Bans, Covered, LastPurges, Purge, cove
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES, Held, plan
 from proxy.store.shared.records import pack_number, read_number
 
-EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
+STAMP = struct.Struct("<Q")  # state/stamp: the id of the last purge's transaction
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
@@ -234,47 +234,47 @@ class PurgeStateStore:
 
     A lookup must not pay a read transaction for its domain's state (about 12,600
     instructions, decision 0030). So every purge, once committed, writes its transaction's
-    id into ``state/epoch``, an 8-byte file every process of the node maps; a reader keeps
-    each domain's parsed state tagged with the epoch it read before parsing, and uses it while
-    the epoch still says the same. Why that is safe: a state read after seeing epoch V holds
+    id into ``state/stamp``, an 8-byte file every process of the node maps; a reader keeps
+    each domain's parsed state tagged with the stamp it read before parsing, and uses it while
+    the stamp still says the same. Why that is safe: a state read after seeing stamp V holds
     every commit up to V's; any later commit has a larger id, and its writer writes that id
     before its purge returns, so from then on no reader sees V and every one reads again. (Two
-    writers may write their ids out of order: the epoch then moves back to an older id, which
+    writers may write their ids out of order: the stamp then moves back to an older id, which
     is still not V, and costs one more read.)"""
 
     def __init__(
-        self, env: lmdb.Environment, epoch_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
+        self, env: lmdb.Environment, stamp_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
         self._env = env
         self.max_bytes = max_bytes
         self._parsed: dict[str, tuple[int, DomainState]] = {}
-        fd = os.open(epoch_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(stamp_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            if os.fstat(fd).st_size < EPOCH.size:
-                os.ftruncate(fd, EPOCH.size)
-            self._epoch = mmap.mmap(fd, EPOCH.size)
+            if os.fstat(fd).st_size < STAMP.size:
+                os.ftruncate(fd, STAMP.size)
+            self._stamp = mmap.mmap(fd, STAMP.size)
         finally:
             os.close(fd)
 
     def close(self) -> None:
-        self._epoch.close()
+        self._stamp.close()
 
     def current(self, domain: str) -> DomainState:
         """The domain's state as last committed (a fresh default if never purged), under the
         floor of the last distrust of every domain."""
-        epoch: int = EPOCH.unpack_from(self._epoch)[0]
+        stamp: int = STAMP.unpack_from(self._stamp)[0]
         cached = self._parsed.get(domain)
-        if cached is not None and cached[0] == epoch:
+        if cached is not None and cached[0] == stamp:
             return cached[1]
         with self._env.begin(buffers=True) as txn:
             state = _read_state(txn, domain.encode())
-        self._parsed[domain] = (epoch, state)
+        self._parsed[domain] = (stamp, state)
         return state
 
     def _update(self, domain: str, change: Any) -> int:
         """Apply ``change`` (DomainState -> number) to the domain's committed state in one
         synced write transaction, folding the state if it passes the budget, then announce it
-        in the epoch; the new number."""
+        in the stamp; the new number."""
         key = domain.encode()
         with self._env.begin(write=True) as txn:
             record = txn.get(key)
@@ -293,7 +293,7 @@ class PurgeStateStore:
             txn.put(TOTAL, _COUNT.pack(total))
             txn.put(TOP, _COUNT.pack(max(_top(txn), highest)))
             committed = txn.id()
-        EPOCH.pack_into(self._epoch, 0, committed)
+        STAMP.pack_into(self._stamp, 0, committed)
         return number
 
     def _fold(self, txn: lmdb.Transaction) -> tuple[int, int]:
@@ -329,7 +329,7 @@ class PurgeStateStore:
             txn.put(TOP, _COUNT.pack(floor))
             txn.put(FLOOR_FOR, made_for)
             committed = txn.id()
-        EPOCH.pack_into(self._epoch, 0, committed)
+        STAMP.pack_into(self._stamp, 0, committed)
         return floor
 
     def distrust(self, domain: str) -> int:

@@ -69,6 +69,7 @@ from proxy.store.shared.s3fifo import S3FifoEvictor
 
 FORMAT = b"format"  # the meta record naming the entry keys' layout
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
+STAMP_FILE = "stamp"  # the last purge's transaction id (purge_state.py); "epoch" until 0053
 _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
 Removals = list[tuple[bytes, int]]  # (entry key, sequence; -1: whatever it is)
@@ -147,7 +148,7 @@ class SharedTier:
             str(directory / "state"), map_size=pages.state_map_size(purge_max_bytes), max_dbs=0
         )
         self.purges = PurgeStateStore(
-            self._state_env, directory / "state" / "epoch", purge_max_bytes
+            self._state_env, directory / "state" / STAMP_FILE, purge_max_bytes
         )
         self._doomed = Doomed()  # dead or corrupt: removed by the next write (doomed.py)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
@@ -187,6 +188,7 @@ class SharedTier:
                     shutil.rmtree(path / "entries", ignore_errors=True)
                     shutil.rmtree(path / "bodies", ignore_errors=True)
                     (path / DISTRUST_FILE).unlink(missing_ok=True)
+                (path / "state" / "epoch").unlink(missing_ok=True)  # the stamp's old name
                 shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
                 (path / "bodies" / bodies.TMP).mkdir(parents=True)
                 write_boot(path, "open")
