@@ -13,7 +13,8 @@ pauses; a whole walk done, it waits ROUND_PAUSE and walks again (the first walk 
 the node opens the directory, so a crash's orphans go soon after the restart). For each name:
 
 - ``tmp/<owner>.<random>.tmp``: removed when its writer (owners.py: pid, start time and boot)
-  no longer runs;
+  no longer runs; so is a fill marker (``fills/``, markers.py) whose owner no longer runs
+  (not counted: a marker holds no body);
 - ``<sequence>.body``: judged in a write transaction, which holds LMDB's writer lock, so no
   fill of any process is between its rename and its commit: removed unless a committed record
   names it (the ``order`` database's key for the sequence, whose record holds that sequence
@@ -38,6 +39,7 @@ import lmdb
 from proxy.store.shared import owners
 from proxy.store.shared.bodies import TMP, sequence_of, tmp_owner
 from proxy.store.shared.fill import Totals
+from proxy.store.shared.markers import FILLS
 from proxy.store.shared.records import EntryHeader, read_header
 from proxy.store.shared.tier import SharedTier
 
@@ -55,11 +57,12 @@ class Sweep:
         self._tier = tier
         self._names = names
         self._walk: Iterator[Path] | None = None
+        self._markers = tier.directory / FILLS
 
     def step(self) -> bool:
         """Judge the walk's next names: True when the walk has ended (the next starts over)."""
         if self._walk is None:
-            self._walk = _walk(self._tier.bodies)
+            self._walk = _walk(self._tier.bodies, self._markers)
         batch = list(itertools.islice(self._walk, self._names))
         ended = len(batch) < self._names
         if ended:
@@ -79,6 +82,9 @@ class Sweep:
         orphans = orphan_bytes = 0
         files: list[tuple[int, Path]] = []
         for path in batch:
+            if path.parent == self._markers:
+                _unmark(path)
+                continue
             if path.parent.name == TMP and path.parent.parent == self._tier.bodies:
                 if not owners.alive(tmp_owner(path.name)):
                     orphans, orphan_bytes = orphans + 1, orphan_bytes + _unlink(path)
@@ -124,13 +130,26 @@ def _header(record: bytes | memoryview) -> EntryHeader:
         return CORRUPT
 
 
-def _walk(bodies: Path) -> Iterator[Path]:
-    """``bodies/tmp/``'s files, then ``bodies/``'s, read from the directories as they go."""
-    for directory in (bodies / TMP, bodies):
+def _walk(bodies: Path, markers: Path) -> Iterator[Path]:
+    """The markers, ``bodies/tmp/``'s files, then ``bodies/``'s, read from the directories as
+    they go."""
+    for directory in (markers, bodies / TMP, bodies):
         with contextlib.suppress(OSError), os.scandir(directory) as names:
             for entry in names:
                 if not entry.name.startswith(".") and entry.is_file(follow_symlinks=False):
                     yield Path(entry.path)
+
+
+def _unmark(path: Path) -> None:
+    """Remove a fill marker whose owner no longer runs (a worker killed mid-fill). A claim
+    may replace it in between: that claim's marker then goes, which costs one collapsed
+    fill, never a wrong answer (markers are advisory)."""
+    try:
+        owner = path.read_text().partition(" ")[0]
+        if not owners.alive(owner):
+            path.unlink()
+    except OSError:
+        pass
 
 
 def _unlink(path: Path) -> int:

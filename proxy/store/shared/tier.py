@@ -49,6 +49,7 @@ from proxy.store.shared.lock import (
     unclean_since_boot,
     write_boot,
 )
+from proxy.store.shared.markers import FILLS
 from proxy.store.shared.purge_state import (
     DISTRUSTED,
     PurgeStateStore,
@@ -190,6 +191,7 @@ class SharedTier:
                     (path / DISTRUST_FILE).unlink(missing_ok=True)
                 (path / "state" / "epoch").unlink(missing_ok=True)  # the stamp's old name
                 shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
+                shutil.rmtree(path / FILLS, ignore_errors=True)  # their markers: no fill runs
                 (path / "bodies" / bodies.TMP).mkdir(parents=True)
                 write_boot(path, "open")
                 return cls(

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from proxy.store.shared import SharedTier
+from proxy.store.shared.markers import GONE, LIVE, Markers
 from proxy.store.shared.sweep import Sweep
 from tests.store.shared.actor import body, fill
 from tests.store.shared.conftest import Actor, body_files
@@ -96,3 +99,45 @@ def test_a_cleared_domains_files_are_swept(tmp_path: Path) -> None:
         assert stats.swept == 4 and stats.entries == 4 and stats.orphans == 0
     finally:
         tier.close()
+
+
+CLAIM = """
+import sys
+from pathlib import Path
+from proxy.store.shared.markers import Markers
+print(Markers(Path(sys.argv[1])).claim("example.com", sys.argv[2], 600), flush=True)
+sys.stdin.read()
+"""
+
+
+def claimer(directory: Path, target: str) -> subprocess.Popen[str]:
+    """A process that claims ``target``'s fill and holds it until killed."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", CLAIM, str(directory), target],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert process.stdout is not None and process.stdout.readline().strip()
+    return process
+
+
+@pytest.mark.slow
+def test_the_markers_of_killed_workers_are_swept_and_emptied_at_start(tmp_path: Path) -> None:
+    tier = SharedTier.open_node(tmp_path / "cache", max_bytes=4 << 20)
+    markers = Markers(tier.directory)
+    dead, live = claimer(tier.directory, "/dead"), claimer(tier.directory, "/live")
+    try:
+        dead.kill()
+        dead.communicate()
+        assert len(list(markers.directory.iterdir())) == 2
+        Sweep(tier).round()
+        assert markers.state("example.com", "/dead") == GONE
+        assert markers.state("example.com", "/live") == LIVE
+    finally:
+        live.kill()
+        live.communicate()
+        tier.close()
+    SharedTier.open_node(tmp_path / "cache", max_bytes=4 << 20).close()  # no worker runs yet
+    assert not markers.directory.exists()
