@@ -54,6 +54,7 @@ from proxy.process.worker import fleet_settings
 from proxy.process.worker_args import WorkerArgs
 from proxy.store.base import ClearResult, Purger
 from proxy.store.shared import SharedTier
+from proxy.store.shared.sweep import held as held_entries
 from proxy.store.shared.sweep import sweeping
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
@@ -212,7 +213,9 @@ class SharedFirstPurger:
 
     async def clear_domain(self, domain: str) -> ClearResult:
         tier = self._tier
-        held = await tier.run(lambda: tier.held(domain))  # what the clear drops from the tier
+        held = await tier.run(
+            lambda: held_entries(tier, domain)
+        )  # what the clear drops from the tier
         await tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
         result = await self._purger.clear_domain(domain)  # with the workers' copies
         return replace(result, entries_dropped=result.entries_dropped + held)

@@ -65,6 +65,7 @@ from proxy.store.shared.bodies import Verified
 from proxy.store.shared.fill import AsyncFill
 from proxy.store.shared.large import BodyFile, FileBacked
 from proxy.store.shared.markers import Markers
+from proxy.store.shared.sweep import held as held_entries
 
 log = logging.getLogger("proxy.store")
 
@@ -364,7 +365,7 @@ class TieredStore:
         """The API's clear on a node of one process: the shared tier's, durable, then the
         memory tier's; the entries dropped are both tiers' (the tier's counted first)."""
         tier = self.tier
-        held = await tier.run(lambda: tier.held(domain))
+        held = await tier.run(lambda: held_entries(tier, domain))
         await self._durable(tier.clear_domain_async(domain))
         result = self.memory.clear_now(domain)
         return replace(result, entries_dropped=result.entries_dropped + held)

@@ -120,6 +120,28 @@ class Sweep:
             (tier.bodies / gone_name).unlink(missing_ok=True)
 
 
+def held(tier: SharedTier, domain: str) -> int:
+    """How many entries of the domain are stored that no clear covers yet: what a clear now
+    would drop, for its audit record (a read of the domain's keys, which LMDB keeps together:
+    "<domain> <target>..."; in the writer thread). 0 on a fault."""
+    prefix = f"{domain} ".encode()
+    count = 0
+    try:
+        cleared = tier.purges.current(domain).cleared
+        with tier.reading() as txn:
+            cursor = txn.cursor(tier.db_entries)
+            if not cursor.set_range(prefix):
+                return 0
+            for key, value in cursor:
+                if bytes(key[: len(prefix)]) != prefix:
+                    break
+                count += _header(value).mark >= cleared
+    except (lmdb.Error, OSError) as error:
+        tier.health.fault("count", error)
+        return 0
+    return count
+
+
 CORRUPT = EntryHeader(0, 0, 0, -1, 0)  # a record that does not parse: left to the lookups
 
 

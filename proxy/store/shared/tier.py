@@ -62,7 +62,6 @@ from proxy.store.shared.records import (
     SharedHit,
     body_name,
     entry_prefix,
-    read_header,
     unpack_entry,
     unpack_hit,
 )
@@ -372,28 +371,6 @@ class SharedTier:
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return True
-
-    def held(self, domain: str) -> int:
-        """How many entries of the domain are stored that no clear covers yet: what a clear
-        now would drop (a read of the domain's keys, which LMDB keeps together; for a
-        clear's audit record, in the writer thread). 0 on a fault."""
-        prefix = f"{domain} ".encode()
-        count = 0
-        try:
-            cleared = self.purges.current(domain).cleared
-            with self._env.begin(db=self.db_entries, buffers=True) as txn:
-                cursor = txn.cursor()
-                if not cursor.set_range(prefix):
-                    return 0
-                for key, value in cursor:
-                    if bytes(key[: len(prefix)]) != prefix:
-                        break
-                    with contextlib.suppress(Corrupt):
-                        count += read_header(value).mark >= cleared
-        except (lmdb.Error, OSError) as error:
-            self.health.fault("count", error)
-            return 0
-        return count
 
     def _serving(self) -> bool:
         """Whether the tier may serve a read: not stuck (its directory is checked once a
