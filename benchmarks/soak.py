@@ -1,7 +1,8 @@
 """The soak of issue 13: a real server under mixed traffic and abuse for N minutes.
 
 Run: .venv/bin/python -m benchmarks.soak [--minutes 3] [--out DIR] [--workers 2]
-         [--kill-every MINUTES] [--max-bytes 32MiB] [--server-cpu 1] [--load-cpu 0]
+         [--kill-every MINUTES] [--max-bytes 32MiB] [--disk [--disk-max-bytes 1GiB]]
+         [--server-cpu 1] [--load-cpu 0]
          [--no-abuse] [--range-rate 50] [--trickles 96] [--attack-idle 900]
          [--attack-tunnels 300] [--purge-every 0.5] [--h2]
 
@@ -18,7 +19,8 @@ share while a second address makes ordinary requests, and a purge flood. With ``
 third round's HTTP/2 attacks too (issue 32, benchmarks/soak_h2.py: zero-window readers,
 trickled bodies on 128 streams, large header blocks, compression misses; h2c on, smaller
 budgets), and a second client's HTTP/2 hits timed (``h2`` in the report). Every second it
-samples the server's RSS and open fds (all its processes, from /proc) and probes the API
+samples the server's RSS, PSS and open fds (all its processes, from /proc: PSS counts a page
+mapped by several processes once, as the shared tier's map is) and probes the API
 (``/healthz`` and a clear).
 
 Every body carries its domain's version: a read that starts after a clear's 200 and returns
@@ -76,6 +78,7 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         max_bytes=args.max_bytes,
         workers=args.workers,
         cpu=args.server_cpu,
+        disk_max_bytes=args.disk_max_bytes if args.disk else None,
     )
     load_before = os.getloadavg()
     mixed_h2 = MixedH2() if args.h2 else None  # issue 32's HTTP/2 attacks (soak_h2.py)
@@ -146,6 +149,7 @@ def _settings_doc(
         "seconds": seconds,
         "workers": args.workers,
         "max_bytes": args.max_bytes,
+        "disk_max_bytes": args.disk_max_bytes if args.disk else None,
         "object_bytes": OBJECT_BYTES,
         "cold_keys": settings.cold_keys,
         "slowloris_per_target_and_kind": args.slowloris,
@@ -287,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="[edge] workers")
     parser.add_argument("--kill-every", type=float, default=0.0, help="minutes; 0: at the end only")
     parser.add_argument("--max-bytes", type=_size, default=32 * 1024**2, help="cache.max_bytes")
+    parser.add_argument("--disk", action="store_true", help="with the shared tier (disk_path)")
+    parser.add_argument(
+        "--disk-max-bytes", type=_size, default=1024**3, help="cache.disk_max_bytes, with --disk"
+    )
     parser.add_argument("--regenerate-every", type=float, default=10.0, help="seconds")
     parser.add_argument("--slowloris", type=int, default=8, help="per target and kind")
     parser.add_argument("--slowloris-hold", type=float, default=60.0, help="seconds")

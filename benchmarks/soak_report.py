@@ -97,6 +97,7 @@ def figures(tally: Tally, settings: dict[str, Any]) -> dict[str, Any]:
     samples = tally.samples
     max_bytes = int(settings["max_bytes"])
     rss = [s.rss for s in samples]
+    pss = [s.pss for s in samples]
     fds = [s.fds for s in samples]
     reads = sum(n for kind, n in tally.requests.items() if kind.startswith("read "))
     loris_times = {k: _summary(v) for k, v in sorted(tally.loris_closed_after.items())}
@@ -146,6 +147,9 @@ def figures(tally: Tally, settings: dict[str, Any]) -> dict[str, Any]:
             "rss_max": max(rss, default=None),
             "rss_last": rss[-1] if rss else None,
             "rss_max_over_max_bytes": round(max(rss) / max_bytes, 2) if rss else None,
+            "pss_first": pss[0] if pss else None,
+            "pss_max": max(pss, default=None),
+            "pss_last": pss[-1] if pss else None,
             "fds_first": fds[0] if fds else None,
             "fds_max": max(fds, default=None),
             "fds_last": fds[-1] if fds else None,
@@ -153,7 +157,7 @@ def figures(tally: Tally, settings: dict[str, Any]) -> dict[str, Any]:
         "kills": tally.kills,
         "audit_records_lost": sum(int(k["audit_lost"]) for k in tally.kills),
         "examples": tally.examples,
-        "samples": [[s.at, s.rss, s.fds, s.processes] for s in samples],
+        "samples": [[s.at, s.rss, s.fds, s.processes, s.pss] for s in samples],
     }
 
 
@@ -197,6 +201,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"| API probe (every second) | {_pairs(doc['api_probe']['outcomes'])} |",
         f"| RSS first / max / last (MiB) | {_mib(mem['rss_first'])} / {_mib(mem['rss_max'])}"
         f" / {_mib(mem['rss_last'])} |",
+        f"| PSS first / max / last (MiB), shared pages once | {_mib(mem['pss_first'])} / "
+        f"{_mib(mem['pss_max'])} / {_mib(mem['pss_last'])} |",
         f"| `cache.max_bytes` (MiB); max RSS ÷ max_bytes | {mem['max_bytes'] / mib:.0f}; "
         f"{mem['rss_max_over_max_bytes']} |",
         f"| open fds first / max / last | {mem['fds_first']} / {mem['fds_max']} / "
@@ -262,6 +268,7 @@ def abuse_markdown(abuse: dict[str, Any], mem: dict[str, Any]) -> list[str]:
         "| figure | value |",
         "|---|---:|",
         f"| max RSS (MiB), all server processes | {_mib(mem['rss_max'])} |",
+        f"| max PSS (MiB), all server processes | {_mib(mem['pss_max'])} |",
         f"| budgets (MiB): {', '.join(f'`{k}` {_mib(v)}' for k, v in budgets.items())} | "
         f"{_mib(total)} in all |",
         f"| purge state, highest (MiB) | {_mib(gauges.get('purge_state_bytes'))} |",
@@ -313,6 +320,8 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     at = [row[0] for row in samples]
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
     top.plot(at, [row[1] / 1024 / 1024 for row in samples], label="RSS (all server processes)")
+    if samples and len(samples[0]) > 4:
+        top.plot(at, [row[4] / 1024 / 1024 for row in samples], label="PSS (shared pages once)")
     top.axhline(doc["memory"]["max_bytes"] / 1024 / 1024, color="grey", ls="--", label="max_bytes")
     top.set_ylabel("MiB")
     top.legend(loc="lower right")

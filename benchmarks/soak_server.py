@@ -33,9 +33,10 @@ START_TIMEOUT = 60.0
 @dataclass(frozen=True, slots=True)
 class Sample:
     at: float  # seconds since the soak started
-    rss: int  # bytes, summed over the node's processes (VmRSS)
+    rss: int  # bytes, summed over the node's processes (VmRSS: shared pages in each)
     fds: int  # open file descriptors, summed likewise
     processes: int
+    pss: int = 0  # bytes, summed likewise (Pss of smaps_rollup: a shared page counts once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,8 @@ class SoakServer:
         max_bytes: int,
         workers: int,
         cpu: str,
+        disk_max_bytes: int | None = None,
+        cache_extra: str = "",
     ) -> None:
         self.directory = directory
         self.config = directory / "proxy.toml"
@@ -73,11 +76,17 @@ class SoakServer:
             for name in domains
         )
         directory.mkdir(parents=True, exist_ok=True)
+        # --disk: the shared tier, as config/proxy.toml turns it on (a directory per node).
+        disk = (
+            ""
+            if disk_max_bytes is None
+            else f'disk_path = "cache"\ndisk_max_bytes = {disk_max_bytes}\n{cache_extra}'
+        )
         self.config.write_text(
             f'[edge]\nlisten = "127.0.0.1:{self.edge_port}"\nshutdown_timeout = 3\n'
             f"workers = {workers}\n"
             f'[api]\nlisten = "127.0.0.1:{self.api_port}"\n'
-            f"[cache]\nmax_bytes = {max_bytes}\n"
+            f"[cache]\nmax_bytes = {max_bytes}\n{disk}"
             # Every record of the run is kept, so that none is missing for a mere rotation.
             f'[state]\npath = "state.db"\naudit_max_rows = 100000000\n' + domain_tables,
             encoding="utf-8",
@@ -147,10 +156,10 @@ class SoakServer:
         return took
 
     def sample(self, at: float) -> Sample | None:
-        """RSS and open fds of the node and every process below it, now."""
+        """RSS, PSS and open fds of the node and every process below it, now."""
         if self.process is None:
             return None
-        rss = fds = count = 0
+        rss = pss = fds = count = 0
         for pid in _tree(self.process.pid):
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
@@ -161,9 +170,10 @@ class SoakServer:
             rss_lines = (line.split()[1] for line in status.splitlines() if line[:6] == "VmRSS:")
             kib = next(rss_lines, "0")
             rss += int(kib) * 1024
+            pss += _pss(pid)
             fds += opened
             count += 1
-        return Sample(at, rss, fds, count) if count else None
+        return Sample(at, rss, fds, count, pss) if count else None
 
     async def token(self, *args: str) -> str:
         """``cdn-proxy token ARGS --config PATH``: what it printed (a token, for create and
@@ -178,6 +188,20 @@ class SoakServer:
         return [
             AuditRow(float(at), str(actor), str(domain), int(st)) for at, actor, domain, st in rows
         ]
+
+
+def _pss(pid: int) -> int:
+    """The process's proportional set size in bytes: each page it maps divided by the number
+    of processes mapping it, so the shared tier's LMDB map, mapped by every process of the
+    node, counts once in the sum (/proc/PID/smaps_rollup, Linux 4.14). 0 when unreadable."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def _tree(pid: int) -> list[int]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from proxy.config import values as check
 from proxy.config.domains import DomainConfig, HealthCheckConfig, build_domains
+from proxy.config.filesystems import refusal
 from proxy.config.tables import build, only_keys, table
 from proxy.config.tls import load_origin_ca, load_server_pair
 from proxy.config.values import Listen
@@ -202,6 +203,9 @@ class CacheConfig:
     # Hits of bodies stored in files, on plain HTTP/1.1, by sendfile (zero copy) instead of
     # reads and writes: off by default, as nginx's `sendfile` (decision 0039 has the numbers).
     sendfile: Annotated[bool, check.flag] = False
+    # Seconds between two walks of the shared tier's body files by the node's sweep, which
+    # removes the files a crash left behind (issue 31 §5, proxy/store/shared/sweep.py).
+    sweep_pause: Annotated[float, check.seconds] = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +399,7 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
     if cache.disk_path is None:
-        for key in ("disk_max_bytes", "lock_timeout", "sendfile"):
+        for key in ("disk_max_bytes", "lock_timeout", "sendfile", "sweep_pause"):
             if key in raw:
                 raise ConfigError(f"cache.{key}", "needs cache.disk_path (the shared tier)")
         if cache.max_object_bytes > cache.max_bytes:
@@ -406,7 +410,11 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
     if cache.max_object_bytes > cache.disk_max_bytes:
         raise ConfigError("cache.max_object_bytes", "must not be larger than cache.disk_max_bytes")
     # An absolute disk_path stays as it is: joining an absolute path replaces the base.
-    return dataclasses.replace(cache, disk_path=base_dir / cache.disk_path)
+    disk_path = base_dir / cache.disk_path
+    refused = refusal(disk_path)
+    if refused is not None:
+        raise ConfigError("cache.disk_path", refused)
+    return dataclasses.replace(cache, disk_path=disk_path)
 
 
 def _dashboard(raw: Mapping[str, Any]) -> DashboardConfig:

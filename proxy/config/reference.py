@@ -202,6 +202,7 @@ MEANINGS = {
     "cache.disk_max_bytes": "Size of the shared tier.",
     "cache.lock_timeout": "Wait for another worker's stalled fill before fetching alone.",
     "cache.sendfile": "Send large hits by sendfile on plain HTTP/1.1.",
+    "cache.sweep_pause": "Pause between two sweeps of the shared tier's orphaned files.",
     "state.path": "The SQLite state database: token hashes, admins, audit log.",
     "state.audit_max_rows": "Audit records kept; the oldest past this are dropped.",
     "state.audit_fsync": "Each audit record is fdatasync'ed before its answer.",

@@ -65,7 +65,12 @@ from proxy.edge.flights import Flight, FlightResult, Flights
 from proxy.edge.forward import Forwarder
 from proxy.edge.interim import EARLY_HINTS
 from proxy.edge.messages import Messages
-from proxy.edge.node_fills import LOCK_TIMEOUT_DETAIL, Renewal, wait_for_worker
+from proxy.edge.node_fills import (
+    LOCK_TIMEOUT_DETAIL,
+    WAIT_LIMIT,
+    Renewal,
+    wait_for_worker,
+)
 from proxy.edge.origin import REQUEST_STARTED
 from proxy.edge.peer_fill import (
     CDN_LOOP,
@@ -549,6 +554,7 @@ class Edge:
                 coding=coding,
                 obey=obey,
                 clock=self._clock,
+                limit=WAIT_LIMIT * self._lock_timeout,
             )
             if waited.response is not None:
                 tiered.collapsed += 1

@@ -17,8 +17,12 @@ memory tier gives way to a fresh one there: store/tiered.py). The wait ends:
   passed since the leader's latest progress (``Renewal`` moves the marker's deadline as the
   leader's flight moves: its headers, each piece of its body), or its worker died. This
   worker then fetches by itself and says so in Cache-Status (``detail="lock-timeout"``).
-  A slow leader whose body keeps coming is followed to its end, across workers as within
-  one (edge/flights.py); one that stalls is given up after ``lock_timeout``.
+  A slow leader whose body keeps coming is followed, across workers as within one
+  (edge/flights.py); one that stalls is given up after ``lock_timeout``;
+- with nothing and ``timed_out``, once ``limit`` has passed since the wait began, however
+  live the marker still is (WAIT_LIMIT lock timeouts: two minutes at the default): a marker
+  that somehow stays live (an endless body, a leader stuck renewing) never holds a request
+  for ever.
 
 The requests of this worker that wait on its flight follow it through all of this.
 """
@@ -38,6 +42,7 @@ from proxy.store.base import Store
 from proxy.store.shared.markers import GONE, STALE, Markers
 
 FIRST_PAUSE = 0.005  # seconds before the first look; doubled up to LAST_PAUSE
+WAIT_LIMIT = 24  # lock timeouts a wait may last at most, however live the marker
 LAST_PAUSE = 0.05
 LOCK_TIMEOUT_DETAIL = "lock-timeout"
 
@@ -57,11 +62,16 @@ async def wait_for_worker(
     coding: str,
     obey: bool,
     clock: Callable[[], float],
+    limit: float,
 ) -> Waited:
     """Wait for the fill another worker leads for ``target`` (the cache target), while its
-    marker is live."""
+    marker is live, ``limit`` seconds at most."""
     pause = FIRST_PAUSE
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + limit
     while True:
+        if loop.time() >= ends:
+            return Waited(None, True)
         await asyncio.sleep(pause)
         pause = min(pause * 2, LAST_PAUSE)
         # The marker first: a fill commits its entry before it removes its marker, so a

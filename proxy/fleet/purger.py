@@ -163,12 +163,19 @@ class FleetPurger:
         whether it was, or fewer than ``replicas`` replicas confirmed it: NotReplicated),
         ClearNotConfirmed when it was but the fleet did not confirm it."""
         record, done = await self._recorded(
-            domain, lambda: self._scripts.clear(domain, by=self.name)
+            domain, lambda: self._scripts.clear(domain, by=self.name, figures=True)
         )
+        # Each edge process drops its own copies and acks with their count: the audit log
+        # records their sum, as a dry run just before counts them (issue 31 §5).
+        try:
+            figures = await self._scripts.figures(record.number)
+        except (FleetUnavailable, WireError):  # the clear is done; only its figures are unknown
+            figures = None
         return ClearResult(
             domain=domain,
-            entries_dropped=0,  # each edge process drops its own; none counted here
+            entries_dropped=0 if figures is None else figures.entries,
             generation=record.number,
+            bytes_dropped=0 if figures is None else figures.bytes,
             acked=done.acked,
             live=done.live,
         )

@@ -126,6 +126,21 @@ def tier_metrics(snapshot: StoreSnapshot, hits: int, prefix: str) -> Iterable[Me
             "Domains cleared to keep the shared tier's purge state within its budget.",
             shared.purge_folds,
         ),
+        (
+            "shared_tier_orphans_reclaimed",
+            "Body files no record named (a crash mid-fill), removed by the sweep.",
+            shared.orphans,
+        ),
+        (
+            "shared_tier_orphan_bytes_reclaimed",
+            "Bytes of those files.",
+            shared.orphan_bytes,
+        ),
+        (
+            "shared_tier_swept",
+            "Entries of cleared domains the sweep removed with their body files.",
+            shared.swept,
+        ),
     )
     for kind, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
         for name, text, value in rows:

@@ -28,6 +28,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -53,6 +54,8 @@ from proxy.process.worker import fleet_settings
 from proxy.process.worker_args import WorkerArgs
 from proxy.store.base import ClearResult, Position, Purger
 from proxy.store.shared import SharedTier
+from proxy.store.shared.sweep import held as held_entries
+from proxy.store.shared.sweep import sweeping
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
 log = logging.getLogger("proxy.node")
@@ -186,7 +189,9 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
         yield None
         return
     try:
-        yield tier
+        pause = config.edge_role()[1].sweep_pause
+        async with sweeping(tier, round_pause=pause):  # orphaned body files, in the background
+            yield tier
     finally:
         await asyncio.to_thread(tier.close)
 
@@ -208,8 +213,13 @@ class SharedFirstPurger:
         return self._purger.name
 
     async def clear_domain(self, domain: str) -> ClearResult:
-        await self._tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
-        return await self._purger.clear_domain(domain)
+        tier = self._tier
+        held = await tier.run(
+            lambda: held_entries(tier, domain)
+        )  # what the clear drops from the tier
+        await tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
+        result = await self._purger.clear_domain(domain)  # with the workers' copies
+        return replace(result, entries_dropped=result.entries_dropped + held)
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
         if not purge.dry_run:

@@ -24,7 +24,7 @@ INSPECT_WAIT = 2.0  # seconds a worker has to answer a trace's question
 def shared_held(tier: SharedTier, domain: str, target: str) -> Held:
     """What the node's shared tier holds for ``target`` (a cache target), as a worker's
     lookup would find it after its memory tier: no body read, nothing copied or counted."""
-    found = tier.lookup(domain, target)
+    found = tier.inspect(domain, target)
     state = tier.purges.current(domain)
     return Held(
         variants=tuple(entry.response for entry in found.variants),

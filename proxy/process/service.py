@@ -45,6 +45,7 @@ from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
+from proxy.store.shared.sweep import sweeping
 from proxy.store.tiered import TieredStore
 
 # The listeners moved to proxy/process/listeners.py; these names are still importable here.
@@ -152,7 +153,8 @@ async def service_store(config: Config) -> AsyncIterator[MemoryStore | TieredSto
         if tier is None:
             yield memory
             return
-        yield await stack.enter_async_context(tiered_store(memory, tier, sendfile=cache.sendfile))
+        tiered = tiered_store(memory, tier, sendfile=cache.sendfile, sweep_pause=cache.sweep_pause)
+        yield await stack.enter_async_context(tiered)
 
 
 async def open_node_tier(config: Config) -> SharedTier | None:
@@ -185,13 +187,14 @@ async def memory_store(
 
 @asynccontextmanager
 async def tiered_store(
-    memory: MemoryStore, tier: SharedTier, *, sendfile: bool = False
+    memory: MemoryStore, tier: SharedTier, *, sendfile: bool = False, sweep_pause: float = 30.0
 ) -> AsyncIterator[TieredStore]:
     """The memory store in front of an opened shared tier; the tier is closed (a clean close:
     its entries are trusted at the next start, decision 0030) once its fills are done."""
     store = TieredStore(memory, tier, sendfile=sendfile)
     try:
-        yield store
+        async with sweeping(tier, round_pause=sweep_pause):  # the node's only process (sweep.py)
+            yield store
     finally:
         await store.close()
         await asyncio.to_thread(tier.close)

@@ -69,6 +69,7 @@ from proxy.store.shared.fill import AsyncFill
 from proxy.store.shared.large import BodyFile, FileBacked
 from proxy.store.shared.markers import Markers
 from proxy.store.shared.node_writes import FleetBatch
+from proxy.store.shared.sweep import held as held_entries
 
 log = logging.getLogger("proxy.store")
 
@@ -136,7 +137,7 @@ class TieredStore:
         held = self.memory.inspect(domain, target)
         if held.variants or held.pending:
             return held
-        shared = self.tier.lookup(domain, target)
+        shared = self.tier.inspect(domain, target)
         if not shared.variants:
             return held
         return replace(held, variants=tuple(entry.response for entry in shared.variants))
@@ -223,7 +224,7 @@ class TieredStore:
         if entry.path is None:
             return entry.response
         if entry.length > self.memory_object_max:
-            if any(key == entry.key for key, _ in self.tier.doomed):
+            if self.tier.is_doomed(entry.key):
                 return None  # found corrupt by an earlier send: a miss until it is replaced
             return FileBacked(entry.response, BodyFile(entry, self.tier, self.verified))
         body = await asyncio.to_thread(self.tier.read_all, entry)
@@ -374,8 +375,13 @@ class TieredStore:
             self._tokens.clear()
 
     async def clear_domain(self, domain: str) -> ClearResult:
-        await self._durable(self.tier.clear_domain_async(domain))
-        return self.memory.clear_now(domain)
+        """The API's clear on a node of one process: the shared tier's, durable, then the
+        memory tier's; the entries dropped are both tiers' (the tier's counted first)."""
+        tier = self.tier
+        held = await tier.run(lambda: held_entries(tier, domain))
+        await self._durable(tier.clear_domain_async(domain))
+        result = self.memory.clear_now(domain)
+        return replace(result, entries_dropped=result.entries_dropped + held)
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
         if purge.dry_run:  # counted in the memory tier only (a count of the disk is a scan)

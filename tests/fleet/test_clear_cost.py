@@ -1,7 +1,8 @@
-"""What a plain clear costs each member (decision 0026, "The cost of a clear"), against a
-real Valkey and Redis: applied from its hint, its ack carries no figures and only the
-clear's nine keys, since a clear's answer shows none; a hard purge of ``all`` (the same
-script) still asks every member for its figures, and gets them."""
+"""What a clear costs each member (decision 0026, "The cost of a clear"; decision 0053),
+against a real Valkey and Redis: applied from its hint, its ack carries the figures of what
+it dropped (its copies: the clear's audit record sums them, issue 31 §5), counted from the
+clear itself (no read of the domain's size first); a hard purge of ``all`` (the same
+script) asks every member for its figures too, and gets them."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def synced(node: Node, count: int) -> bool:
 
 
 @pytest.mark.slow
-async def test_a_plain_clear_is_acked_without_figures_and_a_purge_of_all_with_them(
+async def test_a_clear_and_a_purge_of_all_are_acked_with_their_figures(
     fleet: Fleet,
 ) -> None:
     nodes = [await fleet.node(**SLOW_RENEW) for _ in range(3)]
@@ -56,10 +57,12 @@ async def test_a_plain_clear_is_acked_without_figures_and_a_purge_of_all_with_th
     cleared = await purger.clear_domain("a.test")
 
     assert (cleared.acked, cleared.live) == (3, 3)
+    assert cleared.entries_dropped == 3 and cleared.bytes_dropped > 0  # one copy each
     for node, calls in zip(nodes, acks, strict=True):
         assert node.read("a.test", "/page") is None
         assert node.member.hints_applied == 1 and node.member.syncs == 2
-        assert calls == [(cleared.generation, 9, ())]
+        [(number, keys, figures)] = calls
+        assert (number, keys, figures[:2]) == (cleared.generation, len(lua.KEYS), (number, 1))
         calls.clear()
         assert await node.fill("a.test", "/page", b"v2")
 

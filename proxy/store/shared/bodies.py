@@ -4,8 +4,9 @@ A body over INLINE_MAX bytes is written into ``bodies/tmp/<random>.tmp`` as it a
 once whole, followed by its chunk table (one CRC32 per CHUNK bytes of the body) and renamed to
 ``bodies/<sequence>.body``. The entry record naming it is committed after the rename, so a
 writer killed at any point leaves at most an orphan file and no record: a miss. The node
-empties ``bodies/tmp/`` when it opens the directory (no fill can be under way then), so what
-killed writers leave costs no scan of the bodies to find.
+empties ``bodies/tmp/`` when it opens the directory (no fill can be under way then); while it
+runs, its sweep (sweep.py) removes the files of a worker killed mid-fill, which each name
+their writer (``tmp_name``: owners.py), and the renamed files no committed record names.
 
 A reader checks every chunk it reads against the table, and the table against the CRC the
 entry record holds: a torn write, a flipped bit or a truncated file is never handed on
@@ -23,11 +24,34 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from proxy.errors import BodyCorrupt
+from proxy.store.shared import owners
 
 CHUNK = 64 * 1024
 INLINE_MAX = CHUNK  # bodies up to this are kept in the entry record
 TMP = "tmp"  # bodies being written, in a directory of their own
 _CRC = struct.Struct("<I")
+SUFFIX = ".body"
+
+
+def tmp_name() -> str:
+    """A new temporary body's name: its writer (owners.py), then a random part."""
+    return f"{owners.me()}.{secrets.token_hex(8)}.tmp"
+
+
+def tmp_owner(name: str) -> str:
+    """The writer a temporary body's name holds ("" when it holds none)."""
+    parts = name.split(".")
+    return ".".join(parts[:3]) if len(parts) == 5 and parts[4] == "tmp" else ""
+
+
+def sequence_of(name: str) -> int | None:
+    """The sequence a body file's name holds (``body_name``), None for another name."""
+    if not name.endswith(SUFFIX) or len(name) != 16 + len(SUFFIX):
+        return None
+    try:
+        return int(name[:16], 16)
+    except ValueError:
+        return None
 
 
 class BodyWriter:
@@ -35,7 +59,7 @@ class BodyWriter:
 
     def __init__(self, directory: Path) -> None:
         self._directory = directory
-        self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
+        self.tmp = directory / TMP / tmp_name()
         self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.length = 0
         self._crcs: list[int] = []
@@ -86,7 +110,7 @@ class LinkedBody(BodyWriter):
 
     def __init__(self, directory: Path, source: Path, table_crc: int) -> None:
         self._directory = directory
-        self.tmp = directory / TMP / f"{secrets.token_hex(8)}.tmp"
+        self.tmp = directory / TMP / tmp_name()
         os.link(source, self.tmp)
         self._fd = -1
         self.length = os.stat(self.tmp).st_size

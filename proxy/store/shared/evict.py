@@ -58,6 +58,13 @@ class Evictor(Protocol):
         """The entry at ``key`` was removed for another reason than this policy's choice (a
         key not held: nothing to do)."""
 
+    def committed(self) -> None:
+        """The write transaction the last calls ran in committed: apply what the policy
+        keeps outside LMDB (S3-FIFO's counters), as those calls left it."""
+
+    def aborted(self) -> None:
+        """It aborted: forget what those calls would have changed outside LMDB."""
+
     def close(self) -> None: ...
 
 
@@ -83,6 +90,12 @@ class OldestFirst:
         pass
 
     def removed(self, txn: lmdb.Transaction, key: bytes) -> None:
+        pass
+
+    def committed(self) -> None:
+        pass
+
+    def aborted(self) -> None:
         pass
 
     def close(self) -> None:

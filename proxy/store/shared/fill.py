@@ -36,7 +36,7 @@ from proxy.store.shared.records import (
     read_header,
     variant_id,
 )
-from proxy.store.shared.tier import SharedTier
+from proxy.store.shared.tier import Removals, SharedTier
 
 _U64 = struct.Struct(">Q")
 RECORD_GUESS = 512  # bytes of a record whose body is in a file, before it is packed
@@ -126,8 +126,8 @@ class Fill:
             if not tier.check_directory():
                 return self._drop(None)
             try:
-                with tier._env.begin(write=True) as txn:
-                    kept = self._store(txn, gone)
+                with tier.writing(doomed=True) as (txn, doomed):
+                    kept = self._store(txn, gone, doomed)
             except lmdb.MapFullError:
                 # The map is reserved far above the tier's size (pages.py): this is the
                 # last resort. Evict in a transaction of its own, then once more, when the
@@ -136,8 +136,8 @@ class Fill:
                 trim(tier, force=True)
                 if self._final is not None:
                     raise
-                with tier._env.begin(write=True) as txn:
-                    kept = self._store(txn, gone)
+                with tier.writing(doomed=True) as (txn, doomed):
+                    kept = self._store(txn, gone, doomed)
         except (lmdb.Error, OSError) as error:
             if self._final is not None:  # renamed, but no committed record names it
                 self._final.unlink(missing_ok=True)
@@ -158,7 +158,7 @@ class Fill:
         then never written (``TieredStore.stream``), and ``remember`` has its next one kept."""
         cost = self._cost(length)
         try:
-            with self._tier._env.begin() as txn:
+            with self._tier.reading() as txn:
                 return self._tier.evictor.kept_if_filled(txn, self.key, cost)
         except lmdb.Error:
             return True
@@ -167,7 +167,7 @@ class Fill:
         """The fill ``kept_if_filled`` refused, remembered by the eviction policy (as a commit
         it refuses is), so that the next fill of the key is kept. In the writer thread."""
         try:
-            with self._tier._env.begin(write=True) as txn:
+            with self._tier.writing() as (txn, _):
                 self._tier.evictor.remember(txn, self.key, self._cost(length))
         except lmdb.Error as error:
             self._tier.health.fault("fill", error)
@@ -192,18 +192,19 @@ class Fill:
         left out. Returns how many were stored; raises what LMDB raises."""
         gone: list[str] = []
         stored = 0
-        with tier._env.begin(write=True) as txn:
+        with tier.writing(doomed=True) as (txn, doomed):
             for fill in fills:
                 if fill.dropped or fill._file is not None or not fill._admissible():
                     fill.abort()
                     continue
-                stored += fill._store(txn, gone)
+                stored += fill._store(txn, gone, doomed)
+                doomed = []
         for name in gone:
             (tier.bodies / name).unlink(missing_ok=True)
         trim(tier)
         return stored
 
-    def _store(self, txn: lmdb.Transaction, gone: list[str]) -> bool:
+    def _store(self, txn: lmdb.Transaction, gone: list[str], doomed: Removals) -> bool:
         tier = self._tier
         meta = tier.db_meta
         sequence = tier.evictor.next_sequence(txn, _u64(txn, meta, b"sequence"))
@@ -224,11 +225,10 @@ class Fill:
             target=named_in_record(self._domain, self._target),
         )
         cost = self.cost = entry_cost(len(self.key), len(record), file)
-        totals = _Totals(txn, tier)
+        totals = Totals(txn, tier)
         totals.remove(self.key, -1, gone, forget=False)  # replaced: the evictor keeps its place
-        for key, expected in tier.doomed[:]:
+        for key, expected in doomed:  # found dead by readers: given back if this aborts
             totals.remove(key, expected, gone)
-        tier.doomed.clear()
         admission = tier.evictor.admit(txn, self.key, sequence, cost)
         for key, victim in admission.victims:
             if totals.remove(key, victim, gone, forget=False):
@@ -251,7 +251,7 @@ class Fill:
         return False
 
 
-class _Totals:
+class Totals:
     """The tier's entry count and bytes inside one write transaction."""
 
     def __init__(self, txn: lmdb.Transaction, tier: SharedTier) -> None:
@@ -354,12 +354,12 @@ def trim(tier: SharedTier, *, force: bool = False) -> int:
     the writer thread. A fault is reported, not raised."""
     gone: list[str] = []
     try:
-        with tier._env.begin() as txn:
+        with tier.reading() as txn:
             used = _usage(txn, tier, _u64(txn, tier.db_meta, b"files"))
         if used <= tier.capacity and not force:
             return 0
-        with tier._env.begin(write=True) as txn:
-            totals = _Totals(txn, tier)
+        with tier.writing() as (txn, _):
+            totals = Totals(txn, tier)
             evicted = totals.trim(LOW * min(used, tier.capacity), gone)
             totals.save()
     except lmdb.Error as error:
@@ -393,7 +393,7 @@ class AsyncFill:
         that must not suspend, or is being cancelled): its temporary file goes."""
         # RuntimeError: the tier is closed (the next start empties bodies/tmp/).
         with contextlib.suppress(RuntimeError):
-            self._tier._writer.submit(self._fill.abort)
+            self._tier.submit(self._fill.abort)
 
     @property
     def fill(self) -> Fill:

@@ -2,7 +2,7 @@
 
 A worker that leads the fill of a key in its process also claims the key for the node: it
 creates ``fills/<hash of domain and target>`` in the shared tier's directory with
-``link`` (atomic across processes), holding "<pid> <deadline>". Another worker that
+``link`` (atomic across processes), holding "<owner> <deadline>". Another worker that
 misses the same key finds the marker live and waits for the entry to appear in the shared
 tier (like nginx's ``proxy_cache_lock``) while the marker is live. The marker lives for
 ``[cache] lock_timeout`` past the leader's latest progress (``renew``: the headers came, more
@@ -10,9 +10,14 @@ of the body did), so a slow fill that moves is followed to its end and one that 
 given up. The leader removes its marker when its fill ends: committed, not storable, or
 failed.
 
-A marker is ignored once its deadline has passed or its pid is gone (a worker killed in the
-middle of a fill), and the next claim replaces it. The directory is locked to one node
-(lock.py), so a pid names a process of this machine. The markers are advisory: a fault (the
+A marker is ignored once its deadline has passed or its owner is gone (a worker killed in the
+middle of a fill), and the next claim replaces it. Neither relies on the wall clock nor on a
+bare pid, which a crash and a clock stepped back could turn into a dead leader's marker kept
+"live" by a stranger given its pid: the owner is named by pid, start time and boot id
+(owners.py: a reused pid has another start time), and the deadline is on the boot-time clock
+(``CLOCK_BOOTTIME``: one clock for every process of the machine, never stepped, counting
+suspend). The directory is locked to one node (lock.py), so an owner is a process of this
+machine. The markers are advisory: a fault (the
 directory deleted or read-only) makes a claim succeed without a marker, so the worker fetches
 by itself, as it would without the shared tier. Each call is one small system call on a
 local directory, and never waits on another process.
@@ -27,25 +32,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from proxy.store.shared import owners
+
 FILLS = "fills"  # the markers' directory, inside the shared tier's
 LIVE, STALE, GONE = "live", "stale", "gone"  # Markers.state
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+def boot_clock() -> float:
+    """Seconds since boot, suspend included: the markers' deadlines (never stepped)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class Markers:
-    def __init__(self, directory: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, directory: Path, *, clock: Callable[[], float] = boot_clock) -> None:
         self.directory = directory / FILLS
         self._clock = clock
         self._pid = os.getpid()
+        self._owner = owners.me()
         # On a fault every claim succeeds unmarked: no collapsing across workers.
         with contextlib.suppress(OSError):
             self.directory.mkdir(exist_ok=True)
@@ -59,7 +62,7 @@ class Markers:
         when this process leads, "" when it leads unmarked (a fault), None when another live
         process holds it."""
         path = self._path(domain, target)
-        text = f"{self._pid} {self._clock() + lifetime:.3f}"
+        text = f"{self._owner} {self._clock() + lifetime:.3f}"
         for _ in range(2):
             try:
                 self._link(path, text)
@@ -92,13 +95,13 @@ class Markers:
         """The key's marker: LIVE (another live process holds it), STALE (past its deadline,
         its process gone, or this process's own), or GONE (none)."""
         try:
-            pid_text, _, deadline_text = self._path(domain, target).read_text().partition(" ")
-            pid, deadline = int(pid_text), float(deadline_text)
+            owner, _, deadline_text = self._path(domain, target).read_text().partition(" ")
+            deadline = float(deadline_text)
         except FileNotFoundError:
             return GONE
         except (OSError, ValueError):
             return STALE  # unreadable: never waited on
-        live = pid != self._pid and deadline > self._clock() and _alive(pid)
+        live = owner != self._owner and deadline > self._clock() and owners.alive(owner)
         return LIVE if live else STALE
 
     def renew(self, domain: str, target: str, text: str, lifetime: float) -> str | None:
@@ -108,7 +111,7 @@ class Markers:
         if not text:
             return None
         path = self._path(domain, target)
-        renewed = f"{self._pid} {self._clock() + lifetime:.3f}"
+        renewed = f"{self._owner} {self._clock() + lifetime:.3f}"
         spare = path.with_name(f".{path.name}.{self._pid}")
         try:
             if path.read_text() != text:

@@ -26,7 +26,7 @@ What the member acks is then as true as before: when ``apply_fleet`` returns, ev
 the batch is durable in the node's tier, written by this worker or by another.
 
 A worker that skips must also *see* what it skips at once. A process keeps each domain's
-parsed purge state until ``state/epoch`` changes, and the writer announces its commit there
+parsed purge state until ``state/stamp`` changes, and the writer announces its commit there
 only after the commit returns: a skip can fall in between. Its next lookup would then judge
 the tier's entries by the state from before the purge, and copy what the purge covers into
 its memory tier, after the memory tier applied the batch, to be served after the 200. So a

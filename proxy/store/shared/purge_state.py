@@ -14,7 +14,7 @@ a purge costs O(its items), whatever the number of purges before it.
 The records live in their own LMDB environment (``state/``), opened synced: a commit returns
 after fsync, so a clear or a purge is on disk before the caller answers 200, and survives a
 kill -9 and a power loss. Readers keep each domain's parsed state until a purge announces
-itself in ``state/epoch`` (``PurgeStateStore``), so a lookup costs no transaction for it; then
+itself in ``state/stamp`` (``PurgeStateStore``), so a lookup costs no transaction for it; then
 they read its small record again and the URL log on from where they stopped.
 
 Retention (decision 0037). Bans, tag and URL purges are kept until the domain's next clear, so
@@ -70,8 +70,8 @@ from proxy.store.shared.records import read_number
 
 __all__ = ["DISTRUSTED", "DomainState", "PurgeStateStore", "distrusted_copy", "judge"]
 
-EPOCH = struct.Struct("<Q")  # state/epoch: the id of the last purge's transaction
-UNREAD = -1  # a parsed state's epoch that no epoch equals: read again (``_seen``)
+STAMP = struct.Struct("<Q")  # state/stamp: the id of the last purge's transaction
+UNREAD = -1  # a parsed state's stamp that no stamp equals: read again (``_seen``)
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
@@ -162,24 +162,24 @@ class PurgeStateStore:
 
     A lookup must not pay a read transaction for its domain's state (about 12,600
     instructions, decision 0030). So every purge, once committed, writes its transaction's
-    id into ``state/epoch``, an 8-byte file every process of the node maps; a reader keeps
-    each domain's parsed state tagged with the epoch it read before parsing, and uses it while
-    the epoch still says the same. Why that is safe: a state read after seeing epoch V holds
+    id into ``state/stamp``, an 8-byte file every process of the node maps; a reader keeps
+    each domain's parsed state tagged with the stamp it read before parsing, and uses it while
+    the stamp still says the same. Why that is safe: a state read after seeing stamp V holds
     every commit up to V's; any later commit has a larger id, and its writer writes that id
     before its purge returns, so from then on no reader sees V and every one reads again. (Two
-    writers may write their ids out of order: the epoch then moves back to an older id, which
+    writers may write their ids out of order: the stamp then moves back to an older id, which
     is still not V, and costs one more read.)
 
     That holds for what a process wrote itself. A process that finds its write made already
     by another (a fleet batch another worker wrote, ``apply_fleet``; a distrust of every
     domain made for the same, ``distrust_all``) may come between that writer's commit and its
-    announcement, and then acks and serves on the strength of a commit the epoch does not yet
+    announcement, and then acks and serves on the strength of a commit the stamp does not yet
     show: it drops its parsed states first (``_seen``), so that its next lookup reads them
     again (the fleet checker found the lookup in that window handing a worker's memory tier
     an entry the purge covered, served after the purge's 200)."""
 
     def __init__(
-        self, env: lmdb.Environment, epoch_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
+        self, env: lmdb.Environment, stamp_path: Path, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
         self._env = env
         self.max_bytes = max_bytes
@@ -187,38 +187,38 @@ class PurgeStateStore:
         # Catch-ups of one process (its event loop, its writer thread) one at a time: they
         # grow a domain's URL table in place.
         self._reading = threading.Lock()
-        fd = os.open(epoch_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(stamp_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            if os.fstat(fd).st_size < EPOCH.size:
-                os.ftruncate(fd, EPOCH.size)
-            self._epoch = mmap.mmap(fd, EPOCH.size)
+            if os.fstat(fd).st_size < STAMP.size:
+                os.ftruncate(fd, STAMP.size)
+            self._stamp = mmap.mmap(fd, STAMP.size)
         finally:
             os.close(fd)
 
     def close(self) -> None:
-        self._epoch.close()
+        self._stamp.close()
 
     def current(self, domain: str) -> DomainState:
         """The domain's state as last committed (a fresh default if never purged), under the
         floor of the last distrust of every domain. After a purge, read on from the state
         read before: O(purges since), not O(purges)."""
-        epoch: int = EPOCH.unpack_from(self._epoch)[0]
+        stamp: int = STAMP.unpack_from(self._stamp)[0]
         cached = self._parsed.get(domain)
-        if cached is not None and cached[0] == epoch:
+        if cached is not None and cached[0] == stamp:
             return cached[1]
         with self._reading:
             cached = self._parsed.get(domain)
-            if cached is not None and cached[0] == epoch:
+            if cached is not None and cached[0] == stamp:
                 return cached[1]
             with self._env.begin(buffers=True) as txn:
                 state = _read_state(txn, domain, None if cached is None else cached[1])
-            self._parsed[domain] = (epoch, state)
+            self._parsed[domain] = (stamp, state)
         return state
 
     def _seen(self, domains: Iterable[str] | None) -> None:
         """Another process's commit, seen by this one, covers a write it was about to make to
         ``domains`` (None: to every domain): their parsed states are read again at their next
-        lookup, on from where they stopped (decision 0048), whatever the epoch says: the
+        lookup, on from where they stopped (decision 0048), whatever the stamp says: the
         writer announces its commit only after it returns, maybe after this process's next
         lookup. Under ``_reading``: a read under way ends before, and is dropped."""
         with self._reading:
@@ -230,13 +230,13 @@ class PurgeStateStore:
 
     def _update(self, domain: str, change: Change) -> int:
         """Apply ``change`` to the domain's committed state in one synced write transaction,
-        folding the state if it passes the budget, then announce it in the epoch; the new
+        folding the state if it passes the budget, then announce it in the stamp; the new
         number."""
         with self._env.begin(write=True) as txn:
             number = self._change(txn, domain, change)
             self._settle(txn, self._top_of(txn, domain))
             committed = txn.id()
-        EPOCH.pack_into(self._epoch, 0, committed)
+        STAMP.pack_into(self._stamp, 0, committed)
         return number
 
     def _change(self, txn: lmdb.Transaction, domain: str, change: Change) -> int:
@@ -308,7 +308,7 @@ class PurgeStateStore:
                 return floor
             floor = _floor(txn, made_for)
             committed = txn.id()
-        EPOCH.pack_into(self._epoch, 0, committed)
+        STAMP.pack_into(self._stamp, 0, committed)
         return floor
 
     def apply_fleet(self, batch: FleetBatch, at: float) -> int:
@@ -348,7 +348,7 @@ class PurgeStateStore:
         except BaseException:
             txn.abort()
             raise
-        EPOCH.pack_into(self._epoch, 0, committed)
+        STAMP.pack_into(self._stamp, 0, committed)
         return written
 
     def distrust(self, domain: str) -> int:

@@ -18,10 +18,12 @@ Where each part lives:
   counter, big-endian, so LMDB's order is each queue's age.
 - **The counters**, one byte per entry in a file every process maps (hits.py): a hit in any
   process raises its entry's counter with one store, no write transaction and no fsync; the
-  commit reads and lowers them. A reader finds the counter from the entry's sequence alone
-  (``sequence % slots``), so the commit picks the new entry's sequence among the next few
-  whose slot no stored entry holds (``next_sequence``): two entries share a counter only
-  when nearly every slot is taken.
+  commit reads and lowers them. What a write transaction sets is held aside (``_Pending``)
+  and applied once it commits (``committed``), as a change from what it read, so hits that
+  came meanwhile count; a transaction that aborts changes no counter (``aborted``). A
+  reader finds the counter from the entry's sequence alone (``sequence % slots``), so the
+  commit picks the new entry's sequence among the next few whose slot no stored entry holds
+  (``next_sequence``): two entries share a counter only when nearly every slot is taken.
 
 Eviction is O(1) amortised per insert: every step moves or drops the oldest key of a queue
 (``cursor.first``), a move lowers a counter, and counters only rise with hits; never a scan.
@@ -57,6 +59,7 @@ from proxy.store.eviction.s3fifo import (
 )
 from proxy.store.shared.evict import Admission
 from proxy.store.shared.health import Health
+from proxy.store.shared.hits import MAX as MAX_COUNT
 from proxy.store.shared.hits import HitCounters
 
 SMALL, MAIN = 0, 1
@@ -76,6 +79,7 @@ def digest(key: bytes) -> bytes:
 class S3FifoEvictor:
     def __init__(self) -> None:
         self.counters: HitCounters | None = None
+        self.pending: dict[int, tuple[int | None, int]] = {}  # _Pending's, until committed
 
     def open(self, env: lmdb.Environment, directory: Path, capacity: int, health: Health) -> None:
         self.capacity = capacity
@@ -152,9 +156,51 @@ class S3FifoEvictor:
         for db in (self.db_place, self.db_slots, self.db_state):
             txn.drop(db, delete=False)
 
+    def committed(self) -> None:
+        counters, pending = self.counters, self.pending
+        self.pending = {}
+        if counters is None:
+            return
+        for sequence, (read, count) in pending.items():
+            counters.set(sequence, count if read is None else counters.get(sequence) + count - read)
+
+    def aborted(self) -> None:
+        self.pending = {}
+
     def close(self) -> None:
         if self.counters is not None:
             self.counters.close()
+
+
+class _Pending:
+    """The counters as a write transaction sees them: the shared map's, with what it has set
+    (not yet applied: ``S3FifoEvictor.committed``)."""
+
+    __slots__ = ("_changes", "_counters", "slots")
+
+    def __init__(self, counters: HitCounters, changes: dict[int, tuple[int | None, int]]) -> None:
+        self._counters = counters
+        self._changes = changes  # sequence -> (the count read first, or None; the count set)
+        self.slots = counters.slots
+
+    def get(self, sequence: int) -> int:
+        change = self._changes.get(sequence)
+        if change is not None:
+            return change[1]
+        return self._counters.get(sequence)
+
+    def set(self, sequence: int, count: int) -> None:
+        """Set, as of the commit: a count read first (``get``) is applied as a change."""
+        change = self._changes.get(sequence)
+        read = change[0] if change is not None else None
+        self._changes[sequence] = (read, max(0, min(count, MAX_COUNT)))
+
+    def read(self, sequence: int) -> int:
+        """``get``, remembering the count read, so that ``set`` after it is a change."""
+        if sequence not in self._changes:
+            count = self._counters.get(sequence)
+            self._changes[sequence] = (count, count)
+        return self._changes[sequence][1]
 
 
 class _Queues:
@@ -164,7 +210,7 @@ class _Queues:
         self.policy = policy
         self.txn = txn
         assert policy.counters is not None
-        self.counters = policy.counters
+        self.counters = _Pending(policy.counters, policy.pending)
         raw = txn.get(b"state", db=policy.db_state)
         state = _STATE.unpack(raw) if raw is not None else (0, 0, 0, 0, 0)  # struct.error
         self.small_used, self.main_used, self.ghost_used, self.position, warm = state
@@ -207,7 +253,7 @@ class _Queues:
         """A key held already, stored again: a hit, and its new size in place (as the pure
         policy's ``admit`` of a held key)."""
         queue, position, old_sequence, old_cost = place
-        hits = self.counters.get(old_sequence)
+        hits = self.counters.read(old_sequence)
         if cost > self.policy.capacity:
             self.unlink(key)
             return Admission(False, [])
@@ -294,7 +340,7 @@ class _Queues:
         back at 0), until one is evicted (into the ghost): False when none was."""
         while (oldest := self._pop(SMALL)) is not None:
             key, sequence, cost = oldest
-            if self.counters.get(sequence) >= MOVE_TO_MAIN:
+            if self.counters.read(sequence) >= MOVE_TO_MAIN:
                 self.counters.set(sequence, 0)
                 self._link(MAIN, key, sequence, cost)
                 continue
@@ -311,7 +357,7 @@ class _Queues:
         moves = 0
         while (oldest := self._pop(MAIN)) is not None:
             key, sequence, cost = oldest
-            hits = self.counters.get(sequence)
+            hits = self.counters.read(sequence)
             if hits >= 1 and moves < MOVES_MAX:
                 moves += 1
                 self.counters.set(sequence, min(hits, MAIN_MAX_FREQ) - 1)

@@ -34,11 +34,13 @@ from typing import NamedTuple, TypeVar
 
 import lmdb
 
+from proxy.config.filesystems import refusal
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD, Purge, stale_lifetime
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.errors import BodyCorrupt, DiskTierError
 from proxy.store.shared import bodies, pages
+from proxy.store.shared.doomed import Doomed
 from proxy.store.shared.evict import Evictor
 from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import (
@@ -47,6 +49,7 @@ from proxy.store.shared.lock import (
     unclean_since_boot,
     write_boot,
 )
+from proxy.store.shared.markers import FILLS
 from proxy.store.shared.node_writes import FleetBatch
 from proxy.store.shared.purge_state import (
     DISTRUSTED,
@@ -65,11 +68,12 @@ from proxy.store.shared.records import (
 )
 from proxy.store.shared.s3fifo import S3FifoEvictor
 
-DOOMED_MAX = 4096  # dead entries remembered for removal by this process's next write
 FORMAT = b"format"  # the meta record naming the entry keys' layout
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
+STAMP_FILE = "stamp"  # the last purge's transaction id (purge_state.py); "epoch" until 0053
 _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
+Removals = list[tuple[bytes, int]]  # (entry key, sequence; -1: whatever it is)
 
 
 class SharedEntry(NamedTuple):
@@ -100,6 +104,9 @@ class SharedStats:
     purge_state_bytes: int = 0  # the purge records' bytes, against cache.purge_state_max_bytes
     purge_state_max_bytes: int = 0
     purge_folds: int = 0  # domains cleared to keep the purge state within its budget
+    orphans: int = 0  # body files no record named, removed by the sweep (sweep.py)
+    orphan_bytes: int = 0
+    swept: int = 0  # entries of cleared domains the sweep removed with their files
 
 
 class SharedTier:
@@ -142,9 +149,9 @@ class SharedTier:
             str(directory / "state"), map_size=pages.state_map_size(purge_max_bytes), max_dbs=0
         )
         self.purges = PurgeStateStore(
-            self._state_env, directory / "state" / "epoch", purge_max_bytes
+            self._state_env, directory / "state" / STAMP_FILE, purge_max_bytes
         )
-        self.doomed: list[tuple[bytes, int]] = []  # dead or corrupt: removed by the next write
+        self._doomed = Doomed()  # dead or corrupt: removed by the next write (doomed.py)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
         self._next_check = 0.0  # when ``lookup`` next checks the directory (monotonic)
 
@@ -164,6 +171,9 @@ class SharedTier:
         why). Entries that cannot be trusted (the last run ended in an OS crash or a power
         loss, or lost a purge) are emptied first."""
         path = Path(directory)
+        refused = refusal(path)  # the config refuses it too: a caller that passed no config
+        if refused is not None:
+            raise DiskTierError(f"cache directory {path}: {refused}")
         try:
             path.mkdir(parents=True, exist_ok=True)
             lock = NodeLock.acquire(path)
@@ -179,7 +189,9 @@ class SharedTier:
                     shutil.rmtree(path / "entries", ignore_errors=True)
                     shutil.rmtree(path / "bodies", ignore_errors=True)
                     (path / DISTRUST_FILE).unlink(missing_ok=True)
+                (path / "state" / "epoch").unlink(missing_ok=True)  # the stamp's old name
                 shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
+                shutil.rmtree(path / FILLS, ignore_errors=True)  # their markers: no fill runs
                 (path / "bodies" / bodies.TMP).mkdir(parents=True)
                 write_boot(path, "open")
                 return cls(
@@ -246,12 +258,22 @@ class SharedTier:
 
     def lookup(self, domain: str, target: str) -> SharedLookup:
         """The variants stored for the URL (``target`` as a key target: either scheme's),
-        judged against the domain's purges; none on a fault, when stuck, or when none is."""
+        judged against the domain's purges; none on a fault, when stuck, or when none is.
+        Each variant returned counts a hit (S3-FIFO's counter); one a hard purge covers is
+        doomed (removed by the next write)."""
+        return self._judged(domain, target, counted=True)
+
+    def inspect(self, domain: str, target: str) -> SharedLookup:
+        """``lookup``'s answer, changing nothing: no hit counted, nothing doomed (the trace's
+        read, and the tests'). A fault is still reported to the tier's health."""
+        return self._judged(domain, target, counted=False)
+
+    def _judged(self, domain: str, target: str, *, counted: bool) -> SharedLookup:
         try:
             state = self.purges.current(domain)
             if not self._serving():
                 return SharedLookup(state.number, ())
-            found = self._read_variants(entry_prefix(domain, target), target)
+            found = self._read_variants(entry_prefix(domain, target), target, counted)
         except (lmdb.Error, OSError) as error:
             self.health.fault("lookup", error)
             return SharedLookup(0, ())
@@ -261,12 +283,14 @@ class SharedTier:
             if covered is None:
                 pass
             elif covered is HARD:
-                self._doom(entry.key, entry.sequence)
+                if counted:
+                    self._doom(entry.key, entry.sequence)
                 continue
             elif covered is DISTRUSTED:  # revalidated before it is served, or gone (0040)
                 copy = distrusted_copy(entry.response)
                 if copy is None:
-                    self._doom(entry.key, entry.sequence)
+                    if counted:
+                        self._doom(entry.key, entry.sequence)
                     continue
                 entry = entry._replace(response=copy)
             else:
@@ -277,7 +301,8 @@ class SharedTier:
                 expired = replace(response, freshness_lifetime=lifetime)
                 object.__setattr__(expired, "mark", response.mark)  # replace leaves it 0
                 entry = entry._replace(response=expired)
-            self.evictor.hit(entry.sequence)  # no write: a counter in a shared map (s3fifo.py)
+            if counted:
+                self.evictor.hit(entry.sequence)  # no write: a counter in a shared map (s3fifo.py)
             variants.append(entry)
         return SharedLookup(state.number, tuple(variants))
 
@@ -357,7 +382,7 @@ class SharedTier:
             self.check_directory()
         return not self.health.stuck
 
-    def _read_variants(self, prefix: bytes, target: str) -> list[SharedEntry]:
+    def _read_variants(self, prefix: bytes, target: str, counted: bool) -> list[SharedEntry]:
         found: list[SharedEntry] = []
         with self._env.begin(db=self.db_entries, buffers=True) as txn:
             cursor = txn.cursor()
@@ -371,7 +396,8 @@ class SharedTier:
                     header, response = unpack_entry(value, target)
                 except Corrupt as error:
                     self.health.corrupted(f"{key!r}: {error}")
-                    self._doom(key, -1)
+                    if counted:
+                        self._doom(key, -1)
                     continue
                 object.__setattr__(response, "mark", header.mark)
                 path = self.bodies / body_name(header.sequence) if header.in_file else None
@@ -413,21 +439,54 @@ class SharedTier:
         """Have the next write remove an entry found dead or corrupt (a reader never writes:
         a write transaction could wait for another process's). Bounded: one never removed
         here is still never served, and is evicted in its turn."""
-        if len(self.doomed) < DOOMED_MAX:
-            self.doomed.append((key, sequence))
+        self._doomed.add(key, sequence)
+
+    def is_doomed(self, key: bytes) -> bool:
+        """Whether the entry at ``key`` was found dead or corrupt, and awaits its removal."""
+        return key in self._doomed
+
+    def doomed_count(self) -> int:
+        return len(self._doomed)
+
+    # -- transactions, for fill.py and the sweep --------------------------------------------------
+
+    def reading(self) -> lmdb.Transaction:
+        """A read transaction of the entries environment (use it as a context manager)."""
+        return self._env.begin()
+
+    @contextlib.contextmanager
+    def writing(self, *, doomed: bool = False) -> Iterator[tuple[lmdb.Transaction, Removals]]:
+        """A write transaction of the entries environment, in the writer thread, and (when
+        ``doomed``) the entries readers found dead, for it to remove. Only once it commits do
+        the evictor's changes outside LMDB (S3-FIFO's counters) apply; when it aborts they are
+        dropped, and the dead entries are given back for the next write."""
+        taken = self._doomed.take() if doomed else []
+        try:
+            with self._env.begin(write=True) as txn:
+                yield txn, taken
+        except BaseException:
+            self.evictor.aborted()
+            self._doomed.give_back(taken)
+            raise
+        self.evictor.committed()
+
+    def submit(self, call: Callable[[], object]) -> None:
+        """Queue ``call`` in the writer thread, not waited for. RuntimeError once closed."""
+        self._writer.submit(call)
 
     def status(self) -> TierStatus:
         return self.health.status()
 
     def stats(self) -> SharedStats:
+        names = (b"entries", b"bytes", b"evicted", b"orphans", b"orphan-bytes", b"swept")
         try:
             with self._env.begin(db=self.db_meta) as txn:
-                numbers = [_read_u64(txn.get(name)) for name in (b"entries", b"bytes", b"evicted")]
+                numbers = [_read_u64(txn.get(name)) for name in names]
             numbers.extend(self.purges.usage())
         except (lmdb.Error, OSError) as error:
             self.health.fault("stats", error)
-            numbers = [0, 0, 0, 0, 0]
-        entries, size, evictions, purge_bytes, folds = numbers
+            numbers = [0] * (len(names) + 2)
+        entries, size, evictions, orphans, orphan_bytes, swept, purge_bytes, folds = numbers
         status = self.health.status()
         return SharedStats(
             entries,
@@ -438,6 +497,9 @@ class SharedTier:
             purge_bytes,
             self.purges.max_bytes,
             folds,
+            orphans,
+            orphan_bytes,
+            swept,
         )
 
     # -- checks ---------------------------------------------------------------------------------

@@ -10,8 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.store.shared.markers import GONE, LIVE, STALE, Markers
+from proxy.edge.node_fills import wait_for_worker
+from proxy.store.memory import MemoryStore
+from proxy.store.shared import owners
+from proxy.store.shared.markers import GONE, LIVE, STALE, Markers, boot_clock
 
 CLAIM = """
 import sys
@@ -45,7 +49,7 @@ async def test_another_live_process_holds_the_key_until_it_releases_or_dies(
     markers = Markers(tmp_path)
     assert markers.state("example.com", "/a") == GONE
     process, claimed = await other_process(tmp_path, 60)
-    assert claimed.startswith(f"'{process.pid} ")
+    assert claimed.startswith(f"'{process.pid}.")
     assert markers.state("example.com", "/a") == LIVE
     assert markers.claim("example.com", "/a", 60) is None  # held: this process waits
     assert markers.claim("example.com", "/b", 60)  # another key is free
@@ -53,7 +57,7 @@ async def test_another_live_process_holds_the_key_until_it_releases_or_dies(
     await process.wait()
     assert markers.state("example.com", "/a") == STALE  # its process is gone
     text = markers.claim("example.com", "/a", 60)
-    assert text and text.startswith(f"{os.getpid()} ")  # replaced
+    assert text and text.startswith(f"{owners.me()} ")  # replaced
     markers.release("example.com", "/a", "someone else's")
     assert markers.state("example.com", "/a") == STALE  # still there: not ours to remove
     markers.release("example.com", "/a", text)
@@ -62,7 +66,7 @@ async def test_another_live_process_holds_the_key_until_it_releases_or_dies(
 
 async def test_a_marker_past_its_deadline_is_ignored(tmp_path: Path) -> None:
     process, claimed = await other_process(tmp_path, 5)
-    markers = Markers(tmp_path, clock=lambda: time.time() + 10)  # 10 s later: past its deadline
+    markers = Markers(tmp_path, clock=lambda: boot_clock() + 10)  # 10 s later: past its deadline
     try:
         assert claimed != "None"
         assert markers.state("example.com", "/a") == STALE
@@ -85,10 +89,10 @@ def test_renew_moves_only_this_processs_own_marker(tmp_path: Path) -> None:
     now = [1_000.0]
     markers = Markers(tmp_path, clock=lambda: now[0])
     text = markers.claim("example.com", "/a", 5.0)
-    assert text == f"{os.getpid()} 1005.000"
+    assert text == f"{owners.me()} 1005.000"
     now[0] = 1_003.0
     renewed = markers.renew("example.com", "/a", text, 5.0)
-    assert renewed == f"{os.getpid()} 1008.000"
+    assert renewed == f"{owners.me()} 1008.000"
     marker = markers.directory / next(p.name for p in markers.directory.iterdir())
     assert marker.read_text() == renewed
     assert markers.renew("example.com", "/a", text, 5.0) is None  # no longer the old text
@@ -97,3 +101,54 @@ def test_renew_moves_only_this_processs_own_marker(tmp_path: Path) -> None:
     assert list(markers.directory.iterdir()) == []
     assert markers.renew("example.com", "/a", renewed, 5.0) is None  # released: gone
     assert markers.renew("example.com", "/a", "", 5.0) is None  # led unmarked
+
+
+@pytest.mark.slow
+async def test_a_dead_leaders_marker_is_stale_though_its_pid_was_reused(tmp_path: Path) -> None:
+    """The leader is killed -9; its pid goes to another process (here: the marker is made
+    to name a live stranger's pid, as the kernel may after a crash), and the wall clock may
+    have stepped back past its deadline: the marker is stale all the same, and replaced."""
+    markers = Markers(tmp_path)
+    leader, claimed = await other_process(tmp_path, 600)
+    stranger, _ = await other_process(tmp_path / "elsewhere", 600)
+    try:
+        assert claimed != "None"
+        leader.kill()
+        await leader.wait()
+        (marker,) = markers.directory.iterdir()
+        marker.write_text(marker.read_text().replace(str(leader.pid), str(stranger.pid), 1))
+        assert markers.state("example.com", "/a") == STALE
+        assert markers.claim("example.com", "/a", 5)
+    finally:
+        stranger.kill()
+        await stranger.wait()
+
+
+@pytest.mark.slow
+async def test_a_wait_for_another_worker_is_bounded(tmp_path: Path) -> None:
+    """A live leader's marker that stays live (here for ten minutes) holds a waiting worker
+    ``limit`` seconds at most: it then fetches by itself (timed out)."""
+    leader, claimed = await other_process(tmp_path, 600)
+    try:
+        assert claimed != "None"
+        markers = Markers(tmp_path)
+        assert markers.state("example.com", "/a") == LIVE
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        waited = await wait_for_worker(
+            store=MemoryStore(max_bytes=1 << 20),
+            markers=markers,
+            domain="example.com",
+            target="/a",
+            headers=CIMultiDictProxy(CIMultiDict()),
+            coding="identity",
+            obey=True,
+            clock=time.time,
+            limit=0.3,
+        )
+        assert waited.response is None and waited.timed_out
+        assert 0.3 <= loop.time() - began < 5
+        assert markers.state("example.com", "/a") == LIVE  # it was live all along
+    finally:
+        leader.kill()
+        await leader.wait()

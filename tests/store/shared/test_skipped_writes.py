@@ -2,7 +2,7 @@
 
 Each worker of a node applies every fleet batch; the first to get there writes it to the
 shared tier, and the others skip it (``FleetBatch.done``, the domain's fleet mark), apply the
-batch to their memory tier and ack. The writer announces its commit in ``state/epoch`` only
+batch to their memory tier and ack. The writer announces its commit in ``state/stamp`` only
 after the commit returns, and a process keeps each domain's parsed purge state for as long as
 that file says the same. So a worker that skips, between the writer's commit and its
 announcement, must not judge the tier's entries by the state it parsed before: it would hand
@@ -53,13 +53,13 @@ def served_fresh(tier: SharedTier) -> bool:
 
 
 def announce(tier: SharedTier, epoch: bytes) -> None:
-    """Write ``epoch`` into the tier's ``state/epoch`` in place (as a writer does)."""
-    with open(Path(tier.directory) / "state" / "epoch", "r+b") as file:
+    """Write ``epoch`` into the tier's ``state/stamp`` in place (as a writer does)."""
+    with open(Path(tier.directory) / "state" / "stamp", "r+b") as file:
         file.write(epoch)
 
 
 def announced(tier: SharedTier) -> bytes:
-    return (Path(tier.directory) / "state" / "epoch").read_bytes()
+    return (Path(tier.directory) / "state" / "stamp").read_bytes()
 
 
 @pytest.mark.parametrize("write", WRITES)
