@@ -21,6 +21,7 @@ from aiohttp import web
 
 from tests.conftest import Origin
 from tests.nodes import ENV, Node, cli, write_config
+from tests.polling import until
 
 pytestmark = pytest.mark.slow  # nodes of real processes, restarted
 
@@ -295,3 +296,40 @@ async def test_a_purge_flood_keeps_the_tiers_purge_records_within_the_budget(
     assert (status, text) == (200, "body of /p/x")
     assert "hit" not in cache_status.split("; ")[1:], cache_status  # the origin was asked
     assert origin.count("/p/x") == 2
+
+
+def _body_files(tmp_path: Path) -> list[str]:
+    """The committed body files of the node's tier (not those being written)."""
+    return sorted(path.name for path in (tmp_path / "cache" / "bodies").glob("*.body"))
+
+
+async def test_a_hard_url_purge_removes_the_urls_body_files_from_the_directory(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    """Issue 31 item 3: a hard URL purge answered 200 has removed the URL's entries from the
+    shared tier, their body files with them (not left until evicted); the next GET goes to
+    the origin. Bodies past INLINE_MAX, so each is a file of bodies/."""
+    for target in ("/a", "/b"):
+
+        async def large(request: web.Request, target: str = target) -> web.StreamResponse:
+            body = f"{target} ".encode() * 50_000  # 100 KB or more
+            return web.Response(body=body, headers={"Cache-Control": "max-age=600"})
+
+        origin.route(target, large)
+    config = tiered_config(tmp_path, origin, workers=2)
+    secret = await token(tmp_path)
+    node = await start(nodes, config)
+    for target in ("/a", "/b"):
+        assert (await get_fresh(node, target))[0] == 200
+    await until(lambda: len(_body_files(tmp_path)) == 2, every=0.05)  # both fills committed
+    files = _body_files(tmp_path)
+    purged = {"domain": "example.com", "urls": ["/a"]}
+    assert await post(node, secret, "/api/v1/cdn/purge", purged) == 200
+    left = _body_files(tmp_path)
+    assert len(left) == 1 and left[0] in files  # /b's, still stored
+    status, cache_status, text = await get_fresh(node, "/a")
+    assert (status, text[:3]) == (200, "/a ")
+    assert "hit" not in cache_status.split("; ")[1:], cache_status
+    assert origin.count("/a") == 2
+    assert (await get_fresh(node, "/b"))[1].startswith("cdn-proxy; hit")
+    assert origin.count("/b") == 1

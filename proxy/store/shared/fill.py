@@ -17,7 +17,6 @@ A fault on the way drops the fill (False) and is reported, never raised.
 from __future__ import annotations
 
 import contextlib
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,27 +25,19 @@ import lmdb
 from proxy.core.cache.entry import StoredResponse
 from proxy.core.purge.purges import HARD
 from proxy.store.shared.bodies import INLINE_MAX, BodyWriter, LinkedBody
-from proxy.store.shared.pages import BLOCK, LOW, PAGE, entry_cost, pages_in_use
+from proxy.store.shared.pages import LOW, entry_cost
 from proxy.store.shared.purge_state import judge
 from proxy.store.shared.records import (
-    body_name,
     entry_prefix,
     named_in_record,
     pack_entry,
-    read_header,
     variant_id,
 )
 from proxy.store.shared.tier import Removals, SharedTier
+from proxy.store.shared.totals import U64, Totals, file_bytes, u64, usage
 
-_U64 = struct.Struct(">Q")
 RECORD_GUESS = 512  # bytes of a record whose body is in a file, before it is packed
-TRIM_STEP = 16  # evictions between two measures of the pages in use
 TRIM_EVERY = 8  # commits of this process between two measures (within the reserve: pages.py)
-
-
-def _u64(txn: lmdb.Transaction, db: lmdb._Database, key: bytes) -> int:
-    value = txn.get(key, db=db)
-    return 0 if value is None else int(_U64.unpack(value)[0])
 
 
 class Fill:
@@ -175,7 +166,7 @@ class Fill:
     def _cost(self, length: int) -> int:
         """What the tier counts for a body of ``length`` bytes in a file under this key, with
         a record of RECORD_GUESS bytes (its size is known only once it is packed)."""
-        return entry_cost(len(self.key), RECORD_GUESS, _file_bytes(length))
+        return entry_cost(len(self.key), RECORD_GUESS, file_bytes(length))
 
     def _admissible(self) -> bool:
         """Whether no clear or hard purge since the fill's lookup covers it."""
@@ -207,14 +198,14 @@ class Fill:
     def _store(self, txn: lmdb.Transaction, gone: list[str], doomed: Removals) -> bool:
         tier = self._tier
         meta = tier.db_meta
-        sequence = tier.evictor.next_sequence(txn, _u64(txn, meta, b"sequence"))
-        txn.put(b"sequence", _U64.pack(sequence), db=meta)
+        sequence = tier.evictor.next_sequence(txn, u64(txn, meta, b"sequence"))
+        txn.put(b"sequence", U64.pack(sequence), db=meta)
         table_crc: int | None = None
         file = 0
         if self._file is not None:
             self._final, table_crc = self._file.finish(sequence)
             self._file = None
-            file = _file_bytes(self.length)
+            file = file_bytes(self.length)
         record = pack_entry(
             self._response,
             body=bytes(self._held),
@@ -235,7 +226,7 @@ class Fill:
                 totals.evicted += 1
         if admission.admitted:
             txn.put(self.key, record, db=tier.db_entries)
-            txn.put(_U64.pack(sequence), self.key, db=tier.db_order)
+            txn.put(U64.pack(sequence), self.key, db=tier.db_order)
             totals.add(cost, file)
         elif self._final is not None:
             gone.append(self._final.name)
@@ -251,102 +242,6 @@ class Fill:
         return False
 
 
-class Totals:
-    """The tier's entry count and bytes inside one write transaction."""
-
-    def __init__(self, txn: lmdb.Transaction, tier: SharedTier) -> None:
-        self._txn = txn
-        self._tier = tier
-        meta = tier.db_meta
-        self.entries = _u64(txn, meta, b"entries")
-        self.bytes = _u64(txn, meta, b"bytes")
-        self.evicted = _u64(txn, meta, b"evicted")
-        self.files = _u64(txn, meta, b"files")  # of them, the body files'
-
-    def add(self, cost: int, file: int) -> None:
-        self.entries += 1
-        self.bytes += cost
-        self.files += file
-
-    def remove(self, key: bytes, sequence: int, gone: list[str], *, forget: bool = True) -> bool:
-        """Delete the entry at ``key`` (only if its sequence is ``sequence``, unless -1), and
-        tell the evictor unless ``forget`` is False (it chose it, or keeps its place)."""
-        txn, tier = self._txn, self._tier
-        record = txn.get(key, db=tier.db_entries)
-        if record is None:
-            return False
-        try:
-            header = read_header(record)
-        except Exception:  # corrupt: its length and file are unknown
-            txn.delete(key, db=tier.db_entries)
-            if forget:
-                tier.evictor.removed(txn, key)
-            self.entries = max(0, self.entries - 1)
-            self.bytes = max(0, self.bytes - entry_cost(len(key), len(record)))
-            return True
-        if sequence != -1 and header.sequence != sequence:
-            return False
-        txn.delete(key, db=tier.db_entries)
-        txn.delete(_U64.pack(header.sequence), db=tier.db_order)
-        if forget:
-            tier.evictor.removed(txn, key)
-        file = 0
-        if header.in_file:
-            file = _file_bytes(header.body_length)
-            gone.append(body_name(header.sequence))
-        self.entries = max(0, self.entries - 1)
-        self.bytes = max(0, self.bytes - entry_cost(len(key), len(record), file))
-        self.files = max(0, self.files - file)
-        return True
-
-    def evict_oldest(self, gone: list[str]) -> None:
-        """While still over the size (entries the evictor does not know, stored before it
-        was plugged in, or an evictor that leaves it all here), the oldest entries go."""
-        txn, tier = self._txn, self._tier
-        cursor = txn.cursor(tier.db_order)
-        while self.bytes > tier.capacity and cursor.first():
-            order_key, entry_key = bytes(cursor.key()), bytes(cursor.value())
-            cursor.delete()
-            if self.remove(entry_key, _U64.unpack(order_key)[0], gone):
-                self.evicted += 1
-
-    def trim(self, target: float, gone: list[str]) -> int:
-        """Evict the oldest entries until the pages in use and the body files are within
-        ``target`` bytes (measured every TRIM_STEP evictions); how many went."""
-        txn, tier = self._txn, self._tier
-        cursor = txn.cursor(tier.db_order)
-        evicted = 0
-        while cursor.first():
-            if evicted % TRIM_STEP == 0 and _usage(txn, tier, self.files) <= target:
-                break
-            order_key, entry_key = bytes(cursor.key()), bytes(cursor.value())
-            cursor.delete()
-            if self.remove(entry_key, _U64.unpack(order_key)[0], gone):
-                evicted += 1
-        self.evicted += evicted
-        return evicted
-
-    def save(self) -> None:
-        meta = self._tier.db_meta
-        for name, value in (
-            (b"entries", self.entries),
-            (b"bytes", self.bytes),
-            (b"evicted", self.evicted),
-            (b"files", self.files),
-        ):
-            self._txn.put(name, _U64.pack(value), db=meta)
-
-
-def _file_bytes(length: int) -> int:
-    """A body file's bytes: the body and its chunk table (a CRC per chunk)."""
-    return length + 4 * -(-length // 65536)
-
-
-def _usage(txn: lmdb.Transaction, tier: SharedTier, files: int) -> int:
-    """The tier's use of the disk as ``txn`` sees it: its pages in use and its body files."""
-    return pages_in_use(txn, tier.trees) * PAGE + -(-files // BLOCK) * BLOCK
-
-
 def trim(tier: SharedTier, *, force: bool = False) -> int:
     """Evict, oldest first, in a write transaction of its own, when the tier's measured use
     of the disk is above its usable size, down to LOW of it (pages.py); or, ``force``d (a
@@ -355,7 +250,7 @@ def trim(tier: SharedTier, *, force: bool = False) -> int:
     gone: list[str] = []
     try:
         with tier.reading() as txn:
-            used = _usage(txn, tier, _u64(txn, tier.db_meta, b"files"))
+            used = usage(txn, tier, u64(txn, tier.db_meta, b"files"))
         if used <= tier.capacity and not force:
             return 0
         with tier.writing() as (txn, _):

@@ -38,10 +38,10 @@ import lmdb
 
 from proxy.store.shared import owners
 from proxy.store.shared.bodies import TMP, sequence_of, tmp_owner
-from proxy.store.shared.fill import Totals
 from proxy.store.shared.markers import FILLS
 from proxy.store.shared.records import EntryHeader, read_header
 from proxy.store.shared.tier import SharedTier
+from proxy.store.shared.totals import Totals
 
 PASS_NAMES = 128  # names judged per pass: at most that many unlinks under the writer lock
 PASS_PAUSE = 0.05  # seconds between passes: a 100k-file tier is walked in about 40 s

@@ -67,6 +67,7 @@ from proxy.store.shared.records import (
     unpack_hit,
 )
 from proxy.store.shared.s3fifo import S3FifoEvictor
+from proxy.store.shared.url_drops import drop_urls
 
 FORMAT = b"format"  # the meta record naming the entry keys' layout
 DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: entries are void
@@ -527,12 +528,16 @@ class SharedTier:
 
     def purge(self, domain: str, purge: Purge, at: float | None = None) -> int | None:
         """Record a purge (url, prefix, tag, soft ``all``; a hard ``all`` is ``clear_domain``)
-        durably before it returns: its number. Applied lazily, at every lookup. None as for
+        durably before it returns: its number. Applied lazily, at every lookup; a hard URL
+        purge also removes the URL's variants, right after (url_drops.py). None as for
         ``clear_domain``."""
         if purge.kind == "all" and not purge.soft:
             return self.clear_domain(domain)
         stamp = self._clock() if at is None else at
-        return self._durably(lambda: self.purges.add(domain, purge, stamp))
+        number = self._durably(lambda: self.purges.add(domain, purge, stamp))
+        if number is not None and purge.kind == "url" and not purge.soft:
+            drop_urls(self, domain, purge.items)
+        return number
 
     def distrust(self, domain: str | None, made_for: bytes = b"") -> int | None:
         """Have every entry of the domain (None: of every domain, in one write) revalidated
@@ -544,8 +549,23 @@ class SharedTier:
 
     def apply_fleet(self, batch: FleetBatch) -> int | None:
         """A fleet batch's writes, once per node (node_writes.py), durably before it returns:
-        how many parts this call wrote. None as for ``clear_domain``. In the writer thread."""
-        return self._durably(lambda: self.purges.apply_fleet(batch, self._clock()))
+        how many parts this call wrote. None as for ``clear_domain``. In the writer thread.
+        Its hard URL purges' variants are then removed (url_drops.py), by whichever worker
+        finds them first (a skip finds none once the writer removed them)."""
+        written = self._durably(lambda: self.purges.apply_fleet(batch, self._clock()))
+        if written is not None:
+            for domain, writes in batch.by_domain().items():
+                targets = [
+                    target
+                    for write in writes
+                    if write.purge is not None
+                    and write.purge.kind == "url"
+                    and not write.purge.soft
+                    for target in write.purge.items
+                ]
+                if targets:
+                    drop_urls(self, domain, targets)
+        return written
 
     async def clear_domain_async(self, domain: str) -> int | None:
         """``clear_domain`` in the writer thread: its fsync never blocks the event loop."""
