@@ -33,7 +33,8 @@ from proxy.store.shared.records import (
     pack_entry,
     variant_id,
 )
-from proxy.store.shared.tier import Removals, SharedTier
+from proxy.store.shared.tables import Removals
+from proxy.store.shared.tier import SharedTier
 from proxy.store.shared.totals import U64, Totals, file_bytes, u64, usage
 
 RECORD_GUESS = 512  # bytes of a record whose body is in a file, before it is packed

@@ -67,6 +67,7 @@ from proxy.store.shared.records import (
     unpack_hit,
 )
 from proxy.store.shared.s3fifo import S3FifoEvictor
+from proxy.store.shared.tables import Removals
 from proxy.store.shared.url_drops import drop_urls
 
 FORMAT = b"format"  # the meta record naming the entry keys' layout
@@ -74,7 +75,6 @@ DISTRUST_FILE = "distrust"  # written when a purge could not be made durable: en
 STAMP_FILE = "stamp"  # the last purge's transaction id (purge_state.py); "epoch" until 0053
 _U64 = struct.Struct(">Q")  # big-endian: LMDB orders the eviction keys by it
 T = TypeVar("T")
-Removals = list[tuple[bytes, int]]  # (entry key, sequence; -1: whatever it is)
 
 
 class SharedEntry(NamedTuple):

@@ -6,15 +6,12 @@ remove entries (fill.py imports the tier)."""
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
 
 import lmdb
 
 from proxy.store.shared.pages import BLOCK, PAGE, entry_cost, pages_in_use
 from proxy.store.shared.records import body_name, read_header
-
-if TYPE_CHECKING:
-    from proxy.store.shared.tier import SharedTier
+from proxy.store.shared.tables import Tables
 
 U64 = struct.Struct(">Q")
 TRIM_STEP = 16  # evictions between two measures of the pages in use
@@ -28,7 +25,7 @@ def u64(txn: lmdb.Transaction, db: lmdb._Database, key: bytes) -> int:
 class Totals:
     """The tier's entry count and bytes inside one write transaction."""
 
-    def __init__(self, txn: lmdb.Transaction, tier: SharedTier) -> None:
+    def __init__(self, txn: lmdb.Transaction, tier: Tables) -> None:
         self._txn = txn
         self._tier = tier
         meta = tier.db_meta
@@ -116,6 +113,6 @@ def file_bytes(length: int) -> int:
     return length + 4 * -(-length // 65536)
 
 
-def usage(txn: lmdb.Transaction, tier: SharedTier, files: int) -> int:
+def usage(txn: lmdb.Transaction, tier: Tables, files: int) -> int:
     """The tier's use of the disk as ``txn`` sees it: its pages in use and its body files."""
     return pages_in_use(txn, tier.trees) * PAGE + -(-files // BLOCK) * BLOCK

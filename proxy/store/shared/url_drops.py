@@ -21,19 +21,16 @@ at lookup, as before.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import lmdb
 
 from proxy.core.cache.keys import scheme_targets
 from proxy.store.shared.records import Corrupt, entry_prefix, read_header
+from proxy.store.shared.tables import Dropping, Removals
 from proxy.store.shared.totals import Totals
 
-if TYPE_CHECKING:
-    from proxy.store.shared.tier import Removals, SharedTier
 
-
-def drop_urls(tier: SharedTier, domain: str, targets: Iterable[str]) -> int:
+def drop_urls(tier: Dropping, domain: str, targets: Iterable[str]) -> int:
     """Remove the variants a hard URL purge of ``targets`` (request-targets, recorded already)
     covers, with their body files: how many went. In the writer thread."""
     try:
@@ -55,7 +52,7 @@ def drop_urls(tier: SharedTier, domain: str, targets: Iterable[str]) -> int:
     return removed
 
 
-def _covered(tier: SharedTier, domain: str, targets: Iterable[str]) -> Removals:
+def _covered(tier: Dropping, domain: str, targets: Iterable[str]) -> Removals:
     """The entries (key, sequence) of ``targets`` a hard URL purge covers, read without a lock."""
     state = tier.purges.current(domain)
     found: Removals = []
