@@ -12,10 +12,9 @@ path says it: ``Edge._cacheable``); its memory copy says what a memory hit says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from proxy.config.model import Config, DomainConfig
 from proxy.core.cache.entry import StoredResponse
@@ -26,7 +25,6 @@ from proxy.core.observe.traffic import HIT
 from proxy.edge import respond
 from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
-from proxy.store.shared.records import SharedHit
 from proxy.store.tiered import TieredStore
 
 VIA = b"Via: "
@@ -152,40 +150,6 @@ class DiskHits:
         read and the copy suspends, so no purge lands in between), and written from the
         record's lines as a memory hit is, with this edge's labels and ``detail="disk"``.
         None when the full path must answer, as for a memory entry (stale, no lines...)."""
-        read = self._read(config, target, path)
-        if read is None:
-            return None
-        found, parts, now = read
-        store = self._store
-        if len(found.body) <= store.memory_object_max:  # kept in memory if it fits there
-            await store.keep(config.name, target, found)
-        store.hits["disk"] += 1
-        self._request_at(config.name, HIT, now)
-        return respond.Hit(parts, self._counts[config.name], started)
-
-    def lane_hit(
-        self, config: DomainConfig, target: str, path: str
-    ) -> tuple[tuple[bytes, ...], list[float]] | None:
-        """``hit`` for the hit lane (decision 0050), which answers from ``data_received``
-        and cannot await: the parts of the answer and the domain's response figures. The
-        memory copy is made at once (``finished_now``): ``TieredStore.keep`` awaits only the
-        memory tier's lookup and put, which never suspend; so, as in ``hit``, no purge
-        lands between the read and the copy."""
-        read = self._read(config, target, path)
-        if read is None:
-            return None
-        found, parts, now = read
-        store = self._store
-        if len(found.body) <= store.memory_object_max:
-            finished_now(store.keep(config.name, target, found))
-        store.hits["disk"] += 1
-        self._request_at(config.name, HIT, now)
-        return parts, self._counts[config.name]
-
-    def _read(
-        self, config: DomainConfig, target: str, path: str
-    ) -> tuple[SharedHit, tuple[bytes, ...], float] | None:
-        """The shared tier's fresh hit for ``target``, the parts of its answer, and now."""
         labels = self._plain if config.rules is None else self._labels.of(config, path)
         if labels is None:
             return None
@@ -204,25 +168,18 @@ class DiskHits:
         tail = relabelled(lines[-1], labels.disk)
         if age is None or tail is None:
             return None
-        return found, (*lines[:-1], tail, b"Age: %d\r\n\r\n" % age, found.body), now
+        if len(found.body) <= store.memory_object_max:  # kept in memory if it fits there
+            await store.keep(config.name, target, found)
+        store.hits["disk"] += 1
+        self._request_at(config.name, HIT, now)
+        parts = (*lines[:-1], tail, b"Age: %d\r\n\r\n" % age, found.body)
+        return respond.Hit(parts, self._counts[config.name], started)
 
     def _memory_copy(self, domain: str, target: str, response: StoredResponse) -> StoredResponse:
         """``TieredStore.relabel``: a shared hit as this edge's memory tier keeps it."""
         config = self._domains().get(domain)
         labels = None if config is None else self._labels.of(config, target_of(target))
         return memory_copy(response, labels)
-
-
-def finished_now(step: Coroutine[Any, Any, None]) -> bool:
-    """Runs ``step`` to its end at once, as the event loop would if it never suspends; True
-    if it ended. One that suspends is closed where it stopped (False): only ever a memory
-    copy not kept, never a purge missed (the copy is the last thing it does)."""
-    try:
-        step.send(None)
-    except StopIteration:
-        return True
-    step.close()
-    return False
 
 
 @lru_cache(maxsize=256)
