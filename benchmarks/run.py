@@ -342,7 +342,7 @@ def choose_cpus(args: argparse.Namespace) -> None:
         print(f"note: using core {args.load_cpu} for load, {args.server_cpu} for servers")
     if args.load_cpu == args.server_cpu:
         print("note: one core only: servers and load share it", flush=True)
-    if args.machine_cpus is None:
+    if getattr(args, "machine_cpus", None) is None:  # profile_hit's arguments have none
         args.machine_cpus = ",".join(str(cpu) for cpu in allowed)
     os.sched_setaffinity(0, {int(args.load_cpu)})
 

@@ -64,6 +64,7 @@ async def test_node_metrics_carry_the_workers_budgets_and_origin_counters(
             plain("cdn_proxy_fill_buffer_bytes"): 0.0,
             plain("cdn_proxy_fills_over_budget_total"): 0.0,
             plain("cdn_proxy_compress_refused_total"): 0.0,
+            plain("cdn_proxy_hit_lane_answers_total"): 0.0,  # no hit yet (decision 0050)
             labelled("cdn_proxy_origin_errors_total", domain="dead.test", kind="unreachable"): 4.0,
             labelled("cdn_proxy_origin_errors_total", domain="example.com", kind="timeout"): 0.0,
             labelled("cdn_proxy_origin_busy_total", domain="example.com", reason="uploads"): 0.0,

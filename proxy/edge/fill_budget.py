@@ -90,17 +90,25 @@ class AnswerCollector:
     (decision 0046): the fill budget and the compression queue, each held, its limit and
     what it refused."""
 
-    def __init__(self, budget: FillBudget, compressions: Compressions, prefix: str) -> None:
+    def __init__(
+        self,
+        budget: FillBudget,
+        compressions: Compressions,
+        prefix: str,
+        lane: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._budget = budget
         self._compressions = compressions
         self._prefix = prefix
+        self._lane = lane  # the hit lane's answers (decision 0050): a plain int, read here
 
     def figures(self) -> list[int]:
         """fill held, fill budget, fills over budget, compression queued, its bound, and
-        refused: an edge worker's report (decision 0051; ``answer_metrics`` reads them)."""
+        refused, and the hit lane's answers: an edge worker's report (decision 0051;
+        ``answer_metrics`` reads them)."""
         budget, queue = self._budget, self._compressions
         held = [budget.held, budget.limit, budget.refused]
-        return [*held, queue.pending, queue.max_bytes, queue.refused]
+        return [*held, queue.pending, queue.max_bytes, queue.refused, self._lane()]
 
     def collect(self) -> Iterable[Metric]:
         return answer_metrics(self.figures(), self._prefix)

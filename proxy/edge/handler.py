@@ -155,8 +155,8 @@ class Edge:
         self.peer_fills: PeerFills | None  # and the owner's side: set by _paths
         self._filler, self._forwarder = self._paths(config)
         self._answers = AnswerCollector(
-            self._filler.budget, self._filler.compressions, PREFIX
-        )  # decision 0046
+            self._filler.budget, self._filler.compressions, PREFIX, lambda: self.lane_answered
+        )  # decision 0046; the lane's answers, 0050
         self._telemetry.registry.register(self._answers)
         self._telemetry.answers = self._answers  # an edge worker's report (decision 0051)
 

@@ -56,6 +56,8 @@ Metrics (all prefixed ``cdn_proxy_``):
   and ``request_bodies_too_slow_total`` (each with ``listener``): what request bodies being
   buffered hold against edge.request_buffer_total_bytes, the bodies streamed for want of it,
   and those cut off under edge.body_min_rate (decision 0032), counted the same way.
+- ``hit_lane_answers_total``: hits the HTTP/1.1 hit lane answered (decision 0050; a plain
+  count on the edge, read at scrape time); with workers, summed from their reports.
 - ``send_timeouts_total``, ``answers_held_bytes``, ``answers_held_connection_max_bytes``,
   ``answers_held_client_max_bytes`` and ``answers_refused_total`` (each with ``listener``):
   answers cut by edge.send_timeout, and the budget of answers not yet sent per connection

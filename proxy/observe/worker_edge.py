@@ -22,8 +22,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from proxy.wire.reports import MemberInfo
 
 # The length of ``AnswerCollector.figures()``: fill held, fill budget, fills over budget,
-# compression queued, its bound, refused.
-ANSWER_FIGURES = 6
+# compression queued, its bound, refused, and the hit lane's answers (decision 0050). A
+# report of an older build, with fewer, is summed as far as it goes.
+ANSWER_FIGURES = 7
 
 # The counters a report carries (``Telemetry.edge_counters``): name, help, its second label
 # and that label's values known in advance (exported at zero).
@@ -50,8 +51,9 @@ COUNTERS: tuple[tuple[str, str, str | None, tuple[str, ...]], ...] = (
 
 
 def answer_metrics(figures: Sequence[int], prefix: str) -> Iterable[Metric]:
-    """The fill budget's and compression queue's samples from ``AnswerCollector.figures``."""
-    held, limit, refused, pending, max_bytes, queue_refused = figures
+    """The fill budget's and compression queue's samples, and the hit lane's answers, from
+    ``AnswerCollector.figures``."""
+    held, limit, refused, pending, max_bytes, queue_refused, lane = figures
     yield _gauge(prefix + "fill_buffer_bytes", "Bytes fills hold reading bodies whole.", held)
     yield _gauge(
         prefix + "fill_buffer_max_bytes", "The fill budget (edge.fill_buffer_total_bytes).", limit
@@ -73,6 +75,11 @@ def answer_metrics(figures: Sequence[int], prefix: str) -> Iterable[Metric]:
         prefix + "compress_refused",
         "Bodies stored uncompressed for want of room in the compression queue.",
         value=queue_refused,
+    )
+    yield CounterMetricFamily(
+        prefix + "hit_lane_answers",
+        "Hits the HTTP/1.1 hit lane answered (edge.hit_lane, decision 0050).",
+        value=lane,
     )
 
 

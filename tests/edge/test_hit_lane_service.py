@@ -43,6 +43,29 @@ async def test_lane_hits_are_counted_as_any_hit(twins: Twins) -> None:
     assert on_lines == off_lines
 
 
+LANE_ANSWERS = re.compile(r"^cdn_proxy_hit_lane_answers_total (\S+)$", re.MULTILINE)
+
+
+async def lane_answers(service: Service) -> float:
+    """``cdn_proxy_hit_lane_answers_total`` in the service's /metrics (there from the start)."""
+    async with (
+        aiohttp.ClientSession() as client,
+        client.get(service.api_url + "/metrics") as response,
+    ):
+        found = LANE_ANSWERS.search(await response.text())
+    assert found is not None
+    return float(found.group(1))
+
+
+async def test_metrics_show_the_lanes_answers_from_zero(twins: Twins) -> None:
+    before = await lane_answers(twins.on)
+    assert before == twins.on.edge.lane_answered  # the primes' answers: none from the lane
+    on, _ = await twins.compare(HIT * 3)
+    assert on.lane_hits == 3
+    assert await lane_answers(twins.on) == before + 3
+    assert await lane_answers(twins.off) == 0.0  # the switch off: shown, at zero
+
+
 async def test_a_lane_hit_is_logged_as_a_fast_hit_is(tmp_path: Path, origin: Origin) -> None:
     async with twins_of(tmp_path, origin, logs=True) as twins:
         on, _ = await twins.compare(HIT, end=False)
