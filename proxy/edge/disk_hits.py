@@ -25,6 +25,7 @@ from proxy.core.observe.traffic import HIT
 from proxy.edge import respond
 from proxy.observe.telemetry import Telemetry
 from proxy.store.base import Store
+from proxy.store.shared.records import SharedHit
 from proxy.store.tiered import TieredStore
 
 VIA = b"Via: "
@@ -150,6 +151,39 @@ class DiskHits:
         read and the copy suspends, so no purge lands in between), and written from the
         record's lines as a memory hit is, with this edge's labels and ``detail="disk"``.
         None when the full path must answer, as for a memory entry (stale, no lines...)."""
+        read = self._read(config, target, path)
+        if read is None:
+            return None
+        found, parts, now = read
+        store = self._store
+        if len(found.body) <= store.memory_object_max:  # kept in memory if it fits there
+            await store.keep(config.name, target, found)
+        store.hits["disk"] += 1
+        self._request_at(config.name, HIT, now)
+        return respond.Hit(parts, self._counts[config.name], started)
+
+    def lane_hit(
+        self, config: DomainConfig, target: str, path: str
+    ) -> tuple[tuple[bytes, ...], list[float]] | None:
+        """``hit`` for the hit lane (decision 0050), which answers from ``data_received``
+        and cannot await: the parts of the answer and the domain's response figures. The
+        memory copy is made in the same step (``TieredStore.keep_now``), so, as in ``hit``,
+        no purge lands between the read and the copy."""
+        read = self._read(config, target, path)
+        if read is None:
+            return None
+        found, parts, now = read
+        store = self._store
+        if len(found.body) <= store.memory_object_max:
+            store.keep_now(config.name, target, found)
+        store.hits["disk"] += 1
+        self._request_at(config.name, HIT, now)
+        return parts, self._counts[config.name]
+
+    def _read(
+        self, config: DomainConfig, target: str, path: str
+    ) -> tuple[SharedHit, tuple[bytes, ...], float] | None:
+        """The shared tier's fresh hit for ``target``, the parts of its answer, and now."""
         labels = self._plain if config.rules is None else self._labels.of(config, path)
         if labels is None:
             return None
@@ -168,12 +202,7 @@ class DiskHits:
         tail = relabelled(lines[-1], labels.disk)
         if age is None or tail is None:
             return None
-        if len(found.body) <= store.memory_object_max:  # kept in memory if it fits there
-            await store.keep(config.name, target, found)
-        store.hits["disk"] += 1
-        self._request_at(config.name, HIT, now)
-        parts = (*lines[:-1], tail, b"Age: %d\r\n\r\n" % age, found.body)
-        return respond.Hit(parts, self._counts[config.name], started)
+        return found, (*lines[:-1], tail, b"Age: %d\r\n\r\n" % age, found.body), now
 
     def _memory_copy(self, domain: str, target: str, response: StoredResponse) -> StoredResponse:
         """``TieredStore.relabel``: a shared hit as this edge's memory tier keeps it."""

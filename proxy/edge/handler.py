@@ -350,7 +350,14 @@ class Edge:
                 )
             raw = cache_target(raw, https)
         entry = self._peek(config.name, raw)
-        if entry is None or not entry.hit_lines:
+        if entry is None:  # the shared tier's, when there is one (edge/disk_hits.py)
+            if self._disk_fast is None:
+                return None
+            hit = self._disk_fast.lane_hit(config, raw, target)
+            if hit is not None:
+                self.lane_answered += 1
+            return hit
+        if not entry.hit_lines:
             return None
         now = self._clock()
         age = entry.fresh_age(now)

@@ -151,6 +151,11 @@ class MemoryStore:
 
     async def lookup(self, domain: str, target: str) -> Lookup:
         """One step: the domain's generation is read with the entry, never before an await."""
+        return self.lookup_now(domain, target)
+
+    def lookup_now(self, domain: str, target: str) -> Lookup:
+        """``lookup`` for a caller that cannot await (the hit lane's memory copy of a disk
+        hit: ``TieredStore.keep_now``). It never suspends either way."""
         generation = self._generations.get(domain, 0)
         state = self._purges.get(domain)
         # The key carries the domain's purge number (its generation until it is first purged
@@ -166,6 +171,10 @@ class MemoryStore:
         return Lookup(key, variants_of(stored))
 
     async def put(self, key: CacheKey, response: StoredResponse) -> bool:
+        return self.put_now(key, response)
+
+    def put_now(self, key: CacheKey, response: StoredResponse) -> bool:
+        """``put`` for a caller that cannot await (``TieredStore.keep_now``)."""
         domain, token, target = key
         generation = self._generations.get(domain, 0)
         state = self._purges.get(domain)

@@ -206,11 +206,17 @@ class TieredStore:
     async def keep(self, domain: str, target: str, hit: SharedHit) -> None:
         """A hit ``peek_shared`` found, copied into the memory tier as ``lookup`` copies one,
         when it fits its share: the next hit on it is a memory hit."""
+        self.keep_now(domain, target, hit)
+
+    def keep_now(self, domain: str, target: str, hit: SharedHit) -> None:
+        """``keep`` for the hit lane, which answers from ``data_received`` and cannot await
+        (decision 0050). The copy is made in the same step as the read (no purge can land
+        in between), as ``keep`` makes it."""
         response = hit.response()
         if response is not None and response.size <= self.memory_object_max:
-            found = await self.memory.lookup(domain, target)
+            found = self.memory.lookup_now(domain, target)
             if not found.variants:
-                await self.memory.put(found.key, self.relabel(domain, target, response))
+                self.memory.put_now(found.key, self.relabel(domain, target, response))
 
     async def _keep(self, key: CacheKey, response: StoredResponse) -> None:
         """A shared hit copied into the memory tier, when it fits its share."""
