@@ -250,7 +250,7 @@ class Checker:
         if "peer=" in cache:
             self.peer_fills.append((edge.node.name, start))
         end = time.monotonic()
-        read = Read(edge.node.name, domain, start, end, status, version, hit, error, page)
+        read = Read(edge.node.name, domain, start, end, status, version, hit, error, page, cache)
         self.history.reads.append(read)
         return read
 

@@ -27,6 +27,7 @@ class Read:
     hit: bool  # Cache-Status said hit: served from an edge cache
     error: str = ""
     page: str = ""  # the page read of the domain
+    cache: str = ""  # the answer's Cache-Status header, as sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +133,18 @@ class History:
             lines.append(
                 f"  {read.node} {read.domain}/{read.page}: read at {read.start:.3f} returned"
                 f" v{read.version} after the {clear.kind} to v{clear.version} answered 200"
-                f" at {clear.end:.3f}"
+                f" at {clear.end:.3f}; Cache-Status {read.cache or '-'!r}"
+                + self._fault_near(read.start)
             )
         return "\n".join(lines)
+
+    def _fault_near(self, when: float) -> str:
+        """The last fault that began before ``when``, to tell which fault a violation followed."""
+        began = [fault for fault in self.faults if fault.start <= when]
+        if not began:
+            return ""
+        fault = max(began, key=lambda f: f.start)
+        return f"; last fault {fault.kind} {fault.target} {fault.start:.3f}-{fault.end:.3f}"
 
 
 def _detail(errors: Counter[str]) -> str:

@@ -103,6 +103,28 @@ def usable(label: PurgeLabel | None, *, epoch: str | None, applied: int) -> bool
     return label.number >= applied
 
 
+def covers_written(
+    label: PurgeLabel, floor: tuple[str, int] | None, mark: tuple[str, int] | None
+) -> bool:
+    """Does an owner's answer labelled ``label`` cover what the asking node's shared tier
+    holds of the fleet for its domain: the last distrust of every domain (``floor``, the
+    (epoch, number) it was made for) and the domain's fleet mark (``mark``)? The tier may be
+    ahead of the asking worker's applied position (another worker, or this one's own batch
+    still under way, wrote a purge the worker has not applied yet), and a fill whose lookup
+    saw that purge is stored as made after it: an answer made before it would outlive it
+    there (the fleet checker with peer fills on a shared tier found it). A mark of another
+    epoch than the label's is older than a floor of the label's epoch (a new epoch's
+    distrust is written before its purges); without such a floor it cannot be ordered, and
+    the answer is not used."""
+    if floor is not None and (floor[0] != label.epoch or floor[1] > label.number):
+        return False
+    if mark is None:
+        return True
+    if mark[0] == label.epoch:
+        return mark[1] <= label.number
+    return floor is not None
+
+
 @dataclass(frozen=True, slots=True)
 class PeerScheme:
     """The scheme an asking node keyed a peer request by, and the peer key it offers."""

@@ -179,6 +179,7 @@ class Edge:
                 ask_origin=messages.ask,
                 origin_bytes=lambda: self.upstreams.received,
                 hold=config.fleet.lease,
+                written=None if self._tiered is None else self._tiered.tier.purges.fleet_written,
             )
             ask_fill = self.peer_fills.ask
             self._from_stored = labelled(messages.from_stored)

@@ -62,6 +62,7 @@ from proxy.core.peer import (
     PurgeLabel,
     Route,
     believed_scheme,
+    covers_written,
     loop_marked,
     owner_of,
     peer_route,
@@ -76,6 +77,7 @@ from proxy.edge.peer_mark import MARKED, Marked, add_peer_fields
 from proxy.errors import OriginError
 from proxy.observe.log_floods import THROTTLED
 from proxy.observe.telemetry import error_kind
+from proxy.store.shared.purge_state import FleetWritten
 from proxy.wire.peer import (
     LABEL_HEADER,
     SCHEME_HEADER,
@@ -124,8 +126,12 @@ class PeerFills:
         ask_origin: AskOrigin,
         origin_bytes: Callable[[], int] = lambda: 0,
         hold: float = 0.0,
+        written: Callable[[str], FleetWritten] | None = None,
     ) -> None:
         self._view = view
+        # With a shared tier: what it holds of the fleet for a domain, read at the answer
+        # (after the fill's lookup), which the owner's label must cover too.
+        self._written = written
         # Owners that could not be reached (a refused connection: a dead node), until when
         # they are passed over (``hold``: the fleet's lease, within which a dead node leaves
         # the list). Their keys go to the next owner by rendezvous, the same on every node
@@ -243,7 +249,9 @@ class PeerFills:
             )
             return None
         label = unpack_label(_last(answer.headers, _LABEL))
-        if not usable(label, epoch=applied.epoch, applied=applied.seq):
+        if not usable(label, epoch=applied.epoch, applied=applied.seq) or not self._covers(
+            label, domain.name
+        ):
             answer.close()
             await inner.aclose()
             self.errors[owner, "label"] += 1
@@ -258,6 +266,14 @@ class PeerFills:
         answer.peer = owner
         stack.push_async_callback(inner.aclose)
         return answer
+
+    def _covers(self, label: PurgeLabel | None, domain: str) -> bool:
+        """Whether ``label`` covers what the node's shared tier holds of the fleet for
+        ``domain`` (no tier: nothing more to cover)."""
+        if self._written is None or label is None:
+            return True
+        written = self._written(domain)
+        return covers_written(label, written.floor, written.mark)
 
     def _client(self) -> aiohttp.ClientSession:
         """The keep-alive session to the peers, made at the first peer request (within the

@@ -15,6 +15,7 @@ from proxy.core.peer import (
     PurgeLabel,
     Route,
     believed_scheme,
+    covers_written,
     loop_marked,
     moved_share,
     owner_of,
@@ -108,6 +109,32 @@ def test_an_owners_answer_is_used_only_when_its_label_covers_this_nodes_purges(
     """Issue 33, "Purge truth, with no second purge": Fastly's race (a purged edge asking an
     unpurged shield) cannot store or serve the old object."""
     assert usable(label, epoch=epoch, applied=applied) is ok
+
+
+@pytest.mark.parametrize(
+    ("label", "floor", "mark", "ok"),
+    [
+        (PurgeLabel("e1", 7), None, None, True),  # the tier holds nothing of the fleet
+        (PurgeLabel("e1", 7), None, ("e1", 7), True),  # the owner applied what the tier holds
+        # The tier holds a purge the owner had not applied, written by another worker of
+        # the node (or this one's batch, under way) before this worker applied it.
+        (PurgeLabel("e1", 7), None, ("e1", 8), False),
+        (PurgeLabel("e1", 7), ("e1", 3), ("e1", 5), True),
+        (PurgeLabel("e1", 7), ("e1", 8), None, False),  # a newer distrust of every domain
+        (PurgeLabel("e1", 7), ("e2", 1), None, False),  # a new epoch's distrust
+        (PurgeLabel("e2", 4), ("e2", 1), ("e1", 9), True),  # a mark of the epoch before
+        (PurgeLabel("e2", 4), None, ("e1", 9), False),  # a mark no floor orders
+    ],
+)
+def test_an_owners_answer_is_stored_only_when_its_label_covers_the_nodes_tier(
+    label: PurgeLabel,
+    floor: tuple[str, int] | None,
+    mark: tuple[str, int] | None,
+    ok: bool,
+) -> None:
+    """A fill's lookup can see a purge in the node's shared tier that the worker has not
+    applied yet: the answer it stores must cover that purge too, or it outlives it there."""
+    assert covers_written(label, floor, mark) is ok
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import lmdb
@@ -157,6 +158,15 @@ def _migrate(txn: lmdb.Transaction, domain: str, state: DomainState) -> None:
     state.legacy = False
 
 
+@dataclass(frozen=True, slots=True)
+class FleetWritten:
+    """``PurgeStateStore.fleet_written``: the (epoch, number) the last distrust of every
+    domain was made for, and the domain's fleet mark; None where the tier has none."""
+
+    floor: tuple[str, int] | None
+    mark: tuple[str, int] | None
+
+
 class PurgeStateStore:
     """The ``state/`` environment: read by every process at lookup, written by purges.
 
@@ -214,6 +224,20 @@ class PurgeStateStore:
                 state = _read_state(txn, domain, None if cached is None else cached[1])
             self._parsed[domain] = (stamp, state)
         return state
+
+    def fleet_written(self, domain: str) -> FleetWritten:
+        """What the tier holds of the fleet for ``domain``, read now in a read transaction
+        (never the parsed states, which may lag a commit another worker has not announced
+        yet): the fleet position the last distrust of every domain was made for, and the
+        domain's fleet mark (node_writes.py). An owner's answer a peer fill stores must cover
+        both (edge/peer_fill.py): the fill's token may come from a lookup that already saw
+        what the member has not applied yet."""
+        with self._env.begin() as txn:
+            made_for = bytes(txn.get(FLOOR_FOR) or b"")
+            mark = _fleet_of(txn, domain)
+        epoch, _, seq = made_for.decode(errors="replace").rpartition(" ")
+        floor = (epoch, int(seq)) if epoch and seq.isdigit() else None
+        return FleetWritten(floor, mark)
 
     def _seen(self, domains: Iterable[str] | None) -> None:
         """Another process's commit, seen by this one, covers a write it was about to make to

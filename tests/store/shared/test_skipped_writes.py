@@ -91,3 +91,24 @@ def test_a_distrust_of_every_domain_made_by_another_worker_holds_at_once(
     announce(tier, before)
     tier.distrust(None, f"{EPOCH} {SEQ}".encode())  # made for the same: skipped
     assert not served_fresh(tier)
+
+
+@pytest.mark.parametrize(
+    ("write", "floor", "mark"), [("clear", None, (EPOCH, SEQ)), ("every", (EPOCH, SEQ), None)]
+)
+def test_what_the_tier_holds_of_the_fleet_is_read_at_once(
+    tier: SharedTier, write: str, floor: tuple[str, int] | None, mark: tuple[str, int] | None
+) -> None:
+    """``fleet_written``, which a peer fill's label must cover (edge/peer_fill.py), reads the
+    tier, not the parsed states: another worker's batch counts before it is announced, while
+    this worker's member has not applied it yet."""
+    assert fill(tier, DOMAIN, "/a", b"a", birth=time.time())
+    assert served_fresh(tier)  # this process has parsed the domain's purge state
+    assert tier.purges.fleet_written(DOMAIN).mark is None
+    before = announced(tier)
+    assert run_actor("fleet", tier.directory, tier.instance, EPOCH, SEQ, DOMAIN, write) == (
+        "written 1"
+    )
+    announce(tier, before)  # committed, not announced
+    written = tier.purges.fleet_written(DOMAIN)
+    assert (written.floor, written.mark) == (floor, mark)
