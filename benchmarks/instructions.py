@@ -291,34 +291,10 @@ def main() -> None:
                 rules = args.rules if system == "cdn-proxy" else 0
                 tier = args.tier if system == "cdn-proxy" else None
                 keys = edge_keys if system == "cdn-proxy" else ()
-                base = instructions(
-                    system,
-                    args.size,
-                    0,
-                    origin.port,
-                    root,
-                    tmp,
-                    kind,
-                    log,
-                    args.post,
-                    rules,
-                    tier,
-                    keys,
-                )
-                loaded = instructions(
-                    system,
-                    args.size,
-                    args.requests,
-                    origin.port,
-                    root,
-                    tmp,
-                    kind,
-                    log,
-                    args.post,
-                    rules,
-                    tier,
-                    keys,
-                )
+                # The same run with no requests and with them: the difference is theirs.
+                rest = (origin.port, root, tmp, kind, log, args.post, rules, tier, keys)
+                base = instructions(system, args.size, 0, *rest)
+                loaded = instructions(system, args.size, args.requests, *rest)
                 results[system] = (loaded - base) / args.requests
                 what = "forwarded POST" if args.post else "hit"
                 print(f"{system}: {results[system]:,.0f} instructions per {what}", flush=True)
