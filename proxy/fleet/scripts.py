@@ -117,10 +117,14 @@ def _numbered(domain: str, by: str) -> _Numbered:
 
 
 def connect(url: str, *, timeout: float) -> valkey.asyncio.Valkey:
-    """A client for ``redis://``, ``rediss://`` or ``unix://`` URLs. The socket timeouts bound
-    each read and connect; the scripts' own timeout bounds the whole call."""
+    """A client for ``redis://``, ``rediss://`` or ``unix://`` URLs. The connect timeout
+    bounds each connect; the scripts' own timeout (``asyncio.timeout``) bounds each whole
+    call. No socket timeout: with one, the client sends each command through
+    ``asyncio.wait_for``, which on Python 3.11 swallows a cancellation that comes as the
+    send completes, and a member's sync loop then outlived its ``close()`` (it kept
+    renewing its lease, and the event loop's shutdown waited for it for ever)."""
     client: valkey.asyncio.Valkey = valkey.asyncio.Valkey.from_url(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout
+        url, socket_timeout=None, socket_connect_timeout=timeout
     )
     return client
 
