@@ -2,9 +2,15 @@
 ``{cdn}:members`` at each renewal: node name -> the URL its edge is reached at.
 
 Members are worker processes; owners are nodes (a node's workers share its listener and its
-shared tier). A node is listed while any of its members holds a live lease, said it takes
-peer fills, and was not fenced at its last sync (a fenced node serves nothing from its
-cache: asking it would only cost a hop). A member whose info cannot be read is left out.
+shared tier). A node is listed while any of its members holds a live lease and said it takes
+peer fills. A member whose info cannot be read is left out.
+
+The lease alone says who is live, not the ``fenced`` of the member's info: a member writes its
+info at the start of the very sync that renews its lease, so a renewal that came late says
+``fenced`` for the whole next renewal, though the member serves again the moment it is
+renewed (decision 0047, "the renewal flicker"). Its lease is the truer account, and purge
+truth does not rest on this list: an owner asked while fenced forwards to the origin and
+labels its answer as any other, and an owner that does not answer is passed over.
 """
 
 from __future__ import annotations
@@ -25,6 +31,6 @@ def live_peers(view: MembersView) -> dict[str, str]:
             info = unpack_member_info(row.info)
         except WireError:
             continue
-        if info.peer_fill and info.advertise and info.node and not info.fenced:
+        if info.peer_fill and info.advertise and info.node:
             nodes.setdefault(info.node, info.advertise)
     return dict(sorted(nodes.items()))

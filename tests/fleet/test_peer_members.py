@@ -53,7 +53,7 @@ def row(info: MemberInfo, *, expires_ms: int = 2000, text: str | None = None) ->
     return MemberRow("m", pack_member_info(info) if text is None else text, expires_ms, 0)
 
 
-def test_the_list_leaves_out_dead_fenced_unreadable_and_unwilling_members() -> None:
+def test_the_list_leaves_out_dead_unreadable_and_unwilling_members() -> None:
     good = MemberInfo(node="a", peer_fill=True, advertise="http://10.0.0.1:80")
     view = MembersView(
         now_ms=1000,
@@ -61,12 +61,22 @@ def test_the_list_leaves_out_dead_fenced_unreadable_and_unwilling_members() -> N
             row(good),
             row(MemberInfo(node="a", peer_fill=True, advertise="http://10.0.0.9:80")),
             row(MemberInfo(node="b", peer_fill=True, advertise="http://10.0.0.2:80"), expires_ms=0),
-            row(MemberInfo(node="c", peer_fill=True, advertise="http://10.0.0.3:80", fenced=True)),
             row(MemberInfo(node="d", peer_fill=False, advertise="")),
             row(good, text="not json"),
         ),
     )
     assert live_peers(view) == {"a": "http://10.0.0.1:80"}
+
+
+def test_a_member_renewed_late_is_listed_by_its_live_lease() -> None:
+    """A member writes its info at the start of the sync that renews it: after a late renewal
+    the info says ``fenced`` though the lease is live and the member serves again. The lease
+    decides, or the node would drop out of every owner list for a whole renewal, and each of
+    its keys cost the origin one more request (decision 0047, the renewal flicker)."""
+    late = MemberInfo(node="c", peer_fill=True, advertise="http://10.0.0.3:80", fenced=True)
+    assert live_peers(MembersView(now_ms=1000, members=(row(late),))) == {"c": "http://10.0.0.3:80"}
+    ended = MembersView(now_ms=1000, members=(row(late, expires_ms=1000),))
+    assert live_peers(ended) == {}
 
 
 def test_an_older_builds_info_reads_as_taking_no_peer_fills() -> None:
