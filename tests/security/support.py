@@ -182,6 +182,11 @@ class RawOrigin:
     async def stop(self) -> None:
         for writer in self.writers:
             writer.close()
+        # Wait until each socket is closed, so none is left for the event loop's end (an
+        # unclosed transport there fails the next test that collects garbage).
+        for writer in self.writers:
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
