@@ -16,9 +16,14 @@ budget (edge.answers_held_per_connection_bytes) and its client address's
 
 until it is sent in full or given up. An answer that does not fit is answered 503 with
 Retry-After before anything is sent (its origin response closed, its read-ahead dropped),
-and counted (``refused``). A connection's figures live in a dict keyed by the connection's
-protocol object (the HTTP/1.1 handler, or the HTTP/2 connection), a client's by its address;
-both drop their key at zero, so they are only as large as what is held.
+and counted (``refused``). After such a refusal the connection, or the client address,
+whose budget it passed is *blocked* until one of its answers is sent or given up: its next
+requests that would ask the origin are refused 503 before they do (``blocked``), so a
+client that does not read cannot make the origin work for answers it will never get. Only
+a key that holds something is blocked, so an answer ending always unblocks it. A
+connection's figures live in a dict keyed by the connection's protocol object (the HTTP/1.1
+handler, or the HTTP/2 connection), a client's by its address; both drop their key at
+zero, so they are only as large as what is held.
 
 ``figures()`` is what /metrics shows (proxy/observe/connection_metrics.py): the bytes held
 in this process, the two budgets, and the refusals.
@@ -37,8 +42,6 @@ STREAM_HELD = 1 << 20  # beside the read-ahead, a streamed answer's sockets' buf
 
 # The length of ``AnswerBudget.figures()``: held, per_connection, per_client, refused.
 ANSWER_FIGURES = 4
-
-REFUSED_TEXT = "503 Service Unavailable: too many answers wait for this client; retry later"
 
 
 class Held:
@@ -59,6 +62,9 @@ class Held:
         self.size += size
         return True
 
+    def blocked(self) -> bool:
+        return self._budget.blocked(self.connection, self.client)
+
     def give_back(self) -> None:
         size, self.size = self.size, 0
         if size:
@@ -68,7 +74,15 @@ class Held:
 class AnswerBudget:
     """What the answers of each connection and client address of one listener hold."""
 
-    __slots__ = ("_by_client", "_by_connection", "held", "per_client", "per_connection", "refused")
+    __slots__ = (
+        "_blocked",
+        "_by_client",
+        "_by_connection",
+        "held",
+        "per_client",
+        "per_connection",
+        "refused",
+    )
 
     def __init__(self, *, per_connection: int, per_client: int) -> None:
         self.per_connection = per_connection  # 0: no limit
@@ -77,16 +91,22 @@ class AnswerBudget:
         self.refused = 0
         self._by_connection: dict[object, int] = {}
         self._by_client: dict[object, int] = {}
+        # Connections and client addresses refused since one of their answers last ended.
+        self._blocked: set[object] = set()
 
     def take(self, connection: object, client: str | None, size: int) -> bool:
         """Charge ``size`` bytes to ``connection`` and ``client``; False (and counted) when
         either would pass its budget."""
         mine = self._by_connection.get(connection, 0) + size
         theirs = self._by_client.get(client, 0) + size if client is not None else 0
-        if (self.per_connection and mine > self.per_connection) or (
-            self.per_client and theirs > self.per_client
-        ):
+        over_connection = bool(self.per_connection) and mine > self.per_connection
+        over_client = bool(self.per_client) and theirs > self.per_client
+        if over_connection or over_client:
             self.refused += 1
+            if over_connection and connection in self._by_connection:
+                self._blocked.add(connection)
+            if over_client and client in self._by_client:
+                self._blocked.add(("client", client))
             return False
         self._by_connection[connection] = mine
         if client is not None:
@@ -97,8 +117,25 @@ class AnswerBudget:
     def give_back(self, connection: object, client: str | None, size: int) -> None:
         self.held -= size
         _less(self._by_connection, connection, size)
+        if self._blocked:
+            self._blocked.discard(connection)
         if client is not None:
             _less(self._by_client, client, size)
+            if self._blocked:
+                self._blocked.discard(("client", client))
+
+    def blocked(self, connection: object, client: str | None) -> bool:
+        """True (and counted as a refusal) when an answer of ``connection`` or ``client``
+        was refused and none of theirs has ended since: a request that would ask the origin
+        is refused before it does."""
+        if not self._blocked:
+            return False
+        if connection in self._blocked or (
+            client is not None and ("client", client) in self._blocked
+        ):
+            self.refused += 1
+            return True
+        return False
 
     def figures(self) -> list[int]:
         return [self.held, self.per_connection, self.per_client, self.refused]
@@ -126,6 +163,13 @@ def charge(request: web.BaseRequest) -> Held | None:
     if not isinstance(budget, AnswerBudget):
         return None
     return Held(budget, connection, protocol.peer_address)
+
+
+def blocked(request: web.BaseRequest) -> bool:
+    """Whether the request's connection or client address is blocked (``AnswerBudget``):
+    its answer would be refused, so the origin is not asked for it."""
+    held = charge(request)
+    return held is not None and held.blocked()
 
 
 class HeldResponse(web.Response):

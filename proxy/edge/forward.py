@@ -83,6 +83,13 @@ class Forwarder:
         """Ask the origin, with ``headers`` (the request's, as the origin gets them), and
         answer with what it says; Cache-Status says ``fwd`` (RFC 9211) and ``detail``."""
         status = cache_status(self.name, fwd=fwd, detail=detail)
+        if request.method != "HEAD" and answer_budget.blocked(request):
+            # Its answer would be refused: the origin is not asked (edge/answer_budget.py).
+            self.telemetry.request(config.name, outcome_of_fwd(fwd))
+            refused = respond.over_budget(status)
+            if request.body_exists:
+                refused.force_close()  # its body is left unread
+            return refused
         if not request.body_exists:
             return await self._send(request, config, target, headers, None, status, fwd)
         try:
@@ -195,7 +202,7 @@ async def relay(
     streams = prefix is not None or (length is not None and length > read_ahead)
     if held is not None and streams and not held.grow(read_ahead + answer_budget.STREAM_HELD):
         origin.close()
-        return _over_budget(status)
+        return respond.over_budget(status)
     if prefix is None:
         prefix, complete = await origin.read_up_to(read_ahead)
         if complete:
@@ -204,7 +211,7 @@ async def relay(
                     status=origin.status, reason=origin.reason, headers=headers, body=prefix
                 )
             if not held.size and not held.grow(len(prefix)):
-                return _over_budget(status)
+                return respond.over_budget(status)
             return answer_budget.HeldResponse(
                 held, status=origin.status, reason=origin.reason, headers=headers, body=prefix
             )
@@ -212,7 +219,7 @@ async def relay(
     stream_held = read_ahead + answer_budget.STREAM_HELD
     if held is not None and not held.size and not held.grow(stream_held):
         origin.close()
-        return _over_budget(status)
+        return respond.over_budget(status)
     try:
         return await _stream(request, origin, headers, prefix)
     finally:
@@ -239,15 +246,6 @@ async def _stream(
         return stream
     await stream.write_eof()
     return stream
-
-
-def _over_budget(status: str) -> web.Response:
-    """The answer would pass its connection's or client's budget of answers not yet sent
-    (decision 0051): refused before anything was sent, counted by the budget, not logged
-    (a client can cause it at will)."""
-    response = respond.text(503, answer_budget.REFUSED_TEXT, cache_status=status)
-    response.headers["Retry-After"] = "1"
-    return response
 
 
 def _expects_continue(request: web.BaseRequest) -> bool:

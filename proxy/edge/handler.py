@@ -53,7 +53,7 @@ from proxy.core.http.lane import Fields, fast_hit
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.edge import ranges, respond
+from proxy.edge import answer_budget, ranges, respond
 from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.aiohttp_h2 import HTTP2
@@ -472,6 +472,11 @@ class Edge:
             stale, fwd = None, decision.reason
         if request.method == "HEAD" and stale is None:
             return await self._forward(request, config, target, fwd)
+        if answer_budget.blocked(request):
+            # Its answer would be refused (edge/answer_budget.py): before the origin is asked,
+            # and before a flight is led that others would wait on.
+            self._telemetry.request(config.name, outcome_of_fwd(fwd))
+            return respond.over_budget(cache_status(self._name, fwd=fwd, detail=detail))
         # A range of part of an object: sent to the origin as it is, unless a fill of the
         # URL is under way (decision 0031: a small range never costs the origin an object).
         partial = stale is None and ranges.forwarded(request)

@@ -212,3 +212,15 @@ def failed(exc: OriginError | RequestBodyError, *, cache_status: str) -> web.Res
     elif isinstance(exc, OriginsDown) and exc.retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     return response
+
+
+OVER_BUDGET_TEXT = "503 Service Unavailable: too many answers wait for this client; retry later"
+
+
+def over_budget(status: str) -> web.Response:
+    """The answer would pass its connection's or client's budget of answers not yet sent
+    (edge/answer_budget.py, decision 0051): refused before anything was sent, counted by
+    the budget, not logged (a client can cause it at will)."""
+    response = text(503, OVER_BUDGET_TEXT, cache_status=status)
+    response.headers["Retry-After"] = "1"
+    return response

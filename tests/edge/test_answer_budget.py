@@ -87,8 +87,10 @@ async def test_one_zero_window_connection_holds_at_most_its_budget(
     count = 96
     client = await zero_window(node.edge)
     streams = [client.request(f"/big?n={n}") for n in range(count)]
-    await until(lambda: asked(origin) == count, within=30, every=0.1)
+    # Each stream's answer: those past the budget refused once the first refusal has blocked
+    # the connection, before the origin is asked (so the origin sees at most ``count``).
     seen = await statuses(client, streams)
+    assert asked(origin) <= count
     await settled(written)
     peak = memory(node.process.pid)["VmHWM"]
     figures = await samples(node.api)
