@@ -14,7 +14,10 @@ The rules are core's (proxy/core/peer.py: ``owner_of``, ``peer_route``, ``loop_m
   as from an origin), after this node's applied purge position is taken. An owner that
   cannot be reached, gives no head within ``peer_timeout``, or answers without a ``usable``
   label, costs that one attempt: its answer is closed and the origin is asked
-  (``ask_origin``), once. A request costs at most one peer attempt and one origin attempt.
+  (``ask_origin``), once. A request costs at most one peer attempt that reached a node and
+  one origin attempt: an owner where nothing listens (a dead node) is passed over, and the
+  key's next owner asked instead (``_from_next``), so a dead owner's key costs the origin
+  one request for the fleet, not one per node that found it dead.
 - **Answering** (``Edge.handle`` is ``answer_marked``'s when peer fills are on): a request
   whose CDN-Loop names this cache is a peer's. It takes the full path (never the fast one,
   which has no label), is never sent to a peer again (``MARKED``, read by ``ask``), and
@@ -197,11 +200,32 @@ class PeerFills:
                 owner = self.owner(domain.name, target, scheme)
             if owner is not None and scheme is not None:
                 answer = await self._from_owner(stack, owner, domain, target, headers, scheme)
+                if answer is None and owner in self._down:
+                    answer = await self._from_next(stack, owner, domain, target, headers, scheme)
             if answer is None:
                 answer = await stack.enter_async_context(
                     self._ask_origin(domain, method, target, headers, data)
                 )
             yield answer
+
+    async def _from_next(
+        self,
+        stack: AsyncExitStack,
+        dead: str,
+        domain: DomainConfig,
+        target: str,
+        headers: list[tuple[str, str]],
+        scheme: str,
+    ) -> OriginResponse | None:
+        """Nothing listened at the owner (a dead node, now passed over): the key's next owner
+        by rendezvous, which every node that finds the owner dead asks too, is asked at once.
+        So the key costs the origin one request, not one per node that found its owner dead.
+        The attempt that found nothing listening reached no node, so this is still one peer
+        attempt that did; the next owner's failure goes to the origin."""
+        owner = self.owner(domain.name, target, scheme)
+        if owner is None or owner == dead:
+            return None
+        return await self._from_owner(stack, owner, domain, target, headers, scheme)
 
     async def _from_owner(
         self,
