@@ -28,7 +28,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -299,9 +299,7 @@ class SharedTier:
                 lifetime = stale_lifetime(
                     response.birth, response.freshness_lifetime, covered.stale_at
                 )
-                expired = replace(response, freshness_lifetime=lifetime)
-                object.__setattr__(expired, "mark", response.mark)  # replace leaves it 0
-                entry = entry._replace(response=expired)
+                entry = entry._replace(response=response.copy_with(freshness_lifetime=lifetime))
             if counted:
                 self.evictor.hit(entry.sequence)  # no write: a counter in a shared map (s3fifo.py)
             variants.append(entry)
@@ -400,7 +398,7 @@ class SharedTier:
                     if counted:
                         self._doom(key, -1)
                     continue
-                object.__setattr__(response, "mark", header.mark)
+                response.set_mark(header.mark)  # the mark it was stored under
                 path = self.bodies / body_name(header.sequence) if header.in_file else None
                 entry = SharedEntry(
                     response, header.body_length, key, header.sequence, header.table_crc, path
