@@ -110,15 +110,25 @@ async def trace_route(request: web.Request) -> web.Response:
     )
     if isinstance(ctx.purger, Positioned):
         await in_fleet_numbers(answer, ctx.purger, domain)
-    if peers is not None:  # with peer fills: the key's owner, and whether it answered
-        name = ctx.config.cache.name if ctx.config.cache is not None else DEFAULT_NAME
-        owner = await owner_word(peers, config.name, str(answer["key_target"]), name=name)
-        if owner is not None:
-            answer["owner"] = owner
+    await with_owner(answer, peers, ctx.config, config)
     body = json.dumps(answer, ensure_ascii=True).encode("ascii")
     response = web.Response(body=body, content_type="application/json")
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+async def with_owner(
+    answer: dict[str, object], peers: PeerDirectory | None, config: Config, domain: DomainConfig
+) -> None:
+    """Add the key's owner to the trace ``answer`` (``owner``: trace_owner.py) when the
+    fleet's nodes take peer fills (``peers``, the API app's ``PEER_NODES``): the trace
+    endpoint's and the dashboard's trace form's one way to it."""
+    if peers is None:
+        return
+    name = config.cache.name if config.cache is not None else DEFAULT_NAME
+    owner = await owner_word(peers, domain.name, str(answer["key_target"]), name=name)
+    if owner is not None:
+        answer["owner"] = owner
 
 
 async def traced(
