@@ -99,7 +99,7 @@ def create_api_app(
     if inspect is not None:
         app[INSPECT] = inspect
     if fleet is not None:
-        app[PEER_NODES] = fleet.peer_nodes
+        app[PEER_NODES] = fleet
     app.router.add_get(HEALTHZ_PATH, healthz)
     # Readiness (the origins answer) apart from liveness (the process answers): readiness.py.
     app[READINESS] = Readiness(config)

@@ -33,7 +33,7 @@ from aiohttp.helpers import ChainMapProxy
 from proxy.api import gate
 from proxy.api.problems import problem
 from proxy.api.readiness import READINESS
-from proxy.api.trace_owner import PeerNodes, owner_word
+from proxy.api.trace_owner import PeerDirectory, owner_word
 from proxy.api.trace_workers import ASK_WORKERS, AskWorkers, traced_by_workers
 from proxy.config.model import CacheConfig, Config, DomainConfig, EdgeConfig
 from proxy.core.auth.tokens import Scope
@@ -74,8 +74,9 @@ class TraceRequest:
 Inspect = Callable[[str, str], Held]
 # What the store holds for a URL, read changing nothing; absent: no store in this process.
 INSPECT: web.AppKey[Inspect] = web.AppKey("trace_inspect")
-# The fleet's live nodes that take peer fills, for the key's owner; absent: no fleet.
-PEER_NODES: web.AppKey[PeerNodes] = web.AppKey("trace_peer_nodes")
+# The fleet's live nodes that take peer fills and its peer key, for the key's owner;
+# absent: no fleet.
+PEER_NODES: web.AppKey[PeerDirectory] = web.AppKey("trace_peer_nodes")
 
 
 async def trace_route(request: web.Request) -> web.Response:
@@ -97,7 +98,7 @@ async def trace_route(request: web.Request) -> web.Response:
     asked = wanted[0]
     config = ctx.config.by_name[domain]
     inspect = request.app.get(INSPECT)
-    peer_nodes = request.app.get(PEER_NODES)
+    peers = request.app.get(PEER_NODES)
     answer = await traced(
         request.app,
         config,
@@ -109,16 +110,25 @@ async def trace_route(request: web.Request) -> web.Response:
     )
     if isinstance(ctx.purger, Positioned):
         await in_fleet_numbers(answer, ctx.purger, domain)
-    if peer_nodes is not None:  # with peer fills: the key's owner, and whether it answered
-        name = ctx.config.cache.name if ctx.config.cache is not None else DEFAULT_NAME
-        nodes = await peer_nodes()
-        owner = await owner_word(nodes, config.name, str(answer["key_target"]), name=name)
-        if owner is not None:
-            answer["owner"] = owner
+    await with_owner(answer, peers, ctx.config, config)
     body = json.dumps(answer, ensure_ascii=True).encode("ascii")
     response = web.Response(body=body, content_type="application/json")
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+async def with_owner(
+    answer: dict[str, object], peers: PeerDirectory | None, config: Config, domain: DomainConfig
+) -> None:
+    """Add the key's owner to the trace ``answer`` (``owner``: trace_owner.py) when the
+    fleet's nodes take peer fills (``peers``, the API app's ``PEER_NODES``): the trace
+    endpoint's and the dashboard's trace form's one way to it."""
+    if peers is None:
+        return
+    name = config.cache.name if config.cache is not None else DEFAULT_NAME
+    owner = await owner_word(peers, domain.name, str(answer["key_target"]), name=name)
+    if owner is not None:
+        answer["owner"] = owner
 
 
 async def traced(

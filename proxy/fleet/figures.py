@@ -150,6 +150,14 @@ class FleetFigures:
         except FleetUnavailable:
             return {}
 
+    async def peer_key(self) -> str | None:
+        """The fleet's peer key, read now (the trace asks an https key's owner with it, as
+        a peer does: decision 0047). None when Valkey holds none or cannot say."""
+        try:
+            return await self._scripts.read_peer_key()
+        except FleetUnavailable:
+            return None
+
     async def _refresh_loop(self) -> None:
         while True:
             try:

@@ -266,8 +266,16 @@ class FleetScripts:
         """The fleet's peer key: the one Valkey holds, else ``candidate``, set now (one
         command, so two members setting it at once agree). A Valkey that lost its keys (a
         restart: a new epoch) gets a new one from the first member to ask."""
-        held = await self._command("SET", PEER_KEY, candidate, "NX", "GET")
+        # get=True: the client's parser then answers the value held, not SET's "OK" flag
+        # (without it every member but the first read False, and held the text "False").
+        held = await self._command("SET", PEER_KEY, candidate, "NX", "GET", get=True)
         return candidate if held is None else _text(held)
+
+    async def read_peer_key(self) -> str | None:
+        """The fleet's peer key as Valkey holds it, setting none (None: no member has set
+        it yet): for the control plane, which asks an owner as a peer asks it (the trace)."""
+        held = await self._command("GET", PEER_KEY)
+        return None if held is None else _text(held)
 
     async def ask_dry(self, members: Iterable[str], request: str, *, ttl: float) -> str | None:
         """Ask each of ``members`` for a dry run: the request waits under ``{cdn}:dry:<id>``
@@ -299,11 +307,12 @@ class FleetScripts:
         await self._command("RPUSH", key, answer)
         await self._command("PEXPIRE", key, round(max(self.timeout, 1.0) * 10_000))
 
-    async def _command(self, *args: object) -> Any:
-        """One plain command within ``timeout``, its failures translated as a script's."""
+    async def _command(self, *args: object, **options: object) -> Any:
+        """One plain command within ``timeout``, its failures translated as a script's.
+        ``options``: for the client's reply parser (``get=True``: SET answers a value)."""
         try:
             async with asyncio.timeout(self.timeout):
-                return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+                return await self.client.execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except _FAILURES as exc:
             await self.reset()
             raise FleetUnavailable(f"valkey: {type(exc).__name__}: {exc}") from exc

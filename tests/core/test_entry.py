@@ -229,6 +229,20 @@ def test_the_purge_mark_is_written_only_through_set_mark() -> None:
     assert replace(stored, body=b"other").mark == 0
 
 
+def test_a_copy_replaced_for_one_answer_keeps_the_mark() -> None:
+    """Issue 31: the shared tier copied an entry for one answer (a soft purge's shorter
+    freshness, a distrusted copy) with ``replace`` and wrote the mark back with
+    ``object.__setattr__``. ``copy_with`` is that copy: the changes, the same mark, a new
+    entry (the one it came from unchanged)."""
+    stored = entry()
+    stored.set_mark(7)
+    copy = stored.copy_with(freshness_lifetime=0.0, stale_if_error=0.0)
+    assert copy is not stored
+    assert (copy.mark, copy.freshness_lifetime, copy.stale_if_error) == (7, 0.0, 0.0)
+    assert (stored.mark, stored.freshness_lifetime, stored.stale_if_error) == (7, 60.0, None)
+    assert copy.body == stored.body and copy.headers == stored.headers
+
+
 def test_rarely_set_fields_cost_nothing_at_their_defaults() -> None:
     """An entry with lines whose no-cache, Vary and stale fields are all defaults keeps no
     tuple for them; one that sets any keeps all five, and reads each back as given. An entry

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from proxy.fleet.member import FleetMember
 from proxy.fleet.peers import live_peers
-from proxy.fleet.scripts import MemberRow, MembersView
+from proxy.fleet.scripts import FleetScripts, MemberRow, MembersView
 from proxy.store.memory import MemoryStore
 from proxy.wire.reports import MemberInfo, pack_member_info, unpack_member_info
 from tests.fleet.conftest import DOMAINS, Fleet, settings
@@ -86,3 +86,33 @@ def test_an_older_builds_info_reads_as_taking_no_peer_fills() -> None:
     new = pack_member_info(MemberInfo(node="a", peer_fill=True, advertise="http://10.0.0.1:80"))
     assert '"purges":0' in new  # the purge script's plain search still finds the key
     assert unpack_member_info(new).advertise == "http://10.0.0.1:80"
+
+
+async def test_every_member_holds_the_one_peer_key_valkey_holds(fleet: Fleet) -> None:
+    """The first member to ask sets the fleet's peer key; every other, and the first again
+    at its next renewal, reads that one (SET NX GET answers the value held: it was read as
+    SET's "OK" flag, so every member but the first held the text "False", a key any client
+    could send). The control plane reads it without setting one."""
+    scripts = FleetScripts.of(settings(fleet.server.url))
+    try:
+        assert await scripts.read_peer_key() is None  # none set: the control plane sets none
+        assert await scripts.read_peer_key() is None
+        one = member(fleet, "edge-1", peer_fill=True, advertise="http://127.0.0.1:8001")
+        two = member(fleet, "edge-2", peer_fill=True, advertise="http://127.0.0.1:8002")
+        try:
+            for each in (one, two):
+                await each.start()
+
+            async def agreed() -> bool:
+                return one.peer_key is not None and one.peer_key == two.peer_key
+
+            await until(agreed, every=0.02)
+            held = await scripts.read_peer_key()
+            assert held is not None and len(held) >= 32, held
+            assert one.peer_key == held
+            assert await scripts.peer_key("another") == held  # a later member's offer loses
+        finally:
+            for each in (one, two):
+                await each.close()
+    finally:
+        await scripts.aclose()

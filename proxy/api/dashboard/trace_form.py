@@ -24,7 +24,15 @@ from proxy.api import gate
 from proxy.api.dashboard.auth import action
 from proxy.api.dashboard.context import DASHBOARD, Session
 from proxy.api.dashboard.pages import render
-from proxy.api.trace import INSPECT, TraceRequest, read_trace, traced, via_of
+from proxy.api.trace import (
+    INSPECT,
+    PEER_NODES,
+    TraceRequest,
+    read_trace,
+    traced,
+    via_of,
+    with_owner,
+)
 
 # What a line of the textarea may be wrapped in: a browser sends CRLF, people paste spaces.
 _LINE_PADDING = " \t\r"
@@ -101,6 +109,7 @@ async def trace_page(
         client_address=request.remote or "",
         via=via_of(ctx.config),
     )
+    await with_owner(answer, request.config_dict.get(PEER_NODES), ctx.config, config)
     return _page(request, session, fill, answer=answer)
 
 

@@ -24,7 +24,7 @@ leaves an entry it does not pass to the collector.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -311,9 +311,20 @@ class StoredResponse:
 
     def set_mark(self, number: int) -> None:
         """The store's note that the entry is checked against the domain's purges up to
-        ``number`` (memory.py). The one write to an entry, and not one a hit can see: whatever
-        the mark, the entry serves the same bytes; only the store's purge check reads it."""
+        ``number`` (memory.py), or was stored under it (the shared tier's decode of a record,
+        store/shared/records.py). The one write to an entry, and not one a hit can see:
+        whatever the mark, the entry serves the same bytes; only the store's purge check
+        reads it."""
         object.__setattr__(self, "mark", number)
+
+    def copy_with(self, **changes: Any) -> StoredResponse:
+        """A new entry with ``changes`` (``dataclasses.replace``) and this one's mark: a copy
+        a store changes for one answer (the shorter freshness of a soft purge, a distrusted
+        copy: store/shared) is judged by the purges as the entry it was made from, where
+        ``replace`` alone starts a new entry's mark at 0."""
+        copy = replace(self, **changes)
+        copy.set_mark(self.mark)
+        return copy
 
     @property
     def expires_at(self) -> float:

@@ -14,7 +14,7 @@ then the layout's own fields in a versioned object.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.cache.entry import StoredResponse
@@ -168,9 +168,9 @@ def distrusted_copy(response: StoredResponse) -> StoredResponse | None:
     serves it only on a 304; None when it has no validator (dropped: a miss)."""
     if response.etag is None and response.last_modified is None:
         return None
-    copy = replace(response, freshness_lifetime=0.0, stale_while_revalidate=0.0, stale_if_error=0.0)
-    object.__setattr__(copy, "mark", response.mark)  # replace leaves it 0
-    return copy
+    return response.copy_with(
+        freshness_lifetime=0.0, stale_while_revalidate=0.0, stale_if_error=0.0
+    )
 
 
 def _purged(state: DomainState, mark: int, target: str, tags: tuple[str, ...]) -> Covered | None:

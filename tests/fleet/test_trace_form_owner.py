@@ -1,0 +1,129 @@
+"""The dashboard's trace form names the key's owner as the trace endpoint does (decision 0047,
+proxy/api/trace.py ``with_owner``): the control plane reads the live nodes that take peer
+fills and the fleet's peer key from a real Valkey, and asks the owner with only-if-cached;
+an https key with the scheme claimed with the peer key.
+
+The owner is a stand-in (a real HTTP server of the test, a real fleet member in Valkey) that
+answers as an owner answers a peer: 200 when it holds the path, 504 when not, 403 to a
+scheme claim without the fleet's key. The real owner's side: tests/fleet/test_peer_trace_https.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from proxy.core.peer import PeerScheme
+from proxy.fleet.figures import FleetFigures
+from proxy.fleet.member import FleetMember
+from proxy.fleet.scripts import FleetScripts, connect
+from proxy.store.memory import MemoryStore
+from proxy.wire.peer import SCHEME_HEADER, pack_scheme, unpack_scheme
+from tests.dashboard.support import DashboardFactory, Page
+from tests.fleet.conftest import DOMAINS, LEASE, Fleet, settings
+from tests.polling import until
+
+TRACE = "/dashboard/domains/trace"
+
+
+class Owner:
+    """A stand-in owner: ``held`` paths answer 200 to a peer's only-if-cached request."""
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+        self.key: str | None = None  # the fleet's peer key, once the member has read it
+        self.asked: list[tuple[str, str | None, str | None]] = []  # path, CDN-Loop, claim
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/{rest:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        claim = request.headers.get(SCHEME_HEADER)
+        self.asked.append((request.path, request.headers.get("CDN-Loop"), claim))
+        scheme = "http"
+        if claim is not None:
+            said = unpack_scheme(claim)
+            if said is None or self.key is None or said.key != self.key:
+                return web.Response(status=403)
+            scheme = said.scheme
+        assert request.headers.get("Cache-Control") == "only-if-cached"
+        return web.Response(status=200 if f"{scheme}:{request.path}" in self.held else 504)
+
+
+@pytest.fixture
+async def owner(fleet: Fleet) -> AsyncIterator[tuple[Owner, FleetMember]]:
+    """The stand-in, a live member of the fleet as node ``edge-7`` taking peer fills."""
+    server = Owner()
+    await server.start()
+    member = FleetMember(
+        settings=settings(fleet.server.url, peer_fill=True),
+        store=MemoryStore(max_bytes=1 << 20),
+        domains=DOMAINS,
+        node="edge-7",
+        advertise=server.url,
+    )
+    try:
+        await member.start()
+        yield server, member
+    finally:
+        await member.close()
+        await server.close()
+
+
+@pytest.fixture
+async def figures(fleet: Fleet) -> AsyncIterator[FleetFigures]:
+    made = FleetFigures(
+        FleetScripts(connect(fleet.server.url, timeout=0.5), timeout=0.5), lease=LEASE
+    )
+    yield made
+    await made.close()
+
+
+def owner_shown(page: Page) -> str:
+    assert page.status == 200, page.text
+    return " ".join(page.html.find(data_testid="owner").text.split())
+
+
+async def test_the_trace_form_names_and_asks_the_keys_owner(
+    owner: tuple[Owner, FleetMember], figures: FleetFigures, make_dashboard: DashboardFactory
+) -> None:
+    server, member = owner
+
+    async def listed() -> bool:
+        return await figures.peer_nodes() == {"edge-7": server.url} and member.peer_key is not None
+
+    await until(listed, every=0.02)
+    server.key = member.peer_key
+    dashboard = await make_dashboard(fleet=figures)
+    await dashboard.sign_in()
+
+    async def trace(url: str) -> str:
+        return owner_shown(await dashboard.act(TRACE, {"url": url, "headers": ""}))
+
+    assert await trace("http://example.com/p") == "edge-7, asked: does not hold it (among edge-7)"
+    assert await trace("https://example.com/p") == "edge-7, asked: does not hold it (among edge-7)"
+    server.held.add("https:/p")
+    assert await trace("https://example.com/p") == "edge-7, asked: holds it (among edge-7)"
+    assert await trace("http://example.com/p") == "edge-7, asked: does not hold it (among edge-7)"
+    # The https key asked with the request-target and the scheme, said with the fleet's key.
+    claim = pack_scheme(PeerScheme("https", server.key or ""))
+    assert server.asked[1] == ("/p", "cdn-proxy", claim)
+    assert [(path, claim is None) for path, _, claim in server.asked] == [
+        ("/p", True),
+        ("/p", False),
+        ("/p", False),
+        ("/p", True),
+    ]
