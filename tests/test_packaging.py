@@ -158,6 +158,16 @@ async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_pa
         sys.executable, "-c", "import proxy; print(proxy.__file__)", cwd=tmp_path, env=env
     )
     assert where.startswith(str(site))
+    # With a C compiler (this machine has one), the install builds the lane's head reader
+    # (setup.py, decision 0055); without, it goes on, and the lane reads heads in Python.
+    reader = await ran(
+        sys.executable,
+        "-c",
+        "from proxy.core.http import lane; print(lane.READER)",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert reader.strip() == "c"
     (tmp_path / "proxy.toml").write_text(CONFIG, encoding="utf-8")
     command = [sys.executable, "-m", "proxy", "serve", "--config", "proxy.toml"]
     process, addresses = await started(command, cwd=tmp_path, env=env)
