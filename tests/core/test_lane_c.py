@@ -83,8 +83,9 @@ EDGES = [
     b"GET / HTTP/1.1\r\nhOsT: a:b: c\r\n\r\n",
     b"GET / HTTP/1.1\r\n:a\r\nHost: a\r\n\r\n",
     b"HEAD /?%% HTTP/1.1\r\nHost: a\r\n\r\n",
-    b"GET /" + b"a" * (MAX_HEAD - 30) + b" HTTP/1.1\r\nHost: a\r\n\r\n",
-    b"GET /" + b"a" * (MAX_HEAD - 29) + b" HTTP/1.1\r\nHost: a\r\n\r\n",
+    # 27 bytes but the target's a: MAX_HEAD bytes in all, and one more.
+    b"GET /" + b"a" * (MAX_HEAD - 27) + b" HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"GET /" + b"a" * (MAX_HEAD - 26) + b" HTTP/1.1\r\nHost: a\r\n\r\n",
     b"GET / HTTP/1.1\r\nHost: a\r\n" + b"".join(b"X-%d: v\r\n" % n for n in range(98)) + b"\r\n",
     b"GET / HTTP/1.1\r\nHost: a\r\n"
     + b"".join(b"X-%d: v\r\n" % n for n in range(MAX_FIELDS - 1))
@@ -96,6 +97,11 @@ EDGES = [
 @pytest.mark.parametrize("data", EDGES)
 def test_the_edges_of_the_grammar_read_alike(data: bytes) -> None:
     same(data)
+
+
+def test_the_size_limit_is_met_exactly() -> None:
+    assert len(EDGES[11]) == MAX_HEAD and read_head_py(EDGES[11]) is not None
+    assert len(EDGES[12]) == MAX_HEAD + 1 and read_head_py(EDGES[12]) is None
 
 
 @needs_c
