@@ -7,6 +7,8 @@ fields in the same order)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,6 +43,18 @@ def same(data: bytes) -> None:
         assert tuple(c) == tuple(py)
         assert list(c.fields.items()) == list(py.fields.items())
         assert c.host == c.fields["host"]
+
+
+@needs_c
+def test_the_built_reader_is_not_older_than_its_source() -> None:
+    """An in-place build (``setup.py build_ext --inplace``, ``pip install -e .``) is not
+    rebuilt when _lane.c changes: a stale one would be what every lane test ran."""
+    assert _lane is not None and _lane.__file__ is not None
+    source = Path(lane.__file__).with_name("_lane.c")
+    assert Path(_lane.__file__).stat().st_mtime >= source.stat().st_mtime, (
+        "proxy/core/http/_lane.c changed since the build: run `pip install -e .` or "
+        "`python setup.py build_ext --inplace`"
+    )
 
 
 def test_the_lane_reads_with_c_when_it_is_built() -> None:
