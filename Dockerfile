@@ -12,7 +12,7 @@ RUN useradd --system --home-dir /var/lib/cdn-proxy --shell /usr/sbin/nologin cdn
     && chown cdn-proxy:cdn-proxy /var/lib/cdn-proxy /var/log/cdn-proxy
 
 WORKDIR /opt/cdn-proxy
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY proxy ./proxy
 RUN pip install --no-cache-dir --disable-pip-version-check . \
     && rm -rf /opt/cdn-proxy/proxy /opt/cdn-proxy/build

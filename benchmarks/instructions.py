@@ -40,6 +40,9 @@ tier); ``disk`` makes the memory tier too small to hold the object (``max_bytes`
 keeps objects up to an eighth of that), so every hit is read from the shared tier (by the
 edge's fast path since branch r27a: edge/disk_hits.py, decision 0030).
 
+``--keep DIR`` copies each run's ``callgrind.out`` into DIR (``cdn-proxy-0.out`` and
+``cdn-proxy-N.out``), for ``callgrind_annotate`` on where a hit's instructions go.
+
 ``--clears N`` counts cdn-proxy's instructions per clear-cache request instead: N requests, one
 after another on one connection, each answered 200 (the audit records included, written
 behind in batches).
@@ -51,6 +54,7 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -264,6 +268,9 @@ def main() -> None:
         default=[],
         help='an [edge] key for cdn-proxy, as TOML ("hit_lane = false"); repeatable',
     )
+    parser.add_argument(
+        "--keep", type=Path, help="copy each run's callgrind.out here (for callgrind_annotate)"
+    )
     args = parser.parse_args()
     edge_keys = tuple(args.edge)
     if args.clears:
@@ -296,6 +303,11 @@ def main() -> None:
                 base = instructions(system, args.size, 0, *rest)
                 loaded = instructions(system, args.size, args.requests, *rest)
                 results[system] = (loaded - base) / args.requests
+                if args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    for count in (0, args.requests):
+                        out = tmp / f"{system}-{count}" / "callgrind.out"
+                        shutil.copyfile(out, args.keep / f"{system}-{count}.out")
                 what = "forwarded POST" if args.post else "hit"
                 print(f"{system}: {results[system]:,.0f} instructions per {what}", flush=True)
         finally:

@@ -158,6 +158,16 @@ async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_pa
         sys.executable, "-c", "import proxy; print(proxy.__file__)", cwd=tmp_path, env=env
     )
     assert where.startswith(str(site))
+    # With a C compiler (this machine has one), the install builds the lane's head reader
+    # (setup.py, decision 0055); without, it goes on, and the lane reads heads in Python.
+    reader = await ran(
+        sys.executable,
+        "-c",
+        "from proxy.core.http import lane; print(lane.READER)",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert reader.strip() == "c"
     (tmp_path / "proxy.toml").write_text(CONFIG, encoding="utf-8")
     command = [sys.executable, "-m", "proxy", "serve", "--config", "proxy.toml"]
     process, addresses = await started(command, cwd=tmp_path, env=env)
@@ -178,7 +188,9 @@ async def test_a_wheel_install_serves_the_dashboard_from_its_package_data(tmp_pa
 
 
 @pytest.mark.slow  # a venv, and pip installs in it
-async def test_scripts_serve_installs_only_when_pyproject_changed(tmp_path: Path) -> None:
+async def test_scripts_serve_installs_only_when_pyproject_or_the_c_reader_changed(
+    tmp_path: Path,
+) -> None:
     """A real venv of its own whose dependencies come from this one (a .pth file), so that
     the install step is the project's alone."""
     venv = tmp_path / "venv"
@@ -204,7 +216,7 @@ async def test_scripts_serve_installs_only_when_pyproject_changed(tmp_path: Path
     assert installing in await run()
     assert (venv / "bin" / "cdn-proxy").exists()
     assert installing not in await run()  # nothing changed
-    stamp = venv / ".cdn-proxy-pyproject.toml"
+    stamp = venv / ".cdn-proxy-installed"  # pyproject.toml, setup.py and _lane.c, as installed
     stamp.write_text(stamp.read_text(encoding="utf-8") + "# changed\n", encoding="utf-8")
     assert installing in await run()
     assert shutil.which("cdn-proxy", path=str(venv / "bin"))

@@ -319,7 +319,9 @@ class Edge:
     ) -> tuple[tuple[bytes, ...], list[float]] | None:
         """The hit lane's question (proxy/edge/hit_lane.py, decision 0050): the parts of the
         answer ``handle``'s fast path would give a request the lane read (HTTP/1.1, kept
-        open, no body), with the domain's response figures; None when the full path must
+        open, no body), with the domain's response figures; for a HEAD, the head the full
+        path writes for it (``respond.head_tail``: its order differs), from memory only
+        (decision 0055); None when the full path must
         answer it (an unknown Host, a miss, a stale entry, the shared tier's, a peer's
         request...). A hit is counted here, as ``handle`` counts one."""
         config = self._hosts.get(host)
@@ -327,8 +329,15 @@ class Edge:
             config = self._route(host)
             if config is None:
                 return None
+        # A HEAD is answered as the GET it asks about would be, but for its head's order
+        # and the body (decision 0055): the same question of its fields.
+        head = method == "HEAD"
         if not fast_hit(
-            method, fields, keep_alive=True, has_body=False, early_hints=config.early_hints
+            "GET" if head else method,
+            fields,
+            keep_alive=True,
+            has_body=False,
+            early_hints=config.early_hints,
         ):
             return None
         if config.rules is not None and not fast_under_rules(config.rules, target, fields):  # type: ignore[arg-type]
@@ -352,21 +361,29 @@ class Edge:
             raw = cache_target(raw, https)
         entry = self._peek(config.name, raw)
         if entry is None:  # the shared tier's, when there is one (edge/disk_hits.py)
-            if self._disk_fast is None:
+            if self._disk_fast is None or head:
                 return None
             hit = self._disk_fast.lane_hit(config, raw, target)
             if hit is not None:
                 self.lane_answered += 1
             return hit
-        if not entry.hit_lines:
+        lines = entry.hit_lines
+        if not lines:
             return None
         now = self._clock()
         age = entry.fresh_age(now)
         if age is None:
             return None
+        if head:
+            tail = respond.head_tail(lines[-1])
+            if tail is None:
+                return None
+            parts = (*lines[:-1], b"Age: %d\r\n" % age, tail, b"\r\n", b"")
+        else:
+            parts = (*lines, b"Age: %d\r\n\r\n" % age, entry.body)
         self._telemetry.request_at(config.name, HIT, now)
         self.lane_answered += 1
-        return (*entry.hit_lines, b"Age: %d\r\n\r\n" % age, entry.body), self._figures[config.name]
+        return parts, self._figures[config.name]
 
     async def _full(
         self, request: web.BaseRequest, config: DomainConfig, headers: CIMultiDictProxy[str]

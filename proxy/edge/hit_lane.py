@@ -13,7 +13,8 @@ ones behind it go to aiohttp too.
 ``answer`` is the handler's fast path (``Edge.lane_hit``) for a request that has no aiohttp
 request: the TLS listener's Host-vs-SNI check first (a misdirected request is the full
 path's, which answers 421), then the stored head with this edge's Via, Cache-Status and
-Age, and the body, in one write. It is counted as a fast hit is (the domain's response
+Age, and the body, in one write (a HEAD: the head as the full path orders it, no body;
+decision 0055). It is counted as a fast hit is (the domain's response
 figures, the traffic counts, its access-log line).
 """
 

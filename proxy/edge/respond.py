@@ -122,6 +122,20 @@ def _tail(via: str, status: str, extra: str) -> bytes:
     return f"Via: {via_value((), via)}\r\nCache-Status: {status}\r\n{extra}".encode()
 
 
+@lru_cache(maxsize=256)
+def head_tail(tail: bytes) -> bytes | None:
+    """The last of ``hit_lines`` as the full path writes it in answer to a HEAD: Cache-Status
+    before Via (``from_stored`` sets Age, then Cache-Status, then Via on the stored fields;
+    aiohttp adds the rest, as to the GET), for the hit lane's HEAD (decision 0055), which
+    writes Age before it and no body. None when the tail is not ``_tail``'s (the full path
+    answers). Cached: most entries share a few tails."""
+    via, _, rest = tail.partition(b"\r\n")
+    status, _, extra = rest.partition(b"\r\n")
+    if not via.startswith(b"Via: ") or not status.startswith(b"Cache-Status: "):
+        return None
+    return b"%s\r\n%s\r\n%s" % (status, via, extra)
+
+
 # A fresh hit, sent as it was precomputed: the entry's lines (``hit_lines``), Age, and the
 # body, last. It replaces ``web.Response`` on the fast path, which spends most of a hit's time
 # rebuilding and re-encoding fields that never change (benchmarks/README.md, decision 0008),

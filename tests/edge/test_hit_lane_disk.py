@@ -66,3 +66,17 @@ async def test_on_the_disk_tier_the_lane_answers_as_the_full_path(
         on, _ = await twins.compare(request("/vary") + request("/big"))
         assert on.lane_hits == 0
         assert [target for _, target, _ in on.seen] == ["/end"]  # the rest were hits
+        # A HEAD (decision 0055): the lane's from a memory copy, the full path's from disk
+        # (a fresh pair of edges, nothing in memory yet).
+        head = b"HEAD /hit HTTP/1.1\r\nHost: example.com\r\n\r\n"
+        on, _ = await twins.compare(head)
+        assert on.lane_hits == 1
+        assert on.answer.data.count(MEMORY_HIT + b"Via: ") == 1, on.answer
+
+
+async def test_a_head_from_the_disk_tier_is_the_full_paths(tmp_path: Path, origin: Origin) -> None:
+    async with disk_twins(tmp_path, origin) as twins:
+        head = b"HEAD /hit HTTP/1.1\r\nHost: example.com\r\n\r\n"
+        on, _ = await twins.compare(head)
+        assert on.lane_hits == 0
+        assert on.answer.data.count(DISK_HIT) == 1, on.answer

@@ -20,6 +20,7 @@ from tests.edge.tls_support import Certificates, pair_keys, tls_config
 pytestmark = pytest.mark.slow  # two whole edges per test
 
 HIT = b"GET /hit HTTP/1.1\r\nHost: example.com\r\n\r\n"
+HEAD = b"HEAD /hit HTTP/1.1\r\nHost: example.com\r\n\r\n"
 COUNTED = re.compile(
     r"^cdn_proxy_(requests_total|responses_total|response_bytes_total"
     r"|request_duration_seconds_count)\{.*\} .*$",
@@ -37,6 +38,15 @@ async def counted(service: Service) -> list[str]:
 
 async def test_lane_hits_are_counted_as_any_hit(twins: Twins) -> None:
     on, _ = await twins.compare(HIT * 3)
+    assert on.lane_hits == 3
+    on_lines, off_lines = await counted(twins.on), await counted(twins.off)
+    assert 'cdn_proxy_requests_total{cache_status="hit",domain="example.com"} 3.0' in on_lines
+    assert on_lines == off_lines
+
+
+async def test_lane_heads_are_counted_as_the_full_paths_are(twins: Twins) -> None:
+    """A HEAD the lane answers (decision 0055) counts as the full path's HEAD hit does."""
+    on, _ = await twins.compare(HEAD * 2 + HIT)
     assert on.lane_hits == 3
     on_lines, off_lines = await counted(twins.on), await counted(twins.off)
     assert 'cdn_proxy_requests_total{cache_status="hit",domain="example.com"} 3.0' in on_lines
@@ -78,6 +88,18 @@ async def test_a_lane_hit_is_logged_as_a_fast_hit_is(tmp_path: Path, origin: Ori
     on_lines, off_lines = ([varying.sub("", line) for line in lines] for lines in logs)
     assert on_lines == off_lines
     assert '"GET /hit HTTP/1.1" 200' in on_lines[-1]
+
+
+async def test_a_lane_head_is_logged_as_the_full_paths_is(tmp_path: Path, origin: Origin) -> None:
+    async with twins_of(tmp_path, origin, logs=True) as twins:
+        on, _ = await twins.compare(HEAD, end=False)
+        assert on.lane_hits == 1
+        count = 2 * len(PRIMED) + 1
+        logs = [await lines_of(tmp_path / name / "access.log", count) for name in ("on", "off")]
+    varying = re.compile(r"\[[^]]*\]|( [-0-9.]+)+$")
+    on_lines, off_lines = ([varying.sub("", line) for line in lines] for lines in logs)
+    assert on_lines == off_lines
+    assert '"HEAD /hit HTTP/1.1" 200' in on_lines[-1]
 
 
 async def after_a_hit(service: Service, then: bytes) -> bytes:

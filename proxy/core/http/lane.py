@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from proxy.core.http.requests import PLAIN_GET_BARRED, FieldNames, plain_get
 
@@ -82,9 +82,11 @@ class LaneHead(NamedTuple):
 _new_head = tuple.__new__
 
 
-def read_head(data: bytes, start: int = 0) -> LaneHead | None:
+def read_head_py(data: bytes, start: int = 0) -> LaneHead | None:
     """The request head at ``data[start:]``, if it is whole and of the lane's strict subset
-    (module docstring); else None, and aiohttp reads those bytes."""
+    (module docstring); else None, and aiohttp reads those bytes. The reference: ``read_head``
+    is the C reader (``_lane.c``) when it is built, which must answer as this does (decision
+    0055; tests/core/test_lane_c.py)."""
     match = _HEAD.match(data, start)
     if match is None:
         return None
@@ -105,6 +107,22 @@ def read_head(data: bytes, start: int = 0) -> LaneHead | None:
     method, target = match.group(1, 2)
     # tuple.__new__: the NamedTuple's own __new__ is a Python function, a frame per head.
     return _new_head(LaneHead, (method.decode("ascii"), target.decode("ascii"), fields, host, end))
+
+
+class HeadReader(Protocol):
+    def __call__(self, data: bytes, start: int = 0, /) -> LaneHead | None: ...
+
+
+read_head: HeadReader
+try:
+    from proxy.core.http import _lane
+except ImportError:  # built without a C compiler: the pure-Python reader, same answers
+    read_head = read_head_py
+    READER = "python"
+else:
+    _lane.setup(Fields, LaneHead)
+    read_head = _lane.read_head
+    READER = "c"
 
 
 def fast_hit(
