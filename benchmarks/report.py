@@ -81,6 +81,10 @@ def hit_summary(hits: Row, ours: str = OURS) -> dict[int, dict[str, Row]]:
                 "runs": [r["rps"] for r in sorted(rows, key=lambda r: r["run"])],
                 "ratio": median(ratios) if ratios else None,
                 "origin_requests": sum(r["origin_requests"] for r in rows),
+                # Rows from runs before the CPU was read have none.
+                "cpu_us": median(r["cpu_us_per_hit"] for r in rows)
+                if all("cpu_us_per_hit" in r for r in rows)
+                else None,
                 "errors": sum(r["non_2xx"] + r["socket_errors"] for r in rows),
             }
     return out
@@ -252,6 +256,7 @@ def _hit_table(summary: dict[int, dict[str, Row]], ours: str) -> list[str]:
                     ratio,
                     runs,
                     str(s["origin_requests"]),
+                    "—" if s["cpu_us"] is None else f"{s['cpu_us']:.1f}",
                 ]
             )
     return _table(
@@ -264,8 +269,9 @@ def _hit_table(summary: dict[int, dict[str, Row]], ours: str) -> list[str]:
             f"{ours} ÷ system",
             "req/s per run",
             "origin req",
+            "server CPU µs a hit",
         ],
-        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
         rows,
     )
 

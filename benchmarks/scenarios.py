@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks import load, wrk
-from benchmarks.systems import PYTHON, ROOT, Nginx, Origin, Ours, System, rss_bytes
+from benchmarks.systems import (
+    PYTHON,
+    ROOT,
+    Nginx,
+    Origin,
+    Ours,
+    System,
+    rss_bytes,
+    tree_cpu_seconds,
+)
 
 Row = dict[str, Any]
 
@@ -135,11 +144,16 @@ async def hits(ctx: Context, systems: Sequence[System], machine: bool = False) -
                 )
                 _add(commands, shlex.join(argv))
                 before = await ctx.origin.count()
+                cpu_before = tree_cpu_seconds(system.server.pid)
                 result = await wrk.run(argv)
+                cpu_us = (tree_cpu_seconds(system.server.pid) - cpu_before) * 1e6
                 origin_requests = await ctx.origin.count() - before
+                # The server's CPU (its whole process tree) over the run, per request answered.
+                per_hit = cpu_us / result.requests if result.requests else 0.0
                 ctx.log(
                     f"  hit {size} B run {run + 1} {system.name}: {result.rps:,.0f} req/s "
-                    f"p50 {result.p50_ms:.2f} ms p99 {result.p99_ms:.2f} ms"
+                    f"p50 {result.p50_ms:.2f} ms p99 {result.p99_ms:.2f} ms "
+                    f"CPU {per_hit:.1f} µs a hit"
                 )
                 rows.append(
                     {
@@ -147,6 +161,7 @@ async def hits(ctx: Context, systems: Sequence[System], machine: bool = False) -
                         "run": run,
                         "system": system.name,
                         "origin_requests": origin_requests,
+                        "cpu_us_per_hit": per_hit,
                         **result.as_dict(),
                     }
                 )

@@ -56,6 +56,9 @@ EXTRA_SYSTEMS = ("cdn-proxy-2w", "nginx-2w", "cdn-proxy-before")
 CACHES = ("cdn-proxy", "client-cache", "nginx", "varnish")
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -104,6 +107,24 @@ def children(pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(int(entry.name))
     return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of ``pid`` and its descendants so far (/proc/PID/stat):
+    a server's own cost, whatever its process layout (nginx's master and workers, Varnish's
+    manager and cache child, a cdn-proxy node's control process and workers)."""
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            stat = Path(f"/proc/{current}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+        pending += children(current)
+    return total
 
 
 def cmdline(pid: int) -> str:
