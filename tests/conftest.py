@@ -33,6 +33,44 @@ settings.load_profile("cdn-proxy")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# The modules with the longest tests (a run's --durations, issue 34), longest first. They run
+# first, then the other modules with slow tests, then the rest: pytest-xdist's worksteal hands
+# each worker a share of the list in this order and an idle worker takes the end of a busy
+# one's, so the run ends on short tests on every core instead of one long test on one core.
+LONGEST_FIRST = (
+    "tests/test_benchmarks_smoke.py",
+    "tests/test_benchmarks_soak.py",
+    "tests/test_benchmarks_soak_h2.py",
+    "tests/test_fleet_clear_calls_smoke.py",
+    "tests/conformance/test_cache_tests.py",
+    "tests/fleet/test_checker_peers.py",
+    "tests/test_packaging.py",
+    "tests/store/shared/test_pages.py",
+    "tests/fleet/test_checker.py",
+    "tests/fleet/test_checker_disk.py",
+    "tests/fleet/test_peer_nodes.py",
+    "tests/test_shared_tier.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering (module-scoped parameters)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules in LONGEST_FIRST order, then the modules with a slow test, then the others;
+    each module's tests stay together and in their order (module-scoped fixtures start once)."""
+    rank: dict[str, tuple[int, int]] = {}
+    for index, item in enumerate(items):
+        module = item.nodeid.split("::", 1)[0]
+        first = rank.get(module, (len(LONGEST_FIRST) + 1, index))
+        if module in LONGEST_FIRST:
+            group = LONGEST_FIRST.index(module)
+        elif item.get_closest_marker("slow") is not None:
+            group = len(LONGEST_FIRST)
+        else:
+            group = first[0]
+        rank[module] = (min(group, first[0]), first[1])
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (*rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
+
 
 @dataclass
 class Seen:

@@ -156,11 +156,13 @@ def free_port() -> int:
 async def test_a_port_in_use_stops_start_up_and_leaves_nothing_listening(
     tmp_path: Path, origin: Origin
 ) -> None:
-    edge_port = free_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         api_port = taken.getsockname()[1]
+        # Chosen while the API's port is held, so the OS cannot hand out the same one (a CI
+        # run got it twice: a config error, not the start-up error under test).
+        edge_port = free_port()
         config = make_config(
             tmp_path,
             origin.url,

@@ -16,7 +16,7 @@ counts are in benchmarks/README.md, "Fleet checker").
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -62,6 +62,26 @@ def assert_sound(history: History, faults: tuple[str, ...]) -> None:
     # Purges of every kind but all (decision 0026) were mixed in, and answered 200 too.
     kinds = {clear.kind.split()[0] for clear in history.clears if clear.status == 200}
     assert {"clear", "url", "prefix", "tag"} <= kinds, history.report()
+
+
+async def run_until(
+    checker: Checker,
+    *,
+    min_clears: int,
+    rounds: int = 2,
+    seen: Callable[[History], bool] = lambda history: True,
+    max_rounds: int = 5,
+) -> History:
+    """Every fault once a round, at least ``rounds`` rounds, and on until ``min_clears``
+    clears and purges were answered 200 and the history shows what the test looks for
+    (``seen``), but never more than ``max_rounds`` rounds: a run that still lacks it then fails
+    the test's own assertions. Each round checks the reads after its last fault too."""
+    history = await checker.run(FAULTS, rounds=rounds)
+    done = rounds
+    while done < max_rounds and (history.confirmed < min_clears or not seen(history)):
+        history = await checker.run(FAULTS)
+        done += 1
+    return history
 
 
 def after(history: History, kind: str) -> float:
