@@ -75,6 +75,7 @@ class Origin:
         stale: Sequence[str] = (),
         large: Sequence[str] = (),
         unstored: Sequence[str] = (),
+        varied: Sequence[str] = (),
     ) -> None:
         self.versions = dict.fromkeys(domains, 1)
         self.pages: dict[str, int] = {}  # "DOMAIN/PAGE" -> its own version
@@ -85,6 +86,8 @@ class Origin:
         self.failing: set[str] = set()  # "DOMAIN/PAGE" answered 500 (set by a test)
         self.large = frozenset(large)  # pages whose body is ``large_body``, not the version
         self.unstored = frozenset(unstored)  # pages answered with Cache-Control: no-store
+        # Pages that vary on Accept-Language: the body is the version and the language asked.
+        self.varied = frozenset(varied)
         self.held: dict[str, asyncio.Event] = {}  # "DOMAIN/PAGE" answered once set (tests)
         self.seen: list[tuple[str, str | None, int]] = []  # "DOMAIN/PAGE", If-None-Match, status
         self.schemes: list[tuple[str, str | None]] = []  # "DOMAIN/PAGE", X-Forwarded-Proto
@@ -140,6 +143,10 @@ class Origin:
             return web.Response(status=status, headers=headers)
         if page in self.large:
             return web.Response(body=large_body(domain, page, version), headers=headers)
+        if page in self.varied:
+            headers["Vary"] = "Accept-Language"
+            language = request.headers.get("Accept-Language", "-")
+            return web.Response(text=f"{version} {language}", headers=headers)
         return web.Response(text=str(version), headers=headers)
 
 
@@ -228,12 +235,18 @@ class Cluster:
         stale: Sequence[str] = (),
         large: Sequence[str] = (),
         unstored: Sequence[str] = (),
+        varied: Sequence[str] = (),
     ) -> None:
         self.directory = directory
         self.domains = tuple(domains)
         self.timing = timing or Timing()
         self.origin = Origin(
-            self.domains, validated=validated, stale=stale, large=large, unstored=unstored
+            self.domains,
+            validated=validated,
+            stale=stale,
+            large=large,
+            unstored=unstored,
+            varied=varied,
         )
         self.disk = disk  # a shared tier (cache.disk_path) on every edge node
         self.valkey_port = free_port()
