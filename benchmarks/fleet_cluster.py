@@ -76,6 +76,7 @@ class Origin:
         large: Sequence[str] = (),
         unstored: Sequence[str] = (),
         varied: Sequence[str] = (),
+        wordy: Sequence[str] = (),
     ) -> None:
         self.versions = dict.fromkeys(domains, 1)
         self.pages: dict[str, int] = {}  # "DOMAIN/PAGE" -> its own version
@@ -88,6 +89,7 @@ class Origin:
         self.unstored = frozenset(unstored)  # pages answered with Cache-Control: no-store
         # Pages that vary on Accept-Language: the body is the version and the language asked.
         self.varied = frozenset(varied)
+        self.wordy = frozenset(wordy)  # pages whose text is long enough to compress
         self.held: dict[str, asyncio.Event] = {}  # "DOMAIN/PAGE" answered once set (tests)
         self.seen: list[tuple[str, str | None, int]] = []  # "DOMAIN/PAGE", If-None-Match, status
         self.schemes: list[tuple[str, str | None]] = []  # "DOMAIN/PAGE", X-Forwarded-Proto
@@ -143,6 +145,8 @@ class Origin:
             return web.Response(status=status, headers=headers)
         if page in self.large:
             return web.Response(body=large_body(domain, page, version), headers=headers)
+        if page in self.wordy:
+            return web.Response(text=f"version {version}. " * 400, headers=headers)
         if page in self.varied:
             headers["Vary"] = "Accept-Language"
             language = request.headers.get("Accept-Language", "-")
@@ -236,6 +240,7 @@ class Cluster:
         large: Sequence[str] = (),
         unstored: Sequence[str] = (),
         varied: Sequence[str] = (),
+        wordy: Sequence[str] = (),
     ) -> None:
         self.directory = directory
         self.domains = tuple(domains)
@@ -247,6 +252,7 @@ class Cluster:
             large=large,
             unstored=unstored,
             varied=varied,
+            wordy=wordy,
         )
         self.disk = disk  # a shared tier (cache.disk_path) on every edge node
         self.valkey_port = free_port()
@@ -257,6 +263,7 @@ class Cluster:
         self.edges: list[Edge] = []
         self.token = ""
         self.edge_extra = ""  # more [edge] lines for every edge node
+        self.domain_extra = ""  # more lines for every [[domains]] table of every node
 
     async def start(self) -> None:
         await self.origin.start()
@@ -298,7 +305,8 @@ class Cluster:
     def _common(self, fleet_url: str, node: str) -> str:
         timing = self.timing
         text = "".join(
-            f'[[domains]]\nname = "{d}"\norigin = "{self.origin.url}"\n' for d in self.domains
+            f'[[domains]]\nname = "{d}"\norigin = "{self.origin.url}"\n{self.domain_extra}'
+            for d in self.domains
         )
         text += f'[fleet]\nurl = "{fleet_url}"\nnode = "{node}"\nlease = {timing.lease}\n'
         text += f"renew = {timing.renew}\nclear_timeout = {timing.clear_timeout}\n"

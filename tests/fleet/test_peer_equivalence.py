@@ -1,19 +1,23 @@
 """Through a peer as against the origin (issue 33, decision 0047): conditional requests,
-Range, HEAD, Vary and soft purges answer a client of a node the same when the key's owner is
-another node (a peer fill) as when the node owns the key (it asks the origin itself).
+Range, HEAD, Vary, compressed copies and soft purges answer a client of a node the same when
+the key's owner is another node (a peer fill) as when the node owns the key (it asks the
+origin itself).
 
-Three real edge nodes with peer fills, one Valkey, a control plane and one origin. Each
-request shape is sent to edge0 twice: for a page edge1 owns, and for a page of the same origin
-behaviour that edge0 owns. The two answers must agree on status, body and the fields a client
-acts on; only Date, Age and Cache-Status (which names the peer) may differ.
+Three real edge nodes with peer fills (compressing into br and gzip), one Valkey, a control
+plane and one origin. Each request shape is sent to edge0 twice: for a page edge1 owns, and for
+a page of the same origin behaviour that edge0 owns. The two answers must agree on status, body
+and the fields a client acts on; only Date, Age and Cache-Status (which names the peer) may
+differ.
 """
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import brotli
 import pytest
 
 from benchmarks.fleet_cluster import Edge
@@ -23,10 +27,18 @@ from tests.fleet.test_peer_nodes import api_post, origin_asks, peers_ready
 pytestmark = pytest.mark.slow  # real processes
 
 # The fields a client acts on, compared between the two answers.
-COMPARED = ("Content-Length", "Content-Range", "ETag", "Vary", "Cache-Control", "Accept-Ranges")
+COMPARED = (
+    "Content-Length",
+    "Content-Range",
+    "Content-Encoding",
+    "ETag",
+    "Vary",
+    "Cache-Control",
+    "Accept-Ranges",
+)
 
 # For each shape: a page edge1 owns (a peer fill for edge0) and one edge0 owns (its own).
-SHAPES = ("conditional", "range", "head", "vary", "soft")
+SHAPES = ("conditional", "range", "head", "vary", "soft", "compressed")
 PAGES = {shape: (fresh_page(owned_by="edge1"), fresh_page(owned_by="edge0")) for shape in SHAPES}
 
 
@@ -38,8 +50,11 @@ async def cluster(tmp_path: Path) -> AsyncIterator[PeerCluster]:
         workers=(1, 1, 1),
         validated=[page for shape in ("conditional", "soft") for page in PAGES[shape]],
         varied=PAGES["vary"],
+        wordy=PAGES["compressed"],
     )
     started.peer_timeout = 3.0  # a loaded machine is slow to answer
+    started.domain_extra = 'compress = ["br", "gzip"]\n'
+
     try:
         await started.start()
         yield started
@@ -112,8 +127,19 @@ async def test_requests_through_a_peer_answer_as_through_the_origin(
     for page in PAGES["vary"]:  # one origin request a language, for the fleet
         assert origin_asks(cluster, page) == 2, page
 
+    # Compressed copies: each coding asked, the same bytes through the owner as from the
+    # node's own fill (the edge compresses once per coding, decision 0035).
+    text = b"version 1. " * 400
+    for coding, expected in (("gzip", gzip.decompress), ("br", brotli.decompress)):
+        for _ in range(2):  # the fill, then the node's copy
+            answer = same(await both(edge, "compressed", **{"Accept-Encoding": coding}))
+            assert answer[2]["Content-Encoding"] == coding, answer[2]
+            assert expected(answer[1]) == text
+    plain = same(await both(edge, "compressed", **{"Accept-Encoding": "identity"}))
+    assert plain[:2] == (200, text) and plain[2]["Content-Encoding"] is None
+
     # The origin was asked the same number of times for both pages of each shape.
-    for shape in ("conditional", "head", "vary"):
+    for shape in ("conditional", "head", "vary", "compressed"):
         peer, own = PAGES[shape]
         assert origin_asks(cluster, peer) == origin_asks(cluster, own), shape
     assert origin_asks(cluster, peer_page) >= 1 and origin_asks(cluster, own_page) >= 1
