@@ -32,9 +32,9 @@ from proxy.core.peer import PeerScheme, PurgeLabel, owner_of
 from proxy.fleet.member import FleetMember
 from proxy.fleet.peers import live_peers
 from proxy.fleet.scripts import FleetScripts
-from proxy.store.memory import MemoryStore
 from proxy.wire.peer import LABEL_HEADER, SCHEME_HEADER, pack_label, pack_scheme
 from tests.fleet.conftest import settings
+from tests.fleet.peer_support import StandInServer, live_stand_in
 from tests.polling import until
 
 pytestmark = pytest.mark.slow  # real processes
@@ -220,28 +220,14 @@ async def test_a_tag_purge_covers_the_copy_a_node_filled_from_the_owner(
     assert (status, body) == (200, str(version)), cache
 
 
-class StandIn:
+class StandIn(StandInServer):
     """An owner that answers every GET with ``body`` and the label it is set to."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.body = "stale"
         self.label: str | None = None
         self.asked: list[tuple[str, str | None]] = []  # path, CDN-Loop
-        self.url = ""
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/{rest:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.asked.append((request.path, request.headers.get("CDN-Loop")))
@@ -255,20 +241,8 @@ class StandIn:
 async def stand_in(cluster: PeerCluster) -> AsyncIterator[tuple[StandIn, FleetMember]]:
     """The stand-in owner, a live member of the fleet as node ``fake`` taking peer fills."""
     server = StandIn()
-    await server.start()
-    member = FleetMember(
-        settings=settings(valkey_url(cluster), peer_fill=True),
-        store=MemoryStore(max_bytes=1 << 20),
-        domains=(D,),
-        node="fake",
-        advertise=server.url,
-    )
-    try:
-        await member.start()
+    async with live_stand_in(server, valkey_url(cluster), node="fake", domains=(D,)) as member:
         yield server, member
-    finally:
-        await member.close()
-        await server.close()
 
 
 async def test_an_owners_answer_is_used_only_with_a_usable_label(

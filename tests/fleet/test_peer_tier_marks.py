@@ -33,13 +33,12 @@ from benchmarks.peer_fill_latency import NODES, D, PeerCluster, fresh_page, read
 from proxy.core.peer import PurgeLabel
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.fleet.member import FleetMember
-from proxy.store.memory import MemoryStore
 from proxy.store.shared import pages
 from proxy.store.shared.node_writes import FleetBatch, NodeWrite
 from proxy.store.shared.purge_state import PurgeStateStore
 from proxy.store.shared.tier import STAMP_FILE
 from proxy.wire.peer import pack_label
-from tests.fleet.conftest import settings
+from tests.fleet.peer_support import live_stand_in
 from tests.fleet.test_peer_nodes import StandIn, clear, origin_asks, peers_ready, valkey_url
 from tests.polling import until
 
@@ -62,20 +61,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[PeerCluster]:
 async def stand_in(cluster: PeerCluster) -> AsyncIterator[tuple[StandIn, FleetMember]]:
     """The stand-in owner, a live member of the fleet as node ``fake`` taking peer fills."""
     server = StandIn()
-    await server.start()
-    member = FleetMember(
-        settings=settings(valkey_url(cluster), peer_fill=True),
-        store=MemoryStore(max_bytes=1 << 20),
-        domains=(D,),
-        node="fake",
-        advertise=server.url,
-    )
-    try:
-        await member.start()
+    async with live_stand_in(server, valkey_url(cluster), node="fake", domains=(D,)) as member:
         yield server, member
-    finally:
-        await member.close()
-        await server.close()
 
 
 def write_as_another_worker(directory: Path, batch: FleetBatch) -> None:

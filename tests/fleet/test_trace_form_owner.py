@@ -19,36 +19,23 @@ from proxy.core.peer import PeerScheme
 from proxy.fleet.figures import FleetFigures
 from proxy.fleet.member import FleetMember
 from proxy.fleet.scripts import FleetScripts, connect
-from proxy.store.memory import MemoryStore
 from proxy.wire.peer import SCHEME_HEADER, pack_scheme, unpack_scheme
 from tests.dashboard.support import DashboardFactory, Page
-from tests.fleet.conftest import DOMAINS, LEASE, Fleet, settings
+from tests.fleet.conftest import DOMAINS, LEASE, Fleet
+from tests.fleet.peer_support import StandInServer, live_stand_in
 from tests.polling import until
 
 TRACE = "/dashboard/domains/trace"
 
 
-class Owner:
+class Owner(StandInServer):
     """A stand-in owner: ``held`` paths answer 200 to a peer's only-if-cached request."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.held: set[str] = set()
         self.key: str | None = None  # the fleet's peer key, once the member has read it
         self.asked: list[tuple[str, str | None, str | None]] = []  # path, CDN-Loop, claim
-        self.url = ""
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/{rest:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.Response:
         claim = request.headers.get(SCHEME_HEADER)
@@ -67,20 +54,8 @@ class Owner:
 async def owner(fleet: Fleet) -> AsyncIterator[tuple[Owner, FleetMember]]:
     """The stand-in, a live member of the fleet as node ``edge-7`` taking peer fills."""
     server = Owner()
-    await server.start()
-    member = FleetMember(
-        settings=settings(fleet.server.url, peer_fill=True),
-        store=MemoryStore(max_bytes=1 << 20),
-        domains=DOMAINS,
-        node="edge-7",
-        advertise=server.url,
-    )
-    try:
-        await member.start()
+    async with live_stand_in(server, fleet.server.url, node="edge-7", domains=DOMAINS) as member:
         yield server, member
-    finally:
-        await member.close()
-        await server.close()
 
 
 @pytest.fixture
