@@ -13,6 +13,8 @@ from proxy.fleet.member import FleetMember
 from proxy.store.memory import MemoryStore
 from tests.fleet.conftest import settings
 
+STAND_IN_LEASE = 3.0
+
 
 class StandInServer:
     """An HTTP server on loopback whose every GET goes to ``_handle`` (subclasses answer)."""
@@ -42,10 +44,15 @@ async def live_stand_in(
     server: StandInServer, valkey_url: str, *, node: str, domains: Sequence[str]
 ) -> AsyncIterator[FleetMember]:
     """``server`` started, and a live member of the fleet at ``valkey_url`` as ``node``,
-    taking peer fills at the server's URL; both closed at the end."""
+    taking peer fills at the server's URL; both closed at the end.
+
+    Its lease is long (3 s, not the fleet tests' 0.6 s): on a loaded machine a renewal late by
+    more than 0.6 s drops the stand-in from the nodes' owner lists for a moment (decision
+    0047, the renewal flicker), and a test that counts what the stand-in was asked would fail
+    for it. It still renews every 0.15 s and applies every purge, as any member."""
     await server.start()
     member = FleetMember(
-        settings=settings(valkey_url, peer_fill=True),
+        settings=settings(valkey_url, peer_fill=True, lease=STAND_IN_LEASE),
         store=MemoryStore(max_bytes=1 << 20),
         domains=tuple(domains),
         node=node,
