@@ -56,6 +56,28 @@ class Applied:
     epoch: str | None
     seq: int
     generations: Mapping[str, int]
+    # Domains the member took on after it had applied purges of this epoch (a config
+    # reload; a start from a record of workers that did not serve them): the clears and
+    # purges of theirs numbered up to ``seq`` were never applied by it. Its next sync clears
+    # them, numbered ``seq``, before anything else of theirs is written, so that the shared
+    # tier's fleet mark (store/shared/node_writes.py) is never moved past a write nobody
+    # made (decision 0052).
+    learned: frozenset[str] = frozenset()
+
+
+def for_domains(applied: Applied, domains: Sequence[str]) -> Applied:
+    """``applied`` for a member that now serves ``domains``: a domain it did not have enters
+    at generation 0, learned when the member has applied something of the epoch already (a
+    number above 0; before its first sync, or at the start of an epoch, there is nothing it
+    could have missed). A domain it no longer serves leaves, so that added again it is
+    learned again."""
+    generations = {d: applied.generations.get(d, 0) for d in domains}
+    learned = applied.learned.intersection(domains)
+    if applied.epoch is not None and applied.seq > 0:
+        learned |= {d for d in domains if d not in applied.generations}
+    if learned == applied.learned and generations == applied.generations:
+        return applied  # the same object: a renewal changes nothing (the tier's record is kept)
+    return Applied(applied.epoch, applied.seq, generations, frozenset(learned))
 
 
 NOTHING_APPLIED = Applied(epoch=None, seq=0, generations={})
@@ -93,6 +115,9 @@ class SyncPlan:
     # (their generation did not move): what was purged is unknown, not everything. A store
     # that can revalidate its entries may distrust them instead (decision 0040).
     unknown: tuple[str, ...] = ()
+    # Of ``clear``, the member's learned domains (``Applied.learned``): cleared as of the
+    # sync's number, whatever their generation.
+    learned: tuple[str, ...] = ()
 
 
 def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
@@ -105,7 +130,11 @@ def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
         generations = dict(result.generations or {})
         new = Applied(epoch=result.epoch, seq=result.seq, generations=generations)
         return SyncPlan(clear_all=True, clear=(), applied=new, ack=True)
+    learned = tuple(sorted(applied.learned))
     if result.generations is None or result.seq == applied.seq:
+        if learned:  # nothing new of the fleet: the learned domains are cleared all the same
+            known = Applied(applied.epoch, applied.seq, applied.generations)
+            return SyncPlan(False, clear=learned, applied=known, ack=False, learned=learned)
         return SyncPlan(clear_all=False, clear=(), applied=applied, ack=False)
     # A domain whose generation moved, or whose records the member needs were dropped
     # (its floor is above what the member applied), is cleared; a clear now covers every
@@ -116,6 +145,7 @@ def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
             for domain, generation in result.generations.items()
             if applied.generations.get(domain, 0) != generation
             or result.floors.get(domain, 0) > applied.seq
+            or domain in applied.learned
         )
     )
     steps = tuple(
@@ -126,9 +156,19 @@ def plan_sync(applied: Applied, result: SyncResult) -> SyncPlan:
     generations = {**applied.generations, **result.generations}
     new = Applied(epoch=applied.epoch, seq=result.seq, generations=generations)
     purges = steps_after_clears(steps, changed)
-    unknown = tuple(d for d in changed if applied.generations.get(d, 0) == result.generations[d])
+    unknown = tuple(
+        d
+        for d in changed
+        if applied.generations.get(d, 0) == result.generations[d] and d not in applied.learned
+    )
     return SyncPlan(
-        clear_all=False, clear=changed, applied=new, ack=True, purges=purges, unknown=unknown
+        clear_all=False,
+        clear=changed,
+        applied=new,
+        ack=True,
+        purges=purges,
+        unknown=unknown,
+        learned=tuple(d for d in learned if d in changed),
     )
 
 
@@ -155,8 +195,8 @@ def plan_hints(applied: Applied, hints: Sequence[ClearHint]) -> SyncPlan | None:
     the last one and be acknowledged, as a sync would have done. None when they do not (a
     hint was lost, the epoch changed, or the member has not synced yet): the member syncs.
     Hints for clears it has already applied are skipped."""
-    if applied.epoch is None:
-        return None
+    if applied.epoch is None or applied.learned:
+        return None  # a learned domain is cleared by a sync first
     seq = applied.seq
     generations = dict(applied.generations)
     cleared: list[str] = []

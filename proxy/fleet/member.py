@@ -33,6 +33,7 @@ from proxy.core.lease import (
     Applied,
     ClearHint,
     SyncPlan,
+    for_domains,
     lease_deadline,
     may_serve,
     plan_hints,
@@ -144,12 +145,22 @@ class FleetMember:
         """The domains this process serves, after a config reload (decision 0020). An added
         domain enters ``applied.generations`` at 0, so a hint that clears it is applied to the
         store before it is acknowledged (a domain missing there would be acked unapplied);
-        if its fleet generation is not 0, the next sync clears it once more, harmlessly. A
-        removed domain leaves, so that added again it starts at 0 again. No await: a sync
-        in flight applies its result to this state, which only ever clears more."""
+        if its fleet generation is not 0, the next sync clears it once more, harmlessly. It
+        is also learned (``core.lease.for_domains``): the purges of it the member passed
+        while it did not serve it were never applied here, so a sync is asked for at once,
+        which clears it before anything else of it is written (decision 0052). A removed
+        domain leaves, so that added again it starts again. No await: a sync in flight
+        applies its result to this state, which only ever clears more."""
         self.domains = tuple(domains)
-        generations = {d: self.applied.generations.get(d, 0) for d in self.domains}
-        self.applied = Applied(self.applied.epoch, self.applied.seq, generations)
+        self.applied = for_domains(self.applied, self.domains)
+        if self.applied.learned:
+            self._must_sync = True
+            self._hint.set()
+
+    def adopt(self, applied: Applied) -> None:
+        """Start from ``applied`` (what the node's shared tier applied, store/shared/applied.py,
+        which its writer may have kept for other domains): before ``start``."""
+        self.applied = for_domains(applied, self.domains)
 
     async def start(self) -> None:
         """Connect, try a first sync (a failure leaves the member fenced, and the loop keeps
@@ -281,7 +292,9 @@ class FleetMember:
             result = local.purge_now(record.domain, record.purge)
             figures.append((step.number, result.entries, result.bytes, result.exact))
             self.purges_applied += 1
-        self.applied = plan.applied
+        # A domain a reload added while the batch was written is not in the plan's
+        # generations: it stays learned, for the next sync.
+        self.applied = for_domains(plan.applied, self.domains)
         return figures
 
     def _distrust(self, plan: SyncPlan, clear: Sequence[str]) -> dict[str, ClearResult]:
@@ -454,7 +467,11 @@ def node_batch(
         if records.get(step.number) is None:
             unread[step.domain] = max(unread.get(step.domain, 0), step.number)
     writes = []
+    learned = set(plan.learned)
     for domain in clear:
+        if domain in learned:  # cleared as of the batch's number (decision 0052)
+            writes.append(NodeWrite(domain, applied.seq))
+            continue
         if domain in unknown:
             writes.append(NodeWrite(domain, applied.seq, distrust=True))
             continue

@@ -178,6 +178,7 @@ class FleetPurger:
             bytes_dropped=0 if figures is None else figures.bytes,
             acked=done.acked,
             live=done.live,
+            epoch=record.epoch,
         )
 
     async def purge(self, domain: str, purge: Purge) -> PurgeResult:
@@ -202,7 +203,7 @@ class FleetPurger:
             figures = await scripts.figures(recorded.number)
         except (FleetUnavailable, WireError):  # the purge is done; only its figures are unknown
             figures = None
-        return purge_receipt(
+        receipt = purge_receipt(
             domain,
             purge,
             number=recorded.number,
@@ -212,6 +213,7 @@ class FleetPurger:
             live=done.live,
             seconds=time.perf_counter() - started,
         )
+        return replace(receipt, epoch=recorded.epoch)
 
     async def _dry_run(self, domain: str, purge: Purge, started: float) -> PurgeResult:
         """Not a fleet operation: every live member not fenced is asked to count what the

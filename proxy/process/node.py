@@ -28,14 +28,12 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from proxy.config.diff import ConfigChange
 from proxy.config.model import Config, FleetConfig
 from proxy.config.values import Listen
-from proxy.core.purge.purges import Purge, PurgeResult
 from proxy.edge.access_log import check_destination
 from proxy.errors import WireError
 from proxy.fleet.figures import FleetFigures
@@ -44,6 +42,7 @@ from proxy.fleet.scripts import FleetScripts
 from proxy.fleet.settings import FleetSettings
 from proxy.observe.telemetry import Telemetry
 from proxy.process import startup
+from proxy.process.control_purger import SharedFirstPurger
 from proxy.process.listeners import Draining, ProcessContext, StartError, control_listening
 from proxy.process.node_figures import node_telemetry
 from proxy.process.node_trace import asker, shared_held
@@ -52,9 +51,8 @@ from proxy.process.service import open_node_tier
 from proxy.process.supervisor import Workers
 from proxy.process.worker import fleet_settings
 from proxy.process.worker_args import WorkerArgs
-from proxy.store.base import ClearResult, Position, Purger
+from proxy.store.base import Purger
 from proxy.store.shared import SharedTier
-from proxy.store.shared.sweep import held as held_entries
 from proxy.store.shared.sweep import sweeping
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
@@ -194,40 +192,6 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
             yield tier
     finally:
         await asyncio.to_thread(tier.close)
-
-
-class SharedFirstPurger:
-    """The control plane's purger on a node whose fleet is its own embedded Valkey: every
-    clear and purge is made durable in the node's shared tier, here, before the fleet's
-    workers are told, so the tier's purge state holds every purge this node ever answered
-    200, even one made while no worker was live. That is what lets a worker trust the tier
-    across the embedded Valkey's restarts (a new epoch at every start of the node:
-    proxy/store/shared/applied.py). The workers apply each purge too (harmless twice)."""
-
-    def __init__(self, purger: FleetPurger, tier: SharedTier) -> None:
-        self._purger = purger
-        self._tier = tier
-
-    @property
-    def name(self) -> str | None:
-        return self._purger.name
-
-    async def clear_domain(self, domain: str) -> ClearResult:
-        tier = self._tier
-        held = await tier.run(
-            lambda: held_entries(tier, domain)
-        )  # what the clear drops from the tier
-        await tier.clear_domain_async(domain)  # None: the tier stopped itself (0030)
-        result = await self._purger.clear_domain(domain)  # with the workers' copies
-        return replace(result, entries_dropped=result.entries_dropped + held)
-
-    async def purge(self, domain: str, purge: Purge) -> PurgeResult:
-        if not purge.dry_run:
-            await self._tier.purge_async(domain, purge)
-        return await self._purger.purge(domain, purge)
-
-    async def position(self, domain: str) -> Position:
-        return await self._purger.position(domain)
 
 
 @asynccontextmanager

@@ -147,7 +147,9 @@ async def _join(
     if isinstance(local, TieredStore):
         # The shared tier's own record of what it applied: the first sync brings it only
         # what it missed (proxy/store/shared/applied.py), so a restart keeps it warm.
-        member.applied = await _tier_applied(config, local, member) or member.applied
+        applied = await _tier_applied(config, local, member)
+        if applied is not None:
+            member.adopt(applied)
     await member.start()  # a first sync that fails leaves it fenced, and it keeps trying
     stack.push_async_callback(member.close)
     if isinstance(local, TieredStore):
@@ -158,10 +160,9 @@ async def _join(
 async def _tier_applied(config: Config, store: TieredStore, member: FleetMember) -> Applied | None:
     """Where the member starts from: what the shared tier applied. With the node's own
     embedded Valkey, which starts empty with the node (a new epoch), the tier's purge state
-    holds every purge the node ever answered (the control plane writes it first:
-    node.SharedFirstPurger), so the member starts at the new epoch's beginning and applies
-    only what the new Valkey has seen; with a Valkey of its own, a new epoch means purges
-    may have been lost, and the first sync distrusts the tier (revalidated before it is
+    holds every purge the node ever answered (process/control_purger.py), so the member
+    starts at the new epoch's beginning and applies only what the new Valkey has seen;
+    with a Valkey of its own, a new epoch means purges may have been lost, and the first sync distrusts the tier (revalidated before it is
     served: decision 0040)."""
     applied = load_applied(store.tier.directory)
     assert config.fleet is not None

@@ -41,6 +41,7 @@ class ClearResult:
     bytes_dropped: int = 0  # the bytes of those entries (a fleet member's figures)
     acked: int | None = None  # a fleet clear: the live edge processes that applied it
     live: int | None = None  # a fleet clear: the edge processes whose lease was live
+    epoch: str | None = None  # a fleet clear: the fleet's epoch its number belongs to
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,7 @@ class PurgeResult:
     # processes asked. None: one process, no fleet.
     acked: int | None = None
     live: int | None = None
+    epoch: str | None = None  # a fleet purge: the fleet's epoch its number belongs to
     # A fleet purge (decision 0026): how many of the ``acked`` processes reported their
     # entries and bytes with their ack (the figures above are their sum); a fleet dry run:
     # how many of the ``live`` ones answered (the figures are the sum of their caches').

@@ -50,7 +50,10 @@ def save_applied(directory: Path, applied: Applied) -> None:
     entries are emptied anyway (decision 0030), and a record lost only applies more."""
     if applied.epoch is None:
         return
-    record = {"epoch": applied.epoch, "seq": applied.seq, "generations": dict(applied.generations)}
+    # A learned domain (core/lease.py) is left out: a worker that starts from this record
+    # learns it again, and clears it before it writes anything of it (decision 0052).
+    generations = {d: g for d, g in applied.generations.items() if d not in applied.learned}
+    record = {"epoch": applied.epoch, "seq": applied.seq, "generations": generations}
     tmp = directory / f"{APPLIED_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(record))
     os.replace(tmp, directory / APPLIED_FILE)
