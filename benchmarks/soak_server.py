@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import sys
@@ -75,7 +76,10 @@ class SoakServer:
             f'[[domains]]\nname = "{name}"\norigin = "{origin_url}"\nread_timeout = 10\n'
             for name in domains
         )
-        directory.mkdir(parents=True, exist_ok=True)
+        # A run starts from nothing: a directory left by an earlier run with the same --out
+        # holds its tokens (a second "soak" token is refused) and its cache.
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
         # --disk: the shared tier, as config/proxy.toml turns it on (a directory per node).
         disk = (
             ""

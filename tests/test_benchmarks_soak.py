@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.soak_server import SoakServer
+
 # slow: a benchmark run, if short; not in the quick subset (README)
 pytestmark = pytest.mark.slow
 
@@ -78,3 +80,22 @@ def test_a_short_soak_reports_no_stale_read_and_no_unexpected_5xx(tmp_path: Path
         memory["max_bytes"] + gauges["request_buffer_max_bytes"] + gauges["purge_state_max_bytes"]
     )
     assert memory["rss_max"] - memory["rss_first"] <= budgets + RSS_SLACK, (memory, budgets)
+
+
+def test_a_soak_server_starts_from_an_empty_directory(tmp_path: Path) -> None:
+    """A second run with the same --out used to stop at once: the first run's state database
+    held its "soak" token, and creating it again was refused."""
+    directory = tmp_path / "server"
+    directory.mkdir()
+    (directory / "state.db").write_bytes(b"an earlier run's tokens")
+    (directory / "cache").mkdir()
+    server = SoakServer(
+        directory,
+        origin_url="http://127.0.0.1:9",
+        domains=("a.test",),
+        max_bytes=1 << 20,
+        workers=1,
+        cpu="0",
+    )
+    assert sorted(p.name for p in directory.iterdir()) == ["proxy.toml"]
+    assert 'name = "a.test"' in server.config.read_text()
