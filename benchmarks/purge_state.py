@@ -21,6 +21,8 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +57,21 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def measure(count: int, samples: int) -> tuple[list[float], list[float], list[float]]:
+@dataclass(frozen=True)
+class Measured:
     """Each purge's time, its CPU time (without the fsync's wait: what the purge state costs
-    to rewrite), and the first lookup's after it, in milliseconds."""
+    to rewrite), and the first lookup's after it, in milliseconds; what a process holds of the
+    domain's state once parsed, and what the purge state counts against its budget, in MB."""
+
+    purges: list[float]
+    cpu: list[float]
+    lookups: list[float]
+    parsed_mb: float
+    counted_mb: float
+
+
+def measure(count: int, samples: int) -> Measured:
+    """One size: see ``Measured``."""
     from proxy.core.purge.purges import Purge
     from proxy.store.shared import SharedTier
 
@@ -67,7 +81,11 @@ def measure(count: int, samples: int) -> tuple[list[float], list[float], list[fl
         )
         try:
             populate(tier, count)
-            tier.lookup(DOMAIN, "/warm")
+            tracemalloc.start()
+            tier.lookup(DOMAIN, "/warm")  # the first lookup parses the domain's URL purges
+            parsed = tracemalloc.get_traced_memory()[0] / 1e6
+            tracemalloc.stop()
+            counted = tier.purges.usage()[0] / 1e6
             purges, cpu, lookups = [], [], []
             for n in range(samples):
                 started, on_cpu = time.perf_counter(), time.process_time()
@@ -78,7 +96,7 @@ def measure(count: int, samples: int) -> tuple[list[float], list[float], list[fl
                 purges.append((purged - started) * 1000)
                 cpu.append((cpu_done - on_cpu) * 1000)
                 lookups.append((looked - purged) * 1000)
-            return purges, cpu, lookups
+            return Measured(purges, cpu, lookups, parsed, counted)
         finally:
             tier.close()
 
@@ -93,14 +111,16 @@ def main() -> None:
         sys.path.insert(0, str(args.root.resolve()))
     print(
         f"{'URL purges':>10}  {'purge p50':>9}  {'purge p99':>9}  {'CPU p99':>9}  "
-        f"{'lookup p50':>10}  {'lookup p99':>10}  (ms, {args.samples} samples)"
+        f"{'lookup p50':>10}  {'lookup p99':>10}  (ms, {args.samples} samples)  "
+        "parsed MB  counted MB"
     )
     for size in (int(s) for s in args.sizes.split(",")):
-        purges, cpu, lookups = measure(size, args.samples)
+        m = measure(size, args.samples)
         print(
-            f"{size:>10}  {statistics.median(purges):9.2f}  {percentile(purges, 0.99):9.2f}  "
-            f"{percentile(cpu, 0.99):9.2f}  "
-            f"{statistics.median(lookups):10.2f}  {percentile(lookups, 0.99):10.2f}",
+            f"{size:>10}  {statistics.median(m.purges):9.2f}  {percentile(m.purges, 0.99):9.2f}  "
+            f"{percentile(m.cpu, 0.99):9.2f}  "
+            f"{statistics.median(m.lookups):10.2f}  {percentile(m.lookups, 0.99):10.2f}  "
+            f"{m.parsed_mb:>27.1f}  {m.counted_mb:>10.1f}",
             flush=True,
         )
 
