@@ -4,22 +4,31 @@ itself and says so in Cache-Status.
 
 Real processes: a node with ``workers = 2`` and a shared tier, requests on connections of their
 own (the kernel picks the worker), and the origin counting what it was asked.
+
+Two nodes for the module, one with the default lock timeout and one with ``LOCK_TIMEOUT``,
+each shared by the tests that need it (issue 34: a node of two workers takes seconds to
+start); each test asks for a URL of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from aiohttp import web
 
 from tests.conftest import Origin
 from tests.nodes import Node, write_config
-from tests.test_shared_tier import get_fresh
+from tests.test_shared_tier import get_fresh, served
 
-pytestmark = pytest.mark.slow  # nodes of real processes
+# slow: nodes of real processes. One event loop for the module: its nodes outlive each test.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 CLIENTS = 16  # concurrent misses: the chance that all reach one worker is 2**-15
 SLOW = 0.5  # seconds the origin takes to answer
@@ -36,16 +45,46 @@ def config(tmp_path: Path, origin: Origin, *, lock_timeout: float | None = None)
     return write_config(tmp_path, origin.url, workers=2, cache=cache, extra=extra)
 
 
+@dataclass
+class Running:
+    node: Node
+    origin: Origin
+
+
+@contextlib.asynccontextmanager
+async def running(directory: Path, *, lock_timeout: float | None) -> AsyncIterator[Running]:
+    """A node of two workers with a shared tier, on an origin of its own."""
+    async with served(Origin()) as origin:
+        node = await Node.start(config(directory, origin, lock_timeout=lock_timeout))
+        try:
+            yield Running(node, origin)
+        finally:
+            await node.kill()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def default_node(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    async with running(tmp_path_factory.mktemp("default"), lock_timeout=None) as started:
+        yield started
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def short_lock_node(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    """``[cache] lock_timeout = LOCK_TIMEOUT``."""
+    async with running(tmp_path_factory.mktemp("short-lock"), lock_timeout=LOCK_TIMEOUT) as started:
+        yield started
+
+
 async def test_concurrent_misses_on_two_workers_make_one_origin_request(
-    tmp_path: Path, origin: Origin, nodes: list[Node]
+    default_node: Running,
 ) -> None:
+    node, origin = default_node.node, default_node.origin
+
     async def slow(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(SLOW)  # the origin's pace, not a synchronisation
         return web.Response(text="the one body", headers={"Cache-Control": "max-age=600"})
 
     origin.route("/slow", slow)
-    node = await Node.start(config(tmp_path, origin))
-    nodes.append(node)
     answers = await asyncio.gather(*(get_fresh(node, "/slow") for _ in range(CLIENTS)))
     assert origin.count("/slow") == 1, answers
     assert {(status, body) for status, _, body in answers} == {(200, "the one body")}
@@ -62,8 +101,10 @@ async def test_concurrent_misses_on_two_workers_make_one_origin_request(
 
 
 async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_the_lock_timeout(
-    tmp_path: Path, origin: Origin, nodes: list[Node]
+    short_lock_node: Running,
 ) -> None:
+    node, origin = short_lock_node.node, short_lock_node.origin
+
     asked = asyncio.Event()
     release = asyncio.Event()
 
@@ -74,8 +115,6 @@ async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_th
         return web.Response(text="answered", headers={"Cache-Control": "max-age=600"})
 
     origin.route("/hang", hangs_first)
-    node = await Node.start(config(tmp_path, origin, lock_timeout=LOCK_TIMEOUT))
-    nodes.append(node)
     # The lock timeout runs from the leader's fill marker (made after this), not from each
     # waiter's arrival: a waiter that came later gives up sooner after its own start.
     leader_began = time.monotonic()
@@ -110,12 +149,13 @@ async def test_a_leader_that_never_finishes_lets_the_other_worker_fetch_after_th
 
 
 async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_timeout(
-    tmp_path: Path, origin: Origin, nodes: list[Node]
+    short_lock_node: Running,
 ) -> None:
     """Issue 23 §2: the in-process rule (follow a slow leader while its body makes progress)
     holds across workers. The body takes three lock timeouts to come, piece by piece: the
     other worker's requests wait for it (the leader's marker is renewed as it moves), and the
     origin is asked once."""
+    node, origin = short_lock_node.node, short_lock_node.origin
     pieces, piece = 20, b"0123456789abcdef" * 3200  # 51,200 bytes each
 
     async def trickle(request: web.Request) -> web.StreamResponse:
@@ -128,8 +168,6 @@ async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_t
         return response
 
     origin.route("/trickle", trickle)
-    node = await Node.start(config(tmp_path, origin, lock_timeout=LOCK_TIMEOUT))
-    nodes.append(node)
     began = time.monotonic()
     answers = await asyncio.gather(*(get_fresh(node, "/trickle") for _ in range(CLIENTS)))
     assert time.monotonic() - began >= 3 * LOCK_TIMEOUT  # the body did outlast the timeout
@@ -141,13 +179,12 @@ async def test_a_slow_leader_whose_body_keeps_coming_is_followed_past_the_lock_t
     assert 'cdn-proxy; fwd=uri-miss; collapsed; detail="disk"' in statuses, statuses
 
 
-async def test_a_stale_entry_is_revalidated_once_for_the_node(
-    tmp_path: Path, origin: Origin, nodes: list[Node]
-) -> None:
+async def test_a_stale_entry_is_revalidated_once_for_the_node(default_node: Running) -> None:
     """A stale entry with a validator, asked for at once on both workers, costs the origin one
     conditional request: the revalidation is led for the node as a fill is, and the other
     worker serves the entry its 304 refreshed (after a Valkey loss every entry of the tier is
     stale in this way)."""
+    node, origin = default_node.node, default_node.origin
     conditional: list[str] = []
 
     async def validated(request: web.Request) -> web.StreamResponse:
@@ -159,8 +196,6 @@ async def test_a_stale_entry_is_revalidated_once_for_the_node(
         return web.Response(text="v1 body", headers={"Cache-Control": "max-age=0", "ETag": '"v1"'})
 
     origin.route("/validated", validated)
-    node = await Node.start(config(tmp_path, origin))
-    nodes.append(node)
     status, cache_status, body = await get_fresh(node, "/validated")
     assert (status, body) == (200, "v1 body") and "stored" in cache_status, cache_status
     answers = await asyncio.gather(*(get_fresh(node, "/validated") for _ in range(CLIENTS)))

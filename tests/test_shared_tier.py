@@ -9,14 +9,18 @@ its embedded Valkey), a real origin that counts what it is asked, a real directo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 from aiohttp import web
 
 from tests.conftest import Origin
@@ -174,39 +178,89 @@ async def test_a_disk_hit_is_then_served_from_memory_by_the_fast_path(
     assert 'cdn_proxy_tier_hits_total{tier="memory"} 2.0' in metrics
 
 
-PURGES: dict[str, tuple[str, dict[str, Any]]] = {
-    "clear-cache": ("/api/v1/cdn/clear-cache", {"domain": "example.com"}),
-    "url": ("/api/v1/cdn/purge", {"domain": "example.com", "urls": ["/p/x"]}),
-    "prefix": ("/api/v1/cdn/purge", {"domain": "example.com", "prefixes": ["/p/"]}),
-    "tag": ("/api/v1/cdn/purge", {"domain": "example.com", "tags": ["t1"]}),
-    "soft": ("/api/v1/cdn/purge", {"domain": "example.com", "urls": ["/p/x"], "soft": True}),
-    "all": ("/api/v1/cdn/purge", {"domain": "example.com", "all": True}),
-}
+def purge_of(kind: str, page: str, tag: str) -> tuple[str, dict[str, Any]]:
+    """The API call of each kind that covers ``page`` (``/DIR/p/x``, tagged ``tag``)."""
+    prefix = page.rsplit("/", 1)[0] + "/"
+    calls: dict[str, tuple[str, dict[str, Any]]] = {
+        "clear-cache": ("/api/v1/cdn/clear-cache", {"domain": "example.com"}),
+        "url": ("/api/v1/cdn/purge", {"domain": "example.com", "urls": [page]}),
+        "prefix": ("/api/v1/cdn/purge", {"domain": "example.com", "prefixes": [prefix]}),
+        "tag": ("/api/v1/cdn/purge", {"domain": "example.com", "tags": [tag]}),
+        "soft": ("/api/v1/cdn/purge", {"domain": "example.com", "urls": [page], "soft": True}),
+        "all": ("/api/v1/cdn/purge", {"domain": "example.com", "all": True}),
+    }
+    return calls[kind]
 
 
-@pytest.mark.parametrize("kind", sorted(PURGES))
-@pytest.mark.parametrize("workers", [1, 2])
+PURGE_KINDS = ("all", "clear-cache", "prefix", "soft", "tag", "url")
+
+
+@dataclass
+class KilledAndRestarted:
+    """A node on one directory, shared by the tests of one worker count: each kills it
+    (kill -9) and starts it again, which leaves it running for the next."""
+
+    node: Node
+    config: Path
+    secret: str
+    origin: Origin
+
+
+@contextlib.asynccontextmanager
+async def served(origin: Origin) -> AsyncIterator[Origin]:
+    """``origin`` on a listener of its own (loopback), for a whole module."""
+    app = web.Application()
+    app.router.add_route("*", r"/{tail:[\s\S]*}", origin.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    origin.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield origin
+    finally:
+        await runner.cleanup()
+
+
+@pytest_asyncio.fixture(
+    scope="module", loop_scope="module", params=[1, 2], ids=["workers=1", "workers=2"]
+)
+async def killed_and_restarted(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[KilledAndRestarted]:
+    directory = tmp_path_factory.mktemp("killed")
+    async with served(Origin()) as origin:
+        config = tiered_config(directory, origin, workers=request.param)
+        secret = await token(directory)
+        shared = KilledAndRestarted(await Node.start(config), config, secret, origin)
+        try:
+            yield shared
+        finally:
+            await shared.node.kill()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("kind", PURGE_KINDS)
 async def test_a_purge_answered_200_holds_after_a_kill_right_behind_it(
-    tmp_path: Path, origin: Origin, nodes: list[Node], kind: str, workers: int
+    killed_and_restarted: KilledAndRestarted, kind: str
 ) -> None:
-    serve(origin, "/p/x", tag="t1")
-    serve(origin, "/keep")
-    config = tiered_config(tmp_path, origin, workers=workers)
-    secret = await token(tmp_path)
-    node = await start(nodes, config)
-    for target in ("/p/x", "/keep"):
-        assert (await get_fresh(node, target))[0] == 200
-    path, body = PURGES[kind]
-    assert await post(node, secret, path, body) == 200
-    await node.kill()  # at once: nothing written behind the 200 gets a chance
-    node = await start(nodes, config)
-    status, cache_status, text = await get_fresh(node, "/p/x")
-    assert (status, text) == (200, "body of /p/x")
+    """Each kind on pages of its own (``/KIND/...``), on the node the kinds share."""
+    shared, page, keep, tag = killed_and_restarted, f"/{kind}/p/x", f"/{kind}/keep", f"t-{kind}"
+    origin = shared.origin
+    serve(origin, page, tag=tag)
+    serve(origin, keep)
+    for target in (page, keep):
+        assert (await get_fresh(shared.node, target))[0] == 200
+    path, body = purge_of(kind, page, tag)
+    assert await post(shared.node, shared.secret, path, body) == 200
+    await shared.node.kill()  # at once: nothing written behind the 200 gets a chance
+    shared.node = await Node.start(shared.config)
+    status, cache_status, text = await get_fresh(shared.node, page)
+    assert (status, text) == (200, f"body of {page}")
     assert "hit" not in cache_status.split("; ")[1:], cache_status  # the origin was asked
-    assert origin.count("/p/x") == 2
+    assert origin.count(page) == 2
     if kind not in ("clear-cache", "all"):  # what the purge did not cover is still a hit
-        assert (await get_fresh(node, "/keep"))[1] == DISK_HIT
-        assert origin.count("/keep") == 1
+        assert (await get_fresh(shared.node, keep))[1] == DISK_HIT
+        assert origin.count(keep) == 1
 
 
 async def test_a_second_node_on_the_same_directory_exits_2_naming_it(

@@ -5,6 +5,9 @@ agree with ``cdn-proxy purge``'s), and the Domains page (B8).
 Real processes: the node (``cdn-proxy serve``) with its workers and embedded Valkey, an admin
 made with ``cdn-proxy admin create``, a real origin; the dashboard is read over HTTP with a
 cookie jar, as a browser signs in and posts its forms.
+
+The tests share the module's node and signed-in session (issue 34: a node of two workers
+takes seconds to start); each reads what its own steps changed.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from tests.conftest import Origin
 from tests.dashboard.support import ADMIN, PASSWORD, Element, parse_html
 from tests.nodes import ENV, Node, write_config
 from tests.polling import until
-from tests.test_shared_tier import get_fresh, serve
+from tests.test_shared_tier import get_fresh, serve, served
 
-pytestmark = pytest.mark.slow  # a node of real processes
+# slow: a node of real processes. One event loop for the module: its node outlives each test.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 CLI = (sys.executable, "-m", "proxy")
 
 
@@ -35,6 +40,7 @@ class Browser:
 
     client: aiohttp.ClientSession
     node: Node
+    origin: Origin
 
     @property
     def api(self) -> str:
@@ -72,31 +78,44 @@ async def admin(config: Path) -> None:
     assert made.returncode == 0, err.decode()
 
 
-@pytest.fixture
-async def signed_in(tmp_path: Path, origin: Origin, nodes: list[Node]) -> AsyncIterator[Browser]:
-    serve(origin, *(f"/page/{n}" for n in range(4)))
-    config = write_config(
-        tmp_path,
-        origin.url,
-        workers=2,
-        cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"',
-        extra='backup_origins = ["http://127.0.0.1:9"]',
-    )
-    await admin(config)
-    node = await Node.start(config)
-    nodes.append(node)
-    jar = aiohttp.CookieJar(unsafe=True)  # cookies of 127.0.0.1
-    async with aiohttp.ClientSession(cookie_jar=jar) as client:
-        async with client.get(node.api + "/dashboard/sign-in") as response:
-            form = parse_html(await response.text())
-        signin = {
-            "csrf": form.find("input", name="csrf").attrs["value"],
-            "username": ADMIN,
-            "password": PASSWORD,
-        }
-        async with client.post(node.api + "/dashboard/sign-in", data=signin) as response:
-            assert response.status == 200, await response.text()
-        yield Browser(client, node)
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def signed_in(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Browser]:
+    directory = tmp_path_factory.mktemp("node")
+    async with served(Origin()) as origin:
+        serve(origin, *(f"/page/{n}" for n in range(4)))
+        config = write_config(
+            directory,
+            origin.url,
+            workers=2,
+            cache=f'disk_path = "{directory / "cache"}"\ndisk_max_bytes = "64MiB"',
+            extra='backup_origins = ["http://127.0.0.1:9"]',
+        )
+        await admin(config)
+        node = await Node.start(config)
+        try:
+            jar = aiohttp.CookieJar(unsafe=True)  # cookies of 127.0.0.1
+            async with aiohttp.ClientSession(cookie_jar=jar) as client:
+                async with client.get(node.api + "/dashboard/sign-in") as response:
+                    form = parse_html(await response.text())
+                signin = {
+                    "csrf": form.find("input", name="csrf").attrs["value"],
+                    "username": ADMIN,
+                    "password": PASSWORD,
+                }
+                async with client.post(node.api + "/dashboard/sign-in", data=signin) as response:
+                    assert response.status == 200, await response.text()
+                yield Browser(client, node, origin)
+        finally:
+            await node.kill()
+
+
+async def history_rows(browser: Browser) -> list[Element]:
+    """The records the History page shows, newest first (not its "Nothing has been cleared
+    yet" row)."""
+    status, page = await browser.get("/dashboard/history")
+    assert status == 200, page.text
+    rows: list[Element] = page.find("table", class_="history").find("tbody").find_all("tr")
+    return [row for row in rows if row.find_all(data_testid="kind")]
 
 
 async def test_history_shows_a_dry_run_of_a_node_with_workers(signed_in: Browser) -> None:
@@ -106,6 +125,7 @@ async def test_history_shows_a_dry_run_of_a_node_with_workers(signed_in: Browser
     node = signed_in.node
     for n in range(4):
         assert (await get_fresh(node, f"/page/{n}"))[0] == 200
+    before = len(await history_rows(signed_in))
     status, page = await signed_in.post(
         "/dashboard/domains/purge",
         {"domain": "example.com", "kind": "prefix", "items": "/page/"},
@@ -113,9 +133,9 @@ async def test_history_shows_a_dry_run_of_a_node_with_workers(signed_in: Browser
     assert status == 200, page.text
     edge = page.find(data_testid="edge").text
     assert edge == "counted in the caches of 2 of 2 live edge processes", edge
-    status, page = await signed_in.get("/dashboard/history")
-    assert status == 200, page.text
-    [row] = page.find("table", class_="history").find("tbody").find_all("tr")
+    rows = await history_rows(signed_in)
+    assert len(rows) == before + 1  # the dry run's record, and nothing else
+    row = rows[0]
     assert "dry run" in row.find(data_testid="kind").text
     assert row.find(data_testid="edge").text == "2 of 2 counted"
 
@@ -126,13 +146,13 @@ def cell(page: Element, domain: str, test_id: str) -> str:
 
 
 async def test_the_domains_page_after_a_clear_shows_what_can_still_answer(
-    signed_in: Browser, origin: Origin
+    signed_in: Browser,
 ) -> None:
     """B8: right after its own "Cache cleared" banner the Domains page showed the entries of
     the edge processes' last reports, made before the clear ("12 entries, 112.0 KiB"). What a
     report made before the clear counts can never answer again: it now counts none. The page
     also names every origin server, and says where the shared tier (disk) is counted."""
-    node = signed_in.node
+    node, origin = signed_in.node, signed_in.origin
 
     async def stored() -> bool:
         for n in range(4):
@@ -201,6 +221,5 @@ async def test_a_purge_with_workers_shows_one_series_of_numbers(signed_in: Brows
     assert number > before
     stamp = datetime.fromtimestamp(number / 1_000_000, UTC)
     assert cell.text == stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
-    _, history = await signed_in.get("/dashboard/history")
-    newest = history.find("table", class_="history").find("tbody").find_all("tr")[0]
+    newest = (await history_rows(signed_in))[0]
     assert f"purge {cell.text}" in newest.find(data_testid="receipt").text

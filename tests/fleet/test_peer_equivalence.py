@@ -8,23 +8,27 @@ plane and one origin. Each request shape is sent to edge0 twice: for a page edge
 a page of the same origin behaviour that edge0 owns. The two answers must agree on status, body
 and the fields a client acts on; only Date, Age and Cache-Status (which names the peer) may
 differ.
+
+The tests share the module's cluster (issue 34: a cluster takes seconds to start): each
+reads pages of its own shapes only, and purges only those.
 """
 
 from __future__ import annotations
 
 import gzip
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import brotli
 import pytest
+import pytest_asyncio
 
 from benchmarks.fleet_cluster import Edge
 from benchmarks.peer_fill_latency import NODES, D, PeerCluster, fresh_page
 from tests.fleet.test_peer_nodes import api_post, origin_asks, peers_ready
 
-pytestmark = pytest.mark.slow  # real processes
+# slow: real processes. One event loop for the module: its cluster outlives each test.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 # The fields a client acts on, compared between the two answers.
 COMPARED = (
@@ -42,10 +46,10 @@ SHAPES = ("conditional", "range", "head", "vary", "soft", "compressed")
 PAGES = {shape: (fresh_page(owned_by="edge1"), fresh_page(owned_by="edge0")) for shape in SHAPES}
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[PeerCluster]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PeerCluster]:
     started = PeerCluster(
-        tmp_path,
+        tmp_path_factory.mktemp("peers"),
         domains=(D,),
         workers=(1, 1, 1),
         validated=[page for shape in ("conditional", "soft") for page in PAGES[shape]],

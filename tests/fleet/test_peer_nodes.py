@@ -10,6 +10,12 @@ is asked (benchmarks/fleet_cluster.py).
   purge answered 200 no node serves the old object through it. That owner is a stand-in
   (an HTTP server of the test, a real fleet member in Valkey), since a node of ours never
   answers with a label older than what it had applied.
+
+The module starts two clusters, without a shared tier and with one (``disk``), and its tests
+share them (issue 34: a cluster takes seconds to start). Each test starts from a known state:
+every node running and listed, pages never read before (``fresh_page``), and figures taken
+as the difference from before the test's own reads. A node a test killed or stopped runs
+again for the next (``every_node_running``).
 """
 
 from __future__ import annotations
@@ -17,27 +23,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
+import pytest_asyncio
 from aiohttp import web
 
 from benchmarks.fleet_cluster import Cluster, Edge, large_body
 from benchmarks.peer_fill_latency import NODES, D, PeerCluster, fresh_page, read
 from proxy.cli.trace import describe
 from proxy.core.peer import PeerScheme, PurgeLabel, owner_of
+from proxy.errors import WireError
 from proxy.fleet.member import FleetMember
 from proxy.fleet.peers import live_peers
-from proxy.fleet.scripts import FleetScripts
+from proxy.fleet.scripts import FleetScripts, MembersView
 from proxy.wire.peer import LABEL_HEADER, SCHEME_HEADER, pack_label, pack_scheme
+from proxy.wire.reports import unpack_member_info
 from tests.fleet.conftest import settings
 from tests.fleet.peer_support import StandInServer, live_stand_in
 from tests.polling import until
 
-pytestmark = pytest.mark.slow  # real processes
+# slow: real processes. One event loop for the module: its clusters outlive each test.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 PROXY = "127.0.0.2"  # the trusted proxy in front of every node (a loopback address)
 # Pages edge1 owns: answered no-store; and of 300 kB, streamed into the shared tier as they
@@ -47,48 +57,129 @@ LARGE_PAGES = tuple(fresh_page(owned_by="edge1") for _ in range(3))
 
 
 async def peers_ready(cluster: Cluster, nodes: tuple[str, ...], edges: list[Edge]) -> None:
-    """Valkey lists ``nodes`` as the live peer nodes, and each of ``edges`` has had a fill
-    from another node (its own list has been read since)."""
+    """Valkey lists ``nodes`` as the live peer nodes, each of ``edges`` has read its own list
+    since, and has had a fill from every other node of the cluster (a node restarted by an
+    earlier test on the module's cluster too)."""
     scripts = FleetScripts.of(settings(valkey_url(cluster)))
     try:
 
-        async def listed() -> bool:
-            return set(live_peers(await scripts.members())) == set(nodes)
+        async def listed() -> MembersView | None:
+            view = await scripts.members()
+            return view if set(live_peers(view)) == set(nodes) else None
 
-        await until(listed, every=0.05)
+        view = await until(listed, every=0.05)
+        assert view is not None
     finally:
         await scripts.aclose()
+    await lists_read(cluster, {edge.node.name for edge in edges}, view.now_ms)
+    names = {edge.node.name for edge in cluster.edges}
     for edge in edges:
-        other = next(n for n in nodes if n != edge.node.name)
+        for other in (n for n in nodes if n != edge.node.name and n in names):
 
-        async def asked_a_peer(other: str = other, edge: Edge = edge) -> bool:
-            page = fresh_page(owned_by=other, nodes=nodes)
-            return f"peer={other}" in (await read(edge, page))[2]
+            async def asked_a_peer(other: str = other, edge: Edge = edge) -> bool:
+                page = fresh_page(owned_by=other, nodes=nodes)
+                return f"peer={other}" in (await read(edge, page))[2]
 
-        await until(asked_a_peer, every=0.05)
+            await until(asked_a_peer, every=0.05)
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[PeerCluster]:
-    """Three edge nodes of one worker; with the shared tier (``disk``) when the test asks."""
-    disk = getattr(request, "param", "memory") == "disk"
-    started = PeerCluster(
-        tmp_path,
+async def lists_read(cluster: Cluster, nodes: set[str], since_ms: int) -> None:
+    """Each process of ``nodes`` has read the live peer list after Valkey's time
+    ``since_ms``: it renewed after then, and once more (a sync renews, then reads the list;
+    the next sync starts once that read is done: proxy/fleet/member.py)."""
+    scripts = FleetScripts.of(settings(valkey_url(cluster)))
+    lease_ms = round(cluster.timing.lease * 1000)
+
+    async def renewed(after: dict[str, int]) -> dict[str, int] | None:
+        """Each live process's lease expiry, once every node has one and every one has an
+        expiry later than ``after`` gives for it (``since_ms`` and a lease when none)."""
+        expiries, seen = {}, set()
+        view = await scripts.members()
+        for row in (row for row in view.members if row.expires_ms > view.now_ms):
+            with contextlib.suppress(WireError):
+                node = unpack_member_info(row.info).node
+                if node in nodes:
+                    expiries[row.member] = row.expires_ms
+                    seen.add(node)
+        later = all(
+            expiry > after.get(member, since_ms + lease_ms) for member, expiry in expiries.items()
+        )
+        return expiries if seen == nodes and later else None
+
+    try:
+        first = await until(lambda: renewed({}), every=0.05)
+        assert first is not None
+        await until(lambda: renewed(first), every=0.05)
+    finally:
+        await scripts.aclose()
+
+
+@contextlib.asynccontextmanager
+async def started(cluster: PeerCluster) -> AsyncIterator[PeerCluster]:
+    """Three edge nodes of one worker each, started; closed at the end."""
+    cluster.peer_timeout = 3.0  # a loaded machine (CI runs two tests at once) is slow to answer
+    # A client at 127.0.0.2 is a trusted proxy, which may say a request is https; the nodes
+    # reach each other from 127.0.0.1, which is not.
+    cluster.edge_extra = f'trusted_proxies = ["{PROXY}/32"]\n'
+    try:
+        await cluster.start()
+        yield cluster
+    finally:
+        await cluster.close()
+
+
+def new_cluster(factory: pytest.TempPathFactory, *, disk: bool) -> PeerCluster:
+    directory = factory.mktemp("disk" if disk else "memory")
+    return PeerCluster(
+        directory,
         domains=(D,),
         workers=(1, 1, 1),
         disk=disk,
         large=LARGE_PAGES,
         unstored=UNSTORED_PAGES,
     )
-    started.peer_timeout = 3.0  # a loaded machine (CI runs two tests at once) is slow to answer
-    # A client at 127.0.0.2 is a trusted proxy, which may say a request is https; the nodes
-    # reach each other from 127.0.0.1, which is not.
-    started.edge_extra = f'trusted_proxies = ["{PROXY}/32"]\n'
-    try:
-        await started.start()
-        yield started
-    finally:
-        await started.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def memory_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PeerCluster]:
+    async with started(new_cluster(tmp_path_factory, disk=False)) as cluster:
+        yield cluster
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def disk_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PeerCluster]:
+    """With the shared tier on every node: started by the first test that asks for it."""
+    async with started(new_cluster(tmp_path_factory, disk=True)) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> PeerCluster:
+    """The module's cluster with the shared tier (``disk``) when the test asks, else the one
+    without."""
+    kind = getattr(request, "param", "memory")
+    found: PeerCluster = request.getfixturevalue(f"{kind}_cluster")
+    return found
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="module")
+async def every_node_running(cluster: PeerCluster) -> AsyncIterator[None]:
+    """Every node runs when a test starts: one an earlier test killed (kill -9) starts again
+    on the same ports (the test's ``peers_ready`` then waits until it is listed and answers
+    as an owner), and one it stopped (SIGSTOP) is continued at its end."""
+    for edge in cluster.edges:
+        if not edge.node.running:
+            await edge.node.start()
+    yield
+    for edge in cluster.edges:
+        if edge.node.stopped:
+            edge.node.signal(signal.SIGCONT)
+
+
+def unread(cluster: PeerCluster) -> int:
+    """The version of a page never read before: its domain's (a test before may have
+    cleared the domain on the module's cluster, after the origin's bump)."""
+    return cluster.origin.versions[D]
 
 
 def valkey_url(cluster: Cluster) -> str:
@@ -104,11 +195,11 @@ async def test_each_object_read_through_every_node_reaches_the_origin_about_once
     cluster: PeerCluster,
 ) -> None:
     await peers_ready(cluster, NODES, cluster.edges)
-    pages = [f"obj{i}" for i in range(30)]
+    pages = [fresh_page(owned_by=NODES[i % len(NODES)]) for i in range(30)]
     for page in pages:
         for edge in cluster.edges:
             status, body, cache = await read(edge, page)
-            assert (status, body) == (200, "1"), cache
+            assert (status, body) == (200, str(unread(cluster))), cache
     asks = sum(origin_asks(cluster, page) for page in pages)
     # Without peer fills: 90. On a failure, say why: a peer answer slower than peer_timeout
     # (kind "timeout") or refused ("label") in the nodes' reports, or revalidations (a node
@@ -133,7 +224,7 @@ async def test_a_killed_owner_costs_no_client_an_error(cluster: PeerCluster) -> 
     for page in pages:  # while the others still list it, and after
         for edge in cluster.edges[:2]:
             status, body, cache = await read(edge, page)
-            assert (status, body) == (200, "1"), cache
+            assert (status, body) == (200, str(unread(cluster))), cache
             assert "peer=edge2" not in cache
     # A node that finds nothing listening at the owner passes it over and asks the key's
     # next owner (the same on both nodes) at once: one origin request a key for the fleet.
@@ -180,7 +271,7 @@ async def test_a_purge_answered_200_holds_through_the_owner(cluster: PeerCluster
     running, stopped = fresh_page(owned_by="edge1"), fresh_page(owned_by="edge1")
     for page in (running, stopped):
         for edge in cluster.edges:
-            assert (await read(edge, page))[:2] == (200, "1")
+            assert (await read(edge, page))[:2] == (200, str(unread(cluster)))
     version = cluster.origin.bump(D, [running])
     await purge(cluster, running)
     for edge in cluster.edges:
@@ -212,7 +303,7 @@ async def test_a_tag_purge_covers_the_copy_a_node_filled_from_the_owner(
     page = fresh_page(owned_by="edge1")
     edge = cluster.edges[0]
     status, body, cache = await read(edge, page)
-    assert (status, body) == (200, "1") and "peer=edge1" in cache, cache
+    assert (status, body) == (200, str(unread(cluster))) and "peer=edge1" in cache, cache
     assert "hit" in (await read(edge, page))[2]
     version = cluster.origin.bump(D, [page])
     await api_post(cluster, "purge", {"domain": D, "tags": [page]})
@@ -220,11 +311,17 @@ async def test_a_tag_purge_covers_the_copy_a_node_filled_from_the_owner(
     assert (status, body) == (200, str(version)), cache
 
 
+_stand_ins = itertools.count()
+
+
 class StandIn(StandInServer):
-    """An owner that answers every GET with ``body`` and the label it is set to."""
+    """An owner that answers every GET with ``body`` and the label it is set to. Each is a
+    node of a name of its own (``fake0``, ``fake1``...), so that the figures of a test name
+    its own stand-in (the module's clusters outlive the tests)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.node = f"fake{next(_stand_ins)}"
         self.body = "stale"
         self.label: str | None = None
         self.asked: list[tuple[str, str | None]] = []  # path, CDN-Loop
@@ -237,11 +334,12 @@ class StandIn(StandInServer):
         return web.Response(text=self.body, headers=headers)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")  # the test's loop, which serves it
 async def stand_in(cluster: PeerCluster) -> AsyncIterator[tuple[StandIn, FleetMember]]:
-    """The stand-in owner, a live member of the fleet as node ``fake`` taking peer fills."""
+    """The stand-in owner, a live member of the fleet as its node taking peer fills."""
     server = StandIn()
-    async with live_stand_in(server, valkey_url(cluster), node="fake", domains=(D,)) as member:
+    url = valkey_url(cluster)
+    async with live_stand_in(server, url, node=server.node, domains=(D,)) as member:
         yield server, member
 
 
@@ -249,7 +347,7 @@ async def test_an_owners_answer_is_used_only_with_a_usable_label(
     cluster: PeerCluster, stand_in: tuple[StandIn, FleetMember]
 ) -> None:
     server, member = stand_in
-    nodes = (*NODES, "fake")
+    nodes = (*NODES, server.node)
     edge = cluster.edges[0]
     await peers_ready(cluster, nodes, [edge])
     # A purge answered 200: every node applied it; the stand-in's labels say otherwise.
@@ -264,7 +362,7 @@ async def test_an_owners_answer_is_used_only_with_a_usable_label(
         "peer-label/9 " + epoch + f" {number}",  # a later version this build cannot read
     ):
         server.label = label
-        page = fresh_page(owned_by="fake", nodes=nodes)
+        page = fresh_page(owned_by=server.node, nodes=nodes)
         before = len(server.asked)
         for _ in range(2):  # neither served nor stored: the second read is the origin's copy
             status, body, cache = await read(edge, page)
@@ -273,19 +371,21 @@ async def test_an_owners_answer_is_used_only_with_a_usable_label(
         assert origin_asks(cluster, page) == 1
     # The control: a label at or above what the node applied is used, and the body kept.
     server.label = pack_label(PurgeLabel(epoch, member.applied.seq))
-    page = fresh_page(owned_by="fake", nodes=nodes)
+    page = fresh_page(owned_by=server.node, nodes=nodes)
     status, body, cache = await read(edge, page)
-    assert (status, body) == (200, "stale") and 'detail="peer=fake"' in cache, cache
+    assert (status, body) == (200, "stale") and f'detail="peer={server.node}"' in cache, cache
     assert "hit" in (await read(edge, page))[2]
     assert origin_asks(cluster, page) == 0
     assert server.asked[-1] == (f"/{D}/{page}", "cdn-proxy")  # marked for the loop guard
 
     async def counted() -> bool:  # /metrics: the answers refused, by asking node and peer
         text = await metrics(cluster)
-        return 'cdn_proxy_peer_errors_total{kind="label",node="edge0",peer="fake"} 4.0' in text
+        labels = f'{{kind="label",node="edge0",peer="{server.node}"}}'
+        return f"cdn_proxy_peer_errors_total{labels} 4.0" in text
 
     await until(counted, every=0.1)
-    assert 'cdn_proxy_peer_requests_total{node="edge0",peer="fake"} 5.0' in await metrics(cluster)
+    labels = f'{{node="edge0",peer="{server.node}"}}'
+    assert f"cdn_proxy_peer_requests_total{labels} 5.0" in await metrics(cluster)
 
 
 async def clear(cluster: Cluster) -> None:
@@ -296,14 +396,14 @@ async def test_a_request_marked_with_the_fleets_cdn_loop_never_goes_to_a_peer(
     cluster: PeerCluster, stand_in: tuple[StandIn, FleetMember]
 ) -> None:
     server, member = stand_in
-    nodes = (*NODES, "fake")
+    nodes = (*NODES, server.node)
     edge = cluster.edges[0]
     await peers_ready(cluster, nodes, [edge])
     server.label = pack_label(PurgeLabel(member.applied.epoch or "", 10**9))
     asked = len(server.asked)
-    page = fresh_page(owned_by="fake", nodes=nodes)
+    page = fresh_page(owned_by=server.node, nodes=nodes)
     status, body, cache = await read(edge, page, **{"CDN-Loop": "other, cdn-proxy; v=1"})
-    assert (status, body) == (200, "1"), cache
+    assert (status, body) == (200, str(unread(cluster))), cache
     assert "peer=" not in cache
     assert len(server.asked) == asked  # the stand-in owner was not asked
     assert origin_asks(cluster, page) == 1
@@ -352,7 +452,7 @@ async def test_an_https_keyed_miss_is_filled_by_the_owner_of_its_https_key(
     await peers_ready(cluster, NODES, cluster.edges)
     page = https_page(owned_by="edge1")
     status, body, cache = await read_https(cluster.edges[0], page)
-    assert (status, body) == (200, "1") and 'detail="peer=edge1"' in cache, cache
+    assert (status, body) == (200, str(unread(cluster))) and 'detail="peer=edge1"' in cache, cache
     assert "hit" in (await read_https(cluster.edges[0], page))[2]  # its copy, keyed https
     assert "hit" in (await read_https(cluster.edges[1], page))[2]  # the owner's https copy
     assert cluster.origin.schemes.count((f"{D}/{page}", "https")) == 1
@@ -391,7 +491,7 @@ async def test_an_answer_the_owner_does_not_store_costs_the_origin_one_request(
     page = UNSTORED_PAGES[0]
     for asked in (1, 2):  # each miss: one origin request, through the owner
         status, body, cache = await read(edge, page)
-        assert (status, body) == (200, "1") and "peer=edge1" in cache, cache
+        assert (status, body) == (200, str(unread(cluster))) and "peer=edge1" in cache, cache
         assert origin_asks(cluster, page) == asked
 
 
@@ -403,7 +503,7 @@ async def test_a_large_object_through_its_owner_is_byte_exact_and_fetched_once(
     request for the fleet, the same bytes from every node."""
     await peers_ready(cluster, NODES, cluster.edges)
     page = LARGE_PAGES[0]
-    expected = large_body(D, page, 1)
+    expected = large_body(D, page, unread(cluster))
     for edge in (cluster.edges[0], cluster.edges[2], cluster.edges[0]):
         async with (
             aiohttp.ClientSession() as client,
@@ -429,14 +529,30 @@ async def test_metrics_show_owner_load_origin_requests_avoided_and_the_origin_of
 ) -> None:
     """12 objects read through all three nodes: each read a peer filled (Cache-Status names
     the owner) is an origin request avoided and one answer in the owner's load; most bytes
-    served did not come from the origin."""
+    served did not come from the origin. The figures are counted from a scrape before the
+    reads (the module's cluster served other tests before)."""
     await peers_ready(cluster, NODES, cluster.edges)
+
+    async def reported() -> str | None:  # a scrape with every node's report in it
+        text = await metrics(cluster)
+        served = samples(text, "cdn_proxy_served_bytes_total")
+        return text if all(f'{{node="{node}"}}' in served for node in NODES) else None
+
+    before = await until(reported, every=0.1)
+    assert before is not None
+
+    def grown(text: str, name: str) -> dict[str, float]:
+        earlier = samples(before, name)
+        return {
+            labels: value - earlier.get(labels, 0) for labels, value in samples(text, name).items()
+        }
+
     pages = [fresh_page(owned_by=node) for node in NODES for _ in range(4)]
     through: collections.Counter[str] = collections.Counter()  # owner -> peer fills used
     for page in pages:
         for edge in cluster.edges:
             status, body, cache = await read(edge, page)
-            assert (status, body) == (200, "1"), cache
+            assert (status, body) == (200, str(unread(cluster))), cache
             if "peer=" in cache:
                 through[cache.split("peer=")[1].split('"')[0]] += 1
     # 24 when every node lists every other all along (a node late to renew leaves the
@@ -444,17 +560,28 @@ async def test_metrics_show_owner_load_origin_requests_avoided_and_the_origin_of
     assert sum(through.values()) >= 20, through
     assert sum(origin_asks(cluster, page) for page in pages) <= 2 * len(pages)
 
-    async def counted() -> bool:  # each used peer fill, in the reports (peers_ready's too)
-        text = await metrics(cluster)
-        avoided = samples(text, "cdn_proxy_origin_requests_avoided_total")
-        answers = samples(text, "cdn_proxy_peer_answers_total")
-        return sum(avoided.values()) >= sum(through.values()) and all(
+    async def counted() -> str | None:  # each used peer fill, in the reports
+        text = await reported()
+        if text is None:
+            return None
+        avoided = grown(text, "cdn_proxy_origin_requests_avoided_total")
+        answers = grown(text, "cdn_proxy_peer_answers_total")
+        done = sum(avoided.values()) >= sum(through.values()) and all(
             answers.get(f'{{node="{node}"}}', 0) >= count for node, count in through.items()
         )
+        return text if done else None
 
-    await until(counted, every=0.1)
-    offload = samples(await metrics(cluster), "cdn_proxy_origin_offload")[""]
-    assert 0.5 < offload <= 1.0, offload
+    after = await until(counted, every=0.1)
+    assert after is not None
+    # The gauge: the share over every report listed ...
+    served = sum(samples(after, "cdn_proxy_served_bytes_total").values())
+    origin = sum(samples(after, "cdn_proxy_origin_bytes_total").values())
+    offload = samples(after, "cdn_proxy_origin_offload")[""]
+    assert offload == pytest.approx(1 - origin / served), (offload, served, origin)
+    # ... and over this test's reads: most bytes served did not come from the origin.
+    served = sum(grown(after, "cdn_proxy_served_bytes_total").values())
+    origin = sum(grown(after, "cdn_proxy_origin_bytes_total").values())
+    assert 0.5 < 1 - origin / served <= 1.0, (served, origin)
 
 
 async def test_peers_misses_during_the_owners_fill_follow_it(cluster: PeerCluster) -> None:
@@ -473,7 +600,7 @@ async def test_peers_misses_during_the_owners_fill_follow_it(cluster: PeerCluste
         await until(lambda: origin_asks(cluster, page) > 1, every=0.01, within=2.0)
     held.set()
     for status, body, cache in await asyncio.gather(*reads):
-        assert (status, body) == (200, "1"), cache
+        assert (status, body) == (200, str(unread(cluster))), cache
     assert origin_asks(cluster, page) == 1
 
 
@@ -515,7 +642,10 @@ async def test_the_trace_names_the_keys_owner_and_whether_it_answered(
     except AssertionError:
         raise AssertionError(said[-3:]) from None
     assert origin_asks(cluster, page) == 0  # the trace filled nothing
-    assert (await read(cluster.edges[2], page))[:2] == (200, "1")  # the owner fills it
+    assert (await read(cluster.edges[2], page))[:2] == (
+        200,
+        str(unread(cluster)),
+    )  # the owner fills it
     try:
         answer = await until(lambda: traced("holds it"), every=0.1)
     except AssertionError:

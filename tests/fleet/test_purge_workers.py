@@ -2,22 +2,28 @@
 its embedded Valkey, a real origin whose bodies carry a version the test bumps, and purges
 sent to the node's ``POST /api/v1/cdn/purge`` with a token. After the 200, no read of a
 covered page gets its old version, on either worker; the pages it does not cover are still
-hits on both (the origin sees no new request for them)."""
+hits on both (the origin sees no new request for them).
+
+The tests share the module's node (issue 34: a node of two workers takes seconds to start):
+each reads and purges pages of its own, under a path and with tags named for it."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import aiohttp
 import pytest
+import pytest_asyncio
 from aiohttp import web
 
 from tests.conftest import Origin
 from tests.nodes import Node, cli, write_config
+from tests.test_shared_tier import served
 
-# slow: nodes of several worker processes; not in the quick subset (README)
-pytestmark = pytest.mark.slow
+# slow: nodes of several worker processes; not in the quick subset (README). One event loop
+# for the module: its node outlives each test.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 HOST = {"Host": "example.com"}
 CONNECTIONS = 200  # fresh connections to reach both workers (the kernel spreads them)
@@ -25,38 +31,50 @@ PAGES = {"/assets/a.css": "t-a", "/assets/b.css": "t-b", "/index.html": "t-index
 
 
 class Pages:
-    """Origin routes whose body is their current version, tagged with Surrogate-Key."""
+    """Origin routes whose body is their current version, tagged with Surrogate-Key: PAGES
+    under ``/SPACE``, their tags prefixed ``SPACE-``."""
 
-    def __init__(self, origin: Origin) -> None:
-        self.versions = dict.fromkeys(PAGES, 1)
-        for target in PAGES:
+    def __init__(self, origin: Origin, space: str) -> None:
+        self.space = space
+        self.versions = {self.target(page): 1 for page in PAGES}
+        self.tags = {self.target(page): self.tag(tag) for page, tag in PAGES.items()}
+        for target in self.versions:
             origin.route(target, self.handle)
+
+    def target(self, page: str) -> str:
+        return f"/{self.space}{page}"
+
+    def tag(self, tag: str) -> str:
+        return f"{self.space}-{tag}"
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         target = request.path
-        headers = {"Cache-Control": "max-age=600", "Surrogate-Key": PAGES[target]}
+        headers = {"Cache-Control": "max-age=600", "Surrogate-Key": self.tags[target]}
         return web.Response(text=f"v{self.versions[target]}", headers=headers)
 
 
-@pytest.fixture
-async def config(tmp_path: Path, origin: Origin) -> Path:
-    return write_config(tmp_path, origin.url, workers=2)
+@dataclass
+class Running:
+    """The module's node of two workers (and its embedded Valkey), its origin and a token."""
+
+    node: Node
+    origin: Origin
+    token: str
 
 
-@pytest.fixture
-async def token(config: Path) -> str:
-    status, out, err = await cli(
-        "token", "create", "deploy", "--all-domains", "--config", str(config)
-    )
-    assert status == 0, err
-    return out.strip()
-
-
-@pytest.fixture
-async def node(config: Path, token: str) -> AsyncIterator[Node]:
-    started = await Node.start(config)
-    yield started
-    await started.kill()
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    async with served(Origin()) as origin:
+        config = write_config(tmp_path_factory.mktemp("node"), origin.url, workers=2)
+        status, out, err = await cli(
+            "token", "create", "deploy", "--all-domains", "--config", str(config)
+        )
+        assert status == 0, err
+        node = await Node.start(config)
+        try:
+            yield Running(node, origin, out.strip())
+        finally:
+            await node.kill()
 
 
 async def purge(node: Node, token: str, body: dict[str, object]) -> dict[str, object]:
@@ -87,10 +105,11 @@ async def read(node: Node, target: str) -> tuple[str, str]:
         return await response.text(), response.headers.get("Cache-Status", "")
 
 
-async def fill_both_workers(node: Node, origin: Origin) -> Pages:
-    """Every page with v1 in both workers' caches (the origin saw two fills of each)."""
-    pages = Pages(origin)
-    for target in PAGES:
+async def fill_both_workers(node: Node, origin: Origin, space: str) -> Pages:
+    """Every page of ``space`` with v1 in both workers' caches (the origin saw two fills of
+    each)."""
+    pages = Pages(origin, space)
+    for target in pages.versions:
         for _ in range(CONNECTIONS):
             assert (await read(node, target))[0] == "v1"
             if origin.count(target) == 2:
@@ -100,15 +119,16 @@ async def fill_both_workers(node: Node, origin: Origin) -> Pages:
 
 
 async def test_a_dry_run_through_the_api_is_counted_by_both_workers_and_changes_nothing(
-    node: Node, origin: Origin, token: str
+    running: Running,
 ) -> None:
-    """Each worker has its own cache, and both hold the two pages under /assets/."""
-    await fill_both_workers(node, origin)
-    receipt = await purge(node, token, {"prefixes": ["/assets/"], "dry_run": True})
+    """Each worker has its own cache, and both hold the two pages under /dry/assets/."""
+    node, origin, token = running.node, running.origin, running.token
+    pages = await fill_both_workers(node, origin, "dry")
+    receipt = await purge(node, token, {"prefixes": ["/dry/assets/"], "dry_run": True})
     assert (receipt["entries"], receipt["exact"], receipt["dry_run"]) == (4, True, True)
     assert (receipt["live"], receipt["reported"], receipt["acked"]) == (2, 2, None), receipt
-    assert sorted(receipt["sample"]) == ["/assets/a.css", "/assets/b.css"]  # type: ignore[call-overload]
-    for target in PAGES:
+    assert sorted(receipt["sample"]) == ["/dry/assets/a.css", "/dry/assets/b.css"]  # type: ignore[call-overload]
+    for target in pages.versions:
         seen = {await read(node, target) for _ in range(CONNECTIONS // 10)}
         assert {body for body, _ in seen} == {"v1"}
         assert all("hit" in status for _, status in seen), seen
@@ -125,28 +145,30 @@ async def test_a_dry_run_through_the_api_is_counted_by_both_workers_and_changes_
     ],
 )
 async def test_a_purge_is_true_on_both_workers(
-    node: Node,
-    origin: Origin,
-    token: str,
+    running: Running,
     kind: str,
     items: list[str],
     soft: bool,
     covered: set[str],
 ) -> None:
-    pages = await fill_both_workers(node, origin)  # each worker's own cache holds v1
-    for target in covered:
-        pages.versions[target] = 2
+    """The items and pages under ``/KIND`` (tags ``KIND-...``)."""
+    node, origin, token = running.node, running.origin, running.token
+    pages = await fill_both_workers(node, origin, kind)  # each worker's own cache holds v1
+    for page in covered:
+        pages.versions[pages.target(page)] = 2
 
     field = {"url": "urls", "prefix": "prefixes", "tag": "tags"}.get(kind)
-    body: dict[str, object] = {field: items} if field else {"all": True}
+    named = [pages.tag(item) if kind == "tag" else pages.target(item) for item in items]
+    body: dict[str, object] = {field: named} if field else {"all": True}
     receipt = await purge(node, token, {**body, "soft": soft})
     assert (receipt["kind"], receipt["soft"]) == (kind, soft)
     assert (receipt["acked"], receipt["live"], receipt["reported"]) == (2, 2, 2)
 
-    for target in PAGES:
+    for page in PAGES:
+        target = pages.target(page)
         seen = {await read(node, target) for _ in range(CONNECTIONS // 5)}
         bodies = {body for body, _ in seen}
-        if target in covered:
+        if page in covered:
             assert bodies == {"v2"}, target
             assert origin.count(target) <= 4  # each worker fetched v2 once (at most)
         else:
