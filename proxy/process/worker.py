@@ -162,8 +162,8 @@ async def _tier_applied(config: Config, store: TieredStore, member: FleetMember)
     embedded Valkey, which starts empty with the node (a new epoch), the tier's purge state
     holds every purge the node ever answered (process/control_purger.py), so the member
     starts at the new epoch's beginning and applies only what the new Valkey has seen;
-    with a Valkey of its own, a new epoch means purges may have been lost, and the first sync distrusts the tier (revalidated before it is
-    served: decision 0040)."""
+    with a Valkey of its own, a new epoch means purges may have been lost, and the first
+    sync distrusts the tier (revalidated before it is served: decision 0040)."""
     applied = load_applied(store.tier.directory)
     assert config.fleet is not None
     if applied is None or config.fleet.url is not None:
