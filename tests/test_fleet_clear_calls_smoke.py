@@ -25,9 +25,11 @@ def test_fleet_clear_calls_runs() -> None:
         timeout=240,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    # Three clears are fewer than the timer work of a loaded machine (Valkey's cron, the
+    # members' renewals), which grows with wall time: a difference can come out negative.
     assert re.search(
-        r"^members 2: instructions per clear: python [\d,]+ k \([\d,]+ k per member, purger"
-        r" included\), valkey [\d,]+ k",
+        r"^members 2: instructions per clear: python -?[\d,]+ k \(-?[\d,]+ k per member,"
+        r" purger included\), valkey -?[\d,]+ k",
         completed.stdout,
         re.MULTILINE,
     ), completed.stdout
