@@ -14,8 +14,8 @@ member's hint, apply and ack) and Valkey's (the scripts, the pub/sub). Timer wor
 cron, the members' renewals) grows with wall time and is not cancelled by the difference: with
 few clears on a loaded machine a figure can even come out negative, so measure with 100.
 Not counted: the HTTP API and the audit log of the control process (``benchmarks.fleet_clear``
-has them all, in milliseconds). ``--root`` runs another checkout's ``proxy`` package, to compare a change
-with what it replaces.
+has them all, in milliseconds). ``--root`` runs another checkout's ``proxy`` package, to
+compare a change with what it replaces.
 """
 
 from __future__ import annotations
