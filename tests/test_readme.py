@@ -11,7 +11,6 @@ import os
 import pty
 import re
 import select
-import socket
 import subprocess
 import sys
 import termios
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ports import free_ports as _free_ports
 from proxy.core.cache.freshness import HEURISTIC_FRACTION, HEURISTIC_MAX
 from proxy.core.purge.purges import PurgeResult
 from proxy.core.purge.receipts import describe, receipt
@@ -149,17 +149,6 @@ def test_every_relative_link_resolves(page: Path) -> None:
 
 
 # -- the README's commands, run as written -------------------------------------------------------
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _typed_on_a_terminal(argv: list[str], answers: list[tuple[str, str]]) -> tuple[int, str]:

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from benchmarks.ports import free_port
 from proxy.core.auth.tokens import Scope
 from proxy.process.service import Service, StartError, running
 from tests.conftest import Origin, make_config
@@ -144,13 +145,6 @@ async def test_the_dashboard_is_on_the_api_listener_only(
     api_host = service.api_url.removeprefix("http://")
     async with client.get(service.edge_url + "/dashboard", headers={"Host": api_host}) as r:
         assert r.status == 421
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_a_port_in_use_stops_start_up_and_leaves_nothing_listening(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from benchmarks.ports import free_port
 from proxy.core.purge.receipts import FIELDS
 from tests.api.purge_support import purge_node
 from tests.api.support import DOMAIN, OTHER, ApiFactory, recording_api
@@ -163,12 +163,6 @@ async def test_receipts_read_by_people_and_as_json_from_a_real_node(
 
         code, out, err = await cli("purge", DOMAIN, *base)  # as before: clear-cache
         assert (code, out, err) == (0, "Cache cleared\n", "")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def with_api_listen(config: Path, listen: str) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from benchmarks.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SUITE = REPO / ".cache" / "http-cache-tests" / "node_modules" / "http-cache-tests"
@@ -57,12 +58,6 @@ def suite_dir() -> Path:
 
 def suite_version(directory: Path) -> str:
     return str(json.loads((directory / "package.json").read_text())["version"])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def metadata(directory: Path) -> list[dict[str, Any]]:

@@ -4,10 +4,11 @@ benchmarks/failover.py), each counting what it answered."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import Counter
 
 from aiohttp import web
+
+from benchmarks.ports import free_port as _free_port
 
 
 class Killable:
@@ -69,10 +70,3 @@ class Refusing:
     def __init__(self) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

