@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import lmdb
@@ -57,7 +58,7 @@ from proxy.store.eviction.s3fifo import (
     MOVE_TO_MAIN,
     SMALL_RATIO,
 )
-from proxy.store.shared.evict import Admission
+from proxy.store.shared.evict import Admission, Evictor
 from proxy.store.shared.health import Health
 from proxy.store.shared.hits import MAX as MAX_COUNT
 from proxy.store.shared.hits import HitCounters
@@ -170,6 +171,14 @@ class S3FifoEvictor:
     def close(self) -> None:
         if self.counters is not None:
             self.counters.close()
+
+
+def hit_counter(evictor: Evictor) -> Callable[[int], None]:
+    """``evictor.hit``, or, for S3-FIFO's own (not a subclass's), its counters' ``hit``,
+    which is what it calls: one Python call less on every hit from the shared tier."""
+    if type(evictor) is S3FifoEvictor and evictor.counters is not None:
+        return evictor.counters.hit
+    return evictor.hit
 
 
 class _Pending:
