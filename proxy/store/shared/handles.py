@@ -33,7 +33,7 @@ from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import NodeLock, write_boot
 from proxy.store.shared.purge_state import PurgeStateStore
 from proxy.store.shared.records import KEY_FORMAT
-from proxy.store.shared.s3fifo import S3FifoEvictor, hit_counter
+from proxy.store.shared.s3fifo import S3FifoEvictor, own_counters
 from proxy.store.shared.tables import Removals
 
 FORMAT = b"format"  # the meta record naming the entry keys' layout
@@ -89,7 +89,7 @@ class TierHandles:
         self.db_meta = self._env.open_db(b"meta")
         self.capacity = pages.usable_bytes(max_bytes)  # entries' costs, and pages in use
         self.evictor.open(self._env, directory, self.capacity, self.health)  # its own databases
-        self._count_hit = hit_counter(self.evictor)  # ``evictor.hit``, maybe one call less
+        self._counters = own_counters(self.evictor)  # raised in place by ``peek``, if any
         if lock is not None:  # the node: entries of another key layout were emptied
             with self._env.begin(write=True, db=self.db_meta) as txn:
                 txn.put(FORMAT, KEY_FORMAT)

@@ -21,7 +21,8 @@ from proxy.core.purge.purges import HARD, stale_lifetime
 from proxy.errors import BodyCorrupt
 from proxy.store.shared import bodies
 from proxy.store.shared.handles import TierHandles
-from proxy.store.shared.purge_state import DISTRUSTED, distrusted_copy, judge
+from proxy.store.shared.hits import MAX as HITS_MAX
+from proxy.store.shared.purge_state import DISTRUSTED, STAMP, distrusted_copy, judge
 from proxy.store.shared.records import (
     PREFIX_MAX,
     Corrupt,
@@ -31,6 +32,8 @@ from proxy.store.shared.records import (
     unpack_entry,
     unpack_hit,
 )
+
+_stamp_of = STAMP.unpack_from  # bound once: the purge stamp is read on every hit
 
 
 class SharedEntry(NamedTuple):
@@ -110,7 +113,12 @@ class TierReads(TierHandles):
         a variant a hard purge covers is never returned, and is removed by the next write.
         The record is read every time; decoded once per version of its bytes (decoded.py)."""
         try:
-            state = self.purges.current(domain)
+            purges = self.purges  # ``purges.current(domain)``, its call made only when stale
+            cached = purges.parsed.get(domain)
+            if cached is not None and cached[0] == _stamp_of(purges.stamp)[0]:
+                state = cached[1]
+            else:
+                state = purges.current(domain)
             # ``_serving``, its call made only when it has something to do (every hit).
             if (self.health.stuck or time.monotonic() >= self._next_check) and not self._serving():
                 return None
@@ -149,7 +157,17 @@ class TierReads(TierHandles):
         # response built; anything that covers it (a soft purge, a distrust) is lookup's.
         mark = hit.mark
         if mark >= state.top and mark >= state.cleared and mark >= state.distrusted:
-            self._count_hit(sequence)  # ``judge``'s usual case (nothing covers it), no call
+            # ``judge``'s usual case (nothing covers it): S3-FIFO's counter raised, as lookup
+            # raises it (no write), in place (``HitCounters.hit``) when it is S3-FIFO's.
+            counters = self._counters
+            if counters is None:
+                self.evictor.hit(sequence)
+            else:
+                counts = counters.counts
+                slot = sequence & counters.mask
+                count = counts[slot]
+                if count < HITS_MAX:
+                    counts[slot] = count + 1
             return hit
         tags: tuple[str, ...] = ()
         if state.cleared <= mark < state.top:
@@ -162,7 +180,7 @@ class TierReads(TierHandles):
             if covered is HARD:
                 self._doom(prefix, sequence)
             return None
-        self._count_hit(sequence)  # S3-FIFO's counter, as lookup raises it (no write)
+        self.evictor.hit(sequence)  # S3-FIFO's counter, as lookup raises it (no write)
         return hit
 
     def holds(self, domain: str, target: str) -> bool:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable
 from pathlib import Path
 
 import lmdb
@@ -173,12 +172,12 @@ class S3FifoEvictor:
             self.counters.close()
 
 
-def hit_counter(evictor: Evictor) -> Callable[[int], None]:
-    """``evictor.hit``, or, for S3-FIFO's own (not a subclass's), its counters' ``hit``,
-    which is what it calls: one Python call less on every hit from the shared tier."""
-    if type(evictor) is S3FifoEvictor and evictor.counters is not None:
-        return evictor.counters.hit
-    return evictor.hit
+def own_counters(evictor: Evictor) -> HitCounters | None:
+    """The counters ``evictor.hit`` raises, when it is S3-FIFO's own (not a subclass's): the
+    shared tier's fast path raises them in place, one Python call less on every hit."""
+    if type(evictor) is S3FifoEvictor:
+        return evictor.counters
+    return None
 
 
 class _Pending:
