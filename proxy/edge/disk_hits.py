@@ -112,6 +112,11 @@ class DiskHits:
         self._request_at = telemetry.request_at
         self._counts = counts
         self._clock = clock
+        self._memory_holds = store.memory.holds  # bound once: on every hit from disk
+        self._tier_peek = store.tier.peek
+        # The last hit's record, its labels and its head (``lane_hit``): kept by identity.
+        self._last: tuple[SharedHit | None, Labels | None, tuple[bytes, ...] | None]
+        self._last = (None, None, None)
         store.relabel = self._memory_copy
 
     @classmethod
@@ -168,17 +173,44 @@ class DiskHits:
         """``hit`` for the hit lane (decision 0050), which answers from ``data_received``
         and cannot await: the parts of the answer and the domain's response figures. The
         memory copy is made in the same step (``TieredStore.keep_now``), so, as in ``hit``,
-        no purge lands between the read and the copy."""
-        read = self._read(config, target, path)
-        if read is None:
+        no purge lands between the read and the copy. ``_read`` without its calls (and
+        ``fresh_age``'s): the hit lane's every hit from disk (decision 0056)."""
+        labels = self._plain if config.rules is None else self._labels.of(config, path)
+        if labels is None:
             return None
-        found, parts, now = read
+        domain = config.name
+        if self._memory_holds(domain, target):
+            return None
+        found = self._tier_peek(domain, target)
+        if found is None:
+            return None
+        now = self._clock()
+        age = now - found.birth  # ``SharedHit.fresh_age``
+        if age < 0.0:
+            age = 0.0
+        if age >= found.freshness_lifetime:
+            return None
+        last = self._last  # the same record read again (and labelled alike): its head
+        head = last[2] if last[0] is found and last[1] is labels else self._last_head(found, labels)
+        if head is None:
+            return None
+        body = found.body
         store = self._store
-        if len(found.body) <= store.memory_object_max:
-            store.keep_now(config.name, target, found)
+        if len(body) <= store.memory_object_max:
+            store.keep_now(domain, target, found)
         store.hits["disk"] += 1
-        self._request_at(config.name, HIT, now)
-        return parts, self._counts[config.name]
+        self._request_at(domain, HIT, now)
+        return (*head, b"Age: %d\r\n\r\n" % age, body), self._counts[domain]
+
+    def _last_head(self, found: SharedHit, labels: Labels) -> tuple[bytes, ...] | None:
+        """The lines a hit of ``found`` starts with, labelled (None when they cannot be),
+        kept for its next read: the shared tier gives the same ``SharedHit`` for a record
+        read again unchanged (store/shared/decoded.py)."""
+        lines = found.hit_lines
+        tail = relabelled(lines[-1], labels.disk) if lines else None
+        head = None if tail is None else (*lines[:-1], tail)
+        self._last = (found, labels, head)
+        return head
 
     def _read(
         self, config: DomainConfig, target: str, path: str

@@ -26,13 +26,14 @@ import lmdb
 
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.store.shared import bodies, pages
+from proxy.store.shared.decoded import Decoded
 from proxy.store.shared.doomed import Doomed
 from proxy.store.shared.evict import Evictor
 from proxy.store.shared.health import Health, TierStatus
 from proxy.store.shared.lock import NodeLock, write_boot
 from proxy.store.shared.purge_state import PurgeStateStore
 from proxy.store.shared.records import KEY_FORMAT
-from proxy.store.shared.s3fifo import S3FifoEvictor
+from proxy.store.shared.s3fifo import S3FifoEvictor, own_counters
 from proxy.store.shared.tables import Removals
 
 FORMAT = b"format"  # the meta record naming the entry keys' layout
@@ -88,6 +89,7 @@ class TierHandles:
         self.db_meta = self._env.open_db(b"meta")
         self.capacity = pages.usable_bytes(max_bytes)  # entries' costs, and pages in use
         self.evictor.open(self._env, directory, self.capacity, self.health)  # its own databases
+        self._counters = own_counters(self.evictor)  # raised in place by ``peek``, if any
         if lock is not None:  # the node: entries of another key layout were emptied
             with self._env.begin(write=True, db=self.db_meta) as txn:
                 txn.put(FORMAT, KEY_FORMAT)
@@ -100,6 +102,7 @@ class TierHandles:
             self._state_env, directory / "state" / STAMP_FILE, purge_max_bytes
         )
         self._doomed = Doomed()  # dead or corrupt: removed by the next write (doomed.py)
+        self._decoded = Decoded()  # records the fast path decoded, with their bytes (decoded.py)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shared-tier")
         self._next_check = 0.0  # when ``lookup`` next checks the directory (monotonic)
 

@@ -53,32 +53,33 @@ class HitCounters:
         self._map: mmap.mmap | None = None
         try:
             self._map, self.slots = _map_file(directory / FILE, self.slots)
-            self._counters: mmap.mmap | bytearray = self._map
+            # Read and raised in place by the shared tier's fast path too (``TierReads.peek``).
+            self.counts: mmap.mmap | bytearray = self._map
             self.shared = True
         except (OSError, ValueError) as error:
             health.fault("hit counters (this process's own until restarted)", error)
-            self._counters = bytearray(self.slots)
-        self._mask = self.slots - 1
+            self.counts = bytearray(self.slots)
+        self.mask = self.slots - 1
 
     def hit(self, sequence: int) -> None:
         """A hit of the entry stored under ``sequence``: its counter, up to MAX."""
-        slot = sequence & self._mask
-        counters = self._counters
+        slot = sequence & self.mask
+        counters = self.counts
         count = counters[slot]
         if count < MAX:
             counters[slot] = count + 1
 
     def get(self, sequence: int) -> int:
-        return self._counters[sequence & self._mask]
+        return self.counts[sequence & self.mask]
 
     def set(self, sequence: int, count: int) -> None:
-        self._counters[sequence & self._mask] = max(0, min(count, MAX))
+        self.counts[sequence & self.mask] = max(0, min(count, MAX))
 
     def close(self) -> None:
         if self._map is not None:
             self._map.close()
             self._map = None
-            self._counters = bytearray(self.slots)
+            self.counts = bytearray(self.slots)
 
 
 def _map_file(path: Path, wanted: int) -> tuple[mmap.mmap, int]:

@@ -21,8 +21,10 @@ from proxy.core.purge.purges import HARD, stale_lifetime
 from proxy.errors import BodyCorrupt
 from proxy.store.shared import bodies
 from proxy.store.shared.handles import TierHandles
-from proxy.store.shared.purge_state import DISTRUSTED, distrusted_copy, judge
+from proxy.store.shared.hits import MAX as HITS_MAX
+from proxy.store.shared.purge_state import DISTRUSTED, STAMP, distrusted_copy, judge
 from proxy.store.shared.records import (
+    PREFIX_MAX,
     Corrupt,
     SharedHit,
     body_name,
@@ -30,6 +32,8 @@ from proxy.store.shared.records import (
     unpack_entry,
     unpack_hit,
 )
+
+_stamp_of = STAMP.unpack_from  # bound once: the purge stamp is read on every hit
 
 
 class SharedEntry(NamedTuple):
@@ -106,23 +110,37 @@ class TierReads(TierHandles):
         the URL's one variant when its body is inline and no purge covers it, else None,
         and ``lookup`` answers (none stored, several variants, a body in a file, covered by
         a soft purge, a fault, stuck). Judged as ``lookup`` judges, against the same state:
-        a variant a hard purge covers is never returned, and is removed by the next write."""
+        a variant a hard purge covers is never returned, and is removed by the next write.
+        The record is read every time; decoded once per version of its bytes (decoded.py)."""
         try:
-            state = self.purges.current(domain)
+            purges = self.purges  # ``purges.current(domain)``, its call made only when stale
+            cached = purges.parsed.get(domain)
+            if cached is not None and cached[0] == _stamp_of(purges.stamp)[0]:
+                state = cached[1]
+            else:
+                state = purges.current(domain)
             # ``_serving``, its call made only when it has something to do (every hit).
             if (self.health.stuck or time.monotonic() >= self._next_check) and not self._serving():
                 return None
-            prefix = entry_prefix(domain, target)
-            txn = self._env.begin(db=self.db_entries, buffers=True)
+            prefix = f"{domain} {target}\0".encode()  # ``entry_prefix``, its call saved
+            if len(prefix) > PREFIX_MAX:
+                return None  # a long target's hash as its key: lookup checks the target
+            txn = self._env.begin(self.db_entries)  # bytes, not buffers: compared whole
             try:  # not ``with``: an abort is all a read needs, 1,300 instructions cheaper
                 cursor = txn.cursor()
                 if not cursor.set_key(prefix):
                     return None
-                flags, _, sequence, _, hit = unpack_hit(cursor.value())
-                if cursor.next() and cursor.key()[: len(prefix)] == prefix:
+                record = cursor.value()
+                # Decoded already from these very bytes: the same hit, no CRC or decoding
+                # again. Any other bytes (a new fill, a corrupted record) are checked afresh.
+                kept = self._decoded.get(prefix)
+                if kept is not None and kept[0] == record:
+                    _, flags, sequence, hit = kept
+                else:
+                    flags, _, sequence, _, hit = unpack_hit(record)
+                    self._decoded.keep(prefix, record, flags, sequence, hit)
+                if cursor.next() and cursor.key().startswith(prefix):
                     return None  # several variants (Vary): lookup's, to choose among them
-                if len(hit.parts) == 8:  # a long target's hash as its key: lookup checks it
-                    return None
             except Corrupt as error:
                 self.health.corrupted(f"{prefix!r}: {error}")
                 self._doom(prefix, -1)
@@ -139,7 +157,17 @@ class TierReads(TierHandles):
         # response built; anything that covers it (a soft purge, a distrust) is lookup's.
         mark = hit.mark
         if mark >= state.top and mark >= state.cleared and mark >= state.distrusted:
-            self.evictor.hit(sequence)  # ``judge``'s usual case (nothing covers it), no call
+            # ``judge``'s usual case (nothing covers it): S3-FIFO's counter raised, as lookup
+            # raises it (no write), in place (``HitCounters.hit``) when it is S3-FIFO's.
+            counters = self._counters
+            if counters is None:
+                self.evictor.hit(sequence)
+            else:
+                counts = counters.counts
+                slot = sequence & counters.mask
+                count = counts[slot]
+                if count < HITS_MAX:
+                    counts[slot] = count + 1
             return hit
         tags: tuple[str, ...] = ()
         if state.cleared <= mark < state.top:
