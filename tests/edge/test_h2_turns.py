@@ -32,16 +32,18 @@ async def test_a_burst_of_streams_is_started_a_few_per_turn(tmp_path: Path, orig
             # Written before the loop turns: the edge reads all 128 at once.
             streams = [burst.request(f"/burst?n={n}", headers=ONLY_IF_CACHED) for n in range(BURST)]
             mine = other.request("/other", headers=ONLY_IF_CACHED)
-            reads = 0
+            per_read = []  # streams ended by each read of the burst's answers
             while not all(burst.answers[s].ended for s in streams):
-                if await burst.read_events(10):
-                    reads += 1
+                before = sum(burst.answers[s].ended for s in streams)
+                await burst.read_events(10)
+                per_read.append(sum(burst.answers[s].ended for s in streams) - before)
             assert (await other.answer(mine, wait=10)).status == 504
         finally:
             await burst.close()
             await other.close()
     assert [burst.answers[s].status for s in streams] == [504] * BURST
-    assert START_PER_TURN == 8
-    # Before: one turn started all 128, and their answers came in one or two reads; now
-    # BURST / START_PER_TURN turns (16), read two or three at a time (6 or 7 reads here).
-    assert reads >= 4, reads
+    assert START_PER_TURN == 16
+    # Before: one turn started all 128, and their answers came in one or two reads ([128],
+    # [70, 58]); now a turn starts 16, and the first read gets what the first turn or two
+    # wrote ([16, 32, 64, 16] here: the client, in the same loop, lags behind later turns).
+    assert per_read[0] <= 2 * START_PER_TURN and len(per_read) >= 3, per_read

@@ -20,8 +20,8 @@ What it may cost is limits.py's; each limit, when crossed:
 - idle: no stream open for ``idle_timeout`` (``preface_timeout`` before the first request):
   GOAWAY NO_ERROR, and close. A stalled answer is stream.py's (``send_timeout``).
 
-A connection starts at most ``START_PER_TURN`` streams' handlers per turn of the event loop,
-the rest in the turns after, in their order: 128 requests that arrive in one read would
+A connection starts at most ``START_PER_TURN`` streams' handlers per read, the rest in the
+turns of the event loop after it, that many a turn, in their order: 128 requests that arrive in one read would
 otherwise all be handled before the loop reads any other connection (about 30 ms of 503s
 for a zero-window client blocked by its answers' budget, every time it opens a connection
 again: the HTTP/2 soak's second client's p99, decision 0057).
@@ -71,7 +71,10 @@ from proxy.edge.h2.stream import StreamGone, StreamProtocol, StreamTransport, St
 
 log = logging.getLogger("proxy.edge")
 
-START_PER_TURN = 8  # streams a connection starts per turn of the loop (the rest wait theirs)
+# Streams a connection starts per read, or per turn of the loop after it (the rest wait
+# theirs): more than the streams a client usually keeps open (h2load -m 10, browsers' bursts
+# of hits take a few turns), few enough that a turn of 503s is a few milliseconds.
+START_PER_TURN = 16
 
 
 class Front(Protocol):
@@ -178,6 +181,7 @@ class H2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        self._started = 0  # a read is a turn of the loop for this connection
         try:
             events = self._h2.receive(data)
             self._dispatch(events)
@@ -297,6 +301,8 @@ class H2Connection(asyncio.Protocol):
             self._idle = None
         if self._to_start or self._started >= START_PER_TURN:
             self._to_start.append((stream, head))
+            if self._turn is None:
+                self._turn = self._loop.call_soon(self._next_turn)
         else:
             self._start(stream, head)
         if self._requests >= self.limits.max_requests:
@@ -305,19 +311,21 @@ class H2Connection(asyncio.Protocol):
     def _start(self, stream: Stream, head: Head) -> None:
         self._started += 1
         stream.task = self._loop.create_task(self._serve(stream, head))
-        if self._turn is None:
-            self._turn = self._loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
-        """A new turn of the loop: up to ``START_PER_TURN`` of the streams waiting start."""
+        """A turn of the loop after the read: up to ``START_PER_TURN`` of the streams
+        waiting start, and the rest wait for the next."""
         self._turn = None
         self._started = 0
         waiting = self._to_start
+        if self._closed:  # failed (GOAWAY with an error) or lost: nothing more starts
+            waiting.clear()
+            return
         while waiting and self._started < START_PER_TURN:
             stream, head = waiting.popleft()
             if not stream.writer.gone:  # else reset before its turn (``_reset``)
                 self._start(stream, head)
-        if waiting and self._turn is None:
+        if waiting:
             self._turn = self._loop.call_soon(self._next_turn)
 
     def _refuse(self, stream_id: int, status: int, text: bytes) -> None:
