@@ -21,10 +21,11 @@ What it may cost is limits.py's; each limit, when crossed:
   GOAWAY NO_ERROR, and close. A stalled answer is stream.py's (``send_timeout``).
 
 A connection starts at most ``START_PER_TURN`` streams' handlers per read, the rest in the
-turns of the event loop after it, that many a turn, in their order: 128 requests that arrive in one read would
-otherwise all be handled before the loop reads any other connection (about 30 ms of 503s
-for a zero-window client blocked by its answers' budget, every time it opens a connection
-again: the HTTP/2 soak's second client's p99, decision 0057).
+turns of the event loop after it, that many a turn, in their order: 128 requests that
+arrive in one read would otherwise all be handled before the loop reads any other
+connection (about 30 ms of 503s for a zero-window client blocked by its answers' budget,
+every time it opens a connection again: the HTTP/2 soak's second client's p99, decision
+0057).
 
 A stream the client resets is not cancelled in the edge, as a vanished HTTP/1.1 client's
 request is not (``handler_cancellation=False``: a fill others wait for must finish): its
