@@ -160,6 +160,10 @@ class EdgeConfig:
     # each worker its share), may hold (decision 0051): past it an answer is refused 503.
     answers_held_per_connection_bytes: Annotated[int, check.size] = 16 * 1024**2
     answers_held_per_client_bytes: Annotated[int, check.size] = 64 * 1024**2
+    # Requests one connection, and one client address (per node, each worker its share), may
+    # have the origin asked for at once (decision 0057): past it a request waits its turn.
+    origin_requests_per_connection: Annotated[int, check.count] = 32
+    origin_requests_per_client: Annotated[int, check.count] = 256
     fill_buffer_total_bytes: Annotated[int, check.size] = 128 * 1024**2
     # Compression (decision 0046): the bodies waiting for or in compression in each process,
     # in one thread of its own; past it a body is stored as sent, and compressed on a later

@@ -157,6 +157,14 @@ MEANINGS = {
         "What one client address's answers not yet sent may hold, over its connections and"
         " both protocols, per node (each worker its share); past it an answer is refused 503."
     ),
+    "edge.origin_requests_per_connection": (
+        "Misses and forwards one connection may have the origin asked for at once; past it a"
+        " request waits for one of them to be answered."
+    ),
+    "edge.origin_requests_per_client": (
+        "Misses and forwards one client address may have the origin asked for at once, over"
+        " its connections, per node (each worker its share); past it a request waits."
+    ),
     "edge.fill_buffer_total_bytes": "What all fills' bodies in flight may hold at once.",
     "edge.compress_queue_bytes": "Bodies waiting for the compression thread; past it, sent as is.",
     "edge.body_min_rate": "Slowest a request body may come, over each `body_timeout`.",

@@ -54,6 +54,9 @@ BODY_FIGURES = 4
 # The length of ``AnswerBudget.figures()`` (proxy/edge/answer_budget.py): held, the budget
 # per connection, the budget per client address, refused.
 ANSWER_FIGURES = 4
+# The length of ``OriginAsks.figures()`` (proxy/edge/origin_asks.py): requests the origin
+# is asked for now, the cap per connection, the cap per client address, requests that waited.
+ASK_FIGURES = 4
 
 
 class BodyFigures(Protocol):
@@ -199,6 +202,8 @@ class ConnectionGuard:
         self.send_timeouts = 0  # answers cut for it, on either protocol (decision 0051)
         # What answers not yet sent hold per connection and client (decision 0051).
         self.answers: BodyFigures | None = None
+        # Requests the origin is asked for at once per connection and client (decision 0057).
+        self.asks: BodyFigures | None = None
 
     def admit(self, peer: str | None = None) -> bool:
         """Whether a new connection from ``peer`` (its address; None: unknown, as on a Unix
@@ -264,11 +269,13 @@ class ConnectionGuard:
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
         refused_per_client, per_client, the request bodies' (``BodyFigures.figures``), and
         HTTP/2's connections open and opened, streams and error GOAWAYs (decision 0036),
-        answers cut by the send timeout and the answers' budget's figures (decision 0051):
+        answers cut by the send timeout and the answers' budget's figures (decision 0051),
+        and the origin's slots' (decision 0057):
         as an edge process reports them to its node (proxy/fleet/figures.py), and as
         proxy/observe/connection_metrics.py reads them."""
         bodies = self.bodies.figures() if self.bodies is not None else [0] * BODY_FIGURES
         answers = self.answers.figures() if self.answers is not None else [0] * ANSWER_FIGURES
+        asks = self.asks.figures() if self.asks is not None else [0] * ASK_FIGURES
         return [
             self.open,
             self.limit,
@@ -286,6 +293,7 @@ class ConnectionGuard:
             self.http2_goaways,
             self.send_timeouts,
             *answers,
+            *asks,
         ]
 
     async def none_open(self) -> None:

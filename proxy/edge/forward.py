@@ -28,7 +28,7 @@ from proxy.core.http.headers import cache_status, from_origin
 from proxy.core.http.requests import SAFE_METHODS
 from proxy.core.observe.traffic import ERROR, outcome_of_fwd
 from proxy.core.purge.purges import tag_header_names
-from proxy.edge import answer_budget, bodies, interim, respond
+from proxy.edge import answer_budget, bodies, interim, origin_asks, respond
 from proxy.edge.aiohttp_adapter import answer_and_close, send_continue
 from proxy.edge.origin import OriginResponse
 from proxy.errors import OriginError, RequestBodyError, RequestBodyTimeout
@@ -138,6 +138,28 @@ class Forwarder:
         status: str,
         fwd: str,
     ) -> web.StreamResponse:
+        """Ask the origin, holding a slot of the request's connection and client address
+        (edge/origin_asks.py, decision 0057): one that waited for its slot may find its
+        answers' budget spent by then, and is refused before the origin is asked."""
+        async with origin_asks.asking(request):
+            if request.method != "HEAD" and answer_budget.blocked(request):
+                self.telemetry.request(config.name, outcome_of_fwd(fwd))
+                refused = respond.over_budget(status)
+                if isinstance(data, bodies.Streamed):
+                    refused.force_close()  # the rest of its body is unread
+                return refused
+            return await self._ask(request, config, target, headers, data, status, fwd)
+
+    async def _ask(
+        self,
+        request: web.BaseRequest,
+        config: DomainConfig,
+        target: str,
+        headers: list[tuple[str, str]],
+        data: bytes | bodies.Streamed | None,
+        status: str,
+        fwd: str,
+    ) -> web.StreamResponse:
         tags = tag_header_names(config.tag_headers)
         try:
             with interim.relayed_to(request, via=self._via, tag_headers=tags):
@@ -202,9 +224,12 @@ async def relay(
     streams = prefix is not None or (length is not None and length > read_ahead)
     if held is not None and streams and not held.grow(read_ahead + answer_budget.STREAM_HELD):
         origin.close()
+        origin_asks.answered(request)
         return respond.over_budget(status)
     if prefix is None:
         prefix, complete = await origin.read_up_to(read_ahead)
+        # Its answer is charged (below) from here: the request's slot comes back.
+        origin_asks.answered(request)
         if complete:
             if held is None:
                 return web.Response(
@@ -217,6 +242,7 @@ async def relay(
             )
     # Streamed: the read-ahead and the sockets' buffers (a fill's prefix is its own budget's).
     stream_held = read_ahead + answer_budget.STREAM_HELD
+    origin_asks.answered(request)  # a fill's prefix: charged from here
     if held is not None and not held.size and not held.grow(stream_held):
         origin.close()
         return respond.over_budget(status)

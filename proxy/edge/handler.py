@@ -53,7 +53,7 @@ from proxy.core.http.lane import Fields, fast_hit
 from proxy.core.http.requests import CACHEABLE_METHODS, SAFE_METHODS, may_use_cache
 from proxy.core.http.upgrade import tunnel_protocols
 from proxy.core.observe.traffic import ERROR, HIT, MISS, outcome_of_fwd
-from proxy.edge import answer_budget, ranges, respond
+from proxy.edge import answer_budget, origin_asks, ranges, respond
 from proxy.edge.access_log import trusted_proxies
 from proxy.edge.aiohttp_adapter import request_head
 from proxy.edge.aiohttp_h2 import HTTP2
@@ -489,33 +489,36 @@ class Edge:
             stale, fwd = None, decision.reason
         if request.method == "HEAD" and stale is None:
             return await self._forward(request, config, target, fwd)
-        if answer_budget.blocked(request):
-            # Its answer would be refused (edge/answer_budget.py): before the origin is asked,
-            # and before a flight is led that others would wait on.
-            self._telemetry.request(config.name, outcome_of_fwd(fwd))
-            return respond.over_budget(cache_status(self._name, fwd=fwd, detail=detail))
-        # A range of part of an object: sent to the origin as it is, unless a fill of the
-        # URL is under way (decision 0031: a small range never costs the origin an object).
-        partial = stale is None and ranges.forwarded(request)
-        if partial and self.flights.get(key) is None:
-            return await self._forward(request, config, target, fwd, "range")
-        if not partial and self.refusals.recent(key[0], key[2], now) is not None:
-            # Its last answer was not stored: no leader's answer to wait for, most likely.
-            return await self._fill(Fill(request, config, key, target, stale, fwd, None, rules))
-        flight, leading = self.flights.join(key)
-        if leading:
-            if self._peers is not None:
-                flight.position = position_of(self._peers)
-            job = Fill(request, config, key, target, stale, fwd, flight, rules)
-            if (stale is None or fwd == "stale") and not partial and self._tiered is not None:
-                return await self._fill_for_node(job, coding, obey)
-            return await self._fill(job)
-        job = Fill(request, config, key, target, stale, fwd, None, rules)
-        if self._peers is not None and not may_follow(flight):
-            # A peer's request takes the answer of a fill that began before it arrived only
-            # when no purge was applied in between (decision 0047).
-            return await self._fill(job)
-        return await self._follow(job, flight, https, partial, coding)
+        # A request that asks the origin holds a slot of its connection and client address
+        # while it does (edge/origin_asks.py, decision 0057), waiting for one if need be.
+        async with origin_asks.asking(request):
+            if answer_budget.blocked(request):
+                # Its answer would be refused (edge/answer_budget.py): before the origin is asked,
+                # and before a flight is led that others would wait on.
+                self._telemetry.request(config.name, outcome_of_fwd(fwd))
+                return respond.over_budget(cache_status(self._name, fwd=fwd, detail=detail))
+            # A range of part of an object: sent to the origin as it is, unless a fill of the
+            # URL is under way (decision 0031: a small range never costs the origin an object).
+            partial = stale is None and ranges.forwarded(request)
+            if partial and self.flights.get(key) is None:
+                return await self._forward(request, config, target, fwd, "range")
+            if not partial and self.refusals.recent(key[0], key[2], now) is not None:
+                # Its last answer was not stored: no leader's answer to wait for, most likely.
+                return await self._fill(Fill(request, config, key, target, stale, fwd, None, rules))
+            flight, leading = self.flights.join(key)
+            if leading:
+                if self._peers is not None:
+                    flight.position = position_of(self._peers)
+                job = Fill(request, config, key, target, stale, fwd, flight, rules)
+                if (stale is None or fwd == "stale") and not partial and self._tiered is not None:
+                    return await self._fill_for_node(job, coding, obey)
+                return await self._fill(job)
+            job = Fill(request, config, key, target, stale, fwd, None, rules)
+            if self._peers is not None and not may_follow(flight):
+                # A peer's request takes the answer of a fill that began before it arrived only
+                # when no purge was applied in between (decision 0047).
+                return await self._fill(job)
+            return await self._follow(job, flight, https, partial, coding)
 
     async def _follow(
         self, job: Fill, flight: Flight, https: bool, partial: bool, coding: str | None

@@ -24,8 +24,9 @@ class ListenerFigures(Protocol):
         """open, limit, refused, header_timeouts, bad_requests, tunnels_open, tunnels,
         refused_per_client, per_client, the request bodies' four figures (held, budget,
         over_budget, too_slow), HTTP/2's four (connections open, connections opened,
-        streams, error GOAWAYs), send timeouts, and the answers' budget's four (held, per
-        connection, per client, refused)."""
+        streams, error GOAWAYs), send timeouts, the answers' budget's four (held, per
+        connection, per client, refused), and the origin's slots' four (in flight, per
+        connection, per client, waited)."""
         ...
 
 
@@ -172,13 +173,37 @@ _FIGURES: tuple[_Family | str, ...] = (
         "answers_refused",
         "Answers refused 503 because their connection or client address held its budget.",
     ),
+    # Requests the origin is asked for at once per connection and client (decision 0057).
+    (
+        GaugeMetricFamily,
+        "origin_requests_in_flight",
+        "Client requests (misses and forwards) the origin is asked for now, by listener.",
+    ),
+    (
+        GaugeMetricFamily,
+        "origin_requests_connection_max",
+        "Requests one connection may have the origin asked for at once "
+        "(origin_requests_per_connection).",
+    ),
+    (
+        GaugeMetricFamily,
+        "origin_requests_client_max",
+        "Requests one client address may have the origin asked for at once "
+        "(origin_requests_per_client).",
+    ),
+    (
+        CounterMetricFamily,
+        "origin_requests_waited",
+        "Requests that waited before the origin was asked: their connection or client address "
+        "had as many asked as its cap.",
+    ),
 )
 
 # The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
 CONNECTION_FIGURES = len(_FIGURES)
 # The figures a node takes the largest of, not the sum, over its edge processes: a budget
 # per connection is each process's whole one (a per-client one is each process's share).
-NOT_SUMMED = frozenset({CONNECTION_FIGURES - 3})
+NOT_SUMMED = frozenset({CONNECTION_FIGURES - 7, CONNECTION_FIGURES - 3})
 
 
 def merged(into: list[int], figures: Sequence[int]) -> None:

@@ -46,6 +46,7 @@ from proxy.edge.handler import Edge
 from proxy.edge.handshakes import HandshakeTimedSite
 from proxy.edge.hit_lane import HitLane
 from proxy.edge.origin import new_session
+from proxy.edge.origin_asks import OriginAsks
 from proxy.edge.peer_fill import PeerView
 from proxy.edge.tls import TlsHandler
 from proxy.errors import ProxyError
@@ -222,6 +223,11 @@ def _edge_guard(config: Config) -> ConnectionGuard:
     guard.answers = AnswerBudget(
         per_connection=edge.answers_held_per_connection_bytes,
         per_client=-(-per_client // edge.workers),
+    )
+    # Requests the origin is asked for at once, per connection and per client: 0057.
+    guard.asks = OriginAsks(
+        per_connection=edge.origin_requests_per_connection,
+        per_client=-(-edge.origin_requests_per_client // edge.workers),
     )
     return guard
 

@@ -133,10 +133,12 @@ async def test_http2_zero_window_streams_hold_a_bounded_amount(
     tmp_path: Path, origin: Origin, nodes: list[Node]
 ) -> None:
     written = serve_large(origin)
-    node = await Node.start(write_config(tmp_path, origin.url, edge="h2c = true"))
+    count = 64
+    # Every stream asks the origin (decision 0057's slots would hold most of them back).
+    edge = f"h2c = true\norigin_requests_per_connection = {count}"
+    node = await Node.start(write_config(tmp_path, origin.url, edge=edge))
     nodes.append(node)
     idle = memory(node.process.pid)["VmRSS"]
-    count = 64
     client = await RawH2.open(node.edge)
     client.h2.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 0})
     client.flush()

@@ -35,6 +35,10 @@ FIGURES: list[tuple[str, Labels]] = [
     ("p_answers_held_connection_max_bytes", ()),
     ("p_answers_held_client_max_bytes", ()),
     ("p_answers_refused_total", ()),
+    ("p_origin_requests_in_flight", ()),
+    ("p_origin_requests_connection_max", ()),
+    ("p_origin_requests_client_max", ()),
+    ("p_origin_requests_waited_total", ()),
 ]
 
 
@@ -73,10 +77,17 @@ def test_an_older_report_counts_the_figures_it_lacks_as_zero() -> None:
 
 
 def test_a_node_takes_the_largest_per_connection_budget_and_sums_the_rest() -> None:
-    """Decision 0051: the budget per connection is each process's whole one, not a share."""
+    """Decisions 0051 and 0057: a budget or cap per connection is each process's whole one,
+    not a share."""
     node = [0] * CONNECTION_FIGURES
     for worker in ([5] * CONNECTION_FIGURES, [7] * CONNECTION_FIGURES):
         merged(node, worker)
-    per_connection = [name for name, _ in FIGURES].index("p_answers_held_connection_max_bytes")
-    assert node[per_connection] == 7
-    assert [v for i, v in enumerate(node) if i != per_connection] == [12] * (CONNECTION_FIGURES - 1)
+    names = [name for name, _ in FIGURES]
+    per_connection = {
+        names.index("p_answers_held_connection_max_bytes"),
+        names.index("p_origin_requests_connection_max"),
+    }
+    assert [node[i] for i in sorted(per_connection)] == [7, 7]
+    assert [v for i, v in enumerate(node) if i not in per_connection] == [12] * (
+        CONNECTION_FIGURES - 2
+    )
