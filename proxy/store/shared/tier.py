@@ -35,6 +35,7 @@ from proxy.config.filesystems import refusal
 from proxy.core.purge.retention import DEFAULT_MAX_BYTES
 from proxy.errors import DiskTierError
 from proxy.store.shared import bodies
+from proxy.store.shared.applied import APPLIED_FILE
 from proxy.store.shared.evict import Evictor
 from proxy.store.shared.handles import DISTRUST_FILE, FORMAT, STAMP_FILE, SharedStats
 from proxy.store.shared.lock import NodeLock, check_member, unclean_since_boot, write_boot
@@ -87,11 +88,15 @@ class SharedTier(TierReads, TierPurges):
             raise DiskTierError(f"cache directory {path}: {error.strerror or error}") from None
         try:
             with _opening(path):
-                stale = unclean_since_boot(path) or (path / DISTRUST_FILE).exists()
+                crashed = unclean_since_boot(path)
+                stale = crashed or (path / DISTRUST_FILE).exists()
                 if stale or not _keys_current(path / "entries"):
                     shutil.rmtree(path / "entries", ignore_errors=True)
                     shutil.rmtree(path / "bodies", ignore_errors=True)
                     (path / DISTRUST_FILE).unlink(missing_ok=True)
+                if crashed:  # its unsynced commits may be lost or torn (decision 0058)
+                    shutil.rmtree(path / "state", ignore_errors=True)
+                    (path / APPLIED_FILE).unlink(missing_ok=True)
                 (path / "state" / "epoch").unlink(missing_ok=True)  # the stamp's old name
                 shutil.rmtree(path / "bodies" / bodies.TMP, ignore_errors=True)  # killed fills
                 shutil.rmtree(path / FILLS, ignore_errors=True)  # their markers: no fill runs

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.lease import Applied
 from proxy.errors import BodyCorrupt, DiskTierError
 from proxy.store.shared import SharedTier
+from proxy.store.shared.applied import load_applied, save_applied
 from proxy.store.shared.bodies import CHUNK
 from proxy.store.shared.health import LOG_INTERVAL, SHOWN, Health
 from tests.store.shared.actor import body, fill
@@ -106,12 +108,14 @@ def test_a_flipped_inline_record_is_a_miss(tmp_path: Path) -> None:
 def test_entries_written_before_an_os_crash_are_emptied(
     tmp_path: Path, boot: str | None, kept: bool
 ) -> None:
-    """The entries are committed unsynced: a node that was open when the machine went down
-    (the boot record names another boot, not closed cleanly) may have left them torn."""
+    """The entries and the purge state are committed unsynced (decision 0058): a node that
+    was open when the machine went down (the boot record names another boot, not closed
+    cleanly) may have left them torn, or lost commits, so both are emptied together."""
     tier = SharedTier.open_node(tmp_path, max_bytes=1 << 30)
     assert fill(tier, DOMAIN, "/small", b"s")
     assert fill(tier, DOMAIN, "/big", body(3, 200_000))
     tier.clear_domain("other.example")
+    save_applied(tmp_path, Applied("e1", 7, {DOMAIN: 3}))  # what the fleet had applied
     tier.close()
     if boot is not None:
         (tmp_path / "boot").write_text(boot + "\n")
@@ -119,7 +123,11 @@ def test_entries_written_before_an_os_crash_are_emptied(
     try:
         assert bool(tier.lookup(DOMAIN, "/small").variants) is kept
         assert bool(tier.lookup(DOMAIN, "/big").variants) is kept
-        assert tier.lookup("other.example", "/").token == 1  # the purge state is kept
+        # The purge state goes with the entries it covered, and is kept with them.
+        assert tier.lookup("other.example", "/").token == (1 if kept else 0)
+        assert (tmp_path / "state" / "data.mdb").exists()
+        # What it says was applied went with them: the first sync starts from nothing.
+        assert (load_applied(tmp_path) is not None) is kept
     finally:
         tier.close()
 
