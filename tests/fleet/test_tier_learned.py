@@ -26,7 +26,7 @@ from proxy.store.shared.applied import load_applied, save_applied
 from proxy.store.tiered import TieredStore
 from tests.fleet.conftest import Fleet, Node, settings
 from tests.fleet.test_tier_fleet import TierNode, page
-from tests.fleet.test_tier_writers import write_transactions
+from tests.fleet.test_tier_writers import workers, write_transactions
 
 A, B = "a.test", "b.test"
 
@@ -39,14 +39,7 @@ async def node_tier(fleet: Fleet, tmp_path: Path) -> SharedTier:
 
 
 async def worker(fleet: Fleet, tier: SharedTier, domains: tuple[str, ...]) -> TierNode:
-    tiered = TieredStore(MemoryStore(max_bytes=1 << 20), tier)
-    member = FleetMember(
-        settings=settings(fleet.server.url), store=tiered, domains=domains, node="one"
-    )
-    node = Node(member=member, store=FleetStore(tiered, member), relay=None)
-    fleet.nodes.append(node)
-    await member.start()
-    return TierNode(node, tiered)
+    return (await workers(fleet, tier, 1, domains))[0]
 
 
 async def on_disk(tier: SharedTier, domain: str, target: str) -> None:

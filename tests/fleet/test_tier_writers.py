@@ -33,12 +33,16 @@ def write_transactions(tier: SharedTier) -> int:
     return int(tier._state_env.info()["last_txnid"])
 
 
-async def workers(fleet: Fleet, tier: SharedTier, count: int) -> list[TierNode]:
+async def workers(
+    fleet: Fleet, tier: SharedTier, count: int, domains: tuple[str, ...] = DOMAINS
+) -> list[TierNode]:
+    """``count`` started members of node "one", each with a memory tier in front of ``tier``,
+    serving ``domains``."""
     started = []
     for _ in range(count):
         tiered = TieredStore(MemoryStore(max_bytes=1 << 20), tier)
         member = FleetMember(
-            settings=settings(fleet.server.url), store=tiered, domains=DOMAINS, node="one"
+            settings=settings(fleet.server.url), store=tiered, domains=domains, node="one"
         )
         node = Node(member=member, store=FleetStore(tiered, member), relay=None)
         fleet.nodes.append(node)
