@@ -387,3 +387,55 @@ async def test_a_hard_url_purge_removes_the_urls_body_files_from_the_directory(
     assert origin.count("/a") == 2
     assert (await get_fresh(node, "/b"))[1].startswith("cdn-proxy; hit")
     assert origin.count("/b") == 1
+
+
+async def _metrics(node: Node) -> list[str]:
+    async with aiohttp.ClientSession() as client, client.get(node.api + "/metrics") as response:
+        return (await response.text()).splitlines()
+
+
+async def test_old_url_purges_retire_and_what_they_covered_stays_purged(
+    tmp_path: Path, origin: Origin, nodes: list[Node]
+) -> None:
+    """Issue 31 item 3, decision 0059: the node retires URL purge records older than
+    ``url_purge_keep``. The purge state shrinks back to the domain's small record, and a page
+    a soft purge made stale, still stored on disk, goes with its record: after a restart
+    (memory empty, disk warm) it is asked of the origin, not served as a fresh disk hit."""
+    serve(origin, "/soft", "/kept")
+    config = write_config(
+        tmp_path,
+        origin.url,
+        workers=2,
+        cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"\nurl_purge_keep = 0.2',
+    )
+    secret = await token(tmp_path)
+    node = await start(nodes, config)
+    for target in ("/soft", "/kept"):
+        assert (await get_fresh(node, target))[0] == 200
+
+    async def stored() -> bool:
+        return metric(await _metrics(node), "cdn_proxy_shared_tier_entries") == 2
+
+    await until(stored, every=0.05)
+    soft = {"domain": "example.com", "urls": ["/soft"], "soft": True}
+    assert await post(node, secret, "/api/v1/cdn/purge", soft) == 200
+    for n in range(20):
+        purged = {"domain": "example.com", "urls": [f"/gone/{n}/" + "z" * 50]}
+        assert await post(node, secret, "/api/v1/cdn/purge", purged) == 200
+    assert metric(await _metrics(node), "cdn_proxy_shared_tier_purge_state_bytes") > 20 * 60
+
+    async def retired() -> bool:
+        lines = await _metrics(node)
+        small = metric(lines, "cdn_proxy_shared_tier_purge_state_bytes") < 200
+        counted = metric(lines, "cdn_proxy_shared_tier_url_purges_retired_total") == 21
+        return small and counted and metric(lines, "cdn_proxy_shared_tier_entries") == 1
+
+    await until(retired, every=0.1)
+    await stop(node)
+    node = await start(nodes, config)
+    assert (await get_fresh(node, "/kept"))[1] == DISK_HIT
+    status, cache_status, text = await get_fresh(node, "/soft")
+    assert (status, text) == (200, "body of /soft")
+    assert "hit" not in cache_status.split("; ")[1:], cache_status
+    assert origin.count("/soft") == 2
+    assert origin.count("/kept") == 1

@@ -210,6 +210,9 @@ class CacheConfig:
     # Seconds between two walks of the shared tier's body files by the node's sweep, which
     # removes the files a crash left behind (issue 31 §5, proxy/store/shared/sweep.py).
     sweep_pause: Annotated[float, check.seconds] = 30.0
+    # Seconds a URL purge's record stays in the shared tier's purge state, for fills already
+    # under way when it came (decision 0059); then what it covers is removed and it goes.
+    url_purge_keep: Annotated[float, check.seconds] = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,7 +406,7 @@ def _cache(raw: Mapping[str, Any], base_dir: Path) -> CacheConfig:
         CacheConfig, "cache", {"max_object_bytes": min(max_bytes, _DEFAULT_MAX_OBJECT), **raw}
     )
     if cache.disk_path is None:
-        for key in ("disk_max_bytes", "lock_timeout", "sendfile", "sweep_pause"):
+        for key in ("disk_max_bytes", "lock_timeout", "sendfile", "sweep_pause", "url_purge_keep"):
             if key in raw:
                 raise ConfigError(f"cache.{key}", "needs cache.disk_path (the shared tier)")
         if cache.max_object_bytes > cache.max_bytes:

@@ -141,6 +141,11 @@ def tier_metrics(snapshot: StoreSnapshot, hits: int, prefix: str) -> Iterable[Me
             "Entries of cleared domains the sweep removed with their body files.",
             shared.swept,
         ),
+        (
+            "shared_tier_url_purges_retired",
+            "URLs whose purge records retired after cache.url_purge_keep, with what they covered.",
+            shared.retired_urls,
+        ),
     )
     for kind, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
         for name, text, value in rows:

@@ -53,6 +53,7 @@ from proxy.process.worker import fleet_settings
 from proxy.process.worker_args import WorkerArgs
 from proxy.store.base import Purger
 from proxy.store.shared import SharedTier
+from proxy.store.shared.retire import retiring
 from proxy.store.shared.sweep import sweeping
 from proxy.wire.worker import Reloaded, unpack_worker_line
 
@@ -187,8 +188,12 @@ async def node_tier(config: Config) -> AsyncIterator[SharedTier | None]:
         yield None
         return
     try:
-        pause = config.edge_role()[1].sweep_pause
-        async with sweeping(tier, round_pause=pause):  # orphaned body files, in the background
+        cache = config.edge_role()[1]
+        # orphaned body files, and old URL purge records, in the background
+        async with (
+            sweeping(tier, round_pause=cache.sweep_pause),
+            retiring(tier, cache.url_purge_keep),
+        ):
             yield tier
     finally:
         await asyncio.to_thread(tier.close)

@@ -45,6 +45,7 @@ from proxy.state.async_state import AsyncState
 from proxy.store.base import LocalPurger
 from proxy.store.memory import MemoryStore
 from proxy.store.shared import SharedTier
+from proxy.store.shared.retire import retiring
 from proxy.store.shared.sweep import sweeping
 from proxy.store.tiered import TieredStore
 
@@ -153,7 +154,13 @@ async def service_store(config: Config) -> AsyncIterator[MemoryStore | TieredSto
         if tier is None:
             yield memory
             return
-        tiered = tiered_store(memory, tier, sendfile=cache.sendfile, sweep_pause=cache.sweep_pause)
+        tiered = tiered_store(
+            memory,
+            tier,
+            sendfile=cache.sendfile,
+            sweep_pause=cache.sweep_pause,
+            url_purge_keep=cache.url_purge_keep,
+        )
         yield await stack.enter_async_context(tiered)
 
 
@@ -187,13 +194,19 @@ async def memory_store(
 
 @asynccontextmanager
 async def tiered_store(
-    memory: MemoryStore, tier: SharedTier, *, sendfile: bool = False, sweep_pause: float = 30.0
+    memory: MemoryStore,
+    tier: SharedTier,
+    *,
+    sendfile: bool = False,
+    sweep_pause: float = 30.0,
+    url_purge_keep: float = 300.0,
 ) -> AsyncIterator[TieredStore]:
     """The memory store in front of an opened shared tier; the tier is closed (a clean close:
     its entries are trusted at the next start, decision 0030) once its fills are done."""
     store = TieredStore(memory, tier, sendfile=sendfile)
     try:
-        async with sweeping(tier, round_pause=sweep_pause):  # the node's only process (sweep.py)
+        # the node's only process: it sweeps (sweep.py) and retires (retire.py)
+        async with sweeping(tier, round_pause=sweep_pause), retiring(tier, url_purge_keep):
             yield store
     finally:
         await store.close()

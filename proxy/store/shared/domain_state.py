@@ -41,6 +41,11 @@ class DomainState:
     url_top: int = 0
     read_to: int = 0
     legacy: bool = False  # read from a record of the first layout: its URL purges inline
+    # The URL log's retirement (url_log.RETIRE, decision 0059), kept beside the record, not
+    # in it: fills whose token is under ``refuse`` are refused; the log is gone up to
+    # ``retired``, so a reader starts past it.
+    refuse: int = 0
+    retired: int = 0
     fleet: tuple[str, int] | None = None  # the fleet's (epoch, number) applied to it (0048)
 
     def clear(self) -> int:

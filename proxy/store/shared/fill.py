@@ -41,6 +41,10 @@ RECORD_GUESS = 512  # bytes of a record whose body is in a file, before it is pa
 TRIM_EVERY = 8  # commits of this process between two measures (within the reserve: pages.py)
 
 
+class _Refused(Exception):
+    """A purge since the fill's lookup covers it: nothing is stored."""
+
+
 class Fill:
     """One response being stored. Use from one thread at a time (AsyncFill: the writer's)."""
 
@@ -112,13 +116,12 @@ class Fill:
         gone: list[str] = []
         try:
             if not self._admissible():
-                self.refused = True
-                self.abort()
-                return False
+                raise _Refused
             if not tier.check_directory():
                 return self._drop(None)
             try:
                 with tier.writing(doomed=True) as (txn, doomed):
+                    self._check_floor()
                     kept = self._store(txn, gone, doomed)
             except lmdb.MapFullError:
                 # The map is reserved far above the tier's size (pages.py): this is the
@@ -129,7 +132,12 @@ class Fill:
                 if self._final is not None:
                     raise
                 with tier.writing(doomed=True) as (txn, doomed):
+                    self._check_floor()
                     kept = self._store(txn, gone, doomed)
+        except _Refused:
+            self.refused = True
+            self.abort()
+            return False
         except (lmdb.Error, OSError) as error:
             if self._final is not None:  # renamed, but no committed record names it
                 self._final.unlink(missing_ok=True)
@@ -170,11 +178,20 @@ class Fill:
         return entry_cost(len(self.key), RECORD_GUESS, file_bytes(length))
 
     def _admissible(self) -> bool:
-        """Whether no clear or hard purge since the fill's lookup covers it."""
+        """Whether no clear or hard purge since the fill's lookup covers it, by the domain's
+        state as this process last read it."""
         state = self._tier.purges.current(self._domain)
-        if not state.cleared <= self.token <= state.number:
+        if not max(state.cleared, state.refuse) <= self.token <= state.number:
             return False
         return judge(state, self.token, self._target, self._response.tags) is not HARD
+
+    def _check_floor(self) -> None:
+        """Refuse the fill if its lookup came before URL purges since retired (decision
+        0059): read now, inside the entries write transaction, since the retirement removed
+        what those purges covered in a write before this one and the records no longer
+        judge. The parsed state ``_admissible`` used may lag the floor's announcement."""
+        if self.token < self._tier.purges.refuse_floor(self._domain):
+            raise _Refused
 
     @staticmethod
     def commit_all(tier: SharedTier, fills: Sequence[Fill]) -> int:
@@ -184,9 +201,16 @@ class Fill:
         left out. Returns how many were stored; raises what LMDB raises."""
         gone: list[str] = []
         stored = 0
+        floors: dict[str, int] = {}
         with tier.writing(doomed=True) as (txn, doomed):
             for fill in fills:
                 if fill.dropped or fill._file is not None or not fill._admissible():
+                    fill.abort()
+                    continue
+                floor = floors.get(fill._domain)
+                if floor is None:  # read once per domain, under the writer lock (_check_floor)
+                    floor = floors[fill._domain] = tier.purges.refuse_floor(fill._domain)
+                if fill.token < floor:
                     fill.abort()
                     continue
                 stored += fill._store(txn, gone, doomed)

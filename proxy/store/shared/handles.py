@@ -56,6 +56,7 @@ class SharedStats:
     orphans: int = 0  # body files no record named, removed by the sweep (sweep.py)
     orphan_bytes: int = 0
     swept: int = 0  # entries of cleared domains the sweep removed with their files
+    retired_urls: int = 0  # URLs whose purge records retired (retire.py, decision 0059)
 
 
 class TierHandles:
@@ -190,8 +191,9 @@ class TierHandles:
             numbers.extend(self.purges.usage())
         except (lmdb.Error, OSError) as error:
             self.health.fault("stats", error)
-            numbers = [0] * (len(names) + 2)
-        entries, size, evictions, orphans, orphan_bytes, swept, purge_bytes, folds = numbers
+            numbers = [0] * (len(names) + 3)
+        entries, size, evictions, orphans, orphan_bytes, swept = numbers[:6]
+        purge_bytes, folds, retired = numbers[6:]
         status = self.health.status()
         return SharedStats(
             entries,
@@ -205,6 +207,7 @@ class TierHandles:
             orphans,
             orphan_bytes,
             swept,
+            retired,
         )
 
     # -- checks ---------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ UNREAD = -1  # a parsed state's stamp that no stamp equals: read again (``_seen`
 # and how many domains a fold has cleared.
 TOTAL = b"\x00total"
 FOLDED = b"\x00folded"
+RETIRED = b"\x00retired"  # URLs whose purge records have retired (retire.py, decision 0059)
 # Distrust of every domain (decision 0040): the floor, the highest number any domain's record
 # has held (so that a new floor is above them all), and what the last floor was made for (a
 # fleet member's epoch and number: members of one node making the same one skip it).
@@ -127,12 +128,18 @@ def _read_state(
     fewer."""
     record = txn.get(domain.encode())
     state = DomainState() if record is None else DomainState.from_bytes(record)
+    state.refuse, state.retired = url_log.retirement(txn, domain)
     if log and not state.legacy:
-        if known is not None and known.cleared == state.cleared and known.read_to >= state.cleared:
+        base = max(state.cleared, state.retired)  # the log is gone up to here
+        if (
+            known is not None
+            and (known.cleared, known.retired) == (state.cleared, state.retired)
+            and known.read_to >= base
+        ):
             state.urls = known.urls
             start = known.read_to + 1
-        else:
-            start = state.cleared + 1
+        else:  # a clear or a retirement since: a new table, without what they dropped
+            start = base + 1
         if state.url_top >= start:
             url_log.read(txn, domain, start, state.urls)
     state.read_to = state.number
@@ -378,15 +385,72 @@ class PurgeStateStore:
         STAMP.pack_into(self.stamp, 0, committed)
         return written
 
+    # -- retiring the URL log (retire.py, decision 0059) ----------------------------------------
+
+    def refuse_floor(self, domain: str) -> int:
+        """The number under which a fill's token is refused, read now in a read transaction
+        (not the parsed state, which may lag a retirement's announcement): a fill asks it
+        inside its entries write transaction (fill.py)."""
+        with self._env.begin() as txn:
+            return url_log.retirement(txn, domain)[0]
+
+    def due(self, cutoff: float, limit: int) -> list[url_log.Due]:
+        """The URL log records written at ``cutoff`` or before, at most ``limit`` targets."""
+
+        def start_of(domain: str) -> int | None:
+            state = _read_state(txn, domain, log=False)
+            return None if state.legacy else max(state.cleared, state.retired) + 1
+
+        with self._env.begin() as txn:
+            return url_log.due(txn, cutoff, limit, start_of)
+
+    def refuse(self, dues: Sequence[url_log.Due]) -> None:
+        """Step one of a retirement: fills whose token is under a due record's number are
+        refused from now on (synced, announced). The records stay, and still judge."""
+        with self._env.begin(write=True) as txn:
+            for due in dues:
+                url_log.set_retirement(txn, due.domain, due.upto, 0)
+            committed = txn.id()
+        STAMP.pack_into(self.stamp, 0, committed)
+
+    def retire(self, dues: Sequence[url_log.Due]) -> int:
+        """The last step, once the entries the records cover are gone: the records go, out of
+        the budget, and readers start past them (synced, announced). Records a clear buried
+        since are left to the sweep. The bytes freed."""
+        freed = 0
+
+        def dropping(due: url_log.Due) -> Change:
+            def change(state: DomainState, txn: lmdb.Transaction) -> int:
+                nonlocal freed
+                start = max(state.cleared, state.retired) + 1
+                if due.upto >= start:
+                    gone = url_log.remove(txn, due.domain, start, due.upto)
+                    state.log_bytes = max(0, state.log_bytes - gone)
+                    freed += gone
+                url_log.set_retirement(txn, due.domain, due.upto, due.upto)
+                return state.number
+
+            return change
+
+        with self._env.begin(write=True) as txn:
+            for due in dues:
+                self._change(txn, due.domain, dropping(due))
+            retired = sum(len(due.covers) for due in dues)
+            txn.put(RETIRED, _COUNT.pack(_count(txn, RETIRED) + retired))
+            self._settle(txn, 0)
+            committed = txn.id()
+        STAMP.pack_into(self.stamp, 0, committed)
+        return freed
+
     def distrust(self, domain: str) -> int:
         """Distrust one domain's entries (synced): its new number."""
         return self._update(domain, lambda state, txn: state.distrust())
 
-    def usage(self) -> tuple[int, int]:
-        """The purge state's bytes (records and live URL logs), and how many domains folds
-        have cleared (for /metrics)."""
+    def usage(self) -> tuple[int, int, int]:
+        """The purge state's bytes (records and live URL logs), how many domains folds have
+        cleared, and how many URLs' purge records have retired (for /metrics)."""
         with self._env.begin() as txn:
-            return _count(txn, TOTAL), _count(txn, FOLDED)
+            return _count(txn, TOTAL), _count(txn, FOLDED), _count(txn, RETIRED)
 
     def clear(self, domain: str) -> int:
         return self._update(domain, lambda state, txn: state.clear())

@@ -55,26 +55,62 @@ def drop_urls(tier: Dropping, domain: str, targets: Iterable[str]) -> int:
 def _covered(tier: Dropping, domain: str, targets: Iterable[str]) -> Removals:
     """The entries (key, sequence) of ``targets`` a hard URL purge covers, read without a lock."""
     state = tier.purges.current(domain)
-    found: Removals = []
+    covers: dict[str, int] = {}
+    for target in dict.fromkeys(targets):
+        last = state.urls.get(target)
+        if last is not None and last.hard:
+            covers[target] = last.hard
+    if not covers:
+        return []
     with tier.reading() as txn:
-        cursor = txn.cursor(tier.db_entries)
-        for target in dict.fromkeys(targets):
-            last = state.urls.get(target)
-            if last is None or not last.hard:
+        return _under(txn.cursor(tier.db_entries), domain, covers)
+
+
+def drop_retired(tier: Dropping, domain: str, covers: dict[str, int]) -> int | None:
+    """Remove the entries that URL log records about to retire cover (``covers``: request
+    target -> the newest number of those records that names it; an entry of the target whose
+    mark is under it is covered), with their body files: how many went; None on a fault (the
+    records must then stay). In the writer thread (retire.py, decision 0059).
+
+    Found inside the write transaction, not before it as ``drop_urls`` finds them: the
+    records will no longer judge, so an entry a fill commits between a look and this write
+    must not be missed. The write holds LMDB's writer lock; a fill that commits after it reads
+    the refusal floor, committed before, inside its own (fill.py)."""
+    gone: list[str] = []
+    try:
+        with tier.writing(doomed=True) as (txn, doomed):
+            totals = Totals(txn, tier)
+            found = _under(txn.cursor(tier.db_entries), domain, covers)
+            removed = sum(totals.remove(key, sequence, gone) for key, sequence in found)
+            for key, sequence in doomed:
+                totals.remove(key, sequence, gone)
+            totals.save()
+    except (lmdb.Error, OSError) as error:
+        tier.health.fault("purge retirement", error)
+        return None
+    for name in gone:
+        (tier.bodies / name).unlink(missing_ok=True)
+    return removed
+
+
+def _under(cursor: lmdb.Cursor, domain: str, covers: dict[str, int]) -> Removals:
+    """The entries (key, sequence) of each target, in either scheme and every variant, whose
+    mark is under the target's number in ``covers`` (a corrupt one: whatever it is)."""
+    found: Removals = []
+    for target, number in covers.items():
+        for key_target in scheme_targets(target):
+            prefix = entry_prefix(domain, key_target)
+            if not cursor.set_range(prefix):
                 continue
-            for key_target in scheme_targets(target):
-                prefix = entry_prefix(domain, key_target)
-                if not cursor.set_range(prefix):
+            for raw_key, value in cursor:
+                key = bytes(raw_key)
+                if not key.startswith(prefix):
+                    break
+                try:
+                    header = read_header(value)
+                except Corrupt:
+                    found.append((key, -1))
                     continue
-                for raw_key, value in cursor:
-                    key = bytes(raw_key)
-                    if not key.startswith(prefix):
-                        break
-                    try:
-                        header = read_header(value)
-                    except Corrupt:
-                        found.append((key, -1))
-                        continue
-                    if header.mark < last.hard:
-                        found.append((key, header.sequence))
+                if header.mark < number:
+                    found.append((key, header.sequence))
     return found

@@ -18,6 +18,13 @@ a miss, and readers start past them. They are *buried* (``bury``: a DEAD marker 
 domain and the number up to which its records are dead) and dropped a few hundred at a time
 by every later write of the purge state (``sweep``), so a clear stays O(1) too.
 
+A URL purge's record is also a *tombstone* for fills in flight: a fill whose lookup came
+before the purge and which commits after it is refused by it (``Fill._admissible``). Once a
+record is older than ``cache.url_purge_keep`` it is *retired* (retire.py, decision 0059): the
+entries it covers are removed, fills from before it are refused by a per-domain floor instead
+(``RETIRE``: the floor, and the number up to which the log is gone), and the record goes.
+Readers then start past it, so the URL table every process holds shrinks too.
+
 The keys start with NUL, as the purge state's meta records do: code that walks the domains'
 records skips them (a domain name never starts with NUL).
 """
@@ -26,7 +33,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import lmdb
 
@@ -34,6 +42,8 @@ from proxy.core.purge.purges import LastPurges
 
 LOG = b"\x00url\x00"  # + domain + NUL + number: one URL purge
 DEAD = b"\x00dead\x00"  # + domain: its log records up to the number held are dead
+RETIRE = b"\x00retire\x00"  # + domain: (refuse fills under, log retired up to), 16 bytes
+_PAIR = struct.Struct(">QQ")
 _NUMBER = struct.Struct(">Q")
 SWEEP = 512  # dead records dropped per write of the purge state, at most
 
@@ -109,6 +119,95 @@ def sweep(txn: lmdb.Transaction, limit: int = SWEEP) -> int:
             break  # the limit was reached: the rest is the next write's
         txn.delete(marker)
     return dropped
+
+
+def retirement(txn: lmdb.Transaction, domain: str) -> tuple[int, int]:
+    """The domain's retirement (decision 0059): the number under which a fill's token is
+    refused, and the number up to which its log records are retired (0, 0: none yet)."""
+    value = txn.get(RETIRE + domain.encode())
+    if value is None:
+        return 0, 0
+    refuse, retired = _PAIR.unpack(value)
+    return int(refuse), int(retired)
+
+
+def set_retirement(txn: lmdb.Transaction, domain: str, refuse: int, retired: int) -> None:
+    """Raise the domain's refusal floor and retired number to at least these (never lower)."""
+    held_refuse, held_retired = retirement(txn, domain)
+    txn.put(
+        RETIRE + domain.encode(), _PAIR.pack(max(held_refuse, refuse), max(held_retired, retired))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A domain's log records due to retire: up to ``upto``, covering ``covers`` (request
+    target -> the newest number of the records retired that name it: an entry of the target
+    with a mark under it is covered)."""
+
+    domain: str
+    upto: int
+    covers: dict[str, int]
+
+
+def due(
+    txn: lmdb.Transaction, cutoff: float, limit: int, start_of: Callable[[str], int | None]
+) -> list[Due]:
+    """The log records written at ``cutoff`` or before, oldest first per domain, at most
+    ``limit`` targets in all (but at least one record): a domain's records are read from
+    ``start_of(domain)`` on (past its clear and its retired ones; None: skip the domain).
+    One seek per domain that has a log."""
+    found: list[Due] = []
+    targets = 0
+    cursor = txn.cursor()
+    seek = LOG
+    while targets < limit and cursor.set_range(seek):
+        key = bytes(cursor.key())
+        if not key.startswith(LOG):
+            break
+        name = key[len(LOG) : key.index(b"\x00", len(LOG))]
+        seek = LOG + name + b"\x01"  # past this domain's records: the next domain's
+        domain = name.decode()
+        start = start_of(domain)
+        if start is None:
+            continue
+        prefix = _prefix(domain)
+        covers: dict[str, int] = {}
+        upto = 0
+        if cursor.set_range(prefix + _NUMBER.pack(start)):
+            for record_key, value in cursor:
+                if bytes(record_key[: len(prefix)]) != prefix:
+                    break
+                _soft, at, record_targets = json.loads(bytes(value))
+                if at > cutoff or (upto and targets + len(record_targets) > limit):
+                    break
+                upto = _NUMBER.unpack_from(record_key, len(prefix))[0]
+                for target in record_targets:
+                    covers[target] = upto
+                targets += len(record_targets)
+        if upto:
+            found.append(Due(domain, upto, covers))
+    return found
+
+
+def remove(txn: lmdb.Transaction, domain: str, start: int, upto: int) -> int:
+    """Delete the domain's log records numbered ``start`` to ``upto``: the bytes they held
+    (keys and values, as ``append`` counted them)."""
+    prefix = _prefix(domain)
+    cursor = txn.cursor()
+    freed = 0
+    if not cursor.set_range(prefix + _NUMBER.pack(start)):
+        return 0
+    while True:
+        key = cursor.key()
+        if not key or bytes(key[: len(prefix)]) != prefix:
+            break
+        if _NUMBER.unpack_from(key, len(prefix))[0] > upto:
+            break
+        freed += len(key) + len(cursor.value())
+        if not cursor.delete():  # moves to the next record; False past the last
+            break
+    return freed
 
 
 def dead_records(txn: lmdb.Transaction) -> int:

@@ -18,6 +18,8 @@ the line (no sleeps), and then kill it or let it end:
 - ``fleet DIR INSTANCE EPOCH SEQ DOMAIN WRITE``: as a worker, apply a fleet batch of one write
   of DOMAIN numbered SEQ in EPOCH (``clear``, ``distrust``, ``every``: a distrust of every
   domain, or ``kind:soft|hard:item``) and print "written <parts written>".
+- ``retire DIR INSTANCE``: as a worker, retire every URL purge record, however young
+  (retire.py), and print "retired <URLs>".
 - ``second-node DIR``: try to open DIR as a node: "opened" or "locked <message>".
 - ``read-only DIR``: as the node, store /a, print "filled", wait for a line on stdin (the test
   gives the directory to nobody), become nobody, store /before and print how it went; wait for
@@ -40,6 +42,7 @@ from proxy.core.purge.purges import purge_request
 from proxy.errors import CacheDirectoryLocked
 from proxy.store.shared import Fill, SharedTier
 from proxy.store.shared.node_writes import FleetBatch, NodeWrite
+from proxy.store.shared.retire import retire
 
 MAX_BYTES = 1 << 30
 CHUNK = 64 * 1024
@@ -155,6 +158,12 @@ def main(command: str, *args: str) -> None:
         directory, instance, epoch, seq, domain, write = args
         tier = SharedTier.open_member(directory, max_bytes=MAX_BYTES, instance=instance)
         print(f"written {tier.apply_fleet(fleet_batch(epoch, int(seq), domain, write))}")
+        tier.close()
+        return
+    if command == "retire":  # every URL purge record, however young (retire.py)
+        directory, instance = args
+        tier = SharedTier.open_member(directory, max_bytes=MAX_BYTES, instance=instance)
+        print(f"retired {retire(tier, time.time() + 3600)}")
         tier.close()
         return
     directory, instance, domain, target, *rest = args

@@ -71,10 +71,11 @@ def test_a_batch_skipped_after_another_worker_wrote_it_holds_at_once(
     before = announced(tier)
     out = run_actor("fleet", tier.directory, tier.instance, EPOCH, SEQ, DOMAIN, write)
     assert out == "written 1"
+    written = announced(tier)
     announce(tier, before)  # the writer has committed, and not announced it yet
     assert tier.apply_fleet(fleet_batch(EPOCH, SEQ, DOMAIN, write)) == 0  # made: skipped
     assert not served_fresh(tier)
-    announce(tier, announced(tier))  # and once announced, the same
+    announce(tier, written)  # and once announced, the same
     assert not served_fresh(tier)
 
 

@@ -34,8 +34,8 @@ def record(tier: SharedTier) -> bytes:
         return bytes(found)
 
 
-def log_records(tier: SharedTier) -> int:
-    prefix = url_log.LOG + DOMAIN.encode() + b"\x00"
+def log_records(tier: SharedTier, domain: str = DOMAIN) -> int:
+    prefix = url_log.LOG + domain.encode() + b"\x00"
     with tier._state_env.begin() as txn:
         cursor = txn.cursor()
         if not cursor.set_range(prefix):
