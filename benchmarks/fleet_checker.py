@@ -342,10 +342,16 @@ async def check(
         await cluster.close()
 
 
+RETIRE_AFTER = 0.5  # seconds: cache.url_purge_keep on the checker's tiers (decision 0059)
+
+
 def disk_cluster(directory: Path) -> Cluster:
     """The checker's cluster with a shared tier on every edge node; PAGES[0] carries an
-    ETag, PAGES[1] none."""
-    return Cluster(directory, disk=True, validated=PAGES[:1])
+    ETag, PAGES[1] none. URL purge records retire after RETIRE_AFTER, not 300 s, so that
+    every fault meets retirements too."""
+    cluster = Cluster(directory, disk=True, validated=PAGES[:1])
+    cluster.cache_extra = f"url_purge_keep = {RETIRE_AFTER}\n"
+    return cluster
 
 
 def checker_cluster(directory: Path, *, disk: bool = False, peer_fill: bool = False) -> Cluster:

@@ -256,6 +256,7 @@ class Cluster:
         self.edges: list[Edge] = []
         self.token = ""
         self.edge_extra = ""  # more [edge] lines for every edge node
+        self.cache_extra = ""  # more [cache] lines for every edge node
         self.domain_extra = ""  # more lines for every [[domains]] table of every node
 
     async def start(self) -> None:
@@ -282,6 +283,7 @@ class Cluster:
         config = self.directory / name / "node.toml"
         if self.disk:
             edge += f'disk_path = "{config.parent / "cache"}"\ndisk_max_bytes = "64MiB"\n'
+        edge += self.cache_extra
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(edge + self._common(relay.url, name))
         node = NodeProcess(name, config, ("edge",))
