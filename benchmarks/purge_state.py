@@ -68,6 +68,10 @@ class Measured:
     lookups: list[float]
     parsed_mb: float
     counted_mb: float
+    retire_s: float = 0.0
+    longest_pass_ms: float = 0.0
+    parsed_after_mb: float = 0.0
+    counted_after_mb: float = 0.0
 
 
 def measure(count: int, samples: int) -> Measured:
@@ -96,9 +100,32 @@ def measure(count: int, samples: int) -> Measured:
                 purges.append((purged - started) * 1000)
                 cpu.append((cpu_done - on_cpu) * 1000)
                 lookups.append((looked - purged) * 1000)
-            return Measured(purges, cpu, lookups, parsed, counted)
+            return Measured(purges, cpu, lookups, parsed, counted, *retire_all(tier))
         finally:
             tier.close()
+
+
+def retire_all(tier: Any) -> tuple[float, float, float, float]:
+    """Retire every URL purge record: seconds in all, the longest pass in ms, then MB held
+    parsed by a fresh reader of the domain and MB counted (zeros without retire.py)."""
+    try:
+        retire_module = importlib.import_module("proxy.store.shared.retire")
+    except ImportError:
+        return 0.0, 0.0, 0.0, 0.0
+    later = time.time() + 3600
+    passes: list[float] = []
+    while True:
+        started = time.perf_counter()
+        retired = retire_module.retire(tier, later)
+        passes.append(time.perf_counter() - started)
+        if not retired:
+            break
+    tier.purges.parsed.clear()  # a process that had not read the domain yet
+    tracemalloc.start()
+    tier.lookup(DOMAIN, "/warm")
+    parsed = tracemalloc.get_traced_memory()[0] / 1e6
+    tracemalloc.stop()
+    return sum(passes), max(passes) * 1000, parsed, tier.purges.usage()[0] / 1e6
 
 
 def main() -> None:
@@ -112,7 +139,7 @@ def main() -> None:
     print(
         f"{'URL purges':>10}  {'purge p50':>9}  {'purge p99':>9}  {'CPU p99':>9}  "
         f"{'lookup p50':>10}  {'lookup p99':>10}  (ms, {args.samples} samples)  "
-        "parsed MB  counted MB"
+        "parsed MB  counted MB  | retired: ms  longest pass ms  parsed MB  counted MB"
     )
     for size in (int(s) for s in args.sizes.split(",")):
         m = measure(size, args.samples)
@@ -120,7 +147,8 @@ def main() -> None:
             f"{size:>10}  {statistics.median(m.purges):9.2f}  {percentile(m.purges, 0.99):9.2f}  "
             f"{percentile(m.cpu, 0.99):9.2f}  "
             f"{statistics.median(m.lookups):10.2f}  {percentile(m.lookups, 0.99):10.2f}  "
-            f"{m.parsed_mb:>27.1f}  {m.counted_mb:>10.1f}",
+            f"{m.parsed_mb:>27.1f}  {m.counted_mb:>10.1f}  | {m.retire_s * 1000:11.1f}  "
+            f"{m.longest_pass_ms:15.1f}  {m.parsed_after_mb:9.2f}  {m.counted_after_mb:10.4f}",
             flush=True,
         )
 
