@@ -38,6 +38,7 @@ class DomainState:
     # (counted in the budget), the newest URL purge's number, and (a reader's) the number up
     # to which ``urls`` holds the log, to read on from.
     log_bytes: int = 0
+    log_targets: int = 0  # the URLs its live log records name (with repeats)
     url_top: int = 0
     read_to: int = 0
     legacy: bool = False  # read from a record of the first layout: its URL purges inline
@@ -56,6 +57,7 @@ class DomainState:
         self.urls = {}
         self.top = 0
         self.log_bytes = 0
+        self.log_targets = 0
         self.url_top = 0
         self.legacy = False
         return self.number
@@ -117,6 +119,8 @@ class DomainState:
         body: list[Any] = [compat, self.top, lasts(self.bans.by_prefix), lasts(self.tags), []]
         layout: dict[str, Any] = {"v": LAYOUT, "cleared": self.cleared, "log": self.log_bytes}
         layout["url_top"] = self.url_top
+        if self.log_targets:
+            layout["targets"] = self.log_targets
         if self.fleet is not None:
             layout["fleet"] = list(self.fleet)
         body += [self.distrusted, layout]
@@ -135,6 +139,7 @@ class DomainState:
             state.cleared = int(layout["cleared"])
             state.log_bytes = int(layout["log"])
             state.url_top = int(layout["url_top"])
+            state.log_targets = int(layout.get("targets", 0))
             fleet = layout.get("fleet")
             state.fleet = None if fleet is None else (str(fleet[0]), int(fleet[1]))
         for prefix, hard, soft, soft_at in bans:

@@ -125,26 +125,38 @@ def _read_state(
     ``known``: the state this process read before, whose URL table is read on from where it
     stopped when no clear came between (decision 0048): the table is shared, and grows in
     place, which any holder of the older state may see: only purges committed since, never
-    fewer."""
+    fewer.
+
+    Retired records (decision 0059) may stay in a table read on: they cover no entry that
+    still exists, nor any fill not refused. The table is read anew past them only once it
+    names over twice the URLs the live log does (``_read_anew``), so that a reader pays for a
+    new table once per doubling, not at every retirement pass."""
     record = txn.get(domain.encode())
     state = DomainState() if record is None else DomainState.from_bytes(record)
     state.refuse, state.retired = url_log.retirement(txn, domain)
     if log and not state.legacy:
-        base = max(state.cleared, state.retired)  # the log is gone up to here
-        if (
-            known is not None
-            and (known.cleared, known.retired) == (state.cleared, state.retired)
-            and known.read_to >= base
-        ):
+        if known is not None and known.cleared == state.cleared and not _read_anew(known, state):
             state.urls = known.urls
             start = known.read_to + 1
-        else:  # a clear or a retirement since: a new table, without what they dropped
-            start = base + 1
+        else:  # a clear since, or a table of mostly retired URLs: without what they dropped
+            start = max(state.cleared, state.retired) + 1
         if state.url_top >= start:
             url_log.read(txn, domain, start, state.urls)
     state.read_to = state.number
     floor = txn.get(FLOOR)
     return state if floor is None else state.floored(int(_COUNT.unpack(floor)[0]))
+
+
+REBUILD_SLACK = 1024  # URLs a table may hold past twice the live log's before it is read anew
+
+
+def _read_anew(known: DomainState, state: DomainState) -> bool:
+    """Whether a reader's table should be read anew rather than on: records retired since it
+    was read, and it names more than twice the URLs the live log does, plus a slack. (Read
+    on, it misses only retired records, deleted: what they covered is gone already.)"""
+    return known.retired != state.retired and (
+        len(known.urls) > 2 * state.log_targets + REBUILD_SLACK
+    )
 
 
 def _migrate(txn: lmdb.Transaction, domain: str, state: DomainState) -> None:
@@ -159,6 +171,7 @@ def _migrate(txn: lmdb.Transaction, domain: str, state: DomainState) -> None:
             numbered.setdefault((last.soft, True, last.soft_at), []).append(target)
     for (number, soft, at), targets in sorted(numbered.items()):
         state.log_bytes += url_log.append(txn, domain, number, url_log.pack(soft, at, targets))
+        state.log_targets += len(targets)
         state.url_top = max(state.url_top, number)
     url_log.bury(txn, domain, state.cleared)
     state.urls = {}
@@ -424,8 +437,9 @@ class PurgeStateStore:
                 nonlocal freed
                 start = max(state.cleared, state.retired) + 1
                 if due.upto >= start:
-                    gone = url_log.remove(txn, due.domain, start, due.upto)
+                    gone, targets = url_log.remove(txn, due.domain, start, due.upto)
                     state.log_bytes = max(0, state.log_bytes - gone)
+                    state.log_targets = max(0, state.log_targets - targets)
                     freed += gone
                 url_log.set_retirement(txn, due.domain, due.upto, due.upto)
                 return state.number
@@ -516,6 +530,7 @@ def _adding(domain: str, purge: Purge, at: float) -> Change:
         number = state.add_url(purge)
         value = url_log.pack(purge.soft, at, purge.items)
         state.log_bytes += url_log.append(txn, domain, number, value)
+        state.log_targets += len(purge.items)
         return number
 
     return change

@@ -190,24 +190,26 @@ def due(
     return found
 
 
-def remove(txn: lmdb.Transaction, domain: str, start: int, upto: int) -> int:
+def remove(txn: lmdb.Transaction, domain: str, start: int, upto: int) -> tuple[int, int]:
     """Delete the domain's log records numbered ``start`` to ``upto``: the bytes they held
-    (keys and values, as ``append`` counted them)."""
+    (keys and values, as ``append`` counted them) and the URLs they named."""
     prefix = _prefix(domain)
     cursor = txn.cursor()
-    freed = 0
+    freed = targets = 0
     if not cursor.set_range(prefix + _NUMBER.pack(start)):
-        return 0
+        return 0, 0
     while True:
         key = cursor.key()
         if not key or bytes(key[: len(prefix)]) != prefix:
             break
         if _NUMBER.unpack_from(key, len(prefix))[0] > upto:
             break
-        freed += len(key) + len(cursor.value())
+        value = cursor.value()
+        freed += len(key) + len(value)
+        targets += len(json.loads(bytes(value))[2])
         if not cursor.delete():  # moves to the next record; False past the last
             break
-    return freed
+    return freed, targets
 
 
 def dead_records(txn: lmdb.Transaction) -> int:

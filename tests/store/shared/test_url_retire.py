@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 
 from proxy.core.cache.keys import cache_target
-from proxy.core.purge.purges import purge_request
+from proxy.core.purge.purges import Purge, purge_request
 from proxy.store.shared import Fill, SharedTier
+from proxy.store.shared.purge_state import REBUILD_SLACK
 from proxy.store.shared.retire import retire
 from tests.store.shared.actor import body, fill, response
 from tests.store.shared.conftest import body_files, run_actor
@@ -45,8 +46,10 @@ def test_retired_records_leave_the_log_the_budget_and_the_table(tier: SharedTier
     assert state.log_bytes == 0
     assert after == state.held < 100  # the domain's small record alone
     assert retired == 50 == tier.stats().retired_urls
-    assert state.urls == {}  # this process's table was rebuilt without them
-    assert state.refuse == state.retired == state.url_top
+    assert state.refuse == state.retired == state.url_top and state.log_targets == 0
+    assert len(state.urls) == 50  # read on: a new table only past the slack (below)
+    tier.purges.parsed.clear()  # a process that reads the domain for the first time
+    assert tier.purges.current(DOMAIN).urls == {}
     assert served_fresh_at(tier, "/keep")  # what no purge covered stays
     assert retire(tier, LATER) == 0
 
@@ -60,6 +63,7 @@ def test_only_records_older_than_the_cutoff_retire(tier: SharedTier) -> None:
     assert tier.purge(DOMAIN, purge_request("url", ["/old"]), at=1_000.0) is not None
     assert tier.purge(DOMAIN, purge_request("url", ["/new"]), at=2_000.0) is not None
     assert retire(tier, 1_500.0) == 1
+    tier.purges.parsed.clear()
     assert set(tier.purges.current(DOMAIN).urls) == {"/new"}
     assert _log_records(tier) == 1
 
@@ -70,10 +74,11 @@ def test_a_pass_is_bounded_and_the_next_goes_on(tier: SharedTier) -> None:
         assert tier.purge(DOMAIN, purge_request("url", targets)) is not None
     assert retire(tier, LATER, limit=7) == 6  # whole records only: two of three URLs each
     assert retire(tier, LATER, limit=7) == 6
-    assert len(tier.purges.current(DOMAIN).urls) == 18
+    assert _log_records(tier) == 6
+    assert tier.purges.current(DOMAIN).log_targets == 18
     while retire(tier, LATER, limit=7):
         pass
-    assert _log_records(tier) == 0 and tier.purges.current(DOMAIN).urls == {}
+    assert _log_records(tier) == 0 and tier.purges.current(DOMAIN).log_targets == 0
 
 
 def test_a_soft_purges_stale_variants_go_when_it_retires(tier: SharedTier) -> None:
@@ -154,3 +159,16 @@ def test_a_fill_that_began_after_the_purge_is_kept(tier: SharedTier) -> None:
     assert writer.append(b"new")
     assert writer.commit()
     assert served_fresh(tier)
+
+
+def test_a_table_of_mostly_retired_urls_is_read_anew(tier: SharedTier) -> None:
+    """Past twice the live log's URLs plus the slack, a reader drops the retired ones."""
+    count = REBUILD_SLACK + 100
+    tier.purges.add_many(DOMAIN, [Purge("url", (f"/old/{n}",)) for n in range(count)], 1_000.0)
+    assert tier.purge(DOMAIN, purge_request("url", ["/young"]), at=LATER + 1) is not None
+    assert len(tier.purges.current(DOMAIN).urls) == count + 1
+    while retire(tier, LATER):
+        pass
+    state = tier.purges.current(DOMAIN)
+    assert state.log_targets == 1
+    assert set(state.urls) == {"/young"}
