@@ -394,8 +394,9 @@ async def _metrics(node: Node) -> list[str]:
         return (await response.text()).splitlines()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 async def test_old_url_purges_retire_and_what_they_covered_stays_purged(
-    tmp_path: Path, origin: Origin, nodes: list[Node]
+    tmp_path: Path, origin: Origin, nodes: list[Node], workers: int
 ) -> None:
     """Issue 31 item 3, decision 0059: the node retires URL purge records older than
     ``url_purge_keep``. The purge state shrinks back to the domain's small record, and a page
@@ -405,7 +406,7 @@ async def test_old_url_purges_retire_and_what_they_covered_stays_purged(
     config = write_config(
         tmp_path,
         origin.url,
-        workers=2,
+        workers=workers,
         cache=f'disk_path = "{tmp_path / "cache"}"\ndisk_max_bytes = "64MiB"\nurl_purge_keep = 0.2',
     )
     secret = await token(tmp_path)
