@@ -211,7 +211,10 @@ MEANINGS = {
     "cache.lock_timeout": "Wait for another worker's stalled fill before fetching alone.",
     "cache.sendfile": "Send large hits by sendfile on plain HTTP/1.1.",
     "cache.sweep_pause": "Pause between two sweeps of the shared tier's orphaned files.",
-    "cache.url_purge_keep": "How long a URL purge's record is kept in the shared tier.",
+    "cache.url_purge_keep": (
+        "How long a URL purge's record is kept in the shared tier, for fills under way. "
+        "A fill lasting longer, with a URL purge of its domain meanwhile, is not stored."
+    ),
     "state.path": "The SQLite state database: token hashes, admins, audit log.",
     "state.audit_max_rows": "Audit records kept; the oldest past this are dropped.",
     "state.audit_fsync": "Each audit record is fdatasync'ed before its answer.",
