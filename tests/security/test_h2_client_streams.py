@@ -26,6 +26,7 @@ from h2.settings import SettingCodes
 from hpack import Encoder
 
 from benchmarks.large_objects import memory
+from proxy.edge.h2.client_streams import ClientStreams
 from tests.conftest import Origin
 from tests.edge.h2_support import Answer, RawH2, headers_block, headers_frame
 from tests.edge.test_answer_budget import samples, zero_window
@@ -49,6 +50,23 @@ async def settled(client: RawH2, streams: list[int], within: float = 10.0) -> li
         "refused" if client.answers[s].reset == REFUSED else client.answers[s].status
         for s in streams
     ]
+
+
+async def test_the_count_admits_within_the_cap_and_forgets_an_address_at_zero() -> None:
+    streams = ClientStreams(per_client=2)
+    assert streams.admit("10.0.0.1") and streams.admit("10.0.0.1")
+    assert not streams.admit("10.0.0.1")  # past the cap: refused, counted
+    assert streams.admit("10.0.0.2") and streams.admit(None)  # None: no per-client count
+    assert streams.figures() == [4, 2, 1]
+    streams.release("10.0.0.1")
+    assert streams.admit("10.0.0.1")  # one ended: one more
+    for client in ("10.0.0.1", "10.0.0.1", "10.0.0.2", None):
+        streams.release(client)
+    assert streams.figures() == [0, 2, 1] and not streams._by_client
+    unlimited = ClientStreams(per_client=0)
+    assert all(unlimited.admit("10.0.0.1") for _ in range(10_000))
+    streams.close()
+    unlimited.close()
 
 
 async def open_streams(node: Node) -> float:
