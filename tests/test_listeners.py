@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from proxy.edge.h2.client_streams import ClientStreams
 from proxy.observe.telemetry import Telemetry
-from proxy.process.listeners import Draining, ProcessContext
+from proxy.process.listeners import Draining, ProcessContext, _edge_guard
 from proxy.store.memory import MemoryStore
 from tests.conftest import make_config
 
@@ -37,3 +38,19 @@ def test_listeners_join_the_process_shutdown_or_each_make_their_own(tmp_path: Pa
     shared = Draining(3)
     process = ProcessContext(config, telemetry, draining=shared)
     assert process.shutdown() is shared and process.shutdown() is shared
+
+
+@pytest.mark.parametrize(
+    ("workers", "per_node", "share"),
+    [(1, 2048, 2048), (3, 2048, 683), (4, 6, 2), (2, 0, 0)],
+)
+def test_each_worker_takes_its_share_of_the_streams_per_client(
+    tmp_path: Path, workers: int, per_node: int, share: int
+) -> None:
+    """Decision 0060: per node, as origin_requests_per_client; 0 is no limit in each."""
+    edge = {"listen": "127.0.0.1:0", "workers": workers, "http2_streams_per_client": per_node}
+    guard = _edge_guard(make_config(tmp_path, "http://127.0.0.1:9", edge=edge))
+    assert isinstance(guard.streams, ClientStreams)
+    assert guard.streams.per_client == share
+    assert guard.figures()[-3:] == [0, share, 0]  # open, the cap, refused
+    guard.close()

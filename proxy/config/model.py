@@ -133,6 +133,10 @@ class EdgeConfig:
     # strict subset of request heads (decision 0050); off: every request through aiohttp.
     hit_lane: Annotated[bool, check.flag] = True
     http2_max_concurrent_streams: Annotated[int, check.http2_count] = 128
+    # HTTP/2 streams one client address may have open at once over its connections, per node
+    # (each worker its share; 0: no limit), decision 0060: past it a new stream is refused
+    # (REFUSED_STREAM). 16 full connections; behind a load balancer, its address's.
+    http2_streams_per_client: Annotated[int, check.count_or_zero] = 2048
     # Decoded request header list (HPACK bomb): RST_STREAM past it, GOAWAY if it keeps on.
     http2_max_header_list_bytes: Annotated[int, check.http2_size] = 64 * 1024
     # Requests per connection (nginx: keepalive_requests): then GOAWAY, in-flight ones finish.

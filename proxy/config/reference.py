@@ -77,6 +77,7 @@ _CHECKS: dict[Callable[..., object], tuple[str, str]] = {
     check.http2_size: (_SIZE, "bytes"),
     check.count: ("whole number above 0", ""),
     check.http2_count: ("whole number above 0", "streams"),
+    check.count_or_zero: ("whole number (0: no limit)", ""),
     check.replicas: ("whole number from 0 to 16", "replicas"),
     check.workers: ('whole number from 1 to 256, or `"auto"`', "processes"),
     check.max_connections: ('whole number, or `"auto"`', "connections"),
@@ -186,6 +187,11 @@ MEANINGS = {
     "edge.h2c": "Serve HTTP/2 with prior knowledge on the plain listener.",
     "edge.hit_lane": "Answer fresh HTTP/1.1 hits before aiohttp reads them (a strict subset).",
     "edge.http2_max_concurrent_streams": "HTTP/2 streams open at once per connection.",
+    "edge.http2_streams_per_client": (
+        "HTTP/2 streams one client address may have open at once, over its connections, per"
+        " node (each worker its share); past it a new stream is refused (REFUSED_STREAM)."
+        " Behind a load balancer every client has its address: raise it there, or 0 (no limit)."
+    ),
     "edge.http2_max_header_list_bytes": "Largest decoded HTTP/2 request head.",
     "edge.http2_max_requests": "Requests per HTTP/2 connection; then GOAWAY.",
     "edge.http2_reset_budget": "Streams a client may cancel before their answer (Rapid Reset).",

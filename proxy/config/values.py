@@ -241,6 +241,13 @@ def count(key: str, value: object) -> int:
     return value
 
 
+def count_or_zero(key: str, value: object) -> int:
+    """A count where 0 means no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(key, "must be a whole number, 0 or more")
+    return value
+
+
 def _http2_setting(key: str, amount: int) -> int:
     if amount > _HTTP2_SETTING_MAX:
         raise ConfigError(

@@ -23,7 +23,9 @@ client that does not read cannot make the origin work for answers it will never 
 a key that holds something is blocked, so an answer ending always unblocks it. A
 connection's figures live in a dict keyed by the connection's protocol object (the HTTP/1.1
 handler, or the HTTP/2 connection), a client's by its address; both drop their key at
-zero, so they are only as large as what is held.
+zero, so they are only as large as what is held. A fleet peer's request proven by the peer
+key is charged to its connection only, not its address (``peer_mark.counted_client``,
+decision 0060).
 
 ``figures()`` is what /metrics shows (proxy/observe/connection_metrics.py): the bytes held
 in this process, the two budgets, and the refusals.
@@ -37,6 +39,7 @@ from aiohttp import web
 
 from proxy.edge.aiohttp_server import GuardedRequestHandler
 from proxy.edge.h2.stream import StreamProtocol
+from proxy.edge.peer_mark import counted_client
 
 STREAM_HELD = 1 << 20  # beside the read-ahead, a streamed answer's sockets' buffers
 
@@ -162,7 +165,7 @@ def charge(request: web.BaseRequest) -> Held | None:
     budget = protocol.guard.answers
     if not isinstance(budget, AnswerBudget):
         return None
-    return Held(budget, connection, protocol.peer_address)
+    return Held(budget, connection, counted_client(protocol.peer_address))
 
 
 def blocked(request: web.BaseRequest) -> bool:

@@ -57,12 +57,21 @@ ANSWER_FIGURES = 4
 # The length of ``OriginAsks.figures()`` (proxy/edge/origin_asks.py): requests the origin
 # is asked for now, the cap per connection, the cap per client address, requests that waited.
 ASK_FIGURES = 4
+# The length of ``ClientStreams.figures()`` (proxy/edge/h2/client_streams.py): HTTP/2 streams
+# open, the cap per client address, streams refused for it.
+STREAM_FIGURES = 3
 
 
 class BodyFigures(Protocol):
     """What request bodies being read hold in a process (``BodyBudget``, proxy/edge/bodies.py)."""
 
     def figures(self) -> list[int]: ...
+
+
+class StreamFigures(BodyFigures, Protocol):
+    """HTTP/2 streams per client (``ClientStreams``, proxy/edge/h2/client_streams.py)."""
+
+    def close(self) -> None: ...
 
 
 def raise_open_files_limit() -> int:
@@ -204,6 +213,8 @@ class ConnectionGuard:
         self.answers: BodyFigures | None = None
         # Requests the origin is asked for at once per connection and client (decision 0057).
         self.asks: BodyFigures | None = None
+        # HTTP/2 streams open per client address, over both listeners (decision 0060).
+        self.streams: StreamFigures | None = None
 
     def admit(self, peer: str | None = None) -> bool:
         """Whether a new connection from ``peer`` (its address; None: unknown, as on a Unix
@@ -270,12 +281,13 @@ class ConnectionGuard:
         refused_per_client, per_client, the request bodies' (``BodyFigures.figures``), and
         HTTP/2's connections open and opened, streams and error GOAWAYs (decision 0036),
         answers cut by the send timeout and the answers' budget's figures (decision 0051),
-        and the origin's slots' (decision 0057):
+        the origin's slots' (decision 0057), and HTTP/2 streams per client (decision 0060):
         as an edge process reports them to its node (proxy/fleet/figures.py), and as
         proxy/observe/connection_metrics.py reads them."""
         bodies = self.bodies.figures() if self.bodies is not None else [0] * BODY_FIGURES
         answers = self.answers.figures() if self.answers is not None else [0] * ANSWER_FIGURES
         asks = self.asks.figures() if self.asks is not None else [0] * ASK_FIGURES
+        streams = self.streams.figures() if self.streams is not None else [0] * STREAM_FIGURES
         return [
             self.open,
             self.limit,
@@ -294,6 +306,7 @@ class ConnectionGuard:
             self.send_timeouts,
             *answers,
             *asks,
+            *streams,
         ]
 
     async def none_open(self) -> None:
@@ -305,3 +318,5 @@ class ConnectionGuard:
         self._refusals.close()
         self._malformed.close()
         self._client_refusals.close()
+        if self.streams is not None:
+            self.streams.close()

@@ -15,8 +15,10 @@ first. So what a client that never reads makes the origin do is its answers' bud
 of answers plus its slots, not one per stream it opens.
 
 Hits take no slot. A request that asks the origin twice (a miss sent on as a range)
-takes one. ``figures()`` is what /metrics shows (proxy/observe/connection_metrics.py): the
-slots taken in this process, the two caps, and the requests that waited.
+takes one. A fleet peer's request proven by the peer key takes its connection's slot only,
+none of its address's (``peer_mark.counted_client``, decision 0060). ``figures()`` is what
+/metrics shows (proxy/observe/connection_metrics.py): the slots taken in this process, the
+two caps, and the requests that waited.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from aiohttp import web
 
 from proxy.edge.aiohttp_server import GuardedRequestHandler
 from proxy.edge.h2.stream import StreamProtocol
+from proxy.edge.peer_mark import counted_client
 
 # The length of ``OriginAsks.figures()``: in flight, per connection, per client, waited.
 ASK_FIGURES: Final = 4
@@ -153,7 +156,7 @@ def _asks_of(request: web.BaseRequest) -> tuple[OriginAsks, object, str | None] 
     asks = protocol.guard.asks
     if not isinstance(asks, OriginAsks):
         return None
-    return asks, connection, protocol.peer_address
+    return asks, connection, counted_client(protocol.peer_address)
 
 
 @contextlib.asynccontextmanager

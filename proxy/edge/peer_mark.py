@@ -35,10 +35,29 @@ class Marked:
     scheme: str | None = None
     position: tuple[str, int] | None = None
 
+    @property
+    def proven(self) -> bool:
+        """Whether the request carried the fleet's peer key: its scheme claim was believed
+        (``PeerAnswers.handle``), which a client cannot forge; a bare CDN-Loop proves
+        nothing."""
+        return self.scheme is not None
+
 
 # Set while this process answers a peer's request (its own task: aiohttp runs each request
 # in one), reset when the handler returns.
 MARKED: ContextVar[Marked | None] = ContextVar("peer_marked", default=None)
+
+
+def counted_client(address: str | None) -> str | None:
+    """The client address a request's per-client caps count it against (the answers'
+    budget, the origin's slots): ``address``, or None (no per-client cap; its
+    connection's caps still hold) for a request proven to come from a fleet peer, whose
+    requests are the fleet's own and must not be throttled by a client that shares its
+    address (decision 0060)."""
+    marked = MARKED.get()
+    if marked is not None and marked.proven:
+        return None
+    return address
 
 
 def add_peer_fields(headers: CIMultiDict[str], tags: tuple[str, ...] | None) -> None:

@@ -25,8 +25,9 @@ class ListenerFigures(Protocol):
         refused_per_client, per_client, the request bodies' four figures (held, budget,
         over_budget, too_slow), HTTP/2's four (connections open, connections opened,
         streams, error GOAWAYs), send timeouts, the answers' budget's four (held, per
-        connection, per client, refused), and the origin's slots' four (in flight, per
-        connection, per client, waited)."""
+        connection, per client, refused), the origin's slots' four (in flight, per
+        connection, per client, waited), and HTTP/2 streams' three (open, the per-client
+        cap, refused for it)."""
         ...
 
 
@@ -197,13 +198,36 @@ _FIGURES: tuple[_Family | str, ...] = (
         "Requests that waited before the origin was asked: their connection or client address "
         "had as many asked as its cap.",
     ),
+    # HTTP/2 streams open at once per client address (decision 0060).
+    (
+        GaugeMetricFamily,
+        "http2_streams_open",
+        "HTTP/2 streams open (taken, not yet ended), by listener.",
+    ),
+    (
+        GaugeMetricFamily,
+        "http2_streams_client_max",
+        "HTTP/2 streams one client address may have open at once over its connections "
+        "(http2_streams_per_client; 0: none).",
+    ),
+    (
+        CounterMetricFamily,
+        "http2_streams_refused",
+        "HTTP/2 streams refused (REFUSED_STREAM) because their client address had as many "
+        "open as its cap.",
+    ),
 )
 
 # The length of ``ListenerFigures.figures()``, as edge processes report it (fleet/figures.py).
 CONNECTION_FIGURES = len(_FIGURES)
 # The figures a node takes the largest of, not the sum, over its edge processes: a budget
 # per connection is each process's whole one (a per-client one is each process's share).
-NOT_SUMMED = frozenset({CONNECTION_FIGURES - 7, CONNECTION_FIGURES - 3})
+NOT_SUMMED = frozenset(
+    index
+    for index, row in enumerate(_FIGURES)
+    if not isinstance(row, str)
+    and row[1] in ("answers_held_connection_max_bytes", "origin_requests_connection_max")
+)
 
 
 def merged(into: list[int], figures: Sequence[int]) -> None:

@@ -40,6 +40,7 @@ from proxy.edge.connections import (
     open_files_limit,
     per_client_share,
 )
+from proxy.edge.h2.client_streams import ClientStreams
 from proxy.edge.h2.front import H2Front
 from proxy.edge.h2.limits import H2Limits
 from proxy.edge.handler import Edge
@@ -229,6 +230,8 @@ def _edge_guard(config: Config) -> ConnectionGuard:
         per_connection=edge.origin_requests_per_connection,
         per_client=-(-edge.origin_requests_per_client // edge.workers),
     )
+    # HTTP/2 streams open at once per client address, over both listeners: 0060.
+    guard.streams = ClientStreams(per_client=-(-edge.http2_streams_per_client // edge.workers))
     return guard
 
 

@@ -48,14 +48,24 @@ class RawH2:
 
     @classmethod
     async def open(
-        cls, url: str, context: ssl.SSLContext | None = None, sni: str = "example.com"
+        cls,
+        url: str,
+        context: ssl.SSLContext | None = None,
+        sni: str = "example.com",
+        *,
+        local_host: str | None = None,
     ) -> RawH2:
+        """Connect (from ``local_host``, another loopback address, when given)."""
         host, _, port = url.split("://", 1)[1].rpartition(":")
         if context is not None:
             context.set_alpn_protocols(["h2"])
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
-                host, int(port), ssl=context, server_hostname=sni if context else None
+                host,
+                int(port),
+                ssl=context,
+                server_hostname=sni if context else None,
+                local_addr=(local_host, 0) if local_host is not None else None,
             ),
             5,
         )

@@ -16,7 +16,7 @@ from proxy.core.peer import owner_of
 from proxy.edge import bodies
 from proxy.edge.origin import OriginResponse
 from proxy.edge.peer_fill import PeerFills, marked_for
-from proxy.edge.peer_mark import MARKED, Marked
+from proxy.edge.peer_mark import MARKED, Marked, counted_client
 
 NODES = {"edge-1": "http://127.0.0.1:1", "edge-2": "http://127.0.0.1:2"}
 
@@ -109,5 +109,26 @@ def test_before_its_first_sync_a_node_answers_a_peer_unlabelled_and_still_guards
     token = MARKED.set(marked)
     try:
         assert fills(View()).owner("example.com", target_owned_by("edge-2"), HTTP) is None
+    finally:
+        MARKED.reset(token)
+
+
+@pytest.mark.parametrize(
+    ("marked", "counted"),
+    [
+        (None, "127.0.0.1"),  # a client's request
+        (Marked("peer-label/1 e 1", None), "127.0.0.1"),  # a bare CDN-Loop: forgeable
+        (Marked("peer-label/1 e 1", None, "http"), None),  # the fleet's peer key proved it
+        (Marked(None, None, "https"), None),
+    ],
+)
+def test_only_a_request_proven_by_the_peer_key_leaves_its_addresss_caps(
+    marked: Marked | None, counted: str | None
+) -> None:
+    """Decision 0060: the per-client caps count a request against its address unless the
+    owner believed its peer key (``PeerAnswers.handle`` sets the scheme only then)."""
+    token = MARKED.set(marked)
+    try:
+        assert counted_client("127.0.0.1") == counted
     finally:
         MARKED.reset(token)

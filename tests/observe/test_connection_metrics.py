@@ -39,6 +39,9 @@ FIGURES: list[tuple[str, Labels]] = [
     ("p_origin_requests_connection_max", ()),
     ("p_origin_requests_client_max", ()),
     ("p_origin_requests_waited_total", ()),
+    ("p_http2_streams_open", ()),
+    ("p_http2_streams_client_max", ()),
+    ("p_http2_streams_refused_total", ()),
 ]
 
 

@@ -6,8 +6,10 @@ Host-vs-SNI check on TLS) as a ``web.BaseRequest`` of version 2.0 (``h2_request`
 of its own, and its answer comes back through the stream's writer (proxy/edge/h2/stream.py).
 What it may cost is limits.py's; each limit, when crossed:
 
-- a stream past SETTINGS_MAX_CONCURRENT_STREAMS: refused (RST_STREAM REFUSED_STREAM), as a
-  stream error the client caused is reset; both spend the reset budget;
+- a stream past SETTINGS_MAX_CONCURRENT_STREAMS, or past its client address's streams over
+  all its connections (client_streams.py, decision 0060): refused (RST_STREAM
+  REFUSED_STREAM) before a task or a request is made for it, as a stream error the client
+  caused is reset; each spends the reset budget;
 - a decoded head past SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb), an encoded one past
   twice that (refused before it is decoded) or a CONTINUATION flood (64 frames of one head
   at most), or any other connection error: GOAWAY with the error, and close;
@@ -51,6 +53,7 @@ from proxy.edge.aiohttp_adapter import Prewritten
 from proxy.edge.aiohttp_h2 import BodyFlow, body_reader, h2_request, unread
 from proxy.edge.aiohttp_server import error_page
 from proxy.edge.connections import ConnectionGuard, ThrottledLine
+from proxy.edge.h2.client_streams import ClientStreams
 from proxy.edge.h2.events import (
     DataReceived,
     Event,
@@ -110,6 +113,9 @@ class H2Connection(asyncio.Protocol):
         self._front = front
         self.guard = front.guard  # its request bodies' budget (proxy/edge/bodies.py)
         self.peer_address = peer  # what the guard counts the connection against
+        # The streams its address holds open over its connections (decision 0060).
+        counts = front.guard.streams
+        self._counts = counts if isinstance(counts, ClientStreams) else None
         self.limits = limits = front.limits
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -158,8 +164,15 @@ class H2Connection(asyncio.Protocol):
         for timer in (self._idle, self._flush_soon, self._turn):
             if timer is not None:
                 timer.cancel()
-        for stream in self._streams.values():
+        for stream in list(self._streams.values()):
             self._gone(stream)
+            if not stream.started:
+                # Waiting for its turn (or its task not yet run): it never will be served,
+                # so it ends here, and leaves its address's count (``_finished``).
+                if stream.task is not None:
+                    stream.task.cancel()
+                self._finished(stream)
+        self._to_start.clear()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         self._front.closed(self)
@@ -284,11 +297,18 @@ class H2Connection(asyncio.Protocol):
             return
         head = event.head
         ended = event.ended
-        writer = StreamWriter(self, stream_id)
         refusal = head.refusal
         if refusal is not None:
             self._refuse(stream_id, *refusal)
             return
+        if self._counts is not None and not self._counts.admit(self.peer_address):
+            # Its address holds its streams over its connections: refused before any task
+            # or request is made (RFC 9113 §8.7: the client may retry it).
+            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            if not self._resets.cancelled():
+                self.fail(ErrorCodes.ENHANCE_YOUR_CALM)
+            return
+        writer = StreamWriter(self, stream_id)
         self._requests += 1
         self._front.guard.http2_streams += 1
         stream = Stream(writer)
@@ -389,7 +409,8 @@ class H2Connection(asyncio.Protocol):
 
     def _finished(self, stream: Stream) -> None:
         writer = stream.writer
-        self._streams.pop(writer.stream_id, None)
+        if self._streams.pop(writer.stream_id, None) is stream and self._counts is not None:
+            self._counts.release(self.peer_address)  # once: only the stream taken is popped
         self._give_back(stream)
         if not writer.ended and not writer.gone and not self._closed:
             self.reset(writer, ErrorCodes.INTERNAL_ERROR)  # never answered in full
