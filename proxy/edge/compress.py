@@ -6,10 +6,14 @@ the process whatever the traffic (decision 0046). Each coding is fed in slices o
 bytes: every slice is one short call into C, and the GIL is free between them even where a
 binding holds it during a call, so the loop thread never waits on a whole body.
 
-The thread runs at a lower scheduling priority than the event loop (``NICE``, Linux's per
-thread nice value, ``_yield_to_the_loop``): where the process has one core, a flood of
-compression misses takes what the loop leaves, not half of it, so hits keep their latency
-(issue 32's HTTP/2 soak: decision 0051). Elsewhere the priority stays as it is.
+The thread runs below the event loop (``_yield_to_the_loop``): Linux's ``SCHED_IDLE``
+policy, so where the process has one core a flood of compression misses takes only what the
+loop leaves, and a loop thread that wakes (a hit arrives) takes the core at once. A nice value
+(``NICE``, decision 0051) was not enough: Linux's scheduler lets a running niced thread finish
+its slice, 3 to 4 ms, before the woken loop runs, and the HTTP/2 soak's hits had their p99
+doubled by it (decision 0061). Where ``SCHED_IDLE`` is refused, the nice value; elsewhere the
+priority stays as it is. Under a loop that never idles, compression then waits: its queue
+fills, and the answers past it go out uncompressed, as below.
 
 The queue is bounded in bytes (edge.compress_queue_bytes): a body that would pass it is not
 compressed now (``submit`` returns None); it is stored as sent, and a later miss of a coding
@@ -39,7 +43,7 @@ import zstandard
 from proxy.core.http.compression import level_for
 
 SLICE = 64 * 1024
-NICE = 10  # the compression thread's, above the loop's (0): CFS gives it ~10% against it
+NICE = 10  # the compression thread's, above the loop's, where SCHED_IDLE is refused
 BROTLI_WINDOW = 22
 log = logging.getLogger("proxy.edge")
 
@@ -122,8 +126,12 @@ class Compressions:
 
 
 def _yield_to_the_loop() -> None:
-    """Lower this thread's priority (on Linux, setpriority of a thread id is that thread's
-    alone); where that is refused or unknown, it stays as it is."""
+    """Put this thread below the loop: ``SCHED_IDLE`` (on Linux, a policy set with pid 0 is
+    the calling thread's alone), else a nice value ``NICE`` above its own (setpriority of a
+    thread id is that thread's alone); where both are refused or unknown, it stays as it is."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return
     with contextlib.suppress(OSError, AttributeError):
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + NICE)
