@@ -11,9 +11,10 @@ policy, so where the process has one core a flood of compression misses takes on
 loop leaves, and a loop thread that wakes (a hit arrives) takes the core at once. A nice value
 (``NICE``, decision 0051) was not enough: Linux's scheduler lets a running niced thread finish
 its slice, 3 to 4 ms, before the woken loop runs, and the HTTP/2 soak's hits had their p99
-doubled by it (decision 0061). Where ``SCHED_IDLE`` is refused, the nice value; elsewhere the
-priority stays as it is. Under a loop that never idles, compression then waits: its queue
-fills, and the answers past it go out uncompressed, as below.
+doubled by it (decision 0061). But ``SCHED_IDLE`` alone would starve compression on a node
+whose cores never idle, so a body that has waited ``STARVED`` (1 s) since it was queued has
+the rest of its work run niced instead (``Starving``): the share decision 0051 gave it. Where
+``SCHED_IDLE`` is refused, the nice value alone; elsewhere the priority stays as it is.
 
 The queue is bounded in bytes (edge.compress_queue_bytes): a body that would pass it is not
 compressed now (``submit`` returns None); it is stored as sent, and a later miss of a coding
@@ -33,6 +34,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +45,8 @@ import zstandard
 from proxy.core.http.compression import level_for
 
 SLICE = 64 * 1024
-NICE = 10  # the compression thread's, above the loop's, where SCHED_IDLE is refused
+NICE = 10  # the compression thread's, above the loop's: its share once a body starved
+STARVED = 1.0  # seconds a body may wait under SCHED_IDLE before it runs niced (Starving)
 BROTLI_WINDOW = 22
 log = logging.getLogger("proxy.edge")
 
@@ -107,7 +110,7 @@ class Compressions:
             )
         self.pending += size
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, encode_all, body, codings)
+        future = loop.run_in_executor(self._executor, encode_all, body, codings, time.monotonic())
         future.add_done_callback(lambda _: self._done(size))
         return future
 
@@ -126,26 +129,65 @@ class Compressions:
 
 
 def _yield_to_the_loop() -> None:
-    """Put this thread below the loop: ``SCHED_IDLE`` (on Linux, a policy set with pid 0 is
-    the calling thread's alone), else a nice value ``NICE`` above its own (setpriority of a
-    thread id is that thread's alone); where both are refused or unknown, it stays as it is."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return
+    """Put this thread below the loop: a nice value ``NICE`` above its own (setpriority of a
+    thread id is that thread's alone), then ``SCHED_IDLE`` (a policy set with pid 0 is the
+    calling thread's alone); where either is refused or unknown, it stays as it is."""
     with contextlib.suppress(OSError, AttributeError):
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + NICE)
+    _policy("SCHED_IDLE")
 
 
-def encode_all(body: bytes, codings: tuple[str, ...]) -> dict[str, bytes]:
-    return {coding: encode(body, coding) for coding in codings}
+def _policy(name: str) -> None:
+    """Set this thread's scheduling policy (``os.SCHED_IDLE`` or ``os.SCHED_OTHER``), where
+    the platform has it and allows it."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, getattr(os, name), os.sched_param(0))
 
 
-def encode(body: bytes, coding: str) -> bytes:
-    """The body in ``coding``, fed to the compressor a slice at a time."""
+class Starving:
+    """One body's copies, made in the compression thread. ``SCHED_IDLE`` runs only on what
+    the process's cores leave: on a node whose cores never idle, it would never run. So once
+    the body has waited ``STARVED`` seconds since it was queued, the rest of its work runs as
+    a normal thread at its nice value (decision 0051's share, about a tenth of a busy core),
+    and the thread goes back to ``SCHED_IDLE`` after it (``done``)."""
+
+    __slots__ = ("_deadline", "raised")
+
+    def __init__(self, queued: float, starved: float = STARVED) -> None:
+        self._deadline = queued + starved
+        self.raised = False
+
+    def check(self) -> None:
+        """Between two slices: past the deadline, run as a normal thread (once)."""
+        if not self.raised and time.monotonic() > self._deadline:
+            self.raised = True
+            _policy("SCHED_OTHER")
+
+    def done(self) -> None:
+        if self.raised:
+            _policy("SCHED_IDLE")
+
+
+def encode_all(body: bytes, codings: tuple[str, ...], queued: float) -> dict[str, bytes]:
+    """``body`` in each of ``codings``, in the compression thread; ``queued``: when it was
+    submitted (``time.monotonic()``)."""
+    starving = Starving(queued)
+    try:
+        return {coding: encode(body, coding, starving.check) for coding in codings}
+    finally:
+        starving.done()
+
+
+def encode(body: bytes, coding: str, between: Callable[[], None] = lambda: None) -> bytes:
+    """The body in ``coding``, fed to the compressor a slice at a time; ``between`` is
+    called before each slice."""
     process, finish = _compressor(coding, len(body))
     view = memoryview(body)
-    parts = [process(view[start : start + SLICE]) for start in range(0, len(body), SLICE)]
+    parts = []
+    for start in range(0, len(body), SLICE):
+        between()
+        parts.append(process(view[start : start + SLICE]))
     parts.append(finish())
     return b"".join(parts)
 
