@@ -32,13 +32,13 @@ purge of its domain retire during it is not stored (it is served to its client).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 import lmdb
 
 from proxy.store.shared.tier import SharedTier
+from proxy.store.shared.upkeep import node_task
 from proxy.store.shared.url_drops import drop_retired
 
 KEEP = 300.0  # seconds a URL purge's record is kept (the default of cache.url_purge_keep)
@@ -72,17 +72,7 @@ async def _retiring(tier: SharedTier, keep: float) -> None:
         await asyncio.sleep(PASS_PAUSE if retired else idle)
 
 
-@contextlib.asynccontextmanager
-async def retiring(tier: SharedTier, keep: float = KEEP) -> AsyncIterator[None]:
+def retiring(tier: SharedTier, keep: float = KEEP) -> AbstractAsyncContextManager[None]:
     """The node's retirement of old URL purge records, until the block ends. Only the node
-    holding the directory retires (its workers do not: ``tier.instance`` is None)."""
-    if tier.instance is None:
-        yield
-        return
-    task = asyncio.create_task(_retiring(tier, keep), name="retire")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    holding the directory retires (its workers do not)."""
+    return node_task(tier, lambda: _retiring(tier, keep), "retire")

@@ -31,7 +31,8 @@ import contextlib
 import itertools
 import os
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import lmdb
@@ -42,6 +43,7 @@ from proxy.store.shared.markers import FILLS
 from proxy.store.shared.records import EntryHeader, read_header
 from proxy.store.shared.tier import SharedTier
 from proxy.store.shared.totals import Totals
+from proxy.store.shared.upkeep import node_task
 
 PASS_NAMES = 128  # names judged per pass: at most that many unlinks under the writer lock
 PASS_PAUSE = 0.05  # seconds between passes: a 100k-file tier is walked in about 40 s
@@ -199,19 +201,9 @@ async def _sweeping(tier: SharedTier, pass_pause: float, round_pause: float) -> 
         await asyncio.sleep(round_pause if ended else pass_pause)
 
 
-@contextlib.asynccontextmanager
-async def sweeping(
+def sweeping(
     tier: SharedTier, *, pass_pause: float = PASS_PAUSE, round_pause: float = ROUND_PAUSE
-) -> AsyncIterator[None]:
+) -> AbstractAsyncContextManager[None]:
     """The node's sweep of ``tier``, in its writer thread, until the block ends. Only the
-    node holding the directory sweeps (its workers do not: ``tier.instance`` is None)."""
-    if tier.instance is None:
-        yield
-        return
-    task = asyncio.create_task(_sweeping(tier, pass_pause, round_pause), name="sweep")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    node holding the directory sweeps (its workers do not)."""
+    return node_task(tier, lambda: _sweeping(tier, pass_pause, round_pause), "sweep")
