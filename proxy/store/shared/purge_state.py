@@ -407,15 +407,18 @@ class PurgeStateStore:
         with self._env.begin() as txn:
             return url_log.retirement(txn, domain)[0]
 
-    def due(self, cutoff: float, limit: int) -> list[url_log.Due]:
-        """The URL log records written at ``cutoff`` or before, at most ``limit`` targets."""
+    def due(
+        self, cutoff: float, limit: int, corrupt: list[tuple[str, int]] | None = None
+    ) -> list[url_log.Due]:
+        """The URL log records written at ``cutoff`` or before, at most ``limit`` targets;
+        records that do not parse are added to ``corrupt`` (``url_log.due``)."""
 
         def start_of(domain: str) -> int | None:
             state = _read_state(txn, domain, log=False)
             return None if state.legacy else max(state.cleared, state.retired) + 1
 
         with self._env.begin() as txn:
-            return url_log.due(txn, cutoff, limit, start_of)
+            return url_log.due(txn, cutoff, limit, start_of, corrupt)
 
     def refuse(self, dues: Sequence[url_log.Due]) -> None:
         """Step one of a retirement: fills whose token is under a due record's number are

@@ -37,6 +37,7 @@ from contextlib import AbstractAsyncContextManager
 
 import lmdb
 
+from proxy.store.shared import url_log
 from proxy.store.shared.tier import SharedTier
 from proxy.store.shared.upkeep import node_task
 from proxy.store.shared.url_drops import drop_retired
@@ -50,16 +51,21 @@ IDLE_PAUSE = 30.0  # seconds between two looks when none were (less for a short 
 def retire(tier: SharedTier, cutoff: float, limit: int = TARGETS) -> int:
     """One pass: retire the URL log records written at ``cutoff`` or before (a wall-clock
     time), at most ``limit`` URLs. How many URLs' records retired. In the writer thread; a
-    fault is reported to the tier's health, never raised."""
+    fault is reported to the tier's health, never raised, so the node's task goes on. A
+    record that does not parse is one too: it and its domain's later records are kept, and
+    the other domains' retire."""
+    corrupt: list[tuple[str, int]] = []
     try:
-        dues = tier.purges.due(cutoff, limit)
+        dues = tier.purges.due(cutoff, limit, corrupt)
+        for domain, number in corrupt:  # kept, with every record of the domain after it
+            tier.health.fault("purge retirement", url_log.CorruptRecord(f"{domain} #{number}"))
         if not dues:
             return 0
         tier.purges.refuse(dues)
         done = [due for due in dues if drop_retired(tier, due.domain, due.covers) is not None]
         if done:
             tier.purges.retire(done)
-    except (lmdb.Error, OSError) as error:
+    except (lmdb.Error, OSError, url_log.CorruptRecord) as error:
         tier.health.fault("purge retirement", error)
         return 0
     return sum(len(due.covers) for due in done)

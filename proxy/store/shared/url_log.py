@@ -60,6 +60,24 @@ def pack(soft: bool, at: float, targets: Iterable[str]) -> bytes:
     return json.dumps([int(soft), at, list(targets)], separators=(",", ":")).encode()
 
 
+class CorruptRecord(ValueError):
+    """A log record whose value is not what ``pack`` writes (a torn or damaged page)."""
+
+
+def unpack(value: bytes | memoryview) -> tuple[bool, float, list[str]]:
+    """A record's value, as ``pack`` wrote it: soft, time, request-targets. The one place a
+    record is parsed; anything else raises CorruptRecord."""
+    try:
+        soft, at, targets = json.loads(bytes(value))
+    except (ValueError, TypeError) as error:  # not JSON, or not three fields
+        raise CorruptRecord(str(error)) from None
+    if not isinstance(at, int | float) or not isinstance(targets, list):
+        raise CorruptRecord(f"unexpected fields {type(at).__name__}, {type(targets).__name__}")
+    if not all(isinstance(target, str) for target in targets):
+        raise CorruptRecord("a target that is not a string")
+    return bool(soft), float(at), targets
+
+
 def append(txn: lmdb.Transaction, domain: str, number: int, value: bytes) -> int:
     """Write one URL purge: the bytes it adds to the purge state (key and value)."""
     key = log_key(domain, number)
@@ -78,12 +96,12 @@ def read(txn: lmdb.Transaction, domain: str, start: int, table: dict[str, LastPu
         if bytes(key[: len(prefix)]) != prefix:
             break
         number: int = _NUMBER.unpack_from(key, len(prefix))[0]
-        soft, at, targets = json.loads(bytes(value))
+        soft, at, targets = unpack(value)
         for target in targets:
             last = table.get(target)
             if last is None:
                 table[target] = last = LastPurges()
-            last.add(number, bool(soft), float(at))
+            last.add(number, soft, at)
 
 
 def bury(txn: lmdb.Transaction, domain: str, upto: int) -> None:
@@ -151,12 +169,18 @@ class Due:
 
 
 def due(
-    txn: lmdb.Transaction, cutoff: float, limit: int, start_of: Callable[[str], int | None]
+    txn: lmdb.Transaction,
+    cutoff: float,
+    limit: int,
+    start_of: Callable[[str], int | None],
+    corrupt: list[tuple[str, int]] | None = None,
 ) -> list[Due]:
     """The log records written at ``cutoff`` or before, oldest first per domain, at most
     ``limit`` targets in all (but at least one record): a domain's records are read from
     ``start_of(domain)`` on (past its clear and its retired ones; None: skip the domain).
-    One seek per domain that has a log."""
+    One seek per domain that has a log. A record that does not parse ends its domain's
+    records here (what it covers is unknown, so nothing after it retires) and is added to
+    ``corrupt`` (domain, number); the other domains go on."""
     found: list[Due] = []
     targets = 0
     cursor = txn.cursor()
@@ -178,10 +202,16 @@ def due(
             for record_key, value in cursor:
                 if bytes(record_key[: len(prefix)]) != prefix:
                     break
-                _soft, at, record_targets = json.loads(bytes(value))
+                number = _NUMBER.unpack_from(record_key, len(prefix))[0]
+                try:
+                    _soft, at, record_targets = unpack(value)
+                except CorruptRecord:
+                    if corrupt is not None:
+                        corrupt.append((domain, number))
+                    break
                 if at > cutoff or (upto and targets + len(record_targets) > limit):
                     break
-                upto = _NUMBER.unpack_from(record_key, len(prefix))[0]
+                upto = number
                 for target in record_targets:
                     covers[target] = upto
                 targets += len(record_targets)
@@ -206,7 +236,7 @@ def remove(txn: lmdb.Transaction, domain: str, start: int, upto: int) -> tuple[i
             break
         value = cursor.value()
         freed += len(key) + len(value)
-        targets += len(json.loads(bytes(value))[2])
+        targets += len(unpack(value)[2])
         if not cursor.delete():  # moves to the next record; False past the last
             break
     return freed, targets

@@ -14,7 +14,7 @@ import time
 
 from proxy.core.cache.keys import cache_target
 from proxy.core.purge.purges import Purge, purge_request
-from proxy.store.shared import Fill, SharedTier
+from proxy.store.shared import Fill, SharedTier, url_log
 from proxy.store.shared.purge_state import REBUILD_SLACK
 from proxy.store.shared.retire import retire
 from tests.store.shared.actor import body, fill, response
@@ -172,3 +172,27 @@ def test_a_table_of_mostly_retired_urls_is_read_anew(tier: SharedTier) -> None:
     state = tier.purges.current(DOMAIN)
     assert state.log_targets == 1
     assert set(state.urls) == {"/young"}
+
+
+def test_a_corrupt_log_record_is_a_fault_the_pass_survives(tier: SharedTier) -> None:
+    """A record that does not parse (a torn or corrupted page of ``state/``) is a fault the
+    pass reports, never raises: raised, it would end the node's retirement task for good.
+    It and its domain's later records are kept (what it covers is unknown); the records
+    before it, and other domains', retire."""
+    other = "other.test"
+    for target in ("/a", "/b", "/c"):
+        assert tier.purge(DOMAIN, purge_request("url", [target])) is not None
+    assert tier.purge(other, purge_request("url", ["/x"])) is not None
+    number = tier.purges.current(DOMAIN).url_top - 1  # /b's record
+    with tier._state_env.begin(write=True) as txn:  # the test breaks the record
+        txn.put(url_log.log_key(DOMAIN, number), b"{not json")
+    faults = tier.status().faults
+    assert retire(tier, LATER) == 2  # /a, and other.test's /x
+    assert tier.status().faults == faults + 1
+    assert _log_records(tier) == 2  # /b (corrupt) and /c
+    assert log_records(tier, other) == 0
+    for value in (b"[1, 2]", b'[0, "x", []]', b"[0, 1.0, [3]]", b"null"):
+        with tier._state_env.begin(write=True) as txn:
+            txn.put(url_log.log_key(DOMAIN, number), value)
+        assert retire(tier, LATER) == 0
+    assert tier.status().faults == faults + 5
