@@ -47,6 +47,7 @@ of domains or entries.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -71,6 +72,7 @@ from proxy.store.shared.records import read_number
 
 __all__ = ["DISTRUSTED", "DomainState", "PurgeStateStore", "distrusted_copy", "judge"]
 
+logger = logging.getLogger("proxy.store")
 STAMP = struct.Struct("<Q")  # state/stamp: the id of the last purge's transaction
 UNREAD = -1  # a parsed state's stamp that no stamp equals: read again (``_seen``)
 # Meta records beside the domains' (a domain name never starts with NUL): the records' bytes,
@@ -141,7 +143,12 @@ def _read_state(
         else:  # a clear since, or a table of mostly retired URLs: without what they dropped
             start = max(state.cleared, state.retired) + 1
         if state.url_top >= start:
-            url_log.read(txn, domain, start, state.urls)
+            corrupt = url_log.read(txn, domain, start, state.urls)
+            if corrupt:  # unknown purges: a clear at its number, for this reader (never written)
+                logger.warning(
+                    "%s: URL purge record %d does not parse: read as a clear", domain, corrupt
+                )
+                state.cleared = max(state.cleared, corrupt)
     state.read_to = state.number
     floor = txn.get(FLOOR)
     return state if floor is None else state.floored(int(_COUNT.unpack(floor)[0]))

@@ -85,23 +85,31 @@ def append(txn: lmdb.Transaction, domain: str, number: int, value: bytes) -> int
     return len(key) + len(value)
 
 
-def read(txn: lmdb.Transaction, domain: str, start: int, table: dict[str, LastPurges]) -> None:
+def read(txn: lmdb.Transaction, domain: str, start: int, table: dict[str, LastPurges]) -> int:
     """Merge the domain's URL purges numbered ``start`` and above into ``table`` (target ->
-    its last hard and soft purge), oldest first, so each target keeps its newest."""
+    its last hard and soft purge), oldest first, so each target keeps its newest. Returns
+    the number of the last record that does not parse (0: none): what it purged is unknown,
+    so the caller reads it as a clear at that number; the records after it are read."""
     prefix = _prefix(domain)
     cursor = txn.cursor()
+    corrupt = 0
     if not cursor.set_range(prefix + _NUMBER.pack(start)):
-        return
+        return corrupt
     for key, value in cursor:
         if bytes(key[: len(prefix)]) != prefix:
             break
         number: int = _NUMBER.unpack_from(key, len(prefix))[0]
-        soft, at, targets = unpack(value)
+        try:
+            soft, at, targets = unpack(value)
+        except CorruptRecord:
+            corrupt = number
+            continue
         for target in targets:
             last = table.get(target)
             if last is None:
                 table[target] = last = LastPurges()
             last.add(number, soft, at)
+    return corrupt
 
 
 def bury(txn: lmdb.Transaction, domain: str, upto: int) -> None:

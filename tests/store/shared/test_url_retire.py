@@ -196,3 +196,23 @@ def test_a_corrupt_log_record_is_a_fault_the_pass_survives(tier: SharedTier) -> 
             txn.put(url_log.log_key(DOMAIN, number), value)
         assert retire(tier, LATER) == 0
     assert tier.status().faults == faults + 5
+
+
+def test_a_corrupt_log_record_reads_as_a_clear_at_its_number(tier: SharedTier) -> None:
+    """A reader that meets a record it cannot parse does not know what it purged: it reads it
+    as a clear of the domain at its number (a colder cache, never a purged page served), reads
+    the records after it as before, and never raises into a lookup."""
+    assert fill(tier, DOMAIN, "/z", b"z", birth=time.time())  # stored before every purge
+    assert tier.purge(DOMAIN, purge_request("url", ["/a"])) is not None
+    assert tier.purge(DOMAIN, purge_request("url", ["/b"])) is not None
+    assert fill(tier, DOMAIN, "/y", b"y", birth=time.time())  # after the record that breaks
+    assert fill(tier, DOMAIN, "/c", b"c", birth=time.time())
+    assert tier.purge(DOMAIN, purge_request("url", ["/c"], soft=True)) is not None
+    broken = tier.purges.current(DOMAIN).url_top - 1  # /b's record
+    with tier._state_env.begin(write=True) as txn:  # the test breaks the record
+        txn.put(url_log.log_key(DOMAIN, broken), b"{not json")
+    tier.purges.parsed.clear()  # a process that reads the domain now
+    assert not served_fresh_at(tier, "/z")
+    assert served_fresh_at(tier, "/y")
+    assert not served_fresh_at(tier, "/c")  # the soft purge after it still holds
+    assert tier.purges.current(DOMAIN).cleared == broken
